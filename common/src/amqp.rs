@@ -1,0 +1,113 @@
+//! RabbitMQ: connection and the queue topology, declared idempotently by
+//! whoever publishes or consumes.
+//!
+//! - main queue `{cluster}.cron_scheduler`: durable; a rejected message
+//!   dead-letters through `{cluster}.cron_dlx` to the failed queue.
+//! - failed queue `{cluster}.cron_scheduler_failed`: messages past their retries.
+//! - retry queues `{cluster}.cron_scheduler_retry_{delay_ms}`: one per delay,
+//!   holding each message for exactly that delay (per-queue TTL, so no head of
+//!   line blocking) and dead-lettering it back to the main queue; a retry queue
+//!   deletes itself after sitting unused.
+
+use lapin::options::{ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+
+pub async fn connect(url: &str, name: &str) -> lapin::Result<Connection> {
+    let props = ConnectionProperties::default().with_connection_name(name.into());
+    Connection::connect(url, props).await
+}
+
+#[derive(Debug, Clone)]
+pub struct Topology {
+    pub main_queue: String,
+    pub dlx: String,
+    pub failed_queue: String,
+    retry_prefix: String,
+}
+
+impl Topology {
+    pub fn new(cluster: &str) -> Self {
+        Self {
+            main_queue: format!("{cluster}.cron_scheduler"),
+            dlx: format!("{cluster}.cron_dlx"),
+            failed_queue: format!("{cluster}.cron_scheduler_failed"),
+            retry_prefix: format!("{cluster}.cron_scheduler_retry_"),
+        }
+    }
+
+    pub fn retry_queue(&self, delay_ms: u64) -> String {
+        format!("{}{delay_ms}", self.retry_prefix)
+    }
+
+    /// Declares the main queue, the DLX and the failed queue.
+    pub async fn declare(&self, channel: &Channel) -> lapin::Result<()> {
+        let durable = QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        channel
+            .exchange_declare(
+                self.dlx.as_str().into(),
+                ExchangeKind::Direct,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
+        channel
+            .queue_declare(self.failed_queue.as_str().into(), durable, FieldTable::default())
+            .await?;
+        channel
+            .queue_bind(
+                self.failed_queue.as_str().into(),
+                self.dlx.as_str().into(),
+                self.failed_queue.as_str().into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        let mut args = FieldTable::default();
+        args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString(self.dlx.as_str().into()));
+        args.insert(
+            "x-dead-letter-routing-key".into(),
+            AMQPValue::LongString(self.failed_queue.as_str().into()),
+        );
+        channel.queue_declare(self.main_queue.as_str().into(), durable, args).await?;
+        Ok(())
+    }
+
+    /// Declares the retry queue for one delay and returns its name.
+    pub async fn declare_retry_queue(&self, channel: &Channel, delay_ms: u64) -> lapin::Result<String> {
+        let name = self.retry_queue(delay_ms);
+        let mut args = FieldTable::default();
+        args.insert("x-message-ttl".into(), AMQPValue::LongLongInt(delay_ms as i64));
+        args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
+        args.insert(
+            "x-dead-letter-routing-key".into(),
+            AMQPValue::LongString(self.main_queue.as_str().into()),
+        );
+        // Expire only well after the last message could have left.
+        args.insert("x-expires".into(), AMQPValue::LongLongInt(delay_ms as i64 + 600_000));
+        channel
+            .queue_declare(
+                name.as_str().into(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                args,
+            )
+            .await?;
+        Ok(name)
+    }
+}
+
+/// A channel in publisher-confirm mode.
+pub async fn confirm_channel(connection: &Connection) -> lapin::Result<Channel> {
+    let channel = connection.create_channel().await?;
+    channel.confirm_select(ConfirmSelectOptions::default()).await?;
+    Ok(channel)
+}

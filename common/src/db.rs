@@ -1,0 +1,85 @@
+//! Postgres: the pool every binary uses, and the migration runner.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::Context;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+mod embedded {
+    refinery::embed_migrations!("../migrations");
+}
+
+/// Builds a pool; connections are opened lazily on first use.
+pub fn pool(database_url: &str, max_size: usize) -> anyhow::Result<Pool> {
+    let mut config = tokio_postgres::Config::from_str(database_url).context("DATABASE_URL is not a valid Postgres URL")?;
+    config.connect_timeout(Duration::from_secs(5));
+    if config.get_application_name().is_none() {
+        config.application_name("cronshard");
+    }
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(max_size)
+        .wait_timeout(Some(Duration::from_secs(10)))
+        .create_timeout(Some(Duration::from_secs(5)))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .context("building the Postgres pool")
+}
+
+/// Opens one unpooled connection (for LISTEN and for migrations).
+pub async fn connect(database_url: &str) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, connection) = tokio_postgres::connect(database_url, NoTls).await?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "postgres connection closed");
+        }
+    });
+    Ok(client)
+}
+
+/// Creates the database named in `database_url` when it does not exist yet,
+/// through the `postgres` maintenance database of the same server.
+pub async fn create_database_if_missing(database_url: &str) -> anyhow::Result<bool> {
+    let config = tokio_postgres::Config::from_str(database_url)?;
+    let name = config.get_dbname().context("DATABASE_URL names no database")?.to_owned();
+    match connect(database_url).await {
+        Ok(_) => return Ok(false),
+        Err(e) if e.downcast_ref::<tokio_postgres::Error>().and_then(|e| e.code()) == Some(&tokio_postgres::error::SqlState::INVALID_CATALOG_NAME) => {}
+        Err(e) => return Err(e.context("connecting to Postgres")),
+    }
+    let mut admin = config.clone();
+    admin.dbname("postgres");
+    let (client, connection) = admin.connect(NoTls).await.context("connecting to the postgres maintenance database")?;
+    tokio::spawn(connection);
+    let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+    match client.batch_execute(&format!("CREATE DATABASE {quoted}")).await {
+        Ok(()) => Ok(true),
+        // Another process created it between our check and our create.
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_DATABASE) => Ok(false),
+        Err(e) => Err(e).context(format!("creating database {quoted}")),
+    }
+}
+
+/// Applies `migrations/` (embedded at build time). Safe to run from several
+/// processes at once: an advisory lock serialises them.
+pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
+    create_database_if_missing(database_url).await?;
+    let mut client = connect(database_url).await.context("connecting to Postgres to migrate")?;
+    const MIGRATION_LOCK: i64 = 0x6372_6f6e_0001;
+    client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK]).await?;
+    let result = embedded::migrations::runner().run_async(&mut client).await;
+    client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK]).await?;
+    let report = result.context("applying migrations")?;
+    for m in report.applied_migrations() {
+        tracing::info!(migration = %m, "applied migration");
+    }
+    Ok(())
+}

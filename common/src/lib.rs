@@ -1,0 +1,20 @@
+//! Everything the cronshard binaries share: the job model and its validation,
+//! schedule math (pure, time passed in), the scheduler→worker wire format, and
+//! builders for the Postgres, Redis and RabbitMQ clients.
+//!
+//! Nothing here spawns background work on its own; the binaries own their loops.
+
+pub mod amqp;
+pub mod config;
+pub mod db;
+pub mod execution;
+pub mod job;
+pub mod message;
+pub mod metrics;
+pub mod partitions;
+pub mod redis;
+pub mod schedule;
+pub mod shutdown;
+pub mod telemetry;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

@@ -1,0 +1,61 @@
+//! Redis: one pool per shard and the key layout of a cluster.
+//!
+//! Keys (all under `CLUSTER_NAME`):
+//! - `{cluster}:node:{node_id}` — a scheduler's heartbeat, JSON, 30 s TTL.
+//! - `{cluster}:lock:{job_id}:{scheduled_ms}` — the fire lock of one slot.
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use deadpool_redis::{Config, Pool, Runtime};
+use uuid::Uuid;
+
+/// One pool per configured shard, in the configured order.
+pub fn pools(urls: &[String]) -> anyhow::Result<Vec<Pool>> {
+    if urls.is_empty() || urls.len() > 2 {
+        anyhow::bail!("REDIS_URLS must name 1 or 2 shards, got {}", urls.len());
+    }
+    urls.iter()
+        .map(|url| {
+            let mut cfg = Config::from_url(url.trim());
+            cfg.pool = Some(deadpool_redis::PoolConfig {
+                max_size: 32,
+                timeouts: deadpool_redis::Timeouts {
+                    wait: Some(std::time::Duration::from_secs(2)),
+                    create: Some(std::time::Duration::from_secs(2)),
+                    recycle: Some(std::time::Duration::from_secs(2)),
+                },
+                ..Default::default()
+            });
+            cfg.create_pool(Some(Runtime::Tokio1)).with_context(|| format!("Redis URL {url:?}"))
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub fn new(cluster: &str) -> Self {
+        Self {
+            prefix: cluster.to_owned(),
+        }
+    }
+
+    pub fn node(&self, node_id: &str) -> String {
+        format!("{}:node:{node_id}", self.prefix)
+    }
+
+    pub fn node_pattern(&self) -> String {
+        format!("{}:node:*", self.prefix)
+    }
+
+    pub fn node_id_of<'a>(&self, key: &'a str) -> Option<&'a str> {
+        key.strip_prefix(&self.prefix)?.strip_prefix(":node:")
+    }
+
+    pub fn lock(&self, job_id: Uuid, scheduled_at: DateTime<Utc>) -> String {
+        format!("{}:lock:{job_id}:{}", self.prefix, scheduled_at.timestamp_millis())
+    }
+}

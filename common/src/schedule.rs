@@ -1,0 +1,917 @@
+//! Fire-time math for the three schedule kinds: once, fixed interval and cron
+//! in an IANA time zone.
+//!
+//! Everything here is pure: the current time is always an argument. Instants
+//! are `DateTime<Utc>` at millisecond precision; schedule inputs (`at`,
+//! `anchor`, `start_at`, `end_at`) are truncated to whole milliseconds.
+//!
+//! Cron expressions are matched against local wall-clock time. Across DST
+//! transitions a wall time that occurs twice fires only at its first
+//! occurrence, and a wall time that does not exist fires at the end of the gap;
+//! fire times are always strictly increasing.
+
+use std::str::FromStr;
+
+use chrono::{DateTime, LocalResult, NaiveDateTime, TimeDelta, TimeZone, Utc};
+use chrono_tz::Tz;
+
+/// How many matching wall times one `next_after` call may skip (they map to
+/// instants `<= after`, e.g. inside a repeated hour) before giving up. A
+/// per-second expression skips at most 3600 per repeated hour.
+const MAX_SKIPPED_CANDIDATES: usize = 100_000;
+
+/// A schedule that cannot be compiled. `field` names the offending key of the
+/// schedule object (`expr`, `timezone`, `every_ms`, ...).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ScheduleError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl ScheduleError {
+    fn new(field: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            field,
+            message: message.into(),
+        }
+    }
+
+    fn expr(message: impl Into<String>) -> Self {
+        Self::new("expr", message)
+    }
+}
+
+/// Parses an IANA time zone name such as `Europe/Berlin` or `UTC`.
+pub fn parse_timezone(name: &str) -> Result<Tz, ScheduleError> {
+    name.parse::<Tz>()
+        .map_err(|_| ScheduleError::new("timezone", format!("unknown IANA time zone {name:?}")))
+}
+
+/// Truncates an instant to whole milliseconds.
+pub fn truncate_to_millis(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap_or(t)
+}
+
+/// A cron expression bound to a time zone.
+///
+/// Accepted syntax: 5 fields (`minute hour day-of-month month day-of-week`),
+/// 6 fields (seconds first), or one of `@yearly @annually @monthly @weekly
+/// @daily @midnight @hourly`. Day of week is 0-7 (0 and 7 are Sunday) or
+/// `SUN`-`SAT`; months are 1-12 or `JAN`-`DEC`. As in crontab, when both
+/// day-of-month and day-of-week are restricted (neither starts with `*` or
+/// `?`), a day matches if either matches. A 7th (year) field is rejected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CronSchedule {
+    expr: String,
+    timezone: Tz,
+    /// Evaluated over naive local time disguised as UTC. Two entries when the
+    /// day-of-month/day-of-week OR rule applies (the crate ANDs them).
+    local: Vec<cron::Schedule>,
+}
+
+impl CronSchedule {
+    pub fn parse(expr: &str, timezone: &str) -> Result<Self, ScheduleError> {
+        let local = compile_expr(expr)?;
+        let timezone = parse_timezone(timezone)?;
+        Ok(Self {
+            expr: expr.to_owned(),
+            timezone,
+            local,
+        })
+    }
+
+    /// The first fire time strictly after `after`.
+    pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        // Local→UTC mapping is monotone, so no wall time before `after`'s own
+        // can map past `after`.
+        let wall = after.with_timezone(&self.timezone).naive_local().and_utc();
+        let mut candidates = Merged {
+            iters: self.local.iter().map(|s| s.after(&wall).peekable()).collect(),
+        };
+        for _ in 0..MAX_SKIPPED_CANDIDATES {
+            let local = candidates.next()?;
+            let instant = local_to_instant(self.timezone, local.naive_utc())?;
+            if instant > after {
+                return Some(instant);
+            }
+        }
+        None
+    }
+
+    pub fn timezone(&self) -> Tz {
+        self.timezone
+    }
+
+    /// The expression as given to [`CronSchedule::parse`].
+    pub fn expr(&self) -> &str {
+        &self.expr
+    }
+
+    #[cfg(test)]
+    fn matches_wall(&self, local: NaiveDateTime) -> bool {
+        self.local.iter().any(|s| s.includes(local.and_utc()))
+    }
+}
+
+/// Ascending union of several ascending candidate streams, without duplicates.
+struct Merged<'a> {
+    iters: Vec<std::iter::Peekable<cron::ScheduleIterator<'a, Utc>>>,
+}
+
+impl Iterator for Merged<'_> {
+    type Item = DateTime<Utc>;
+
+    fn next(&mut self) -> Option<DateTime<Utc>> {
+        let min = self.iters.iter_mut().filter_map(|i| i.peek().copied()).min()?;
+        for it in &mut self.iters {
+            if it.peek() == Some(&min) {
+                it.next();
+            }
+        }
+        Some(min)
+    }
+}
+
+/// Maps a wall time to an instant: the first occurrence if it is repeated,
+/// the end of the gap if it was skipped.
+fn local_to_instant(tz: Tz, local: NaiveDateTime) -> Option<DateTime<Utc>> {
+    match tz.from_local_datetime(&local) {
+        LocalResult::Single(t) => Some(t.to_utc()),
+        LocalResult::Ambiguous(a, b) => Some(a.to_utc().min(b.to_utc())),
+        LocalResult::None => gap_end(tz, local),
+    }
+}
+
+/// The transition instant of the gap containing `local`, found by bisecting
+/// UTC seconds: the first second whose wall time is past `local`. Offsets are
+/// under 24h, so ±1 day brackets it (wall(lo) < local < wall(hi)).
+fn gap_end(tz: Tz, local: NaiveDateTime) -> Option<DateTime<Utc>> {
+    let wall = |secs: i64| {
+        DateTime::from_timestamp(secs, 0).map(|t| t.with_timezone(&tz).naive_local())
+    };
+    let guess = local.and_utc().timestamp();
+    let (mut lo, mut hi) = (guess - 86_400, guess + 86_400);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if wall(mid)? > local {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    DateTime::from_timestamp(hi, 0)
+}
+
+/// Name and allowed values of each crate field, for error messages.
+const FIELDS: [(&str, &str); 6] = [
+    ("seconds", "0-59"),
+    ("minute", "0-59"),
+    ("hour", "0-23"),
+    ("day-of-month", "1-31"),
+    ("month", "1-12 or JAN-DEC"),
+    ("day-of-week", "0-7 or SUN-SAT"),
+];
+
+/// Translates our syntax into 6-field expressions for the `cron` crate, which
+/// numbers weekdays 1-7 from Sunday and knows fewer shortcuts.
+fn compile_expr(expr: &str) -> Result<Vec<cron::Schedule>, ScheduleError> {
+    let trimmed = expr.trim();
+    let text = match trimmed.strip_prefix('@') {
+        Some(name) => shortcut(name)?,
+        None => trimmed,
+    };
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let (sec, min, hour, dom, month, dow) = match *fields.as_slice() {
+        [min, hour, dom, month, dow] => ("0", min, hour, dom, month, dow),
+        [sec, min, hour, dom, month, dow] => (sec, min, hour, dom, month, dow),
+        [] => {
+            return Err(ScheduleError::expr(
+                "is empty; expected 5 fields (minute hour day-of-month month day-of-week), \
+                 6 fields (seconds first) or a shortcut such as @daily",
+            ));
+        }
+        [..] if fields.len() == 7 => {
+            return Err(ScheduleError::expr(format!(
+                "{trimmed:?} has 7 fields; a year field is not supported, use 5 fields \
+                 (minute hour day-of-month month day-of-week) or 6 (seconds first)"
+            )));
+        }
+        [..] => {
+            return Err(ScheduleError::expr(format!(
+                "{trimmed:?} has {} fields; expected 5 (minute hour day-of-month month \
+                 day-of-week), 6 (seconds first) or a shortcut such as @daily",
+                fields.len()
+            )));
+        }
+    };
+    let crate_dow = translate_dow(dow)?;
+    let original = [sec, min, hour, dom, month, dow];
+    let translated = [sec, min, hour, dom, month, crate_dow.as_str()];
+
+    // Vixie cron: a field starting with `*` counts as unrestricted.
+    let restricted = |f: &str| !f.starts_with(['*', '?']);
+    let variants = if restricted(dom) && restricted(dow) {
+        let mut by_dom = translated;
+        by_dom[5] = "*";
+        let mut by_dow = translated;
+        by_dow[3] = "*";
+        vec![by_dom, by_dow]
+    } else {
+        vec![translated]
+    };
+    variants
+        .iter()
+        .map(|v| {
+            cron::Schedule::from_str(&v.join(" "))
+                .map_err(|e| diagnose(&original, &translated, &e))
+        })
+        .collect()
+}
+
+fn shortcut(name: &str) -> Result<&'static str, ScheduleError> {
+    Ok(match name.to_ascii_lowercase().as_str() {
+        "yearly" | "annually" => "0 0 1 1 *",
+        "monthly" => "0 0 1 * *",
+        "weekly" => "0 0 * * 0",
+        "daily" | "midnight" => "0 0 * * *",
+        "hourly" => "0 * * * *",
+        _ => {
+            return Err(ScheduleError::expr(format!(
+                "unknown shortcut \"@{name}\"; expected one of @yearly, @annually, @monthly, \
+                 @weekly, @daily, @midnight, @hourly"
+            )));
+        }
+    })
+}
+
+/// Names the first field the crate rejects on its own, with the crate's reason.
+fn diagnose(original: &[&str; 6], translated: &[&str; 6], whole: &cron::error::Error) -> ScheduleError {
+    for (i, field) in translated.iter().enumerate() {
+        let mut probe = ["*"; 6];
+        probe[i] = field;
+        if let Err(e) = cron::Schedule::from_str(&probe.join(" ")) {
+            let (name, allowed) = FIELDS[i];
+            return ScheduleError::expr(format!(
+                "{name} field {:?} is invalid (allowed {allowed}): {}",
+                original[i],
+                crate_reason(&e)
+            ));
+        }
+    }
+    ScheduleError::expr(format!("invalid cron expression: {}", crate_reason(whole)))
+}
+
+/// The crate's message is "<input>\n<caret>\n<reason>"; keep the reason.
+fn crate_reason(e: &cron::error::Error) -> String {
+    let text = e.to_string();
+    let reason: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with('^'))
+        .skip(1)
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if reason.is_empty() {
+        "unexpected syntax".to_owned()
+    } else {
+        reason.join(" ")
+    }
+}
+
+/// Crontab day-of-week (0-7, 0 and 7 = Sunday, names, lists, ranges, steps)
+/// to an explicit list in the crate's numbering (1 = Sunday .. 7 = Saturday).
+fn translate_dow(field: &str) -> Result<String, ScheduleError> {
+    if field == "*" || field == "?" {
+        return Ok(field.to_owned());
+    }
+    let invalid = |why: String| {
+        ScheduleError::expr(format!("day-of-week field {field:?} is invalid: {why}"))
+    };
+    let mut days = [false; 7];
+    for item in field.split(',') {
+        let (base, step) = match item.split_once('/') {
+            Some((base, step)) => match step.parse::<usize>() {
+                Ok(s @ 1..=7) => (base, Some(s)),
+                _ => return Err(invalid(format!("step {step:?} must be between 1 and 7"))),
+            },
+            None => (item, None),
+        };
+        let (lo, hi) = if base == "*" || base == "?" {
+            (0, 7)
+        } else if let Some((a, b)) = base.split_once('-') {
+            let a = dow_value(a).map_err(invalid)?;
+            let b = dow_value(b).map_err(invalid)?;
+            // `FRI-SUN` / `5-0`: Sunday closes the week as 7.
+            let b = if b == 0 && a > 0 { 7 } else { b };
+            if a > b {
+                return Err(invalid(format!("range {base:?} runs backwards")));
+            }
+            (a, b)
+        } else {
+            let a = dow_value(base).map_err(invalid)?;
+            // `N/step` means N-7/step, as in cronie.
+            (a, if step.is_some() { 7 } else { a })
+        };
+        for d in (lo..=hi).step_by(step.unwrap_or(1)) {
+            days[d % 7] = true;
+        }
+    }
+    let list: Vec<String> = (0..7)
+        .filter(|&d| days[d])
+        .map(|d| (d + 1).to_string())
+        .collect();
+    Ok(list.join(","))
+}
+
+fn dow_value(s: &str) -> Result<usize, String> {
+    if s.is_empty() {
+        return Err("empty value".to_owned());
+    }
+    if s.bytes().all(|b| b.is_ascii_digit()) {
+        return match s.parse::<usize>() {
+            Ok(d @ 0..=7) => Ok(d),
+            _ => Err(format!("{s:?} is out of range 0-7 (0 and 7 are Sunday)")),
+        };
+    }
+    const NAMES: [(&str, &str); 7] = [
+        ("sun", "sunday"),
+        ("mon", "monday"),
+        ("tue", "tuesday"),
+        ("wed", "wednesday"),
+        ("thu", "thursday"),
+        ("fri", "friday"),
+        ("sat", "saturday"),
+    ];
+    let lower = s.to_ascii_lowercase();
+    NAMES
+        .iter()
+        .position(|(short, long)| lower == *short || lower == *long)
+        .ok_or_else(|| format!("{s:?} is not a day of the week (0-7 or SUN-SAT)"))
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recurrence {
+    Once { at: DateTime<Utc> },
+    /// Fires at `anchor + k * every_ms` for k >= 0. `every_ms` must be >= 1;
+    /// 0 never fires.
+    Interval { every_ms: u64, anchor: DateTime<Utc> },
+    Cron(CronSchedule),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompiledSchedule {
+    pub recurrence: Recurrence,
+    pub start_at: Option<DateTime<Utc>>,
+    pub end_at: Option<DateTime<Utc>>,
+}
+
+impl CompiledSchedule {
+    /// The first fire time strictly after `after`, inside [start_at, end_at] (both inclusive). None when it never fires again.
+    pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let end = self.end_at.map(truncate_to_millis);
+        if end.is_some_and(|e| after >= e) {
+            return None;
+        }
+        // A fire exactly at start_at counts, so search from just before it.
+        let from = match self.start_at.map(truncate_to_millis) {
+            Some(start) if start > after => start - TimeDelta::nanoseconds(1),
+            _ => after,
+        };
+        let next = match &self.recurrence {
+            Recurrence::Once { at } => Some(truncate_to_millis(*at)).filter(|at| *at > from),
+            Recurrence::Interval { every_ms, anchor } => {
+                interval_next(*every_ms, truncate_to_millis(*anchor), from)
+            }
+            Recurrence::Cron(cron) => cron.next_after(from),
+        }?;
+        match end {
+            Some(e) if next > e => None,
+            _ => Some(next),
+        }
+    }
+
+    /// Up to `count` fire times strictly after `after` (for previews).
+    pub fn upcoming(&self, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
+        let mut out = Vec::with_capacity(count.min(1024));
+        let mut cursor = after;
+        while out.len() < count {
+            match self.next_after(cursor) {
+                Some(t) => {
+                    out.push(t);
+                    cursor = t;
+                }
+                None => break,
+            }
+        }
+        out
+    }
+}
+
+/// Smallest `anchor + k * every_ms` (k >= 0) strictly after `after`; exact in
+/// nanoseconds so a sub-millisecond `after` cannot be rounded onto a slot.
+fn interval_next(
+    every_ms: u64,
+    anchor: DateTime<Utc>,
+    after: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    if every_ms == 0 {
+        return None;
+    }
+    if anchor > after {
+        return Some(anchor);
+    }
+    const NANOS: i128 = 1_000_000_000;
+    let elapsed = after.signed_duration_since(anchor);
+    let elapsed_ns = i128::from(elapsed.num_seconds()) * NANOS + i128::from(elapsed.subsec_nanos());
+    let every_ns = i128::from(every_ms) * 1_000_000;
+    let offset_ns = (elapsed_ns / every_ns + 1) * every_ns;
+    let offset = TimeDelta::new(
+        i64::try_from(offset_ns / NANOS).ok()?,
+        u32::try_from(offset_ns % NANOS).ok()?,
+    )?;
+    anchor.checked_add_signed(offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{Datelike, Offset, Timelike, Weekday};
+    use proptest::prelude::*;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+    }
+
+    fn cron(expr: &str, tz: &str) -> CronSchedule {
+        CronSchedule::parse(expr, tz).unwrap()
+    }
+
+    fn fires(expr: &str, tz: &str, after: &str, n: usize) -> Vec<DateTime<Utc>> {
+        let s = CompiledSchedule {
+            recurrence: Recurrence::Cron(cron(expr, tz)),
+            start_at: None,
+            end_at: None,
+        };
+        s.upcoming(utc(after), n)
+    }
+
+    fn expr_err(expr: &str) -> ScheduleError {
+        let err = CronSchedule::parse(expr, "UTC").unwrap_err();
+        assert_eq!(err.field, "expr", "{err}");
+        err
+    }
+
+    #[test]
+    fn five_and_six_fields() {
+        let five = fires("30 9 * * *", "UTC", "2026-01-01T00:00:00Z", 2);
+        assert_eq!(
+            five,
+            [utc("2026-01-01T09:30:00Z"), utc("2026-01-02T09:30:00Z")]
+        );
+        let six = fires("15 30 9 * * *", "UTC", "2026-01-01T00:00:00Z", 1);
+        assert_eq!(six, [utc("2026-01-01T09:30:15Z")]);
+        let secs = fires("*/20 * * * * *", "UTC", "2026-01-01T00:00:00Z", 3);
+        assert_eq!(
+            secs,
+            [
+                utc("2026-01-01T00:00:20Z"),
+                utc("2026-01-01T00:00:40Z"),
+                utc("2026-01-01T00:01:00Z")
+            ]
+        );
+        let named = fires("0 0 1 JAN,jul *", "UTC", "2026-02-01T00:00:00Z", 2);
+        assert_eq!(
+            named,
+            [utc("2026-07-01T00:00:00Z"), utc("2027-01-01T00:00:00Z")]
+        );
+        // Extra whitespace is fine.
+        assert!(CronSchedule::parse("  0   9 * *  * ", "UTC").is_ok());
+    }
+
+    #[test]
+    fn next_is_strictly_after() {
+        let s = cron("0 9 * * *", "UTC");
+        let at = utc("2026-01-01T09:00:00Z");
+        assert_eq!(s.next_after(at), Some(utc("2026-01-02T09:00:00Z")));
+        let just_before = at - TimeDelta::milliseconds(1);
+        assert_eq!(s.next_after(just_before), Some(at));
+    }
+
+    #[test]
+    fn shortcuts() {
+        let after = "2026-03-04T05:06:07Z"; // a Wednesday
+        let cases = [
+            ("@yearly", "2027-01-01T00:00:00Z"),
+            ("@annually", "2027-01-01T00:00:00Z"),
+            ("@monthly", "2026-04-01T00:00:00Z"),
+            ("@weekly", "2026-03-08T00:00:00Z"), // Sunday
+            ("@daily", "2026-03-05T00:00:00Z"),
+            ("@midnight", "2026-03-05T00:00:00Z"),
+            ("@hourly", "2026-03-04T06:00:00Z"),
+            ("@DAILY", "2026-03-05T00:00:00Z"),
+        ];
+        for (expr, want) in cases {
+            assert_eq!(fires(expr, "UTC", after, 1), [utc(want)], "{expr}");
+        }
+        assert!(expr_err("@reboot").message.contains("@reboot"));
+        assert!(expr_err("@daily 5").message.contains("unknown shortcut"));
+    }
+
+    #[test]
+    fn weekdays_mon_to_fri() {
+        let got = fires("0 9 * * 1-5", "UTC", "2026-03-01T00:00:00Z", 10);
+        assert_eq!(got.len(), 10);
+        for t in &got {
+            assert!(!matches!(t.weekday(), Weekday::Sat | Weekday::Sun), "{t}");
+            assert_eq!((t.hour(), t.minute()), (9, 0));
+        }
+        assert_eq!(got[0], utc("2026-03-02T09:00:00Z")); // Monday
+        assert_eq!(got[4], utc("2026-03-06T09:00:00Z")); // Friday
+        assert_eq!(got[5], utc("2026-03-09T09:00:00Z")); // next Monday
+        let named = fires("0 9 * * MON-FRI", "UTC", "2026-03-01T00:00:00Z", 10);
+        assert_eq!(named, got);
+    }
+
+    #[test]
+    fn sunday_is_0_7_and_sun() {
+        let want = [utc("2026-03-08T09:00:00Z"), utc("2026-03-15T09:00:00Z")];
+        for expr in ["0 9 * * 0", "0 9 * * 7", "0 9 * * SUN", "0 9 * * sunday"] {
+            assert_eq!(fires(expr, "UTC", "2026-03-02T00:00:00Z", 2), want, "{expr}");
+        }
+        assert_eq!(
+            fires("0 0 9 * * 0", "UTC", "2026-03-02T00:00:00Z", 2),
+            want,
+            "6 fields use the crontab numbering too"
+        );
+    }
+
+    #[test]
+    fn day_of_week_lists_ranges_steps() {
+        let weekdays = |expr: &str| -> Vec<Weekday> {
+            fires(expr, "UTC", "2026-03-01T00:00:00Z", 7) // starts on a Sunday
+                .iter()
+                .map(|t| t.weekday())
+                .collect()
+        };
+        use Weekday::*;
+        assert_eq!(weekdays("0 0 * * 0,6")[..4], [Sat, Sun, Sat, Sun]);
+        assert_eq!(weekdays("0 0 * * */2")[..4], [Tue, Thu, Sat, Sun]);
+        assert_eq!(weekdays("0 0 * * 5-7")[..4], [Fri, Sat, Sun, Fri]);
+        assert_eq!(weekdays("0 0 * * FRI-SUN")[..4], [Fri, Sat, Sun, Fri]);
+        assert_eq!(weekdays("0 0 * * 1-5/2")[..4], [Mon, Wed, Fri, Mon]);
+        assert_eq!(weekdays("0 0 * * 1/3")[..4], [Mon, Thu, Sun, Mon]);
+        assert_eq!(weekdays("0 0 * * 0-6"), weekdays("0 0 * * *"));
+        assert_eq!(translate_dow("0-7").unwrap(), "1,2,3,4,5,6,7");
+        assert_eq!(translate_dow("1-5").unwrap(), "2,3,4,5,6");
+        assert_eq!(translate_dow("7").unwrap(), "1");
+    }
+
+    #[test]
+    fn day_of_month_or_day_of_week() {
+        // Restricted in both: the 13th OR any Friday (crontab), not Friday the 13th.
+        let got = fires("0 0 13 * 5", "UTC", "2026-03-01T00:00:00Z", 4);
+        assert_eq!(
+            got,
+            [
+                utc("2026-03-06T00:00:00Z"),
+                utc("2026-03-13T00:00:00Z"), // both: fires once
+                utc("2026-03-20T00:00:00Z"),
+                utc("2026-03-27T00:00:00Z"),
+            ]
+        );
+        let april = fires("0 0 13 * 5", "UTC", "2026-04-04T00:00:00Z", 2);
+        assert_eq!(
+            april,
+            [utc("2026-04-10T00:00:00Z"), utc("2026-04-13T00:00:00Z")]
+        );
+        // `*`-prefixed day-of-month: AND, as in Vixie cron.
+        let and = fires("0 0 */2 * 5", "UTC", "2026-03-01T00:00:00Z", 1);
+        assert_eq!(and, [utc("2026-03-13T00:00:00Z")]);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert!(expr_err("* * * *").message.contains("4 fields"));
+        assert!(expr_err("").message.contains("empty"));
+        assert!(expr_err("0 0 0 1 1 * 2030").message.contains("year"));
+        let e = expr_err("61 * * * *");
+        assert!(e.message.contains("minute field \"61\""), "{e}");
+        assert!(e.message.contains("Minutes must be"), "crate reason: {e}");
+        let e = expr_err("0 0 * 13 *");
+        assert!(e.message.contains("month field \"13\""), "{e}");
+        let e = expr_err("0 0 * FOO *");
+        assert!(e.message.contains("FOO"), "{e}");
+        let e = expr_err("? * * * *");
+        assert!(e.message.contains("minute field \"?\""), "{e}");
+        let e = expr_err("0 0 32 * *");
+        assert!(e.message.contains("day-of-month"), "{e}");
+        for bad in ["8", "MOO", "1-", "3-1", "*/0", "*/8", "1,,2", "5L", "1#2"] {
+            let e = expr_err(&format!("0 0 * * {bad}"));
+            assert!(e.message.contains("day-of-week"), "{bad}: {e}");
+        }
+        let e = CronSchedule::parse("0 0 * * *", "Mars/Olympus").unwrap_err();
+        assert_eq!(e.field, "timezone");
+        assert_eq!(e.message, "unknown IANA time zone \"Mars/Olympus\"");
+        assert_eq!(e.to_string(), "timezone: unknown IANA time zone \"Mars/Olympus\"");
+        assert!(parse_timezone("").is_err());
+        assert_eq!(parse_timezone("UTC").unwrap(), Tz::UTC);
+        assert_eq!(
+            cron("0 0 * * *", "Asia/Kolkata").timezone(),
+            Tz::Asia__Kolkata
+        );
+    }
+
+    #[test]
+    fn once() {
+        let s = CompiledSchedule {
+            recurrence: Recurrence::Once {
+                at: utc("2026-05-01T12:00:00.123456Z"),
+            },
+            start_at: None,
+            end_at: None,
+        };
+        let at = utc("2026-05-01T12:00:00.123Z");
+        assert_eq!(s.next_after(utc("2026-01-01T00:00:00Z")), Some(at));
+        assert_eq!(s.next_after(at - TimeDelta::milliseconds(1)), Some(at));
+        assert_eq!(s.next_after(at), None);
+        assert_eq!(s.upcoming(utc("2026-01-01T00:00:00Z"), 5), [at]);
+    }
+
+    #[test]
+    fn interval() {
+        let anchor = utc("2026-01-01T00:00:00.000Z");
+        let s = CompiledSchedule {
+            recurrence: Recurrence::Interval {
+                every_ms: 1500,
+                anchor,
+            },
+            start_at: None,
+            end_at: None,
+        };
+        assert_eq!(s.next_after(anchor - TimeDelta::days(3)), Some(anchor));
+        assert_eq!(
+            s.next_after(anchor),
+            Some(utc("2026-01-01T00:00:01.500Z"))
+        );
+        assert_eq!(
+            s.next_after(utc("2026-01-01T00:00:01.499999Z")),
+            Some(utc("2026-01-01T00:00:01.500Z"))
+        );
+        assert_eq!(
+            s.next_after(utc("2026-01-01T00:00:01.500001Z")),
+            Some(utc("2026-01-01T00:00:03Z"))
+        );
+        assert_eq!(
+            s.upcoming(utc("2026-01-01T00:00:02Z"), 3),
+            [
+                utc("2026-01-01T00:00:03Z"),
+                utc("2026-01-01T00:00:04.500Z"),
+                utc("2026-01-01T00:00:06Z")
+            ]
+        );
+        // Sub-millisecond anchors are truncated.
+        let fine = CompiledSchedule {
+            recurrence: Recurrence::Interval {
+                every_ms: 1000,
+                anchor: utc("2026-01-01T00:00:00.000999Z"),
+            },
+            start_at: None,
+            end_at: None,
+        };
+        assert_eq!(fine.next_after(anchor), Some(utc("2026-01-01T00:00:01Z")));
+        // Far from the anchor, no overflow.
+        let far = s.next_after(utc("2400-06-01T00:00:00Z")).unwrap();
+        assert!(far > utc("2400-06-01T00:00:00Z"));
+        assert_eq!((far - anchor).num_milliseconds() % 1500, 0);
+    }
+
+    #[test]
+    fn interval_zero_never_fires() {
+        let s = CompiledSchedule {
+            recurrence: Recurrence::Interval {
+                every_ms: 0,
+                anchor: utc("2026-01-01T00:00:00Z"),
+            },
+            start_at: None,
+            end_at: None,
+        };
+        assert_eq!(s.next_after(utc("2026-06-01T00:00:00Z")), None);
+        assert!(s.upcoming(utc("2025-06-01T00:00:00Z"), 3).is_empty());
+    }
+
+    #[test]
+    fn window_bounds_are_inclusive() {
+        let start = utc("2026-01-10T00:00:00Z");
+        let end = utc("2026-01-12T00:00:00Z");
+        let s = CompiledSchedule {
+            recurrence: Recurrence::Cron(cron("0 0 * * *", "UTC")),
+            start_at: Some(start),
+            end_at: Some(end),
+        };
+        assert_eq!(s.next_after(utc("2020-01-01T00:00:00Z")), Some(start));
+        assert_eq!(
+            s.upcoming(utc("2020-01-01T00:00:00Z"), 10),
+            [start, utc("2026-01-11T00:00:00Z"), end]
+        );
+        assert_eq!(s.next_after(end), None);
+        assert_eq!(s.next_after(utc("2030-01-01T00:00:00Z")), None);
+
+        let interval = CompiledSchedule {
+            recurrence: Recurrence::Interval {
+                every_ms: 7_000,
+                anchor: utc("2026-01-01T00:00:00Z"),
+            },
+            start_at: Some(utc("2026-01-01T00:00:10Z")),
+            end_at: Some(utc("2026-01-01T00:00:28Z")),
+        };
+        assert_eq!(
+            interval.upcoming(utc("2025-01-01T00:00:00Z"), 10),
+            [
+                utc("2026-01-01T00:00:14Z"),
+                utc("2026-01-01T00:00:21Z"),
+                utc("2026-01-01T00:00:28Z")
+            ]
+        );
+        let once_outside = CompiledSchedule {
+            recurrence: Recurrence::Once {
+                at: utc("2026-01-01T00:00:00Z"),
+            },
+            start_at: Some(utc("2026-01-02T00:00:00Z")),
+            end_at: None,
+        };
+        assert_eq!(once_outside.next_after(utc("2025-01-01T00:00:00Z")), None);
+    }
+
+    #[test]
+    fn impossible_expression_ends() {
+        let s = cron("0 0 30 2 *", "Europe/Berlin");
+        assert_eq!(s.next_after(utc("2026-01-01T00:00:00Z")), None);
+        // The cron crate's calendar ends in 2100.
+        let daily = cron("@daily", "UTC");
+        assert_eq!(daily.next_after(utc("2100-12-31T00:00:00Z")), None);
+    }
+
+    const ZONES: [&str; 6] = [
+        "UTC",
+        "America/New_York",
+        "Europe/Berlin",
+        "Australia/Lord_Howe",
+        "Asia/Kolkata",
+        "America/Santiago",
+    ];
+
+    fn minute_field() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("*".to_owned()),
+            (1u32..=30).prop_map(|s| format!("*/{s}")),
+            (0u32..60).prop_map(|m| m.to_string()),
+            (0u32..60, 0u32..60).prop_map(|(a, b)| format!("{a},{b}")),
+            (0u32..30, 30u32..60, 1u32..10).prop_map(|(a, b, s)| format!("{a}-{b}/{s}")),
+        ]
+    }
+
+    fn hour_field() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("*".to_owned()),
+            (1u32..=12).prop_map(|s| format!("*/{s}")),
+            (0u32..24).prop_map(|h| h.to_string()),
+            (0u32..4, 0u32..24).prop_map(|(a, b)| format!("{a},{b}")),
+            (0u32..12, 12u32..24).prop_map(|(a, b)| format!("{a}-{b}")),
+        ]
+    }
+
+    fn cron_expr() -> impl Strategy<Value = String> {
+        let dom = prop_oneof![
+            Just("*"),
+            Just("1"),
+            Just("1,15"),
+            Just("10-20"),
+            Just("*/3"),
+            Just("31")
+        ];
+        let month = prop_oneof![Just("*"), Just("1-6"), Just("JAN,JUL"), Just("*/2"), Just("MAR,OCT,NOV")];
+        let dow = prop_oneof![
+            Just("*"),
+            Just("1-5"),
+            Just("0,6"),
+            Just("*/2"),
+            Just("5-7"),
+            Just("SUN"),
+            Just("MON-FRI")
+        ];
+        let seconds = prop_oneof![Just(""), Just("0 "), Just("*/20 ")];
+        let fields = (seconds, minute_field(), hour_field(), dom, month, dow)
+            .prop_map(|(s, m, h, d, mo, w)| format!("{s}{m} {h} {d} {mo} {w}"));
+        prop_oneof![
+            8 => fields,
+            1 => prop_oneof![Just("@hourly".to_owned()), Just("@daily".to_owned()), Just("@weekly".to_owned())],
+        ]
+    }
+
+    fn instant() -> impl Strategy<Value = DateTime<Utc>> {
+        // 2020-01-01 .. 2031-01-01, millisecond precision.
+        (1_577_836_800_000i64..1_924_992_000_000).prop_map(|ms| DateTime::from_timestamp_millis(ms).unwrap())
+    }
+
+    fn is_gap_end(tz: Tz, t: DateTime<Utc>) -> bool {
+        let before = (t - TimeDelta::seconds(1)).with_timezone(&tz).offset().fix();
+        let after = t.with_timezone(&tz).offset().fix();
+        after.local_minus_utc() > before.local_minus_utc()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        #[test]
+        fn cron_fires_increase_and_match(
+            expr in cron_expr(),
+            zone in prop::sample::select(&ZONES[..]),
+            after in instant(),
+        ) {
+            let s = cron(&expr, zone);
+            let tz = s.timezone();
+            let mut cursor = after;
+            for _ in 0..6 {
+                let Some(next) = s.next_after(cursor) else { break };
+                prop_assert!(next > cursor, "{expr} {zone}: {next} <= {cursor}");
+                let wall = next.with_timezone(&tz).naive_local();
+                prop_assert!(
+                    s.matches_wall(wall) || is_gap_end(tz, next),
+                    "{expr} {zone}: {next} (local {wall}) neither matches nor ends a gap"
+                );
+                // A repeated wall time fires only at its first occurrence.
+                if let LocalResult::Ambiguous(a, b) = tz.from_local_datetime(&wall) {
+                    prop_assert_eq!(next, a.to_utc().min(b.to_utc()));
+                }
+                cursor = next;
+            }
+        }
+
+        #[test]
+        fn interval_slots(
+            every_ms in prop_oneof![1u64..10_000, 1u64..100_000_000, Just(86_400_000u64)],
+            anchor in instant(),
+            after in instant(),
+        ) {
+            let s = CompiledSchedule {
+                recurrence: Recurrence::Interval { every_ms, anchor },
+                start_at: None,
+                end_at: None,
+            };
+            let every = TimeDelta::milliseconds(every_ms as i64);
+            let next = s.next_after(after).unwrap();
+            prop_assert!(next > after);
+            prop_assert_eq!((next - anchor).num_milliseconds() % every_ms as i64, 0);
+            prop_assert!(next >= anchor);
+            if next == anchor {
+                prop_assert!(anchor > after);
+            } else {
+                prop_assert!(next - every <= after);
+            }
+            let more = s.upcoming(after, 4);
+            prop_assert_eq!(more[0], next);
+            for w in more.windows(2) {
+                prop_assert_eq!(w[1] - w[0], every);
+            }
+        }
+
+        #[test]
+        fn windows_are_respected(
+            expr in cron_expr(),
+            zone in prop::sample::select(&ZONES[..]),
+            every_ms in 1u64..50_000_000,
+            kind in 0u8..3,
+            anchor in instant(),
+            after in instant(),
+            start in prop::option::of(instant()),
+            len_ms in prop::option::of(0i64..400_000_000_000),
+        ) {
+            let recurrence = match kind {
+                0 => Recurrence::Once { at: anchor },
+                1 => Recurrence::Interval { every_ms, anchor },
+                _ => Recurrence::Cron(cron(&expr, zone)),
+            };
+            let end = len_ms.map(|l| start.unwrap_or(anchor) + TimeDelta::milliseconds(l));
+            let windowed = CompiledSchedule { recurrence: recurrence.clone(), start_at: start, end_at: end };
+            let open = CompiledSchedule { recurrence, start_at: None, end_at: None };
+            let fires = windowed.upcoming(after, 4);
+            for (i, t) in fires.iter().enumerate() {
+                prop_assert!(*t > after);
+                prop_assert!(start.is_none_or(|s| *t >= s), "{t} before start");
+                prop_assert!(end.is_none_or(|e| *t <= e), "{t} after end");
+                if i > 0 {
+                    prop_assert!(*t > fires[i - 1]);
+                }
+            }
+            // The window only filters: the first windowed fire is the first
+            // unwindowed fire at or after max(after, start).
+            let from = match start {
+                Some(s) if s > after => s - TimeDelta::milliseconds(1),
+                _ => after,
+            };
+            let expected = open.next_after(from).filter(|t| end.is_none_or(|e| *t <= e));
+            prop_assert_eq!(fires.first().copied(), expected);
+        }
+    }
+}

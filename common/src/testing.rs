@@ -1,0 +1,108 @@
+//! Test support: each test gets its own database, cluster name (Redis key
+//! prefix and queue names), and a way to await a condition instead of sleeping.
+//!
+//! Services are found through `TEST_DATABASE_URL` (an admin DSN, default the
+//! local `postgres` database), `TEST_REDIS_URL` and `TEST_AMQP_URL`.
+
+use std::future::Future;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+pub fn admin_database_url() -> String {
+    std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+pub fn redis_url() -> String {
+    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+pub fn amqp_url() -> String {
+    std::env::var("TEST_AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+}
+
+/// A unique cluster name: isolates Redis keys and RabbitMQ queues per test.
+pub fn unique_cluster(label: &str) -> String {
+    format!("t-{label}-{}", &Uuid::new_v4().simple().to_string()[..12])
+}
+
+/// A freshly created and migrated database, dropped when this value is.
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+}
+
+impl TestDb {
+    pub async fn new() -> anyhow::Result<Self> {
+        let admin = admin_database_url();
+        let name = format!("cronshard_test_{}", Uuid::new_v4().simple());
+        let url = with_database(&admin, &name);
+        crate::db::migrate(&url).await?;
+        Ok(Self { name, url })
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let admin = admin_database_url();
+        let name = self.name.clone();
+        // Drop runs outside any runtime guarantee; a thread with its own
+        // runtime works whether or not the test's runtime is still alive.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            rt.block_on(async move {
+                let client = crate::db::connect(&admin).await.ok()?;
+                client
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                    .await
+                    .ok()
+            })
+        })
+        .join();
+    }
+}
+
+/// Replaces the database name in a Postgres URL.
+pub fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let root = match base[scheme_end..].find('/') {
+        Some(i) => &base[..scheme_end + i],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{root}/{name}?{q}"),
+        None => format!("{root}/{name}"),
+    }
+}
+
+/// Polls `check` until it returns `Some`, or fails after `timeout` with `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn replaces_database_name() {
+        assert_eq!(super::with_database("postgres://u@h:5432/postgres", "x"), "postgres://u@h:5432/x");
+        assert_eq!(super::with_database("postgres://u@h/db?sslmode=disable", "x"), "postgres://u@h/x?sslmode=disable");
+        assert_eq!(super::with_database("postgres://u@h", "x"), "postgres://u@h/x");
+    }
+}
