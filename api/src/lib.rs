@@ -1,1 +1,105 @@
+//! The cronshard REST API (v1): a router over Postgres (jobs and the ledger)
+//! and Redis (cluster state). `router` is all routes in one table; `serve`
+//! runs it with graceful shutdown. See API.md for the contract.
 
+pub mod error;
+pub mod extract;
+pub mod routes;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use deadpool_postgres::Pool as PgPool;
+use deadpool_redis::Pool as RedisPool;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use common::redis::Keys;
+
+use crate::error::ApiError;
+
+pub const BODY_LIMIT_BYTES: usize = 256 * 1024;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub pg: PgPool,
+    pub redis: Vec<RedisPool>,
+    pub keys: Keys,
+    pub cluster: String,
+    /// Accepted bearer tokens; empty = auth off.
+    pub tokens: Arc<Vec<String>>,
+}
+
+pub fn router(state: AppState) -> Router {
+    let v1 = Router::new()
+        .route("/jobs", post(routes::jobs::create).get(routes::jobs::list))
+        .route("/jobs/{id}", get(routes::jobs::get).put(routes::jobs::replace).delete(routes::jobs::delete))
+        .route("/jobs/{id}/pause", post(routes::jobs::pause))
+        .route("/jobs/{id}/resume", post(routes::jobs::resume))
+        .route("/jobs/{id}/next", get(routes::jobs::next))
+        .route("/jobs/{id}/executions", get(routes::executions::of_job))
+        .route("/cluster", get(routes::cluster::status))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .nest("/v1", v1)
+        .route("/healthz", get(routes::health::healthz))
+        .route("/readyz", get(routes::health::readyz))
+        .fallback(|| async { ApiError::NotFound("no such route".into()) })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
+        .layer(TraceLayer::new_for_http())
+        .layer(TimeoutLayer::with_status_code(axum::http::StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(30)))
+        .with_state(state)
+}
+
+/// Constant-time comparison: the time taken must not reveal how much of a
+/// guessed token was right.
+fn token_matches(given: &[u8], expected: &[u8]) -> bool {
+    let mut diff = given.len() ^ expected.len();
+    for (i, b) in expected.iter().enumerate() {
+        diff |= (given.get(i).copied().unwrap_or(0) ^ b) as usize;
+    }
+    diff == 0
+}
+
+async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if state.tokens.is_empty() {
+        return next.run(request).await;
+    }
+    let given = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .unwrap_or_default();
+    let ok = state
+        .tokens
+        .iter()
+        .fold(false, |ok, t| ok | token_matches(given.as_bytes(), t.as_bytes()));
+    if ok && !given.is_empty() {
+        next.run(request).await
+    } else {
+        ApiError::Unauthorized.into_response()
+    }
+}
+
+/// Serves until `shutdown` resolves, then drains in-flight requests.
+pub async fn serve(listener: tokio::net::TcpListener, state: AppState, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn token_comparison() {
+        assert!(super::token_matches(b"secret", b"secret"));
+        assert!(!super::token_matches(b"secreT", b"secret"));
+        assert!(!super::token_matches(b"secret-longer", b"secret"));
+        assert!(!super::token_matches(b"", b"secret"));
+    }
+}

@@ -2,7 +2,7 @@
 //!
 //! Keys (all under `CLUSTER_NAME`):
 //! - `{cluster}:node:{node_id}` — a scheduler's heartbeat, JSON, 30 s TTL.
-//! - `{cluster}:lock:{job_id}:{scheduled_ms}` — the fire lock of one slot.
+//! - `{cluster}:lock:{job_id}:{version}:{scheduled_ms}` — the fire lock of one slot.
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
@@ -55,7 +55,9 @@ impl Keys {
         key.strip_prefix(&self.prefix)?.strip_prefix(":node:")
     }
 
-    pub fn lock(&self, job_id: Uuid, scheduled_at: DateTime<Utc>) -> String {
-        format!("{}:lock:{job_id}:{}", self.prefix, scheduled_at.timestamp_millis())
+    /// The version is part of the key: after an update, the owners race
+    /// afresh for a slot that the old version had locked.
+    pub fn lock(&self, job_id: Uuid, job_version: i64, scheduled_at: DateTime<Utc>) -> String {
+        format!("{}:lock:{job_id}:{job_version}:{}", self.prefix, scheduled_at.timestamp_millis())
     }
 }

@@ -12,7 +12,7 @@
 
 use std::str::FromStr;
 
-use chrono::{DateTime, LocalResult, NaiveDateTime, TimeDelta, TimeZone, Utc};
+use chrono::{DateTime, Datelike, LocalResult, NaiveDateTime, TimeDelta, TimeZone, Utc};
 use chrono_tz::Tz;
 
 /// How many matching wall times one `next_after` call may skip (they map to
@@ -83,11 +83,25 @@ impl CronSchedule {
 
     /// The first fire time strictly after `after`.
     pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        // The cron crate's calendar is 1970..=2100; staying near it also keeps
+        // naive_local() clear of chrono's range limits.
+        if after.year() > 2100 {
+            return None;
+        }
+        let floor = DateTime::UNIX_EPOCH - TimeDelta::days(2);
         // Local→UTC mapping is monotone, so no wall time before `after`'s own
         // can map past `after`.
-        let wall = after.with_timezone(&self.timezone).naive_local().and_utc();
+        let wall = after
+            .max(floor)
+            .with_timezone(&self.timezone)
+            .naive_local()
+            .and_utc();
         let mut candidates = Merged {
-            iters: self.local.iter().map(|s| s.after(&wall).peekable()).collect(),
+            iters: self
+                .local
+                .iter()
+                .map(|s| s.after(&wall).peekable())
+                .collect(),
         };
         for _ in 0..MAX_SKIPPED_CANDIDATES {
             let local = candidates.next()?;
@@ -123,7 +137,11 @@ impl Iterator for Merged<'_> {
     type Item = DateTime<Utc>;
 
     fn next(&mut self) -> Option<DateTime<Utc>> {
-        let min = self.iters.iter_mut().filter_map(|i| i.peek().copied()).min()?;
+        let min = self
+            .iters
+            .iter_mut()
+            .filter_map(|i| i.peek().copied())
+            .min()?;
         for it in &mut self.iters {
             if it.peek() == Some(&min) {
                 it.next();
@@ -147,9 +165,8 @@ fn local_to_instant(tz: Tz, local: NaiveDateTime) -> Option<DateTime<Utc>> {
 /// UTC seconds: the first second whose wall time is past `local`. Offsets are
 /// under 24h, so ±1 day brackets it (wall(lo) < local < wall(hi)).
 fn gap_end(tz: Tz, local: NaiveDateTime) -> Option<DateTime<Utc>> {
-    let wall = |secs: i64| {
-        DateTime::from_timestamp(secs, 0).map(|t| t.with_timezone(&tz).naive_local())
-    };
+    let wall =
+        |secs: i64| DateTime::from_timestamp(secs, 0).map(|t| t.with_timezone(&tz).naive_local());
     let guess = local.and_utc().timestamp();
     let (mut lo, mut hi) = (guess - 86_400, guess + 86_400);
     while hi - lo > 1 {
@@ -223,8 +240,7 @@ fn compile_expr(expr: &str) -> Result<Vec<cron::Schedule>, ScheduleError> {
     variants
         .iter()
         .map(|v| {
-            cron::Schedule::from_str(&v.join(" "))
-                .map_err(|e| diagnose(&original, &translated, &e))
+            cron::Schedule::from_str(&v.join(" ")).map_err(|e| diagnose(&original, &translated, &e))
         })
         .collect()
 }
@@ -246,7 +262,11 @@ fn shortcut(name: &str) -> Result<&'static str, ScheduleError> {
 }
 
 /// Names the first field the crate rejects on its own, with the crate's reason.
-fn diagnose(original: &[&str; 6], translated: &[&str; 6], whole: &cron::error::Error) -> ScheduleError {
+fn diagnose(
+    original: &[&str; 6],
+    translated: &[&str; 6],
+    whole: &cron::error::Error,
+) -> ScheduleError {
     for (i, field) in translated.iter().enumerate() {
         let mut probe = ["*"; 6];
         probe[i] = field;
@@ -285,9 +305,8 @@ fn translate_dow(field: &str) -> Result<String, ScheduleError> {
     if field == "*" || field == "?" {
         return Ok(field.to_owned());
     }
-    let invalid = |why: String| {
-        ScheduleError::expr(format!("day-of-week field {field:?} is invalid: {why}"))
-    };
+    let invalid =
+        |why: String| ScheduleError::expr(format!("day-of-week field {field:?} is invalid: {why}"));
     let mut days = [false; 7];
     for item in field.split(',') {
         let (base, step) = match item.split_once('/') {
@@ -352,10 +371,15 @@ fn dow_value(s: &str) -> Result<usize, String> {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recurrence {
-    Once { at: DateTime<Utc> },
+    Once {
+        at: DateTime<Utc>,
+    },
     /// Fires at `anchor + k * every_ms` for k >= 0. `every_ms` must be >= 1;
     /// 0 never fires.
-    Interval { every_ms: u64, anchor: DateTime<Utc> },
+    Interval {
+        every_ms: u64,
+        anchor: DateTime<Utc>,
+    },
     Cron(CronSchedule),
 }
 
@@ -367,7 +391,8 @@ pub struct CompiledSchedule {
 }
 
 impl CompiledSchedule {
-    /// The first fire time strictly after `after`, inside [start_at, end_at] (both inclusive). None when it never fires again.
+    /// The first fire time strictly after `after`, inside [start_at, end_at]
+    /// (both inclusive). None when it never fires again.
     pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let end = self.end_at.map(truncate_to_millis);
         if end.is_some_and(|e| after >= e) {
@@ -436,7 +461,7 @@ fn interval_next(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::{Datelike, Offset, Timelike, Weekday};
+    use chrono::{Offset, Timelike, Weekday};
     use proptest::prelude::*;
 
     fn utc(s: &str) -> DateTime<Utc> {
@@ -537,7 +562,11 @@ mod tests {
     fn sunday_is_0_7_and_sun() {
         let want = [utc("2026-03-08T09:00:00Z"), utc("2026-03-15T09:00:00Z")];
         for expr in ["0 9 * * 0", "0 9 * * 7", "0 9 * * SUN", "0 9 * * sunday"] {
-            assert_eq!(fires(expr, "UTC", "2026-03-02T00:00:00Z", 2), want, "{expr}");
+            assert_eq!(
+                fires(expr, "UTC", "2026-03-02T00:00:00Z", 2),
+                want,
+                "{expr}"
+            );
         }
         assert_eq!(
             fires("0 0 9 * * 0", "UTC", "2026-03-02T00:00:00Z", 2),
@@ -613,7 +642,10 @@ mod tests {
         let e = CronSchedule::parse("0 0 * * *", "Mars/Olympus").unwrap_err();
         assert_eq!(e.field, "timezone");
         assert_eq!(e.message, "unknown IANA time zone \"Mars/Olympus\"");
-        assert_eq!(e.to_string(), "timezone: unknown IANA time zone \"Mars/Olympus\"");
+        assert_eq!(
+            e.to_string(),
+            "timezone: unknown IANA time zone \"Mars/Olympus\""
+        );
         assert!(parse_timezone("").is_err());
         assert_eq!(parse_timezone("UTC").unwrap(), Tz::UTC);
         assert_eq!(
@@ -650,10 +682,7 @@ mod tests {
             end_at: None,
         };
         assert_eq!(s.next_after(anchor - TimeDelta::days(3)), Some(anchor));
-        assert_eq!(
-            s.next_after(anchor),
-            Some(utc("2026-01-01T00:00:01.500Z"))
-        );
+        assert_eq!(s.next_after(anchor), Some(utc("2026-01-01T00:00:01.500Z")));
         assert_eq!(
             s.next_after(utc("2026-01-01T00:00:01.499999Z")),
             Some(utc("2026-01-01T00:00:01.500Z"))
@@ -752,6 +781,50 @@ mod tests {
         assert_eq!(daily.next_after(utc("2100-12-31T00:00:00Z")), None);
     }
 
+    #[test]
+    fn extreme_instants_do_not_panic() {
+        let (min, max) = (DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MAX_UTC);
+        for zone in ["Asia/Kolkata", "America/New_York", "Pacific/Kiritimati"] {
+            let c = cron("* * * * *", zone);
+            assert_eq!(c.next_after(max), None);
+            // The crate's calendar starts in 1970: same answer as from 1969.
+            assert_eq!(c.next_after(min), c.next_after(utc("1969-12-31T00:00:00Z")));
+        }
+        for recurrence in [
+            Recurrence::Once { at: max },
+            Recurrence::Interval {
+                every_ms: u64::MAX,
+                anchor: min,
+            },
+            Recurrence::Interval {
+                every_ms: 1,
+                anchor: max,
+            },
+            Recurrence::Cron(cron("0 0 * * *", "UTC")),
+        ] {
+            let s = CompiledSchedule {
+                recurrence,
+                start_at: Some(min),
+                end_at: Some(max),
+            };
+            let _ = s.upcoming(min, 2);
+            let _ = s.upcoming(max - TimeDelta::days(1), 2);
+        }
+        let s = CompiledSchedule {
+            recurrence: Recurrence::Interval {
+                every_ms: u64::MAX,
+                anchor: min,
+            },
+            start_at: None,
+            end_at: None,
+        };
+        assert_eq!(
+            s.next_after(min),
+            None,
+            "the next slot is past chrono's range"
+        );
+    }
+
     const ZONES: [&str; 6] = [
         "UTC",
         "America/New_York",
@@ -790,7 +863,13 @@ mod tests {
             Just("*/3"),
             Just("31")
         ];
-        let month = prop_oneof![Just("*"), Just("1-6"), Just("JAN,JUL"), Just("*/2"), Just("MAR,OCT,NOV")];
+        let month = prop_oneof![
+            Just("*"),
+            Just("1-6"),
+            Just("JAN,JUL"),
+            Just("*/2"),
+            Just("MAR,OCT,NOV")
+        ];
         let dow = prop_oneof![
             Just("*"),
             Just("1-5"),
@@ -811,11 +890,15 @@ mod tests {
 
     fn instant() -> impl Strategy<Value = DateTime<Utc>> {
         // 2020-01-01 .. 2031-01-01, millisecond precision.
-        (1_577_836_800_000i64..1_924_992_000_000).prop_map(|ms| DateTime::from_timestamp_millis(ms).unwrap())
+        (1_577_836_800_000i64..1_924_992_000_000)
+            .prop_map(|ms| DateTime::from_timestamp_millis(ms).unwrap())
     }
 
     fn is_gap_end(tz: Tz, t: DateTime<Utc>) -> bool {
-        let before = (t - TimeDelta::seconds(1)).with_timezone(&tz).offset().fix();
+        let before = (t - TimeDelta::seconds(1))
+            .with_timezone(&tz)
+            .offset()
+            .fix();
         let after = t.with_timezone(&tz).offset().fix();
         after.local_minus_utc() > before.local_minus_utc()
     }

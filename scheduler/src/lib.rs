@@ -1,1 +1,24 @@
+//! The scheduler node and the worker.
+//!
+//! A node is a pipeline of loops (see `node.rs`):
+//! - **membership**: heartbeat into every Redis shard (30 s TTL), refresh the
+//!   live set (union over shards) → a watch channel;
+//! - **feed**: full load, then LISTEN/NOTIFY plus an xid-watermark poll →
+//!   job changes;
+//! - **core**: ownership by rendezvous hashing (RF 2) → a min-heap of owned
+//!   jobs → due slots in batches, `lookahead` ahead of time;
+//! - **dispatcher**: Redis lock → ledger claim → publish with confirms; also
+//!   verifies slots whose lock it lost and sweeps the outbox;
+//! - **maintenance**: ledger day partitions.
+//!
+//! The worker (`worker.rs`) consumes the main queue, holds each message until
+//! its due time, delivers it and records the outcome.
 
+pub mod dispatch;
+pub mod feed;
+pub mod membership;
+pub mod node;
+pub mod ownership;
+pub mod publisher;
+pub mod timer;
+pub mod worker;

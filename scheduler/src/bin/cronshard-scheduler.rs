@@ -1,1 +1,85 @@
-fn main() {}
+//! `cronshard-scheduler`: one scheduler node.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+
+use common::config::{LogArgs, ServiceArgs};
+use common::partitions::Retention;
+use scheduler::node::{Node, NodeConfig};
+
+#[derive(Parser, Debug)]
+#[command(version, about = "A cronshard scheduler node")]
+struct Args {
+    #[command(flatten)]
+    service: ServiceArgs,
+    #[command(flatten)]
+    log: LogArgs,
+    /// Stable node id (the StatefulSet pod name). Defaults to the host name.
+    #[arg(long, env = "NODE_ID")]
+    node_id: Option<String>,
+    /// Prometheus `/metrics` listen address.
+    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:9090")]
+    metrics_addr: SocketAddr,
+    /// Owners per job.
+    #[arg(long, env = "REPLICATION_FACTOR", default_value_t = 2)]
+    replication_factor: usize,
+    /// Slots due within this many milliseconds are claimed and published ahead.
+    #[arg(long, env = "LOOKAHEAD_MS", default_value_t = 2000)]
+    lookahead_ms: u64,
+    /// Seconds between change-feed polls (LISTEN/NOTIFY wakes it sooner).
+    #[arg(long, env = "POLL_INTERVAL_MS", default_value_t = 5000)]
+    poll_interval_ms: u64,
+    /// Seconds between heartbeats (the heartbeat TTL is 30 s).
+    #[arg(long, env = "HEARTBEAT_INTERVAL_MS", default_value_t = 10_000)]
+    heartbeat_interval_ms: u64,
+    /// Days of ledger history kept.
+    #[arg(long, env = "LEDGER_RETENTION_DAYS", default_value_t = 45)]
+    ledger_retention_days: u32,
+    /// Day partitions kept created ahead of today.
+    #[arg(long, env = "LEDGER_PARTITIONS_AHEAD_DAYS", default_value_t = 7)]
+    ledger_partitions_ahead_days: u32,
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "cronshard-scheduler".to_owned())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    common::telemetry::init(args.log.log_format);
+    common::metrics::install_exporter(args.metrics_addr)?;
+    let node_id = args.node_id.clone().unwrap_or_else(host_name);
+    let mut config = NodeConfig::new(node_id, args.service.cluster_name.clone(), args.service.database_url.clone(), args.service.amqp_url.clone());
+    config.replication_factor = args.replication_factor;
+    config.lookahead = Duration::from_millis(args.lookahead_ms);
+    config.poll_interval = Duration::from_millis(args.poll_interval_ms);
+    config.heartbeat_interval = Duration::from_millis(args.heartbeat_interval_ms);
+    config.retention = Retention {
+        ahead_days: args.ledger_partitions_ahead_days,
+        retention_days: args.ledger_retention_days,
+    };
+    let node = Node {
+        config,
+        pg: common::db::pool(&args.service.database_url, args.service.database_pool_size)?,
+        redis: common::redis::pools(&args.service.redis_urls)?,
+    };
+    let token = common::shutdown::token_on_signal();
+    node.run(token).await
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        super::Args::command().debug_assert();
+    }
+}

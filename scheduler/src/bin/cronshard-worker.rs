@@ -1,1 +1,64 @@
-fn main() {}
+//! `cronshard-worker`: consumes fire messages and delivers callbacks.
+
+use std::net::SocketAddr;
+
+use clap::Parser;
+
+use common::config::{LogArgs, RetryDefaults, ServiceArgs};
+use scheduler::worker::{self, WorkerConfig, ssrf::SsrfGuard};
+
+#[derive(Parser, Debug)]
+#[command(version, about = "A cronshard worker")]
+struct Args {
+    #[command(flatten)]
+    service: ServiceArgs,
+    #[command(flatten)]
+    log: LogArgs,
+    #[command(flatten)]
+    retry: RetryDefaults,
+    /// Worker id recorded in the ledger. Defaults to host name and process id.
+    #[arg(long, env = "WORKER_ID")]
+    worker_id: Option<String>,
+    /// Prometheus `/metrics` listen address.
+    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:9090")]
+    metrics_addr: SocketAddr,
+    /// Unacked messages held at once (pre-armed ones wait here for their time).
+    #[arg(long, env = "WORKER_PREFETCH", default_value_t = 2000)]
+    prefetch: u16,
+    /// Callback deliveries in progress at once.
+    #[arg(long, env = "WORKER_MAX_IN_FLIGHT", default_value_t = 256)]
+    max_in_flight: usize,
+    /// Private/loopback ranges callbacks may reach anyway, e.g. `127.0.0.0/8`.
+    #[arg(long, env = "CALLBACK_ALLOW_CIDRS", default_value = "")]
+    callback_allow_cidrs: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    common::telemetry::init(args.log.log_format);
+    common::metrics::install_exporter(args.metrics_addr)?;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_owned()).unwrap_or_default();
+    let config = WorkerConfig {
+        worker_id: args.worker_id.unwrap_or_else(|| format!("{host}-{}", std::process::id())),
+        cluster: args.service.cluster_name.clone(),
+        amqp_url: args.service.amqp_url.clone(),
+        prefetch: args.prefetch,
+        max_in_flight: args.max_in_flight.max(1),
+        retry_defaults: args.retry.policy(),
+        allow_cidrs: SsrfGuard::parse_allow_list(&args.callback_allow_cidrs)?,
+    };
+    let pg = common::db::pool(&args.service.database_url, args.service.database_pool_size)?;
+    let token = common::shutdown::token_on_signal();
+    worker::run(config, pg, token).await
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        super::Args::command().debug_assert();
+    }
+}

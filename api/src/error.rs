@@ -1,0 +1,71 @@
+//! Every error leaves as `application/problem+json` (RFC 9457). Validation
+//! errors list each field; 5xx bodies say nothing about internals (the cause
+//! is logged instead).
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use common::job::FieldError;
+
+#[derive(Debug)]
+pub enum ApiError {
+    Validation(Vec<FieldError>),
+    BadRequest(String),
+    NotFound(String),
+    PreconditionFailed(String),
+    PayloadTooLarge(String),
+    Unauthorized,
+    Unavailable(String),
+    Internal(anyhow::Error),
+}
+
+impl<E: Into<anyhow::Error>> From<E> for ApiError {
+    fn from(e: E) -> Self {
+        ApiError::Internal(e.into())
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+pub fn field(field: &str, message: impl Into<String>) -> ApiError {
+    ApiError::Validation(vec![FieldError::new(field, message)])
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, title, detail, errors) = match self {
+            ApiError::Validation(errors) => {
+                let detail = errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join("; ");
+                (StatusCode::UNPROCESSABLE_ENTITY, "Invalid request", detail, Some(errors))
+            }
+            ApiError::BadRequest(d) => (StatusCode::BAD_REQUEST, "Bad request", d, None),
+            ApiError::NotFound(d) => (StatusCode::NOT_FOUND, "Not found", d, None),
+            ApiError::PreconditionFailed(d) => (StatusCode::PRECONDITION_FAILED, "Precondition failed", d, None),
+            ApiError::PayloadTooLarge(d) => (StatusCode::PAYLOAD_TOO_LARGE, "Payload too large", d, None),
+            ApiError::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized",
+                "a valid bearer token is required (Authorization: Bearer <token>)".to_owned(),
+                None,
+            ),
+            ApiError::Unavailable(d) => (StatusCode::SERVICE_UNAVAILABLE, "Service unavailable", d, None),
+            ApiError::Internal(e) => {
+                tracing::error!(error = %format!("{e:#}"), "internal error");
+                (StatusCode::INTERNAL_SERVER_ERROR, "Internal server error", "the server failed to handle the request; see its logs".to_owned(), None)
+            }
+        };
+        let mut body = json!({ "type": "about:blank", "title": title, "status": status.as_u16(), "detail": detail });
+        if let Some(errors) = errors {
+            body["errors"] = json!(errors);
+        }
+        let mut response = (status, body.to_string()).into_response();
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}

@@ -1,0 +1,6 @@
+//! Request handlers, one module per resource.
+
+pub mod cluster;
+pub mod executions;
+pub mod health;
+pub mod jobs;

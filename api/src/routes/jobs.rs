@@ -1,0 +1,290 @@
+//! `/v1/jobs`: create, read, list, replace, delete, pause, resume, preview.
+//!
+//! Every mutation bumps `version` (the change feed and the fire lock key on
+//! it) and, in the same transaction, marks the job's pre-armed `pending`
+//! ledger rows `skipped`, so a slot already handed to a worker is cancelled
+//! exactly: the worker only delivers a row it can still move to `running`.
+
+use axum::Json;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, TimeDelta, Utc};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use common::execution::format_instant;
+use common::job::JobSpec;
+
+use crate::AppState;
+use crate::error::{ApiError, ApiResult, field};
+use crate::extract::{JobIdPath, JsonBody};
+
+const JOB_COLUMNS: &str = "id, version, spec, paused, created_at, updated_at";
+
+pub fn job_json(row: &Row, now: DateTime<Utc>) -> ApiResult<Value> {
+    let id: Uuid = row.get("id");
+    let spec: JobSpec = serde_json::from_value(row.get("spec"))?;
+    let paused: bool = row.get("paused");
+    let created_at: DateTime<Utc> = row.get("created_at");
+    let next_fire_at = if paused {
+        None
+    } else {
+        spec.compile(created_at).ok().and_then(|s| s.next_after(now))
+    };
+    let mut body = serde_json::to_value(&spec)?;
+    body["paused"] = json!(paused);
+    body["id"] = json!(id);
+    body["version"] = json!(row.get::<_, i64>("version"));
+    body["created_at"] = json!(format_instant(created_at));
+    body["updated_at"] = json!(format_instant(row.get("updated_at")));
+    body["next_fire_at"] = json!(next_fire_at.map(format_instant));
+    Ok(body)
+}
+
+fn with_etag(status: StatusCode, body: Value) -> Response {
+    let version = body["version"].as_i64().unwrap_or_default();
+    let mut response = (status, Json(body)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&format!("\"{version}\"")) {
+        response.headers_mut().insert(header::ETAG, v);
+    }
+    response
+}
+
+/// Validates a definition and checks it can ever fire.
+fn validated(body: &Value) -> ApiResult<JobSpec> {
+    let spec = JobSpec::from_json(body).map_err(ApiError::Validation)?;
+    Ok(spec)
+}
+
+pub async fn create(State(state): State<AppState>, JsonBody(body): JsonBody) -> ApiResult<Response> {
+    let spec = validated(&body)?;
+    let id = Uuid::now_v7();
+    let client = state.pg.get().await?;
+    let row = client
+        .query_one(
+            &format!("INSERT INTO jobs (id, name, spec, paused) VALUES ($1, $2, $3, $4) RETURNING {JOB_COLUMNS}"),
+            &[&id, &spec.name, &serde_json::to_value(&spec)?, &spec.paused],
+        )
+        .await?;
+    let body = job_json(&row, Utc::now())?;
+    tracing::info!(job.id = %id, job.name = %spec.name, "job created");
+    let mut response = with_etag(StatusCode::CREATED, body);
+    if let Ok(v) = HeaderValue::from_str(&format!("/v1/jobs/{id}")) {
+        response.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(response)
+}
+
+pub async fn get(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
+    let client = state.pg.get().await?;
+    let row = client
+        .query_opt(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND deleted_at IS NULL"), &[&id])
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    Ok(with_etag(StatusCode::OK, job_json(&row, Utc::now())?))
+}
+
+pub fn not_found(id: Uuid) -> ApiError {
+    ApiError::NotFound(format!("no job with id {id}"))
+}
+
+#[derive(Deserialize)]
+pub struct ListQuery {
+    limit: Option<String>,
+    cursor: Option<String>,
+    name_prefix: Option<String>,
+    kind: Option<String>,
+    paused: Option<String>,
+}
+
+pub const PAGE_MAX: i64 = 500;
+
+pub fn parse_limit(raw: Option<&str>) -> ApiResult<i64> {
+    match raw {
+        None => Ok(50),
+        Some(s) => match s.parse::<i64>() {
+            Ok(n) if (1..=PAGE_MAX).contains(&n) => Ok(n),
+            _ => Err(field("limit", format!("must be an integer from 1 to {PAGE_MAX}"))),
+        },
+    }
+}
+
+pub async fn list(State(state): State<AppState>, Query(q): Query<ListQuery>) -> ApiResult<Json<Value>> {
+    let limit = parse_limit(q.limit.as_deref())?;
+    let after = match q.cursor.as_deref() {
+        None | Some("") => Uuid::nil(),
+        Some(c) => c.parse::<Uuid>().map_err(|_| field("cursor", "is not a cursor returned by this endpoint"))?,
+    };
+    if let Some(kind) = q.kind.as_deref() {
+        if !["once", "interval", "cron"].contains(&kind) {
+            return Err(field("kind", "must be one of once, interval, cron"));
+        }
+    }
+    let paused = match q.paused.as_deref() {
+        None => None,
+        Some("true") => Some(true),
+        Some("false") => Some(false),
+        Some(_) => return Err(field("paused", "must be true or false")),
+    };
+    // Escape LIKE wildcards: a prefix is literal text.
+    let prefix = q.name_prefix.map(|p| format!("{}%", p.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")));
+    let client = state.pg.get().await?;
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {JOB_COLUMNS} FROM jobs
+                 WHERE deleted_at IS NULL AND id > $1
+                   AND ($2::text IS NULL OR name LIKE $2)
+                   AND ($3::text IS NULL OR spec->'schedule'->>'kind' = $3)
+                   AND ($4::bool IS NULL OR paused = $4)
+                 ORDER BY id LIMIT $5"
+            ),
+            &[&after, &prefix, &q.kind, &paused, &(limit + 1)],
+        )
+        .await?;
+    let now = Utc::now();
+    let has_more = rows.len() as i64 > limit;
+    let items: Vec<Value> = rows.iter().take(limit as usize).map(|r| job_json(r, now)).collect::<ApiResult<_>>()?;
+    let next_cursor = has_more.then(|| items.last().map(|j| j["id"].clone())).flatten();
+    Ok(Json(json!({ "items": items, "next_cursor": next_cursor })))
+}
+
+fn if_match(headers: &HeaderMap) -> ApiResult<Option<i64>> {
+    let Some(raw) = headers.get(header::IF_MATCH) else { return Ok(None) };
+    let text = raw.to_str().unwrap_or_default().trim();
+    let text = text.strip_prefix("W/").unwrap_or(text).trim_matches('"');
+    text.parse::<i64>()
+        .map(Some)
+        .map_err(|_| ApiError::BadRequest(format!("If-Match must be a job version such as \"3\", got {text:?}")))
+}
+
+/// Cancels pre-armed slots of a job (inside the caller's transaction).
+async fn skip_pending(tx: &impl deadpool_postgres::GenericClient, id: Uuid, reason: &str) -> ApiResult<u64> {
+    Ok(tx
+        .execute(
+            "UPDATE scheduled_jobs SET status = 'skipped', reason = $2, finished_at = now()
+             WHERE job_id = $1 AND status = 'pending'",
+            &[&id, &reason],
+        )
+        .await?)
+}
+
+pub async fn replace(State(state): State<AppState>, JobIdPath(id): JobIdPath, headers: HeaderMap, JsonBody(body): JsonBody) -> ApiResult<Response> {
+    let expected = if_match(&headers)?;
+    let spec = validated(&body)?;
+    let mut client = state.pg.get().await?;
+    let tx = client.transaction().await?;
+    let current: i64 = tx
+        .query_opt("SELECT version FROM jobs WHERE id = $1 AND deleted_at IS NULL FOR UPDATE", &[&id])
+        .await?
+        .ok_or_else(|| not_found(id))?
+        .get(0);
+    if let Some(expected) = expected {
+        if expected != current {
+            return Err(ApiError::PreconditionFailed(format!("job {id} is at version {current}, not {expected}")));
+        }
+    }
+    let row = tx
+        .query_one(
+            &format!("UPDATE jobs SET name = $2, spec = $3, paused = $4, version = version + 1 WHERE id = $1 RETURNING {JOB_COLUMNS}"),
+            &[&id, &spec.name, &serde_json::to_value(&spec)?, &spec.paused],
+        )
+        .await?;
+    skip_pending(&tx, id, "superseded").await?;
+    tx.commit().await?;
+    Ok(with_etag(StatusCode::OK, job_json(&row, Utc::now())?))
+}
+
+pub async fn delete(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> ApiResult<StatusCode> {
+    let mut client = state.pg.get().await?;
+    let tx = client.transaction().await?;
+    let n = tx
+        .execute(
+            "UPDATE jobs SET deleted_at = now(), version = version + 1 WHERE id = $1 AND deleted_at IS NULL",
+            &[&id],
+        )
+        .await?;
+    if n == 0 {
+        return Err(not_found(id));
+    }
+    let skipped = skip_pending(&tx, id, "deleted").await?;
+    tx.commit().await?;
+    tracing::info!(job.id = %id, cancelled_slots = skipped, "job deleted");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn set_paused(state: &AppState, id: Uuid, paused: bool) -> ApiResult<Response> {
+    let mut client = state.pg.get().await?;
+    let tx = client.transaction().await?;
+    let row = tx
+        .query_opt(
+            &format!(
+                "UPDATE jobs SET paused = $2, spec = jsonb_set(spec, '{{paused}}', to_jsonb($2)), version = version + 1
+                 WHERE id = $1 AND deleted_at IS NULL RETURNING {JOB_COLUMNS}"
+            ),
+            &[&id, &paused],
+        )
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    if paused {
+        skip_pending(&tx, id, "paused").await?;
+    }
+    tx.commit().await?;
+    Ok(with_etag(StatusCode::OK, job_json(&row, Utc::now())?))
+}
+
+pub async fn pause(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
+    set_paused(&state, id, true).await
+}
+
+pub async fn resume(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
+    set_paused(&state, id, false).await
+}
+
+#[derive(Deserialize)]
+pub struct NextQuery {
+    count: Option<String>,
+}
+
+pub async fn next(State(state): State<AppState>, JobIdPath(id): JobIdPath, Query(q): Query<NextQuery>) -> ApiResult<Json<Value>> {
+    let count = match q.count.as_deref() {
+        None => 10,
+        Some(s) => match s.parse::<usize>() {
+            Ok(n) if (1..=1000).contains(&n) => n,
+            _ => return Err(field("count", "must be an integer from 1 to 1000")),
+        },
+    };
+    let client = state.pg.get().await?;
+    let row = client
+        .query_opt(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND deleted_at IS NULL"), &[&id])
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    let spec: JobSpec = serde_json::from_value(row.get("spec"))?;
+    let schedule = spec.compile(row.get("created_at")).map_err(|e| ApiError::Internal(e.into()))?;
+    let tz = match &spec.schedule.kind {
+        common::job::ScheduleKind::Cron { timezone, .. } => common::schedule::parse_timezone(timezone).ok(),
+        _ => None,
+    };
+    let times: Vec<Value> = schedule
+        .upcoming(Utc::now(), count)
+        .into_iter()
+        .map(|t| {
+            let mut v = json!({ "at": format_instant(t) });
+            if let Some(tz) = tz {
+                let local = t.with_timezone(&tz);
+                v["local"] = json!(local.to_rfc3339_opts(chrono::SecondsFormat::Millis, false));
+                // A fire at a local time other than the expression's marks a DST shift.
+                let before = (t - TimeDelta::milliseconds(1)).with_timezone(&tz);
+                use chrono::Offset;
+                if before.offset().fix() != local.offset().fix() {
+                    v["dst_shift"] = json!(true);
+                }
+            }
+            v
+        })
+        .collect();
+    Ok(Json(json!({ "job_id": id, "fire_times": times })))
+}

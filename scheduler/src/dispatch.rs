@@ -1,0 +1,376 @@
+//! Turning due slots into published messages, in batches:
+//!
+//! 1. **Lock** every slot with one pipelined `SET lock NX PX` on a Redis
+//!    shard. Losers skip the database; if Redis is unreachable every slot
+//!    counts as won and the ledger decides.
+//! 2. **Claim** the won slots with one multi-row `INSERT … ON CONFLICT`: only
+//!    rows this node actually inserted (with a fresh fire id) are published,
+//!    so a lost lock (Redis failover, flush) cannot cause a second execution.
+//!    The insert joins `jobs`, so a slot of a job deleted, paused or changed
+//!    since the node last heard of it is never claimed.
+//! 3. **Publish** with streamed publisher confirms, then stamp `published_at`.
+//! 4. **Verify** lost slots after a grace period: if the lock winner died
+//!    before claiming, the slot has no ledger row and this node claims it.
+//!
+//! Rows claimed but never stamped (crash, broker outage) are republished by
+//! the outbox sweep. Failures delay a batch, they never drop it.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use deadpool_postgres::Pool as PgPool;
+use deadpool_redis::Pool as RedisPool;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use common::execution::execution_id;
+use common::job::JobSpec;
+use common::message::{FIRE_MESSAGE_VERSION, FireMessage, Trigger};
+use common::redis::Keys;
+
+use crate::publisher::Publisher;
+
+/// One due occurrence of a job, as the timer hands it over.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Slot {
+    pub job_id: Uuid,
+    pub scheduled_at: DateTime<Utc>,
+    pub job_version: i64,
+    pub trigger: Trigger,
+}
+
+#[derive(Debug, Clone)]
+pub struct DispatchConfig {
+    pub node_id: String,
+    pub keys: Keys,
+    pub lock_ttl: Duration,
+    /// How long after its due time a lost slot is checked for a ledger row.
+    pub verify_after: Duration,
+    /// Age after which a claimed, unpublished row is republished.
+    pub outbox_grace: Duration,
+}
+
+pub struct Dispatcher {
+    pub config: DispatchConfig,
+    pub pg: PgPool,
+    pub redis: Vec<RedisPool>,
+    pub publisher: Publisher,
+    /// Slots whose lock another node won, oldest first.
+    verify: VecDeque<(DateTime<Utc>, Slot)>,
+}
+
+/// A claimed row, ready to publish.
+struct Claimed {
+    message: FireMessage,
+}
+
+impl Dispatcher {
+    pub fn new(config: DispatchConfig, pg: PgPool, redis: Vec<RedisPool>, publisher: Publisher) -> Self {
+        Self {
+            config,
+            pg,
+            redis,
+            publisher,
+            verify: VecDeque::new(),
+        }
+    }
+
+    /// Consumes batches until the channel closes (the timer stopped), so
+    /// every slot handed over before shutdown is still claimed and published.
+    pub async fn run(mut self, mut batches: mpsc::Receiver<Vec<Slot>>, token: CancellationToken) {
+        let mut sweep = tokio::time::interval(self.config.outbox_grace.max(Duration::from_secs(1)));
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut verify_tick = tokio::time::interval(Duration::from_millis(500));
+        verify_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                batch = batches.recv() => match batch {
+                    Some(slots) => self.fire(slots, &token).await,
+                    None => break,
+                },
+                _ = verify_tick.tick(), if !token.is_cancelled() => self.verify_lost().await,
+                _ = sweep.tick(), if !token.is_cancelled() => {
+                    if let Err(e) = self.sweep_outbox().await {
+                        tracing::warn!(error = %e, "outbox sweep failed");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Locks, claims and publishes one batch, retrying until it is done.
+    pub async fn fire(&mut self, slots: Vec<Slot>, token: &CancellationToken) {
+        if slots.is_empty() {
+            return;
+        }
+        let won = self.lock(&slots).await;
+        let (mine, lost): (Vec<_>, Vec<_>) = slots.into_iter().zip(won).partition(|(_, won)| *won);
+        metrics::counter!("cronshard_lock_wins_total").increment(mine.len() as u64);
+        metrics::counter!("cronshard_lock_losses_total").increment(lost.len() as u64);
+        let verify_at = |s: &Slot| s.scheduled_at.max(Utc::now()) + TimeDelta::from_std(self.config.verify_after).unwrap_or_default();
+        for (slot, _) in lost {
+            self.verify.push_back((verify_at(&slot), slot));
+        }
+        let mine: Vec<Slot> = mine.into_iter().map(|(s, _)| s).collect();
+        self.claim_and_publish(&mine, token).await;
+    }
+
+    async fn claim_and_publish(&mut self, slots: &[Slot], token: &CancellationToken) {
+        if slots.is_empty() {
+            return;
+        }
+        let mut backoff = Duration::from_millis(100);
+        let claimed = loop {
+            match self.claim(slots).await {
+                Ok(c) => break c,
+                Err(e) => {
+                    tracing::warn!(error = %e, slots = slots.len(), "claiming slots failed; retrying");
+                    metrics::counter!("cronshard_claim_retries_total").increment(1);
+                    // On shutdown the other owner (or our restart) covers these.
+                    if token.is_cancelled() && backoff > Duration::from_secs(2) {
+                        return;
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        };
+        metrics::counter!("cronshard_claim_conflicts_total").increment((slots.len() - claimed.len()) as u64);
+        self.publish(claimed, token).await;
+    }
+
+    async fn publish(&mut self, claimed: Vec<Claimed>, token: &CancellationToken) {
+        if claimed.is_empty() {
+            return;
+        }
+        let messages: Vec<FireMessage> = claimed.into_iter().map(|c| c.message).collect();
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match self.publisher.publish(&messages).await {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, messages = messages.len(), "publishing failed; retrying");
+                    metrics::counter!("cronshard_publish_retries_total").increment(1);
+                    // Claimed rows stay pending: the outbox sweep of any node republishes them.
+                    if token.is_cancelled() && backoff > Duration::from_secs(2) {
+                        return;
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+        let now = Utc::now();
+        for m in &messages {
+            let lateness = (now - m.due_at).num_milliseconds() as f64 / 1000.0;
+            metrics::histogram!("cronshard_publish_lead_seconds").record(-lateness);
+        }
+        metrics::counter!("cronshard_fires_total").increment(messages.len() as u64);
+        if let Err(e) = self.mark_published(&messages).await {
+            // Harmless: the sweep republishes and the worker drops the duplicate.
+            tracing::warn!(error = %e, "stamping published_at failed");
+        }
+    }
+
+    /// One pipelined SET NX PX per slot; `true` = this node may claim it.
+    async fn lock(&self, slots: &[Slot]) -> Vec<bool> {
+        let ttl_ms = self.config.lock_ttl.as_millis() as u64;
+        for shard in &self.redis {
+            let result: anyhow::Result<Vec<bool>> = async {
+                let mut conn = shard.get().await?;
+                let mut pipe = redis::pipe();
+                for s in slots {
+                    pipe.cmd("SET")
+                        .arg(self.config.keys.lock(s.job_id, s.job_version, s.scheduled_at))
+                        .arg(&self.config.node_id)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(ttl_ms);
+                }
+                let replies: Vec<Option<String>> = pipe.query_async(&mut *conn).await?;
+                Ok(replies.into_iter().map(|r| r.is_some()).collect())
+            }
+            .await;
+            match result {
+                Ok(won) => return won,
+                Err(e) => tracing::warn!(error = %e, "Redis lock failed on a shard; trying the next"),
+            }
+        }
+        tracing::warn!("no Redis shard reachable for locks; the ledger claim decides");
+        vec![true; slots.len()]
+    }
+
+    /// Inserts ledger rows for the slots; returns those this node inserted.
+    async fn claim(&self, slots: &[Slot]) -> anyhow::Result<Vec<Claimed>> {
+        let client = self.pg.get().await?;
+        let job_ids: Vec<Uuid> = slots.iter().map(|s| s.job_id).collect();
+        let times: Vec<DateTime<Utc>> = slots.iter().map(|s| s.scheduled_at).collect();
+        let versions: Vec<i64> = slots.iter().map(|s| s.job_version).collect();
+        let fire_ids: Vec<Uuid> = slots.iter().map(|_| Uuid::now_v7()).collect();
+        let exec_ids: Vec<String> = slots.iter().map(|s| execution_id(s.job_id, s.scheduled_at)).collect();
+        let triggers: Vec<&str> = slots.iter().map(|s| s.trigger.as_str()).collect();
+        let stmt = client.prepare_cached(CLAIM_SQL).await?;
+        let rows = client
+            .query(&stmt, &[&job_ids, &times, &versions, &fire_ids, &exec_ids, &triggers, &self.config.node_id])
+            .await?;
+        let mut claimed = Vec::with_capacity(rows.len());
+        for row in rows {
+            let job_id: Uuid = row.get("job_id");
+            let spec: JobSpec = match serde_json::from_value(row.get("spec")) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(job.id = %job_id, error = %e, "claimed a job whose spec does not parse");
+                    continue;
+                }
+            };
+            let scheduled_at: DateTime<Utc> = row.get("scheduled_at");
+            let trigger = match row.get::<_, &str>("trigger") {
+                "misfire" => Trigger::Misfire,
+                "manual" => Trigger::Manual,
+                _ => Trigger::Schedule,
+            };
+            claimed.push(Claimed {
+                message: FireMessage {
+                    v: FIRE_MESSAGE_VERSION,
+                    fire_id: row.get("fire_id"),
+                    job_id,
+                    scheduled_at,
+                    due_at: scheduled_at,
+                    execution_id: row.get("execution_id"),
+                    trigger,
+                    target: spec.target,
+                    retry: spec.retry,
+                },
+            });
+        }
+        Ok(claimed)
+    }
+
+    async fn mark_published(&self, messages: &[FireMessage]) -> anyhow::Result<()> {
+        let client = self.pg.get().await?;
+        let job_ids: Vec<Uuid> = messages.iter().map(|m| m.job_id).collect();
+        let times: Vec<DateTime<Utc>> = messages.iter().map(|m| m.scheduled_at).collect();
+        let fire_ids: Vec<Uuid> = messages.iter().map(|m| m.fire_id).collect();
+        client
+            .execute(
+                "UPDATE scheduled_jobs s SET published_at = now()
+                 FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[]) AS p(job_id, scheduled_at, fire_id)
+                 WHERE s.job_id = p.job_id AND s.scheduled_at = p.scheduled_at AND s.fire_id = p.fire_id
+                   AND s.published_at IS NULL",
+                &[&job_ids, &times, &fire_ids],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Claims lost slots that nobody claimed (the lock winner died first).
+    async fn verify_lost(&mut self) {
+        let now = Utc::now();
+        let mut due = Vec::new();
+        while self.verify.front().is_some_and(|(at, _)| *at <= now) {
+            due.extend(self.verify.pop_front().map(|(_, s)| s));
+        }
+        if due.is_empty() {
+            return;
+        }
+        // Claiming is idempotent: slots the winner did claim simply conflict.
+        let token = CancellationToken::new();
+        let before = due.len();
+        match self.claim(&due).await {
+            Ok(claimed) => {
+                if !claimed.is_empty() {
+                    tracing::warn!(slots = claimed.len(), checked = before, "claimed slots whose lock winner never did");
+                    metrics::counter!("cronshard_takeover_claims_total").increment(claimed.len() as u64);
+                }
+                self.publish(claimed, &token).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "verifying lost slots failed; will retry");
+                let retry_at = now + TimeDelta::seconds(1);
+                self.verify.extend(due.into_iter().map(|s| (retry_at, s)));
+            }
+        }
+    }
+
+    /// Republishes claimed rows whose publish was never confirmed.
+    pub async fn sweep_outbox(&mut self) -> anyhow::Result<usize> {
+        let grace = TimeDelta::from_std(self.config.outbox_grace)?;
+        let messages: Vec<FireMessage> = {
+            let mut client = self.pg.get().await?;
+            let tx = client.transaction().await?;
+            let rows = tx
+                .query(
+                    "SELECT s.job_id, s.scheduled_at, s.fire_id, s.execution_id, s.trigger, j.spec
+                     FROM scheduled_jobs s JOIN jobs j ON j.id = s.job_id
+                     WHERE s.status = 'pending' AND s.published_at IS NULL AND s.fired_at < $1
+                     ORDER BY s.fired_at LIMIT 1000 FOR UPDATE OF s SKIP LOCKED",
+                    &[&(Utc::now() - grace)],
+                )
+                .await?;
+            let mut out = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let Ok(spec) = serde_json::from_value::<JobSpec>(row.get("spec")) else { continue };
+                let scheduled_at: DateTime<Utc> = row.get("scheduled_at");
+                out.push(FireMessage {
+                    v: FIRE_MESSAGE_VERSION,
+                    fire_id: row.get("fire_id"),
+                    job_id: row.get("job_id"),
+                    scheduled_at,
+                    due_at: scheduled_at,
+                    execution_id: row.get("execution_id"),
+                    trigger: match row.get::<_, &str>("trigger") {
+                        "manual" => Trigger::Manual,
+                        "misfire" => Trigger::Misfire,
+                        _ => Trigger::Schedule,
+                    },
+                    target: spec.target,
+                    retry: spec.retry,
+                });
+            }
+            if !out.is_empty() {
+                self.publisher.publish(&out).await?;
+                let job_ids: Vec<Uuid> = out.iter().map(|m| m.job_id).collect();
+                let times: Vec<DateTime<Utc>> = out.iter().map(|m| m.scheduled_at).collect();
+                tx.execute(
+                    "UPDATE scheduled_jobs s SET published_at = now()
+                     FROM unnest($1::uuid[], $2::timestamptz[]) AS p(job_id, scheduled_at)
+                     WHERE s.job_id = p.job_id AND s.scheduled_at = p.scheduled_at",
+                    &[&job_ids, &times],
+                )
+                .await?;
+            }
+            tx.commit().await?;
+            out
+        };
+        if !messages.is_empty() {
+            tracing::warn!(messages = messages.len(), "republished claimed rows that had no confirmed publish");
+            metrics::counter!("cronshard_outbox_republished_total").increment(messages.len() as u64);
+        }
+        Ok(messages.len())
+    }
+}
+
+/// The claim: insert each slot of a job that still exists, is not paused and
+/// has the version the timer used; re-take a row only when it was skipped
+/// because an older version of the job had pre-armed it.
+const CLAIM_SQL: &str = "
+WITH slots AS (
+    SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[], $4::uuid[], $5::text[], $6::text[])
+        AS s(job_id, scheduled_at, job_version, fire_id, execution_id, trigger)
+), claimed AS (
+    INSERT INTO scheduled_jobs AS l
+        (job_id, scheduled_at, fire_id, execution_id, trigger, status, scheduler_node, fired_at, job_version)
+    SELECT s.job_id, s.scheduled_at, s.fire_id, s.execution_id, s.trigger, 'pending', $7, now(), s.job_version
+    FROM slots s JOIN jobs j ON j.id = s.job_id
+    WHERE j.version = s.job_version AND j.deleted_at IS NULL AND NOT j.paused
+    ON CONFLICT (job_id, scheduled_at) DO UPDATE
+        SET fire_id = EXCLUDED.fire_id, status = 'pending', scheduler_node = EXCLUDED.scheduler_node,
+            fired_at = EXCLUDED.fired_at, job_version = EXCLUDED.job_version, published_at = NULL,
+            reason = NULL, finished_at = NULL
+        WHERE l.status = 'skipped' AND l.reason IN ('superseded', 'paused') AND l.job_version < EXCLUDED.job_version
+    RETURNING l.job_id, l.scheduled_at, l.fire_id, l.execution_id, l.trigger
+)
+SELECT c.job_id, c.scheduled_at, c.fire_id, c.execution_id, c.trigger, j.spec
+FROM claimed c JOIN jobs j ON j.id = c.job_id";

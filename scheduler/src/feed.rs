@@ -1,0 +1,232 @@
+//! The change feed: how job creates, updates, pauses and deletes reach every
+//! scheduler.
+//!
+//! The first read is a full load in one REPEATABLE READ snapshot, which also
+//! yields the snapshot's xmin. After that the feed re-reads rows whose
+//! `change_xid >= xmin` of the previous read's snapshot: every transaction
+//! below that xmin had finished before the previous read and was seen by it,
+//! so no change is skipped even when transactions commit out of order (an
+//! `updated_at > watermark` poll can skip one). A row may be read twice;
+//! consumers compare versions. LISTEN `cronshard_jobs` wakes the poll at once,
+//! the periodic poll covers lost notifications and LISTEN reconnects.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Pool;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio_postgres::{AsyncMessage, NoTls, Row};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use common::job::JobSpec;
+
+#[derive(Debug, Clone)]
+pub struct JobRow {
+    pub id: Uuid,
+    pub version: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// `None` when the job is deleted or paused: it must not fire.
+    pub spec: Option<JobSpec>,
+    /// Slots already fired, counted only for jobs with `max_runs`.
+    pub runs: u64,
+}
+
+const SELECT: &str = "SELECT id, version, created_at, spec, paused, deleted_at IS NOT NULL, updated_at FROM jobs";
+const PAGE: i64 = 10_000;
+
+fn parse(row: &Row) -> JobRow {
+    let id: Uuid = row.get(0);
+    let paused: bool = row.get(4);
+    let deleted: bool = row.get(5);
+    let spec = if paused || deleted {
+        None
+    } else {
+        match serde_json::from_value::<JobSpec>(row.get(3)) {
+            Ok(spec) => Some(spec),
+            Err(e) => {
+                // Only the API writes specs, after validation; never crash a node over one row.
+                tracing::error!(job.id = %id, error = %e, "stored job spec does not parse; ignoring job");
+                None
+            }
+        }
+    };
+    JobRow {
+        id,
+        version: row.get(1),
+        created_at: row.get(2),
+        updated_at: row.get::<_, Option<DateTime<Utc>>>(6).unwrap_or_default(),
+        spec,
+        runs: 0,
+    }
+}
+
+/// Fills `runs` for the rows whose job has a `max_runs`, in one query.
+/// Counts what the ledger still holds (its retention bounds the history).
+async fn count_runs(client: &impl deadpool_postgres::GenericClient, rows: &mut [JobRow]) -> anyhow::Result<()> {
+    let ids: Vec<Uuid> = rows
+        .iter()
+        .filter(|r| r.spec.as_ref().is_some_and(|s| s.schedule.max_runs.is_some()))
+        .map(|r| r.id)
+        .collect();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let counts: std::collections::HashMap<Uuid, i64> = client
+        .query(
+            "SELECT job_id, count(*) FROM scheduled_jobs
+             WHERE job_id = ANY($1) AND trigger <> 'manual' AND status NOT IN ('skipped', 'missed')
+             GROUP BY job_id",
+            &[&ids],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    for row in rows.iter_mut() {
+        row.runs = counts.get(&row.id).copied().unwrap_or(0) as u64;
+    }
+    Ok(())
+}
+
+/// The current state of the given jobs (those gained on a membership change).
+pub async fn fetch(pool: &Pool, ids: &[Uuid]) -> anyhow::Result<Vec<JobRow>> {
+    let client = pool.get().await?;
+    let ids = ids.to_vec();
+    let mut rows: Vec<JobRow> = client
+        .query(&format!("{SELECT} WHERE id = ANY($1)"), &[&ids])
+        .await?
+        .iter()
+        .map(parse)
+        .collect();
+    count_runs(&client, &mut rows).await?;
+    Ok(rows)
+}
+
+/// Loads every live job in one snapshot, page by page into `out`, and returns
+/// the snapshot's xmin: the watermark of the first poll.
+pub async fn initial_load(pool: &Pool, out: &mpsc::Sender<Vec<JobRow>>) -> anyhow::Result<i64> {
+    let mut client = pool.get().await?;
+    let tx = client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await?;
+    let xmin: i64 = tx
+        .query_one("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint", &[])
+        .await?
+        .get(0);
+    let mut after = Uuid::nil();
+    let query = format!("{SELECT} WHERE deleted_at IS NULL AND NOT paused AND id > $1 ORDER BY id LIMIT $2");
+    loop {
+        let rows = tx.query(&query, &[&after, &PAGE]).await?;
+        let Some(last) = rows.last() else { break };
+        after = last.get(0);
+        let full = rows.len() as i64 == PAGE;
+        let mut page: Vec<JobRow> = rows.iter().map(parse).collect();
+        count_runs(&tx, &mut page).await?;
+        if out.send(page).await.is_err() {
+            break;
+        }
+        if !full {
+            break;
+        }
+    }
+    tx.commit().await?;
+    Ok(xmin)
+}
+
+/// Rows changed since the snapshot whose xmin is `since`, and the new xmin.
+pub async fn poll(pool: &Pool, since: i64) -> anyhow::Result<(Vec<JobRow>, i64)> {
+    let client = pool.get().await?;
+    let rows = client
+        .query(
+            &format!(
+                "WITH snap AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin)
+                 SELECT j.id, j.version, j.created_at, j.spec, j.paused, j.deleted_at IS NOT NULL, j.updated_at, snap.xmin
+                 FROM snap LEFT JOIN jobs j ON j.change_xid >= $1"
+            ),
+            &[&since],
+        )
+        .await?;
+    let xmin = rows.first().map(|r| r.get::<_, i64>(7)).unwrap_or(since);
+    let mut changed: Vec<JobRow> = rows
+        .iter()
+        .filter(|r| r.get::<_, Option<Uuid>>(0).is_some())
+        .map(parse)
+        .collect();
+    count_runs(&client, &mut changed).await?;
+    Ok((changed, xmin))
+}
+
+/// Keeps `out` fed with changes until cancelled.
+pub async fn run(database_url: String, pool: Pool, mut since: i64, poll_interval: Duration, out: mpsc::Sender<Vec<JobRow>>, token: CancellationToken) {
+    let (wake_tx, mut wake_rx) = mpsc::channel::<()>(1);
+    tokio::spawn(listen(database_url, wake_tx, token.clone()));
+    let mut tick = tokio::time::interval(poll_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => return,
+            _ = tick.tick() => {}
+            Some(()) = wake_rx.recv() => {}
+        }
+        match poll(&pool, since).await {
+            Ok((rows, xmin)) => {
+                since = xmin;
+                if !rows.is_empty() && out.send(rows).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "change feed poll failed; retrying"),
+        }
+    }
+}
+
+/// LISTENs on a dedicated connection and turns notifications into wake-ups;
+/// reconnects with capped backoff.
+async fn listen(database_url: String, wake: mpsc::Sender<()>, token: CancellationToken) {
+    let mut backoff = Duration::from_millis(100);
+    while !token.is_cancelled() {
+        let result: anyhow::Result<()> = async {
+            let (client, mut connection) = tokio_postgres::connect(&database_url, NoTls).await.context("LISTEN connect")?;
+            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+            let listen = client.batch_execute("LISTEN cronshard_jobs");
+            let mut listen = std::pin::pin!(listen);
+            // The connection must be polled for LISTEN itself to complete.
+            loop {
+                tokio::select! {
+                    r = &mut listen => { r?; break; }
+                    m = messages.next() => if m.is_none() { anyhow::bail!("connection closed") },
+                }
+            }
+            backoff = Duration::from_millis(100);
+            // Catch up on anything that changed while we were not listening.
+            let _ = wake.try_send(());
+            loop {
+                tokio::select! {
+                    _ = token.cancelled() => return Ok(()),
+                    m = messages.next() => match m {
+                        Some(Ok(AsyncMessage::Notification(_))) => { let _ = wake.try_send(()); }
+                        Some(Ok(_)) => {}
+                        Some(Err(e)) => return Err(e.into()),
+                        None => anyhow::bail!("connection closed"),
+                    },
+                }
+            }
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "job change LISTEN connection lost; reconnecting");
+            tokio::select! {
+                _ = token.cancelled() => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+}

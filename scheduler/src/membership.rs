@@ -1,0 +1,131 @@
+//! Cluster membership through Redis heartbeats.
+//!
+//! Each node writes `{cluster}:node:{id}` with a 30 s TTL to every reachable
+//! shard and refreshes it every `heartbeat_interval` (well inside the TTL).
+//! The live set is the union of unexpired heartbeats over all shards, so one
+//! shard being down changes nothing. A node always counts itself as live, and
+//! keeps its last view when no shard answers (a node cut off from Redis keeps
+//! firing; the ledger claim keeps that safe). Clean shutdown deletes the
+//! heartbeat at once so the others take over without waiting for the TTL.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use chrono::Utc;
+use deadpool_redis::Pool;
+use redis::AsyncCommands;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use common::redis::Keys;
+
+pub const HEARTBEAT_TTL: Duration = Duration::from_secs(30);
+
+#[derive(Clone)]
+pub struct Membership {
+    pub node_id: String,
+    pub shards: Vec<Pool>,
+    pub keys: Keys,
+    pub heartbeat_interval: Duration,
+    pub refresh_interval: Duration,
+    /// Jobs this node owns, published in the heartbeat for `/v1/cluster`.
+    pub owned_jobs: Arc<AtomicUsize>,
+}
+
+impl Membership {
+    /// Writes the heartbeat to every shard; Ok if at least one took it.
+    pub async fn beat(&self) -> anyhow::Result<usize> {
+        let key = self.keys.node(&self.node_id);
+        let value = serde_json::json!({ "node_id": self.node_id, "heartbeat_at": Utc::now(), "owned_jobs": self.owned_jobs.load(Ordering::Relaxed) }).to_string();
+        let mut ok = 0;
+        let mut last_err = None;
+        for shard in &self.shards {
+            let result: anyhow::Result<()> = async {
+                let mut conn = shard.get().await?;
+                let _: () = conn.set_ex(&key, &value, HEARTBEAT_TTL.as_secs()).await?;
+                Ok(())
+            }
+            .await;
+            match result {
+                Ok(()) => ok += 1,
+                Err(e) => last_err = Some(e),
+            }
+        }
+        match (ok, last_err) {
+            (0, Some(e)) => Err(e),
+            _ => Ok(ok),
+        }
+    }
+
+    /// The union of live heartbeats over all reachable shards, or None when
+    /// no shard answered.
+    pub async fn live_set(&self) -> Option<Vec<String>> {
+        let mut live = BTreeSet::new();
+        let mut answered = false;
+        for shard in &self.shards {
+            let result: anyhow::Result<Vec<String>> = async {
+                let mut conn = shard.get().await?;
+                let mut keys = Vec::new();
+                let mut iter: redis::AsyncIter<String> = conn.scan_match(self.keys.node_pattern()).await?;
+                while let Some(key) = iter.next_item().await {
+                    keys.push(key?);
+                }
+                Ok(keys)
+            }
+            .await;
+            if let Ok(keys) = result {
+                answered = true;
+                live.extend(keys.iter().filter_map(|k| self.keys.node_id_of(k)).map(str::to_owned));
+            }
+        }
+        answered.then(|| {
+            live.insert(self.node_id.clone());
+            live.into_iter().collect()
+        })
+    }
+
+    pub async fn leave(&self) {
+        let key = self.keys.node(&self.node_id);
+        for shard in &self.shards {
+            if let Ok(mut conn) = shard.get().await {
+                let _: Result<(), _> = conn.del(&key).await;
+            }
+        }
+    }
+
+    /// Runs heartbeats and live-set refreshes until `token` is cancelled, then
+    /// deletes the heartbeat. The channel carries the sorted live set.
+    pub async fn run(self, members: watch::Sender<Vec<String>>, token: CancellationToken) {
+        let mut beat = tokio::time::interval(self.heartbeat_interval);
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut refresh = tokio::time::interval(self.refresh_interval);
+        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = token.cancelled() => break,
+                _ = beat.tick() => match self.beat().await {
+                    Ok(_) => metrics::gauge!("cronshard_heartbeat_last_success_timestamp_seconds").set(Utc::now().timestamp() as f64),
+                    Err(e) => tracing::warn!(node.id = %self.node_id, error = %e, "heartbeat failed on every Redis shard"),
+                },
+                _ = refresh.tick() => {
+                    if let Some(live) = self.live_set().await {
+                        members.send_if_modified(|current| {
+                            if *current != live {
+                                tracing::info!(node.id = %self.node_id, members = ?live, "live set changed");
+                                *current = live;
+                                true
+                            } else {
+                                false
+                            }
+                        });
+                        metrics::gauge!("cronshard_cluster_live_nodes").set(members.borrow().len() as f64);
+                    }
+                }
+            }
+        }
+        self.leave().await;
+        tracing::info!(node.id = %self.node_id, "heartbeat deleted");
+    }
+}

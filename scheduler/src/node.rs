@@ -1,0 +1,372 @@
+//! One scheduler node: the loops of `lib.rs`, wired together.
+//!
+//! The core loop owns all timer state (no locks): it applies job changes from
+//! the feed, recomputes ownership when the live set changes, and hands due
+//! slots to the dispatcher in batches. Shutdown runs in order: the core loop
+//! stops taking slots, the dispatcher finishes what it was handed, then the
+//! heartbeat is deleted so the other owners take over at once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use deadpool_postgres::Pool as PgPool;
+use deadpool_redis::Pool as RedisPool;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use common::amqp::Topology;
+use common::message::Trigger;
+use common::partitions::{self, Retention};
+use common::redis::Keys;
+use common::schedule::CompiledSchedule;
+
+use crate::dispatch::{DispatchConfig, Dispatcher, Slot};
+use crate::feed::{self, JobRow};
+use crate::membership::Membership;
+use crate::ownership;
+use crate::publisher::Publisher;
+use crate::timer::TimerHeap;
+
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub node_id: String,
+    pub cluster: String,
+    pub database_url: String,
+    pub amqp_url: String,
+    /// Owners per job.
+    pub replication_factor: usize,
+    /// Slots due this soon are claimed and published ahead of time.
+    pub lookahead: Duration,
+    /// On (re)loading a job, slots at most this old are still fired.
+    pub late_grace: Duration,
+    pub batch_max: usize,
+    pub poll_interval: Duration,
+    pub heartbeat_interval: Duration,
+    pub membership_refresh: Duration,
+    pub lock_ttl: Duration,
+    pub verify_after: Duration,
+    pub outbox_grace: Duration,
+    pub maintenance_interval: Duration,
+    pub retention: Retention,
+}
+
+impl NodeConfig {
+    /// Defaults that suit production; tests override what they need.
+    pub fn new(node_id: String, cluster: String, database_url: String, amqp_url: String) -> Self {
+        Self {
+            node_id,
+            cluster,
+            database_url,
+            amqp_url,
+            replication_factor: 2,
+            lookahead: Duration::from_secs(2),
+            late_grace: Duration::from_secs(10),
+            batch_max: 10_000,
+            poll_interval: Duration::from_secs(5),
+            heartbeat_interval: Duration::from_secs(10),
+            membership_refresh: Duration::from_secs(2),
+            lock_ttl: Duration::from_secs(120),
+            verify_after: Duration::from_secs(5),
+            outbox_grace: Duration::from_secs(10),
+            maintenance_interval: Duration::from_secs(3600),
+            retention: Retention::default(),
+        }
+    }
+}
+
+/// What the node knows about one job it owns.
+struct Owned {
+    version: i64,
+    schedule: CompiledSchedule,
+    runs: u64,
+    max_runs: Option<u64>,
+}
+
+/// The core loop's state. `known` holds every live job's version, owned or
+/// not, so a membership change is recomputed locally and only the jobs this
+/// node gains are fetched from the database.
+struct State {
+    node_id: String,
+    rf: usize,
+    late_grace: TimeDelta,
+    members: Vec<String>,
+    known: HashMap<Uuid, i64>,
+    owned: HashMap<Uuid, Owned>,
+    heap: TimerHeap,
+}
+
+impl State {
+    fn is_owner(&self, job: Uuid) -> bool {
+        ownership::is_owner(&self.node_id, job, &self.members, self.rf)
+    }
+
+    fn forget(&mut self, id: Uuid) {
+        self.owned.remove(&id);
+        self.heap.remove(id);
+    }
+
+    fn apply(&mut self, row: JobRow, now: DateTime<Utc>) {
+        let Some(spec) = row.spec else {
+            self.known.remove(&row.id);
+            self.forget(row.id);
+            return;
+        };
+        // A re-read of a row we already applied (the feed may repeat rows).
+        if self.known.get(&row.id).is_some_and(|v| *v > row.version) {
+            return;
+        }
+        self.known.insert(row.id, row.version);
+        if !self.is_owner(row.id) {
+            self.forget(row.id);
+            return;
+        }
+        if self.owned.get(&row.id).is_some_and(|o| o.version == row.version) {
+            return;
+        }
+        let schedule = match spec.compile(row.created_at) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(job.id = %row.id, error = %e, "stored schedule does not compile; ignoring job");
+                self.forget(row.id);
+                return;
+            }
+        };
+        // Slots a moment old are still fired (the claim makes that safe);
+        // older ones belong to the misfire policy. Slots before the last
+        // change (an update, a resume) belonged to the previous version.
+        let from = (row.created_at - TimeDelta::milliseconds(1))
+            .max(row.updated_at - TimeDelta::milliseconds(1))
+            .max(now - self.late_grace);
+        let owned = Owned {
+            version: row.version,
+            runs: row.runs,
+            max_runs: spec.schedule.max_runs,
+            schedule,
+        };
+        self.forget(row.id);
+        if let Some(next) = owned.next_after(from) {
+            self.heap.schedule(row.id, next);
+        }
+        self.owned.insert(row.id, owned);
+    }
+
+    /// Recomputes ownership for the new live set; returns the jobs gained,
+    /// which the caller fetches and feeds back through `apply`.
+    fn rebalance(&mut self, members: Vec<String>) -> Vec<Uuid> {
+        self.members = members;
+        let lost: Vec<Uuid> = self.owned.keys().copied().filter(|id| !self.is_owner(*id)).collect();
+        for id in &lost {
+            self.forget(*id);
+        }
+        let gained: Vec<Uuid> = self
+            .known
+            .keys()
+            .copied()
+            .filter(|id| !self.owned.contains_key(id) && self.is_owner(*id))
+            .collect();
+        tracing::info!(node.id = %self.node_id, lost = lost.len(), gained = gained.len(), owned = self.owned.len(), "ownership recomputed");
+        gained
+    }
+
+    /// Pops every slot due by `horizon` (up to `max`) and re-arms its job.
+    fn take_due(&mut self, horizon: DateTime<Utc>, max: usize) -> Vec<Slot> {
+        let mut slots = Vec::new();
+        while slots.len() < max {
+            let Some((id, at)) = self.heap.pop_due(horizon) else { break };
+            let Some(owned) = self.owned.get_mut(&id) else { continue };
+            slots.push(Slot {
+                job_id: id,
+                scheduled_at: at,
+                job_version: owned.version,
+                trigger: Trigger::Schedule,
+            });
+            owned.runs += 1;
+            if let Some(next) = owned.next_after(at) {
+                self.heap.schedule(id, next);
+            }
+        }
+        slots
+    }
+}
+
+impl Owned {
+    fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        if self.max_runs.is_some_and(|max| self.runs >= max) {
+            return None;
+        }
+        self.schedule.next_after(t)
+    }
+}
+
+pub struct Node {
+    pub config: NodeConfig,
+    pub pg: PgPool,
+    pub redis: Vec<RedisPool>,
+}
+
+impl Node {
+    /// Runs until `token` is cancelled, then shuts down in order.
+    pub async fn run(self, token: CancellationToken) -> anyhow::Result<()> {
+        let cfg = self.config.clone();
+        let keys = Keys::new(&cfg.cluster);
+        let owned_jobs = Arc::new(AtomicUsize::new(0));
+        let membership = Membership {
+            node_id: cfg.node_id.clone(),
+            shards: self.redis.clone(),
+            keys: keys.clone(),
+            heartbeat_interval: cfg.heartbeat_interval,
+            refresh_interval: cfg.membership_refresh,
+            owned_jobs: owned_jobs.clone(),
+        };
+        if let Err(e) = membership.beat().await {
+            tracing::warn!(error = %e, "first heartbeat failed; starting alone until Redis answers");
+        }
+        let initial_members = membership.live_set().await.unwrap_or_else(|| vec![cfg.node_id.clone()]);
+        tracing::info!(node.id = %cfg.node_id, members = ?initial_members, "joining cluster");
+        let (members_tx, mut members_rx) = watch::channel(initial_members.clone());
+        let heartbeat_token = CancellationToken::new();
+        let heartbeat = tokio::spawn(membership.run(members_tx, heartbeat_token.clone()));
+
+        let (feed_tx, mut feed_rx) = mpsc::channel::<Vec<JobRow>>(16);
+        let feed_token = token.child_token();
+        {
+            let (pool, url, tx, poll_every, t) = (self.pg.clone(), cfg.database_url.clone(), feed_tx.clone(), cfg.poll_interval, feed_token.clone());
+            tokio::spawn(async move {
+                let since = loop {
+                    match feed::initial_load(&pool, &tx).await {
+                        Ok(xmin) => break xmin,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "loading jobs failed; retrying");
+                            tokio::select! {
+                                _ = t.cancelled() => return,
+                                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                            }
+                        }
+                    }
+                };
+                tracing::info!("initial job load complete");
+                feed::run(url, pool, since, poll_every, tx, t).await;
+            });
+        }
+
+        tokio::spawn(maintain_partitions(cfg.database_url.clone(), cfg.maintenance_interval, cfg.retention, feed_token.clone()));
+
+        let (batch_tx, batch_rx) = mpsc::channel::<Vec<Slot>>(64);
+        let dispatcher = Dispatcher::new(
+            DispatchConfig {
+                node_id: cfg.node_id.clone(),
+                keys,
+                lock_ttl: cfg.lock_ttl,
+                verify_after: cfg.verify_after,
+                outbox_grace: cfg.outbox_grace,
+            },
+            self.pg.clone(),
+            self.redis.clone(),
+            Publisher::new(cfg.amqp_url.clone(), format!("cronshard-scheduler {}", cfg.node_id), Topology::new(&cfg.cluster)),
+        );
+        let dispatcher = tokio::spawn(dispatcher.run(batch_rx, token.clone()));
+
+        let mut state = State {
+            node_id: cfg.node_id.clone(),
+            rf: cfg.replication_factor.max(1),
+            late_grace: TimeDelta::from_std(cfg.late_grace)?,
+            members: initial_members,
+            known: HashMap::new(),
+            owned: HashMap::new(),
+            heap: TimerHeap::default(),
+        };
+        let lookahead = TimeDelta::from_std(cfg.lookahead)?;
+        loop {
+            let now = Utc::now();
+            let wait = match state.heap.peek() {
+                Some(at) => (at - lookahead - now).to_std().unwrap_or(Duration::ZERO),
+                None => Duration::from_secs(3600),
+            };
+            tokio::select! {
+                biased;
+                _ = token.cancelled() => break,
+                Ok(()) = members_rx.changed() => {
+                    let members = members_rx.borrow_and_update().clone();
+                    let gained = state.rebalance(members);
+                    if !gained.is_empty() {
+                        tokio::spawn(fetch_gained(self.pg.clone(), gained, feed_tx.clone()));
+                    }
+                    owned_jobs.store(state.owned.len(), Ordering::Relaxed);
+                    metrics::gauge!("cronshard_owned_jobs").set(state.owned.len() as f64);
+                }
+                Some(rows) = feed_rx.recv() => {
+                    let now = Utc::now();
+                    for row in rows {
+                        state.apply(row, now);
+                    }
+                    owned_jobs.store(state.owned.len(), Ordering::Relaxed);
+                    metrics::gauge!("cronshard_owned_jobs").set(state.owned.len() as f64);
+                }
+                _ = tokio::time::sleep(wait) => {
+                    let now = Utc::now();
+                    let slots = state.take_due(now + lookahead, cfg.batch_max);
+                    for s in &slots {
+                        let late = (now - s.scheduled_at).num_milliseconds().max(0) as f64 / 1000.0;
+                        metrics::histogram!("cronshard_fire_lateness_seconds").record(late);
+                    }
+                    if !slots.is_empty() && batch_tx.send(slots).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        tracing::info!(node.id = %cfg.node_id, "stopping: no new slots; finishing claimed ones");
+        feed_token.cancel();
+        drop(batch_tx);
+        let _ = dispatcher.await;
+        heartbeat_token.cancel();
+        let _ = heartbeat.await;
+        tracing::info!(node.id = %cfg.node_id, "stopped");
+        Ok(())
+    }
+}
+
+async fn fetch_gained(pool: PgPool, ids: Vec<Uuid>, out: mpsc::Sender<Vec<JobRow>>) {
+    for chunk in ids.chunks(10_000) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match feed::fetch(&pool, chunk).await {
+                Ok(rows) => {
+                    if out.send(rows).await.is_err() {
+                        return;
+                    }
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "fetching gained jobs failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+}
+
+/// Keeps ledger partitions created ahead and dropped after the retention.
+async fn maintain_partitions(database_url: String, every: Duration, retention: Retention, token: CancellationToken) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let result = async {
+            let mut client = common::db::connect(&database_url).await?;
+            partitions::maintain(&mut client, Utc::now(), retention).await
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "ledger partition maintenance failed");
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! Publishing fire messages to RabbitMQ with publisher confirms. A message
+//! counts as sent only once the broker confirmed it; any failure drops the
+//! connection so the next call reconnects (and re-declares the topology).
+
+use anyhow::Context;
+use lapin::options::BasicPublishOptions;
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, Connection};
+
+use common::amqp::{self, Topology};
+use common::message::{ATTEMPT_HEADER, FireMessage};
+
+pub struct Publisher {
+    url: String,
+    name: String,
+    topology: Topology,
+    link: Option<(Connection, Channel)>,
+}
+
+impl Publisher {
+    pub fn new(url: String, name: String, topology: Topology) -> Self {
+        Self {
+            url,
+            name,
+            topology,
+            link: None,
+        }
+    }
+
+    async fn channel(&mut self) -> anyhow::Result<&Channel> {
+        let healthy = self
+            .link
+            .as_ref()
+            .is_some_and(|(c, ch)| c.status().connected() && ch.status().connected());
+        if !healthy {
+            self.link = None;
+            let connection = amqp::connect(&self.url, &self.name).await.context("connecting to RabbitMQ")?;
+            let channel = amqp::confirm_channel(&connection).await?;
+            self.topology.declare(&channel).await.context("declaring the queue topology")?;
+            self.link = Some((connection, channel));
+        }
+        Ok(&self.link.as_ref().expect("link set above").1)
+    }
+
+    /// Publishes all messages to the main queue and waits for every confirm.
+    /// Streams the publishes and then awaits the confirms, so a batch costs
+    /// one round trip, not one per message.
+    pub async fn publish(&mut self, messages: &[FireMessage]) -> anyhow::Result<()> {
+        let result = self.publish_inner(messages).await;
+        if result.is_err() {
+            self.link = None;
+        }
+        result
+    }
+
+    async fn publish_inner(&mut self, messages: &[FireMessage]) -> anyhow::Result<()> {
+        let routing_key = self.topology.main_queue.clone();
+        let channel = self.channel().await?;
+        let mut confirms = Vec::with_capacity(messages.len());
+        for message in messages {
+            let payload = serde_json::to_vec(message)?;
+            let mut headers = FieldTable::default();
+            headers.insert(ATTEMPT_HEADER.into(), AMQPValue::LongInt(1));
+            let properties = BasicProperties::default()
+                .with_delivery_mode(2)
+                .with_content_type("application/json".into())
+                .with_message_id(message.execution_id.as_str().into())
+                .with_headers(headers);
+            let confirm = channel
+                .basic_publish(
+                    "".into(),
+                    routing_key.as_str().into(),
+                    BasicPublishOptions {
+                        mandatory: true,
+                        ..Default::default()
+                    },
+                    &payload,
+                    properties,
+                )
+                .await?;
+            confirms.push(confirm);
+        }
+        for confirm in futures::future::join_all(confirms).await {
+            let confirmation = confirm?;
+            if !confirmation.is_ack() {
+                anyhow::bail!("broker refused a message (nack)");
+            }
+            if confirmation.take_message().is_some() {
+                anyhow::bail!("broker returned a message as unroutable");
+            }
+        }
+        Ok(())
+    }
+}

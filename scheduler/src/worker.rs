@@ -1,0 +1,323 @@
+//! The worker: consumes the main queue, holds each message until its due
+//! time, delivers it, and records the outcome in the ledger.
+//!
+//! Per message: parse → wait for `due_at` (never earlier, by this clock) →
+//! move the ledger row to `running` for this fire and attempt (duplicates and
+//! cancelled slots stop here) → deliver → on failure publish to the retry
+//! queue of the next delay, or to the failed queue after the last retry →
+//! record the outcome → ack. A message is acked only after its outcome is
+//! recorded and any follow-up message is confirmed, so a crash anywhere
+//! leads to a redelivery, never to a loss.
+
+pub mod http;
+pub mod ledger;
+pub mod ssrf;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::Utc;
+use deadpool_postgres::Pool;
+use futures::StreamExt;
+use lapin::message::Delivery;
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions, BasicRejectOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel};
+use tokio::sync::{Mutex, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use common::amqp::{self, Topology};
+use common::job::{RetryPolicy, Target};
+use common::message::{ATTEMPT_HEADER, FireMessage};
+
+use self::http::HttpDelivery;
+use self::ledger::{Finish, Start};
+use self::ssrf::SsrfGuard;
+
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub worker_id: String,
+    pub cluster: String,
+    pub amqp_url: String,
+    /// Unacked messages the broker may hand this worker (includes pre-armed
+    /// messages waiting for their due time).
+    pub prefetch: u16,
+    /// Deliveries in progress at once.
+    pub max_in_flight: usize,
+    pub retry_defaults: RetryPolicy,
+    pub allow_cidrs: Vec<ipnet::IpNet>,
+}
+
+/// What one delivery attempt came to.
+#[derive(Debug)]
+pub enum Outcome {
+    Success {
+        http_status: Option<u16>,
+        excerpt: String,
+    },
+    Failure {
+        http_status: Option<u16>,
+        error: String,
+        excerpt: String,
+        /// False when trying again cannot help (e.g. a refused address).
+        retryable: bool,
+    },
+}
+
+impl Outcome {
+    pub fn permanent(http_status: Option<u16>, error: String) -> Self {
+        Outcome::Failure {
+            http_status,
+            error,
+            excerpt: String::new(),
+            retryable: false,
+        }
+    }
+}
+
+struct Shared {
+    config: WorkerConfig,
+    pg: Pool,
+    http: Arc<HttpDelivery>,
+    topology: Topology,
+    /// Confirm-mode channel for retry and failed messages.
+    publish: Channel,
+    declared_retry_queues: Mutex<HashSet<u64>>,
+}
+
+/// Runs until `token` is cancelled; reconnects to RabbitMQ with backoff.
+pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> anyhow::Result<()> {
+    let http = Arc::new(HttpDelivery::new(SsrfGuard::new(config.allow_cidrs.clone()))?);
+    let mut backoff = Duration::from_millis(200);
+    while !token.is_cancelled() {
+        match consume(&config, &pg, http.clone(), &token).await {
+            Ok(()) => break,
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "worker lost RabbitMQ; reconnecting");
+                tokio::select! {
+                    _ = token.cancelled() => break,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn consume(config: &WorkerConfig, pg: &Pool, http: Arc<HttpDelivery>, token: &CancellationToken) -> anyhow::Result<()> {
+    let connection = amqp::connect(&config.amqp_url, &format!("cronshard-worker {}", config.worker_id))
+        .await
+        .context("connecting to RabbitMQ")?;
+    let topology = Topology::new(&config.cluster);
+    let consume_channel = connection.create_channel().await?;
+    topology.declare(&consume_channel).await?;
+    consume_channel.basic_qos(config.prefetch, BasicQosOptions::default()).await?;
+    let publish = amqp::confirm_channel(&connection).await?;
+    let mut consumer = consume_channel
+        .basic_consume(
+            topology.main_queue.as_str().into(),
+            config.worker_id.as_str().into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    tracing::info!(worker.id = %config.worker_id, queue = %topology.main_queue, "consuming");
+    let shared = Arc::new(Shared {
+        config: config.clone(),
+        pg: pg.clone(),
+        http,
+        topology,
+        publish,
+        declared_retry_queues: Mutex::new(HashSet::new()),
+    });
+    let in_flight = Arc::new(Semaphore::new(config.max_in_flight));
+    let tasks = TaskTracker::new();
+    let result = loop {
+        tokio::select! {
+            _ = token.cancelled() => break Ok(()),
+            next = consumer.next() => match next {
+                Some(Ok(delivery)) => {
+                    let shared = shared.clone();
+                    let in_flight = in_flight.clone();
+                    let token = token.clone();
+                    tasks.spawn(async move { handle(shared, delivery, in_flight, token).await });
+                }
+                Some(Err(e)) => break Err(e.into()),
+                None => break Err(anyhow::anyhow!("consumer cancelled by the broker")),
+            },
+        }
+    };
+    // Stop taking messages, let in-flight deliveries finish (waiting ones are
+    // returned to the queue by `handle`), then close: the broker requeues
+    // anything still unacked.
+    tasks.close();
+    tasks.wait().await;
+    let _ = consume_channel.close(200, "worker stopping".into()).await;
+    let _ = connection.close(200, "worker stopping".into()).await;
+    result
+}
+
+fn attempt_of(delivery: &Delivery) -> u32 {
+    delivery
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get(ATTEMPT_HEADER))
+        .and_then(|v| match v {
+            AMQPValue::LongInt(n) => Some(*n as i64),
+            AMQPValue::LongLongInt(n) => Some(*n),
+            AMQPValue::ShortInt(n) => Some(*n as i64),
+            AMQPValue::LongUInt(n) => Some(*n as i64),
+            _ => None,
+        })
+        .filter(|n| *n >= 1)
+        .map(|n| n as u32)
+        .unwrap_or(1)
+}
+
+async fn handle(shared: Arc<Shared>, delivery: Delivery, in_flight: Arc<Semaphore>, token: CancellationToken) {
+    let message: FireMessage = match serde_json::from_slice(&delivery.data) {
+        Ok(m) => m,
+        Err(e) => {
+            // Dead-letters to the failed queue, where an operator can see it.
+            tracing::error!(error = %e, "unparsable message; rejecting to the failed queue");
+            let _ = delivery.acker.reject(BasicRejectOptions { requeue: false }).await;
+            return;
+        }
+    };
+    let attempt = attempt_of(&delivery);
+    // Pre-armed: hold the message until its due instant, never earlier.
+    let wait = (message.due_at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+    let permit = tokio::select! {
+        _ = token.cancelled() => {
+            let _ = delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await;
+            return;
+        }
+        permit = async {
+            tokio::time::sleep(wait).await;
+            in_flight.acquire_owned().await
+        } => permit,
+    };
+    let Ok(_permit) = permit else { return };
+    let result = process(&shared, &message, attempt, delivery.redelivered).await;
+    let outcome = match result {
+        Ok(()) => delivery.acker.ack(BasicAckOptions::default()).await.map(|_| ()),
+        Err(e) => {
+            tracing::warn!(execution.id = %message.execution_id, error = %format!("{e:#}"), "processing failed; message returns to the queue");
+            // Requeue after a pause so a database outage does not spin.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await.map(|_| ())
+        }
+    };
+    if let Err(e) = outcome {
+        tracing::warn!(execution.id = %message.execution_id, error = %e, "ack failed; the broker will redeliver");
+    }
+}
+
+async fn process(shared: &Shared, m: &FireMessage, attempt: u32, redelivered: bool) -> anyhow::Result<()> {
+    let worker_id = &shared.config.worker_id;
+    match ledger::start(&shared.pg, m, attempt, worker_id, redelivered).await? {
+        Start::Go => {}
+        Start::Duplicate => {
+            tracing::debug!(execution.id = %m.execution_id, attempt, "duplicate message dropped");
+            metrics::counter!("cronshard_worker_duplicates_total").increment(1);
+            return Ok(());
+        }
+        Start::Cancelled(reason) => {
+            tracing::info!(execution.id = %m.execution_id, reason, "slot cancelled before delivery");
+            metrics::counter!("cronshard_worker_deliveries_total", "outcome" => "skipped").increment(1);
+            return Ok(());
+        }
+    }
+    let started = Utc::now();
+    if attempt == 1 {
+        metrics::histogram!("cronshard_worker_lateness_seconds").record(ledger::lateness_seconds(started, m.due_at).max(0.0));
+    }
+    metrics::gauge!("cronshard_worker_in_flight").increment(1.0);
+    let outcome = match &m.target {
+        Target::Http(target) => shared.http.deliver(target, m, attempt).await,
+        Target::Sqs(_) => Outcome::permanent(None, "SQS delivery is not enabled in this build".into()),
+    };
+    metrics::gauge!("cronshard_worker_in_flight").decrement(1.0);
+    metrics::histogram!("cronshard_worker_delivery_seconds").record((Utc::now() - started).num_milliseconds() as f64 / 1000.0);
+    let policy = m.retry.unwrap_or(shared.config.retry_defaults);
+    match outcome {
+        Outcome::Success { http_status, excerpt } => {
+            tracing::info!(execution.id = %m.execution_id, attempt, http_status, "delivered");
+            metrics::counter!("cronshard_worker_deliveries_total", "outcome" => "succeeded").increment(1);
+            let f = Finish { status: "succeeded", http_status, sqs_message_id: None, excerpt: &excerpt, error: None };
+            ledger::finish(&shared.pg, m, attempt, f).await?;
+        }
+        Outcome::Failure { http_status, error, excerpt, retryable } => {
+            let retries_used = attempt - 1;
+            if retryable && retries_used < policy.max_retries {
+                let delay = policy.delay_ms(attempt);
+                shared.publish_retry(m, attempt + 1, delay).await?;
+                tracing::warn!(execution.id = %m.execution_id, attempt, error = %error, retry_in_ms = delay, "delivery failed; retry scheduled");
+                metrics::counter!("cronshard_worker_deliveries_total", "outcome" => "retrying").increment(1);
+                let f = Finish { status: "retrying", http_status, sqs_message_id: None, excerpt: &excerpt, error: Some(&error) };
+                ledger::finish(&shared.pg, m, attempt, f).await?;
+            } else {
+                shared.publish_failed(m, attempt, &error).await?;
+                tracing::error!(execution.id = %m.execution_id, attempt, error = %error, "delivery failed for good");
+                metrics::counter!("cronshard_worker_deliveries_total", "outcome" => "failed").increment(1);
+                let f = Finish { status: "failed", http_status, sqs_message_id: None, excerpt: &excerpt, error: Some(&error) };
+                ledger::finish(&shared.pg, m, attempt, f).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Shared {
+    async fn publish_to(&self, queue: &str, m: &FireMessage, headers: FieldTable) -> anyhow::Result<()> {
+        let payload = serde_json::to_vec(m)?;
+        let props = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_content_type("application/json".into())
+            .with_message_id(m.execution_id.as_str().into())
+            .with_headers(headers);
+        let confirm = self
+            .publish
+            .basic_publish("".into(), queue.into(), BasicPublishOptions { mandatory: true, ..Default::default() }, &payload, props)
+            .await?
+            .await?;
+        if !confirm.is_ack() || confirm.take_message().is_some() {
+            anyhow::bail!("broker did not accept the message for {queue}");
+        }
+        Ok(())
+    }
+
+    async fn publish_retry(&self, m: &FireMessage, next_attempt: u32, delay_ms: u64) -> anyhow::Result<()> {
+        {
+            let mut declared = self.declared_retry_queues.lock().await;
+            if !declared.contains(&delay_ms) {
+                self.topology.declare_retry_queue(&self.publish, delay_ms).await?;
+                declared.insert(delay_ms);
+            }
+        }
+        let mut headers = FieldTable::default();
+        headers.insert(ATTEMPT_HEADER.into(), AMQPValue::LongInt(next_attempt as i32));
+        // The message is due again only after its delay.
+        let mut retry = m.clone();
+        retry.due_at = Utc::now();
+        let result = self.publish_to(&self.topology.retry_queue(delay_ms), &retry, headers).await;
+        if result.is_err() {
+            // The queue may have expired since we declared it.
+            self.declared_retry_queues.lock().await.remove(&delay_ms);
+        }
+        result
+    }
+
+    async fn publish_failed(&self, m: &FireMessage, attempts: u32, reason: &str) -> anyhow::Result<()> {
+        let mut headers = FieldTable::default();
+        headers.insert(ATTEMPT_HEADER.into(), AMQPValue::LongInt(attempts as i32));
+        headers.insert("x-cronshard-failed-at".into(), AMQPValue::LongString(common::execution::format_instant(Utc::now()).into()));
+        headers.insert("x-cronshard-failure-reason".into(), AMQPValue::LongString(reason.into()));
+        self.publish_to(&self.topology.failed_queue, m, headers).await
+    }
+}
