@@ -364,11 +364,22 @@ impl Validator {
                     Some(v) => self.string(v, "schedule.timezone"),
                     None => Some("UTC".to_owned()),
                 };
-                let (expr, timezone) = (expr?, timezone?);
-                if let Err(e) = CronSchedule::parse(&expr, &timezone) {
+                // Check the zone on its own so a bad zone and a bad expression
+                // are both reported.
+                let zone_ok = match timezone.as_deref().map(crate::schedule::parse_timezone) {
+                    Some(Err(e)) => {
+                        self.err("schedule.timezone", e.message);
+                        false
+                    }
+                    _ => true,
+                };
+                let expr = expr?;
+                let zone_for_expr = if zone_ok { timezone.as_deref().unwrap_or("UTC") } else { "UTC" };
+                if let Err(e) = CronSchedule::parse(&expr, zone_for_expr) {
                     self.err(format!("schedule.{}", e.field), e.message);
                     return None;
                 }
+                let timezone = timezone.filter(|_| zone_ok)?;
                 ScheduleKind::Cron { expr, timezone }
             }
             Some(other) => {
@@ -617,7 +628,9 @@ mod tests {
 
         let mut v = valid();
         v["schedule"]["timezone"] = json!("Mars/Olympus");
-        assert_eq!(fields(v), ["schedule.timezone"]);
+        assert_eq!(fields(v.clone()), ["schedule.timezone"]);
+        v["schedule"]["expr"] = json!("not cron");
+        assert_eq!(fields(v), ["schedule.timezone", "schedule.expr"]);
 
         let v = json!({ "name": "x", "schedule": { "kind": "interval", "every_ms": 0 }, "target": valid()["target"] });
         assert_eq!(fields(v), ["schedule.every_ms"]);

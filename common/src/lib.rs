@@ -16,5 +16,4 @@ pub mod redis;
 pub mod schedule;
 pub mod shutdown;
 pub mod telemetry;
-#[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -222,7 +222,7 @@ async fn set_paused(state: &AppState, id: Uuid, paused: bool) -> ApiResult<Respo
     let row = tx
         .query_opt(
             &format!(
-                "UPDATE jobs SET paused = $2, spec = jsonb_set(spec, '{{paused}}', to_jsonb($2)), version = version + 1
+                "UPDATE jobs SET paused = $2, spec = jsonb_set(spec, '{{paused}}', to_jsonb($2::boolean)), version = version + 1
                  WHERE id = $1 AND deleted_at IS NULL RETURNING {JOB_COLUMNS}"
             ),
             &[&id, &paused],

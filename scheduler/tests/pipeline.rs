@@ -1,0 +1,169 @@
+//! The pipeline in one process on the real services: API → Postgres →
+//! scheduler node → Redis lock → ledger claim → RabbitMQ → worker → HTTP
+//! callback → ledger. Each test has its own database and cluster name.
+
+#[path = "support/lib.rs"]
+mod support;
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde_json::json;
+
+use common::execution::{format_instant, truncate_ms};
+use common::testing::wait_for;
+use support::{Sink, Stack, http_target};
+
+fn at(t: DateTime<Utc>) -> String {
+    format_instant(truncate_ms(t))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn interval_job_is_delivered_on_time_with_headers_and_recorded() {
+    let sink = Sink::start().await;
+    let mut stack = Stack::start("pipeline").await;
+    stack.start_node(stack.node_config("node-a"));
+    stack.start_worker(stack.worker_config("worker-a"));
+
+    let start = truncate_ms(Utc::now() + TimeDelta::seconds(2));
+    let job = stack
+        .create_job(json!({
+            "name": "every-500ms",
+            "schedule": { "kind": "interval", "every_ms": 500, "start_at": at(start) },
+            "target": http_target(&sink.url("tick")),
+        }))
+        .await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    assert_eq!(job["next_fire_at"], json!(at(start)));
+
+    let got = wait_for("4 deliveries", Duration::from_secs(15), || async {
+        let r = sink.received_on("tick");
+        (r.len() >= 4).then_some(r)
+    })
+    .await;
+    for (k, r) in got.iter().take(4).enumerate() {
+        let slot = start + TimeDelta::milliseconds(500 * k as i64);
+        assert_eq!(r.execution_id, format!("{id}@{}", at(slot)));
+        assert_eq!(r.scheduled_at, at(slot));
+        assert_eq!(r.attempt, 1);
+        // Pre-armed: never early by our clock, and well inside a second late.
+        let lateness = r.received_at - slot;
+        assert!(lateness >= TimeDelta::zero(), "delivered {lateness} early");
+        assert!(lateness < TimeDelta::seconds(1), "delivered {lateness} late");
+    }
+    let row = wait_for("the first slot to be recorded as succeeded", Duration::from_secs(5), || async {
+        stack.ledger(&id, start).await.filter(|r| r["status"] == "succeeded")
+    })
+    .await;
+    assert_eq!(row["attempts"], 1);
+    assert_eq!(row["http_status"], 200);
+    assert_eq!(row["scheduler_node"], "node-a");
+    assert_eq!(row["worker_id"], "worker-a");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_or_pausing_a_job_cancels_its_prearmed_slot() {
+    let sink = Sink::start().await;
+    let mut stack = Stack::start("cancel").await;
+    let mut cfg = stack.node_config("node-a");
+    cfg.lookahead = Duration::from_secs(5);
+    stack.start_node(cfg);
+    stack.start_worker(stack.worker_config("worker-a"));
+
+    let due = truncate_ms(Utc::now() + TimeDelta::seconds(3));
+    let once = |name: &str| {
+        json!({ "name": name, "schedule": { "kind": "once", "at": at(due) }, "target": http_target(&sink.url(name)) })
+    };
+    let deleted = stack.create_job(once("deleted")).await["id"].as_str().unwrap().to_owned();
+    let paused = stack.create_job(once("paused")).await["id"].as_str().unwrap().to_owned();
+    let kept = stack.create_job(once("kept")).await["id"].as_str().unwrap().to_owned();
+
+    // Within the lookahead the slots are claimed and published ahead of time.
+    for id in [&deleted, &paused, &kept] {
+        wait_for("the slot to be pre-armed", Duration::from_secs(3), || async { stack.ledger(id, due).await }).await;
+    }
+    assert!(Utc::now() < due, "the test machine is too slow to observe pre-arming");
+    stack.delete_job(&deleted).await;
+    stack.post(&format!("/v1/jobs/{paused}/pause")).await;
+
+    wait_for("the kept job to be delivered", Duration::from_secs(10), || async {
+        (!sink.received_on("kept").is_empty()).then_some(())
+    })
+    .await;
+    // The worker held every message until `due`; by now it has decided them all.
+    for (id, reason) in [(&deleted, "deleted"), (&paused, "paused")] {
+        let row = stack.ledger(id, due).await.unwrap();
+        assert_eq!(row["status"], "skipped", "{row}");
+        assert_eq!(row["reason"], reason, "{row}");
+    }
+    assert!(sink.received_on("deleted").is_empty());
+    assert!(sink.received_on("paused").is_empty());
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failing_callback_is_retried_with_backoff_and_the_same_execution_id() {
+    let sink = Sink::start().await;
+    sink.fail_first(2, 503);
+    let mut stack = Stack::start("retry").await;
+    stack.start_node(stack.node_config("node-a"));
+    stack.start_worker(stack.worker_config("worker-a"));
+    let due = truncate_ms(Utc::now() + TimeDelta::seconds(2));
+    let job = stack
+        .create_job(json!({
+            "name": "flaky",
+            "schedule": { "kind": "once", "at": at(due) },
+            "target": http_target(&sink.url("flaky")),
+            "retry": { "max_retries": 3, "base_delay_ms": 500, "multiplier": 2.0 },
+        }))
+        .await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    let got = wait_for("three attempts", Duration::from_secs(15), || async {
+        let r = sink.received_on("flaky");
+        (r.len() >= 3).then_some(r)
+    })
+    .await;
+    assert_eq!(got.iter().map(|r| r.attempt).collect::<Vec<_>>(), [1, 2, 3]);
+    assert!(got.iter().all(|r| r.execution_id == got[0].execution_id));
+    // Retry n waits base × 2^(n−1): 500 ms, then 1000 ms.
+    let gap1 = (got[1].received_at - got[0].received_at).num_milliseconds();
+    let gap2 = (got[2].received_at - got[1].received_at).num_milliseconds();
+    assert!((450..1200).contains(&gap1), "first retry after {gap1} ms");
+    assert!((950..1800).contains(&gap2), "second retry after {gap2} ms");
+    let row = wait_for("success recorded", Duration::from_secs(5), || async {
+        stack.ledger(&id, due).await.filter(|r| r["status"] == "succeeded")
+    })
+    .await;
+    assert_eq!(row["attempts"], 3);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn callbacks_to_loopback_are_refused_without_an_allow_list() {
+    let sink = Sink::start().await;
+    let mut stack = Stack::start("ssrf").await;
+    stack.start_node(stack.node_config("node-a"));
+    let mut worker = stack.worker_config("worker-a");
+    worker.allow_cidrs.clear();
+    stack.start_worker(worker);
+    let due = truncate_ms(Utc::now() + TimeDelta::seconds(1));
+    let job = stack
+        .create_job(json!({ "name": "ssrf", "schedule": { "kind": "once", "at": at(due) }, "target": http_target(&sink.url("ssrf")) }))
+        .await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    let row = wait_for("the refusal to be recorded", Duration::from_secs(10), || async {
+        stack.ledger(&id, due).await.filter(|r| r["status"] == "failed")
+    })
+    .await;
+    assert_eq!(row["attempts"], 1, "a refused address is not retried");
+    let client = stack.pg.get().await.unwrap();
+    let error: String = client
+        .query_one("SELECT error FROM scheduled_jobs WHERE job_id = $1", &[&id.parse::<uuid::Uuid>().unwrap()])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(error.contains("loopback") && error.contains("CALLBACK_ALLOW_CIDRS"), "{error}");
+    assert!(sink.received().is_empty());
+    stack.stop().await;
+}

@@ -1,0 +1,237 @@
+//! Shared by the scheduler's integration tests: a real HTTP callback
+//! receiver, and an in-process stack (API, scheduler nodes, workers) on the
+//! real services, isolated by its own database and cluster name.
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::any;
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use common::testing::{TestDb, unique_cluster};
+use scheduler::node::{Node, NodeConfig};
+use scheduler::worker::{self, WorkerConfig};
+
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub execution_id: String,
+    pub scheduled_at: String,
+    pub attempt: u32,
+    pub received_at: DateTime<Utc>,
+    pub path: String,
+}
+
+#[derive(Clone, Default)]
+struct SinkState {
+    received: Arc<Mutex<Vec<Received>>>,
+    /// Answer this status instead of 200 to the first N requests.
+    fail_first: Arc<Mutex<(usize, u16)>>,
+}
+
+/// A real HTTP receiver on 127.0.0.1 that records every delivery.
+pub struct Sink {
+    pub addr: SocketAddr,
+    state: SinkState,
+    _shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+fn header(h: &HeaderMap, name: &str) -> String {
+    h.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
+}
+
+async fn record(State(s): State<SinkState>, uri: axum::http::Uri, headers: HeaderMap) -> StatusCode {
+    s.received.lock().unwrap().push(Received {
+        execution_id: header(&headers, "x-cronshard-execution-id"),
+        scheduled_at: header(&headers, "x-cronshard-scheduled-at"),
+        attempt: header(&headers, "x-cronshard-attempt").parse().unwrap_or(0),
+        received_at: Utc::now(),
+        path: uri.path().to_owned(),
+    });
+    let mut fail = s.fail_first.lock().unwrap();
+    if fail.0 > 0 {
+        fail.0 -= 1;
+        return StatusCode::from_u16(fail.1).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    StatusCode::OK
+}
+
+impl Sink {
+    pub async fn start() -> Sink {
+        let state = SinkState::default();
+        let app = Router::new().route("/{*path}", any(record)).with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await
+                .unwrap();
+        });
+        Sink { addr, state, _shutdown: tx }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}/{path}", self.addr)
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.state.received.lock().unwrap().clone()
+    }
+
+    pub fn received_on(&self, path: &str) -> Vec<Received> {
+        self.received().into_iter().filter(|r| r.path == format!("/{path}")).collect()
+    }
+
+    pub fn fail_first(&self, n: usize, status: u16) {
+        *self.state.fail_first.lock().unwrap() = (n, status);
+    }
+}
+
+/// The in-process stack: the API on port 0, and nodes/workers started on demand.
+pub struct Stack {
+    pub db: TestDb,
+    pub cluster: String,
+    pub api: String,
+    pub http: reqwest::Client,
+    pub pg: deadpool_postgres::Pool,
+    pub token: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Stack {
+    pub async fn start(label: &str) -> Stack {
+        let db = TestDb::new().await.expect("test database");
+        let cluster = unique_cluster(label);
+        let pg = common::db::pool(&db.url, 8).unwrap();
+        let state = api::AppState {
+            pg: pg.clone(),
+            redis: common::redis::pools(&[common::testing::redis_url()]).unwrap(),
+            keys: common::redis::Keys::new(&cluster),
+            cluster: cluster.clone(),
+            tokens: Arc::new(vec![]),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let api = format!("http://{}", listener.local_addr().unwrap());
+        let token = CancellationToken::new();
+        let t = token.clone();
+        let server = tokio::spawn(async move {
+            api::serve(listener, state, async move { t.cancelled().await }).await.unwrap();
+        });
+        Stack {
+            db,
+            cluster,
+            api,
+            http: reqwest::Client::new(),
+            pg,
+            token,
+            tasks: vec![server],
+        }
+    }
+
+    pub fn node_config(&self, node_id: &str) -> NodeConfig {
+        let mut cfg = NodeConfig::new(node_id.into(), self.cluster.clone(), self.db.url.clone(), common::testing::amqp_url());
+        cfg.poll_interval = Duration::from_millis(500);
+        cfg.heartbeat_interval = Duration::from_secs(1);
+        cfg.membership_refresh = Duration::from_millis(300);
+        cfg.outbox_grace = Duration::from_secs(2);
+        cfg
+    }
+
+    pub fn start_node(&mut self, config: NodeConfig) {
+        let node = Node {
+            config,
+            pg: common::db::pool(&self.db.url, 8).unwrap(),
+            redis: common::redis::pools(&[common::testing::redis_url()]).unwrap(),
+        };
+        let token = self.token.clone();
+        self.tasks.push(tokio::spawn(async move {
+            node.run(token).await.unwrap();
+        }));
+    }
+
+    pub fn worker_config(&self, worker_id: &str) -> WorkerConfig {
+        WorkerConfig {
+            worker_id: worker_id.into(),
+            cluster: self.cluster.clone(),
+            amqp_url: common::testing::amqp_url(),
+            prefetch: 500,
+            max_in_flight: 64,
+            retry_defaults: common::job::RetryPolicy {
+                max_retries: 3,
+                base_delay_ms: 1000,
+                multiplier: 2.0,
+                max_delay_ms: 60_000,
+            },
+            allow_cidrs: vec!["127.0.0.0/8".parse().unwrap()],
+        }
+    }
+
+    pub fn start_worker(&mut self, config: WorkerConfig) {
+        let pg = self.pg.clone();
+        let token = self.token.clone();
+        self.tasks.push(tokio::spawn(async move {
+            worker::run(config, pg, token).await.unwrap();
+        }));
+    }
+
+    pub async fn create_job(&self, body: Value) -> Value {
+        let response = self.http.post(format!("{}/v1/jobs", self.api)).json(&body).send().await.unwrap();
+        let status = response.status();
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(status, 201, "create failed: {body}");
+        body
+    }
+
+    pub async fn delete_job(&self, id: &str) {
+        let response = self.http.delete(format!("{}/v1/jobs/{id}", self.api)).send().await.unwrap();
+        assert_eq!(response.status(), 204);
+    }
+
+    pub async fn post(&self, path: &str) -> Value {
+        let response = self.http.post(format!("{}{path}", self.api)).send().await.unwrap();
+        assert!(response.status().is_success(), "POST {path}: {}", response.status());
+        response.json().await.unwrap()
+    }
+
+    /// The ledger row of one slot as JSON (status, attempts, reason, ...).
+    pub async fn ledger(&self, job_id: &str, scheduled_at: DateTime<Utc>) -> Option<Value> {
+        let client = self.pg.get().await.unwrap();
+        let id: uuid::Uuid = job_id.parse().unwrap();
+        client
+            .query_opt(
+                "SELECT status, attempts, reason, execution_id, worker_id, scheduler_node, http_status
+                 FROM scheduled_jobs WHERE job_id = $1 AND scheduled_at = $2",
+                &[&id, &scheduled_at],
+            )
+            .await
+            .unwrap()
+            .map(|r| {
+                json!({
+                    "status": r.get::<_, String>(0), "attempts": r.get::<_, i32>(1), "reason": r.get::<_, Option<String>>(2),
+                    "execution_id": r.get::<_, String>(3), "worker_id": r.get::<_, Option<String>>(4),
+                    "scheduler_node": r.get::<_, Option<String>>(5), "http_status": r.get::<_, Option<i32>>(6),
+                })
+            })
+    }
+
+    pub async fn stop(self) {
+        self.token.cancel();
+        for t in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+        }
+    }
+}
+
+pub fn http_target(url: &str) -> Value {
+    json!({ "kind": "http", "url": url, "timeout_ms": 2000 })
+}
