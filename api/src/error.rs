@@ -36,7 +36,8 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, title, detail, errors) = match self {
             ApiError::Validation(errors) => {
-                let detail = errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join("; ");
+                let detail =
+                    errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join("; ");
                 (StatusCode::UNPROCESSABLE_ENTITY, "Invalid request", detail, Some(errors))
             }
             ApiError::BadRequest(d) => (StatusCode::BAD_REQUEST, "Bad request", d, None),
@@ -52,7 +53,12 @@ impl IntoResponse for ApiError {
             ApiError::Unavailable(d) => (StatusCode::SERVICE_UNAVAILABLE, "Service unavailable", d, None),
             ApiError::Internal(e) => {
                 tracing::error!(error = %format!("{e:#}"), "internal error");
-                (StatusCode::INTERNAL_SERVER_ERROR, "Internal server error", "the server failed to handle the request; see its logs".to_owned(), None)
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "Internal server error",
+                    "the server failed to handle the request; see its logs".to_owned(),
+                    None,
+                )
             }
         };
         let mut body = json!({ "type": "about:blank", "title": title, "status": status.as_u16(), "detail": detail });
@@ -60,9 +66,7 @@ impl IntoResponse for ApiError {
             body["errors"] = json!(errors);
         }
         let mut response = (status, body.to_string()).into_response();
-        response
-            .headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }

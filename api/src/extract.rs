@@ -43,9 +43,10 @@ impl<S: Send + Sync> FromRequestParts<S> for JobIdPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let axum::extract::Path(raw): axum::extract::Path<String> = axum::extract::Path::from_request_parts(parts, state)
-            .await
-            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let axum::extract::Path(raw): axum::extract::Path<String> =
+            axum::extract::Path::from_request_parts(parts, state)
+                .await
+                .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         raw.parse::<Uuid>()
             .map(JobIdPath)
             .map_err(|_| ApiError::NotFound(format!("no job with id {raw:?} (job ids are UUIDs)")))

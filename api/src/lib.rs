@@ -77,19 +77,16 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
         .unwrap_or_default();
-    let ok = state
-        .tokens
-        .iter()
-        .fold(false, |ok, t| ok | token_matches(given.as_bytes(), t.as_bytes()));
-    if ok && !given.is_empty() {
-        next.run(request).await
-    } else {
-        ApiError::Unauthorized.into_response()
-    }
+    let ok = state.tokens.iter().fold(false, |ok, t| ok | token_matches(given.as_bytes(), t.as_bytes()));
+    if ok && !given.is_empty() { next.run(request).await } else { ApiError::Unauthorized.into_response() }
 }
 
 /// Serves until `shutdown` resolves, then drains in-flight requests.
-pub async fn serve(listener: tokio::net::TcpListener, state: AppState, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
 }
 

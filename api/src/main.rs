@@ -46,9 +46,12 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Serve => {
-            let tokens: Vec<String> = args.api_tokens.into_iter().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()).collect();
+            let tokens: Vec<String> =
+                args.api_tokens.into_iter().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()).collect();
             if tokens.is_empty() {
-                tracing::warn!("API_TOKENS is empty: AUTHENTICATION IS OFF and anyone who can reach this port can create jobs that call any URL. Set API_TOKENS in production.");
+                tracing::warn!(
+                    "API_TOKENS is empty: AUTHENTICATION IS OFF and anyone who can reach this port can create jobs that call any URL. Set API_TOKENS in production."
+                );
             }
             let state = api::AppState {
                 pg: common::db::pool(&args.service.database_url, args.service.database_pool_size)?,

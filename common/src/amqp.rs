@@ -42,24 +42,16 @@ impl Topology {
 
     /// Declares the main queue, the DLX and the failed queue.
     pub async fn declare(&self, channel: &Channel) -> lapin::Result<()> {
-        let durable = QueueDeclareOptions {
-            durable: true,
-            ..Default::default()
-        };
+        let durable = QueueDeclareOptions { durable: true, ..Default::default() };
         channel
             .exchange_declare(
                 self.dlx.as_str().into(),
                 ExchangeKind::Direct,
-                ExchangeDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                },
+                ExchangeDeclareOptions { durable: true, ..Default::default() },
                 FieldTable::default(),
             )
             .await?;
-        channel
-            .queue_declare(self.failed_queue.as_str().into(), durable, FieldTable::default())
-            .await?;
+        channel.queue_declare(self.failed_queue.as_str().into(), durable, FieldTable::default()).await?;
         channel
             .queue_bind(
                 self.failed_queue.as_str().into(),
@@ -71,10 +63,7 @@ impl Topology {
             .await?;
         let mut args = FieldTable::default();
         args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString(self.dlx.as_str().into()));
-        args.insert(
-            "x-dead-letter-routing-key".into(),
-            AMQPValue::LongString(self.failed_queue.as_str().into()),
-        );
+        args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(self.failed_queue.as_str().into()));
         channel.queue_declare(self.main_queue.as_str().into(), durable, args).await?;
         Ok(())
     }
@@ -85,21 +74,11 @@ impl Topology {
         let mut args = FieldTable::default();
         args.insert("x-message-ttl".into(), AMQPValue::LongLongInt(delay_ms as i64));
         args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
-        args.insert(
-            "x-dead-letter-routing-key".into(),
-            AMQPValue::LongString(self.main_queue.as_str().into()),
-        );
+        args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(self.main_queue.as_str().into()));
         // Expire only well after the last message could have left.
         args.insert("x-expires".into(), AMQPValue::LongLongInt(delay_ms as i64 + 600_000));
         channel
-            .queue_declare(
-                name.as_str().into(),
-                QueueDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                },
-                args,
-            )
+            .queue_declare(name.as_str().into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
             .await?;
         Ok(name)
     }

@@ -13,18 +13,13 @@ mod embedded {
 
 /// Builds a pool; connections are opened lazily on first use.
 pub fn pool(database_url: &str, max_size: usize) -> anyhow::Result<Pool> {
-    let mut config = tokio_postgres::Config::from_str(database_url).context("DATABASE_URL is not a valid Postgres URL")?;
+    let mut config =
+        tokio_postgres::Config::from_str(database_url).context("DATABASE_URL is not a valid Postgres URL")?;
     config.connect_timeout(Duration::from_secs(5));
     if config.get_application_name().is_none() {
         config.application_name("cronshard");
     }
-    let manager = Manager::from_config(
-        config,
-        NoTls,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
+    let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
     Pool::builder(manager)
         .max_size(max_size)
         .wait_timeout(Some(Duration::from_secs(10)))
@@ -52,7 +47,9 @@ pub async fn create_database_if_missing(database_url: &str) -> anyhow::Result<bo
     let name = config.get_dbname().context("DATABASE_URL names no database")?.to_owned();
     match connect(database_url).await {
         Ok(_) => return Ok(false),
-        Err(e) if e.downcast_ref::<tokio_postgres::Error>().and_then(|e| e.code()) == Some(&tokio_postgres::error::SqlState::INVALID_CATALOG_NAME) => {}
+        Err(e)
+            if e.downcast_ref::<tokio_postgres::Error>().and_then(|e| e.code())
+                == Some(&tokio_postgres::error::SqlState::INVALID_CATALOG_NAME) => {}
         Err(e) => return Err(e.context("connecting to Postgres")),
     }
     let mut admin = config.clone();

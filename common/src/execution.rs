@@ -34,10 +34,7 @@ mod tests {
     fn formats_as_documented() {
         let t = DateTime::parse_from_rfc3339("2026-12-15T15:00:00.123456+00:00").unwrap().with_timezone(&Utc);
         let id = Uuid::nil();
-        assert_eq!(
-            execution_id(id, truncate_ms(t)),
-            "00000000-0000-0000-0000-000000000000@2026-12-15T15:00:00.123Z"
-        );
+        assert_eq!(execution_id(id, truncate_ms(t)), "00000000-0000-0000-0000-000000000000@2026-12-15T15:00:00.123Z");
         assert_eq!(format_instant(truncate_ms(t) - TimeDelta::milliseconds(123)), "2026-12-15T15:00:00.000Z");
     }
 }

@@ -76,19 +76,12 @@ impl ScheduleSpec {
     pub fn compile(&self, created_at: DateTime<Utc>) -> Result<CompiledSchedule, ScheduleError> {
         let recurrence = match &self.kind {
             ScheduleKind::Once { at } => Recurrence::Once { at: *at },
-            ScheduleKind::Interval { every_ms } => Recurrence::Interval {
-                every_ms: *every_ms,
-                anchor: self.start_at.unwrap_or(created_at),
-            },
-            ScheduleKind::Cron { expr, timezone } => {
-                Recurrence::Cron(CronSchedule::parse(expr, timezone)?)
+            ScheduleKind::Interval { every_ms } => {
+                Recurrence::Interval { every_ms: *every_ms, anchor: self.start_at.unwrap_or(created_at) }
             }
+            ScheduleKind::Cron { expr, timezone } => Recurrence::Cron(CronSchedule::parse(expr, timezone)?),
         };
-        Ok(CompiledSchedule {
-            recurrence,
-            start_at: self.start_at,
-            end_at: self.end_at,
-        })
+        Ok(CompiledSchedule { recurrence, start_at: self.start_at, end_at: self.end_at })
     }
 }
 
@@ -139,11 +132,7 @@ impl RetryPolicy {
     pub fn delay_ms(&self, retry: u32) -> u64 {
         let exp = retry.saturating_sub(1) as i32;
         let raw = self.base_delay_ms as f64 * self.multiplier.powi(exp);
-        if raw.is_finite() {
-            (raw as u64).min(self.max_delay_ms)
-        } else {
-            self.max_delay_ms
-        }
+        if raw.is_finite() { (raw as u64).min(self.max_delay_ms) } else { self.max_delay_ms }
     }
 }
 
@@ -165,10 +154,7 @@ pub struct FieldError {
 
 impl FieldError {
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            message: message.into(),
-        }
+        Self { field: field.into(), message: message.into() }
     }
 }
 
@@ -200,11 +186,7 @@ struct Validator {
 }
 
 fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_owned()
-    } else {
-        format!("{path}.{key}")
-    }
+    if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") }
 }
 
 impl Validator {
@@ -314,15 +296,7 @@ impl Validator {
             }
             None => false,
         };
-        Some(JobSpec {
-            name: name?,
-            schedule: schedule?,
-            target: target?,
-            retry,
-            misfire,
-            misfire_cap,
-            paused,
-        })
+        Some(JobSpec { name: name?, schedule: schedule?, target: target?, retry, misfire, misfire_cap, paused })
     }
 
     fn schedule(&mut self, value: &Value) -> Option<ScheduleSpec> {
@@ -340,12 +314,13 @@ impl Validator {
 
         let start_at = Self::field(map, "start_at").and_then(|v| self.instant(v, "schedule.start_at"));
         let end_at = Self::field(map, "end_at").and_then(|v| self.instant(v, "schedule.end_at"));
-        if let (Some(s), Some(e)) = (start_at, end_at) {
-            if e < s {
-                self.err("schedule.end_at", "must not be before schedule.start_at");
-            }
+        if let (Some(s), Some(e)) = (start_at, end_at)
+            && e < s
+        {
+            self.err("schedule.end_at", "must not be before schedule.start_at");
         }
-        let max_runs = Self::field(map, "max_runs").and_then(|v| self.uint(v, "schedule.max_runs", 1, limits::MAX_RUNS_MAX));
+        let max_runs =
+            Self::field(map, "max_runs").and_then(|v| self.uint(v, "schedule.max_runs", 1, limits::MAX_RUNS_MAX));
 
         let kind = match kind_name {
             Some("once") => {
@@ -391,12 +366,7 @@ impl Validator {
                 return None;
             }
         };
-        Some(ScheduleSpec {
-            kind,
-            start_at,
-            end_at,
-            max_runs,
-        })
+        Some(ScheduleSpec { kind, start_at, end_at, max_runs })
     }
 
     fn headers(&mut self, value: Option<&Value>, path: &str) -> BTreeMap<String, String> {
@@ -451,10 +421,10 @@ impl Validator {
                     Some(v) => self.string(v, "target.method").map(|m| m.to_ascii_uppercase()),
                     None => Some("POST".to_owned()),
                 };
-                if let Some(m) = &method {
-                    if !["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"].contains(&m.as_str()) {
-                        self.err("target.method", "must be one of GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS");
-                    }
+                if let Some(m) = &method
+                    && !["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"].contains(&m.as_str())
+                {
+                    self.err("target.method", "must be one of GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS");
                 }
                 let headers = self.headers(Self::field(map, "headers"), "target.headers");
                 let body = self.body(Self::field(map, "body"), "target.body");
@@ -480,14 +450,8 @@ impl Validator {
                 }))
             }
             Some("sqs") => {
-                let allowed = [
-                    "kind",
-                    "queue_url",
-                    "body",
-                    "message_group_id",
-                    "message_deduplication_id",
-                    "message_attributes",
-                ];
+                let allowed =
+                    ["kind", "queue_url", "body", "message_group_id", "message_deduplication_id", "message_attributes"];
                 let map = self.object(value, p, &allowed)?;
                 let queue_url = self.required(map, p, "queue_url").and_then(|v| self.string(v, "target.queue_url"));
                 if let Some(u) = &queue_url {
@@ -570,10 +534,10 @@ impl Validator {
             Some(v) => self.uint(v, "retry.max_delay_ms", 1, limits::RETRY_DELAY_MAX_MS),
             None => Some(3_600_000),
         };
-        if let (Some(b), Some(m)) = (base_delay_ms, max_delay_ms) {
-            if m < b {
-                self.err("retry.max_delay_ms", "must not be less than retry.base_delay_ms");
-            }
+        if let (Some(b), Some(m)) = (base_delay_ms, max_delay_ms)
+            && m < b
+        {
+            self.err("retry.max_delay_ms", "must not be less than retry.base_delay_ms");
         }
         Some(RetryPolicy {
             max_retries: max_retries? as u32,
@@ -668,12 +632,7 @@ mod tests {
 
     #[test]
     fn backoff_grows_and_is_capped() {
-        let p = RetryPolicy {
-            max_retries: 5,
-            base_delay_ms: 30_000,
-            multiplier: 2.0,
-            max_delay_ms: 100_000,
-        };
+        let p = RetryPolicy { max_retries: 5, base_delay_ms: 30_000, multiplier: 2.0, max_delay_ms: 100_000 };
         assert_eq!([1, 2, 3, 4].map(|n| p.delay_ms(n)), [30_000, 60_000, 100_000, 100_000]);
     }
 }

@@ -24,10 +24,7 @@ pub struct Retention {
 
 impl Default for Retention {
     fn default() -> Self {
-        Self {
-            ahead_days: 7,
-            retention_days: 45,
-        }
+        Self { ahead_days: 7, retention_days: 45 }
     }
 }
 
@@ -49,7 +46,11 @@ fn day_of_partition(name: &str) -> Option<NaiveDate> {
 }
 
 /// Brings the partitions in line with `now` and `retention`.
-pub async fn maintain(client: &mut tokio_postgres::Client, now: DateTime<Utc>, retention: Retention) -> anyhow::Result<MaintenanceReport> {
+pub async fn maintain(
+    client: &mut tokio_postgres::Client,
+    now: DateTime<Utc>,
+    retention: Retention,
+) -> anyhow::Result<MaintenanceReport> {
     let tx = client.transaction().await?;
     // Waiting would only repeat the work another node is doing right now.
     let locked: bool = tx.query_one("SELECT pg_try_advisory_xact_lock($1)", &[&MAINTENANCE_LOCK]).await?.get(0);
@@ -73,12 +74,8 @@ pub async fn maintain(client: &mut tokio_postgres::Client, now: DateTime<Utc>, r
         .filter_map(|d| (today - Days::new(1)).checked_add_days(Days::new(d.into())))
         .collect();
     // Days that already have rows parked in the default partition.
-    for row in tx
-        .query(
-            "SELECT DISTINCT (scheduled_at AT TIME ZONE 'UTC')::date FROM scheduled_jobs_default",
-            &[],
-        )
-        .await?
+    for row in
+        tx.query("SELECT DISTINCT (scheduled_at AT TIME ZONE 'UTC')::date FROM scheduled_jobs_default", &[]).await?
     {
         wanted.push(row.get(0));
     }
@@ -108,11 +105,9 @@ async fn create_partition(tx: &impl GenericClient, day: NaiveDate) -> anyhow::Re
     let name = partition_name(day);
     let from = format!("{} 00:00:00+00", day.format("%Y-%m-%d"));
     let to = format!("{} 00:00:00+00", (day + Days::new(1)).format("%Y-%m-%d"));
-    tx.batch_execute(&format!(
-        "CREATE TABLE {name} (LIKE scheduled_jobs INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
-    ))
-    .await
-    .with_context(|| format!("creating {name}"))?;
+    tx.batch_execute(&format!("CREATE TABLE {name} (LIKE scheduled_jobs INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"))
+        .await
+        .with_context(|| format!("creating {name}"))?;
     let moved = tx
         .execute(
             &format!(

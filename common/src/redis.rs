@@ -38,9 +38,7 @@ pub struct Keys {
 
 impl Keys {
     pub fn new(cluster: &str) -> Self {
-        Self {
-            prefix: cluster.to_owned(),
-        }
+        Self { prefix: cluster.to_owned() }
     }
 
     pub fn node(&self, node_id: &str) -> String {

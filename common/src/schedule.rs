@@ -31,10 +31,7 @@ pub struct ScheduleError {
 
 impl ScheduleError {
     fn new(field: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            field,
-            message: message.into(),
-        }
+        Self { field, message: message.into() }
     }
 
     fn expr(message: impl Into<String>) -> Self {
@@ -44,8 +41,7 @@ impl ScheduleError {
 
 /// Parses an IANA time zone name such as `Europe/Berlin` or `UTC`.
 pub fn parse_timezone(name: &str) -> Result<Tz, ScheduleError> {
-    name.parse::<Tz>()
-        .map_err(|_| ScheduleError::new("timezone", format!("unknown IANA time zone {name:?}")))
+    name.parse::<Tz>().map_err(|_| ScheduleError::new("timezone", format!("unknown IANA time zone {name:?}")))
 }
 
 /// Truncates an instant to whole milliseconds.
@@ -74,11 +70,7 @@ impl CronSchedule {
     pub fn parse(expr: &str, timezone: &str) -> Result<Self, ScheduleError> {
         let local = compile_expr(expr)?;
         let timezone = parse_timezone(timezone)?;
-        Ok(Self {
-            expr: expr.to_owned(),
-            timezone,
-            local,
-        })
+        Ok(Self { expr: expr.to_owned(), timezone, local })
     }
 
     /// The first fire time strictly after `after`.
@@ -91,18 +83,8 @@ impl CronSchedule {
         let floor = DateTime::UNIX_EPOCH - TimeDelta::days(2);
         // Local→UTC mapping is monotone, so no wall time before `after`'s own
         // can map past `after`.
-        let wall = after
-            .max(floor)
-            .with_timezone(&self.timezone)
-            .naive_local()
-            .and_utc();
-        let mut candidates = Merged {
-            iters: self
-                .local
-                .iter()
-                .map(|s| s.after(&wall).peekable())
-                .collect(),
-        };
+        let wall = after.max(floor).with_timezone(&self.timezone).naive_local().and_utc();
+        let mut candidates = Merged { iters: self.local.iter().map(|s| s.after(&wall).peekable()).collect() };
         for _ in 0..MAX_SKIPPED_CANDIDATES {
             let local = candidates.next()?;
             let instant = local_to_instant(self.timezone, local.naive_utc())?;
@@ -137,11 +119,7 @@ impl Iterator for Merged<'_> {
     type Item = DateTime<Utc>;
 
     fn next(&mut self) -> Option<DateTime<Utc>> {
-        let min = self
-            .iters
-            .iter_mut()
-            .filter_map(|i| i.peek().copied())
-            .min()?;
+        let min = self.iters.iter_mut().filter_map(|i| i.peek().copied()).min()?;
         for it in &mut self.iters {
             if it.peek() == Some(&min) {
                 it.next();
@@ -165,8 +143,7 @@ fn local_to_instant(tz: Tz, local: NaiveDateTime) -> Option<DateTime<Utc>> {
 /// UTC seconds: the first second whose wall time is past `local`. Offsets are
 /// under 24h, so ±1 day brackets it (wall(lo) < local < wall(hi)).
 fn gap_end(tz: Tz, local: NaiveDateTime) -> Option<DateTime<Utc>> {
-    let wall =
-        |secs: i64| DateTime::from_timestamp(secs, 0).map(|t| t.with_timezone(&tz).naive_local());
+    let wall = |secs: i64| DateTime::from_timestamp(secs, 0).map(|t| t.with_timezone(&tz).naive_local());
     let guess = local.and_utc().timestamp();
     let (mut lo, mut hi) = (guess - 86_400, guess + 86_400);
     while hi - lo > 1 {
@@ -239,9 +216,7 @@ fn compile_expr(expr: &str) -> Result<Vec<cron::Schedule>, ScheduleError> {
     };
     variants
         .iter()
-        .map(|v| {
-            cron::Schedule::from_str(&v.join(" ")).map_err(|e| diagnose(&original, &translated, &e))
-        })
+        .map(|v| cron::Schedule::from_str(&v.join(" ")).map_err(|e| diagnose(&original, &translated, &e)))
         .collect()
 }
 
@@ -262,11 +237,7 @@ fn shortcut(name: &str) -> Result<&'static str, ScheduleError> {
 }
 
 /// Names the first field the crate rejects on its own, with the crate's reason.
-fn diagnose(
-    original: &[&str; 6],
-    translated: &[&str; 6],
-    whole: &cron::error::Error,
-) -> ScheduleError {
+fn diagnose(original: &[&str; 6], translated: &[&str; 6], whole: &cron::error::Error) -> ScheduleError {
     for (i, field) in translated.iter().enumerate() {
         let mut probe = ["*"; 6];
         probe[i] = field;
@@ -292,11 +263,7 @@ fn crate_reason(e: &cron::error::Error) -> String {
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
-    if reason.is_empty() {
-        "unexpected syntax".to_owned()
-    } else {
-        reason.join(" ")
-    }
+    if reason.is_empty() { "unexpected syntax".to_owned() } else { reason.join(" ") }
 }
 
 /// Crontab day-of-week (0-7, 0 and 7 = Sunday, names, lists, ranges, steps)
@@ -305,8 +272,7 @@ fn translate_dow(field: &str) -> Result<String, ScheduleError> {
     if field == "*" || field == "?" {
         return Ok(field.to_owned());
     }
-    let invalid =
-        |why: String| ScheduleError::expr(format!("day-of-week field {field:?} is invalid: {why}"));
+    let invalid = |why: String| ScheduleError::expr(format!("day-of-week field {field:?} is invalid: {why}"));
     let mut days = [false; 7];
     for item in field.split(',') {
         let (base, step) = match item.split_once('/') {
@@ -336,10 +302,7 @@ fn translate_dow(field: &str) -> Result<String, ScheduleError> {
             days[d % 7] = true;
         }
     }
-    let list: Vec<String> = (0..7)
-        .filter(|&d| days[d])
-        .map(|d| (d + 1).to_string())
-        .collect();
+    let list: Vec<String> = (0..7).filter(|&d| days[d]).map(|d| (d + 1).to_string()).collect();
     Ok(list.join(","))
 }
 
@@ -405,9 +368,7 @@ impl CompiledSchedule {
         };
         let next = match &self.recurrence {
             Recurrence::Once { at } => Some(truncate_to_millis(*at)).filter(|at| *at > from),
-            Recurrence::Interval { every_ms, anchor } => {
-                interval_next(*every_ms, truncate_to_millis(*anchor), from)
-            }
+            Recurrence::Interval { every_ms, anchor } => interval_next(*every_ms, truncate_to_millis(*anchor), from),
             Recurrence::Cron(cron) => cron.next_after(from),
         }?;
         match end {
@@ -435,11 +396,7 @@ impl CompiledSchedule {
 
 /// Smallest `anchor + k * every_ms` (k >= 0) strictly after `after`; exact in
 /// nanoseconds so a sub-millisecond `after` cannot be rounded onto a slot.
-fn interval_next(
-    every_ms: u64,
-    anchor: DateTime<Utc>,
-    after: DateTime<Utc>,
-) -> Option<DateTime<Utc>> {
+fn interval_next(every_ms: u64, anchor: DateTime<Utc>, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
     if every_ms == 0 {
         return None;
     }
@@ -451,10 +408,7 @@ fn interval_next(
     let elapsed_ns = i128::from(elapsed.num_seconds()) * NANOS + i128::from(elapsed.subsec_nanos());
     let every_ns = i128::from(every_ms) * 1_000_000;
     let offset_ns = (elapsed_ns / every_ns + 1) * every_ns;
-    let offset = TimeDelta::new(
-        i64::try_from(offset_ns / NANOS).ok()?,
-        u32::try_from(offset_ns % NANOS).ok()?,
-    )?;
+    let offset = TimeDelta::new(i64::try_from(offset_ns / NANOS).ok()?, u32::try_from(offset_ns % NANOS).ok()?)?;
     anchor.checked_add_signed(offset)
 }
 
@@ -473,11 +427,7 @@ mod tests {
     }
 
     fn fires(expr: &str, tz: &str, after: &str, n: usize) -> Vec<DateTime<Utc>> {
-        let s = CompiledSchedule {
-            recurrence: Recurrence::Cron(cron(expr, tz)),
-            start_at: None,
-            end_at: None,
-        };
+        let s = CompiledSchedule { recurrence: Recurrence::Cron(cron(expr, tz)), start_at: None, end_at: None };
         s.upcoming(utc(after), n)
     }
 
@@ -490,26 +440,13 @@ mod tests {
     #[test]
     fn five_and_six_fields() {
         let five = fires("30 9 * * *", "UTC", "2026-01-01T00:00:00Z", 2);
-        assert_eq!(
-            five,
-            [utc("2026-01-01T09:30:00Z"), utc("2026-01-02T09:30:00Z")]
-        );
+        assert_eq!(five, [utc("2026-01-01T09:30:00Z"), utc("2026-01-02T09:30:00Z")]);
         let six = fires("15 30 9 * * *", "UTC", "2026-01-01T00:00:00Z", 1);
         assert_eq!(six, [utc("2026-01-01T09:30:15Z")]);
         let secs = fires("*/20 * * * * *", "UTC", "2026-01-01T00:00:00Z", 3);
-        assert_eq!(
-            secs,
-            [
-                utc("2026-01-01T00:00:20Z"),
-                utc("2026-01-01T00:00:40Z"),
-                utc("2026-01-01T00:01:00Z")
-            ]
-        );
+        assert_eq!(secs, [utc("2026-01-01T00:00:20Z"), utc("2026-01-01T00:00:40Z"), utc("2026-01-01T00:01:00Z")]);
         let named = fires("0 0 1 JAN,jul *", "UTC", "2026-02-01T00:00:00Z", 2);
-        assert_eq!(
-            named,
-            [utc("2026-07-01T00:00:00Z"), utc("2027-01-01T00:00:00Z")]
-        );
+        assert_eq!(named, [utc("2026-07-01T00:00:00Z"), utc("2027-01-01T00:00:00Z")]);
         // Extra whitespace is fine.
         assert!(CronSchedule::parse("  0   9 * *  * ", "UTC").is_ok());
     }
@@ -562,11 +499,7 @@ mod tests {
     fn sunday_is_0_7_and_sun() {
         let want = [utc("2026-03-08T09:00:00Z"), utc("2026-03-15T09:00:00Z")];
         for expr in ["0 9 * * 0", "0 9 * * 7", "0 9 * * SUN", "0 9 * * sunday"] {
-            assert_eq!(
-                fires(expr, "UTC", "2026-03-02T00:00:00Z", 2),
-                want,
-                "{expr}"
-            );
+            assert_eq!(fires(expr, "UTC", "2026-03-02T00:00:00Z", 2), want, "{expr}");
         }
         assert_eq!(
             fires("0 0 9 * * 0", "UTC", "2026-03-02T00:00:00Z", 2),
@@ -610,10 +543,7 @@ mod tests {
             ]
         );
         let april = fires("0 0 13 * 5", "UTC", "2026-04-04T00:00:00Z", 2);
-        assert_eq!(
-            april,
-            [utc("2026-04-10T00:00:00Z"), utc("2026-04-13T00:00:00Z")]
-        );
+        assert_eq!(april, [utc("2026-04-10T00:00:00Z"), utc("2026-04-13T00:00:00Z")]);
         // `*`-prefixed day-of-month: AND, as in Vixie cron.
         let and = fires("0 0 */2 * 5", "UTC", "2026-03-01T00:00:00Z", 1);
         assert_eq!(and, [utc("2026-03-13T00:00:00Z")]);
@@ -642,24 +572,16 @@ mod tests {
         let e = CronSchedule::parse("0 0 * * *", "Mars/Olympus").unwrap_err();
         assert_eq!(e.field, "timezone");
         assert_eq!(e.message, "unknown IANA time zone \"Mars/Olympus\"");
-        assert_eq!(
-            e.to_string(),
-            "timezone: unknown IANA time zone \"Mars/Olympus\""
-        );
+        assert_eq!(e.to_string(), "timezone: unknown IANA time zone \"Mars/Olympus\"");
         assert!(parse_timezone("").is_err());
         assert_eq!(parse_timezone("UTC").unwrap(), Tz::UTC);
-        assert_eq!(
-            cron("0 0 * * *", "Asia/Kolkata").timezone(),
-            Tz::Asia__Kolkata
-        );
+        assert_eq!(cron("0 0 * * *", "Asia/Kolkata").timezone(), Tz::Asia__Kolkata);
     }
 
     #[test]
     fn once() {
         let s = CompiledSchedule {
-            recurrence: Recurrence::Once {
-                at: utc("2026-05-01T12:00:00.123456Z"),
-            },
+            recurrence: Recurrence::Once { at: utc("2026-05-01T12:00:00.123456Z") },
             start_at: None,
             end_at: None,
         };
@@ -674,37 +596,21 @@ mod tests {
     fn interval() {
         let anchor = utc("2026-01-01T00:00:00.000Z");
         let s = CompiledSchedule {
-            recurrence: Recurrence::Interval {
-                every_ms: 1500,
-                anchor,
-            },
+            recurrence: Recurrence::Interval { every_ms: 1500, anchor },
             start_at: None,
             end_at: None,
         };
         assert_eq!(s.next_after(anchor - TimeDelta::days(3)), Some(anchor));
         assert_eq!(s.next_after(anchor), Some(utc("2026-01-01T00:00:01.500Z")));
-        assert_eq!(
-            s.next_after(utc("2026-01-01T00:00:01.499999Z")),
-            Some(utc("2026-01-01T00:00:01.500Z"))
-        );
-        assert_eq!(
-            s.next_after(utc("2026-01-01T00:00:01.500001Z")),
-            Some(utc("2026-01-01T00:00:03Z"))
-        );
+        assert_eq!(s.next_after(utc("2026-01-01T00:00:01.499999Z")), Some(utc("2026-01-01T00:00:01.500Z")));
+        assert_eq!(s.next_after(utc("2026-01-01T00:00:01.500001Z")), Some(utc("2026-01-01T00:00:03Z")));
         assert_eq!(
             s.upcoming(utc("2026-01-01T00:00:02Z"), 3),
-            [
-                utc("2026-01-01T00:00:03Z"),
-                utc("2026-01-01T00:00:04.500Z"),
-                utc("2026-01-01T00:00:06Z")
-            ]
+            [utc("2026-01-01T00:00:03Z"), utc("2026-01-01T00:00:04.500Z"), utc("2026-01-01T00:00:06Z")]
         );
         // Sub-millisecond anchors are truncated.
         let fine = CompiledSchedule {
-            recurrence: Recurrence::Interval {
-                every_ms: 1000,
-                anchor: utc("2026-01-01T00:00:00.000999Z"),
-            },
+            recurrence: Recurrence::Interval { every_ms: 1000, anchor: utc("2026-01-01T00:00:00.000999Z") },
             start_at: None,
             end_at: None,
         };
@@ -718,10 +624,7 @@ mod tests {
     #[test]
     fn interval_zero_never_fires() {
         let s = CompiledSchedule {
-            recurrence: Recurrence::Interval {
-                every_ms: 0,
-                anchor: utc("2026-01-01T00:00:00Z"),
-            },
+            recurrence: Recurrence::Interval { every_ms: 0, anchor: utc("2026-01-01T00:00:00Z") },
             start_at: None,
             end_at: None,
         };
@@ -739,33 +642,21 @@ mod tests {
             end_at: Some(end),
         };
         assert_eq!(s.next_after(utc("2020-01-01T00:00:00Z")), Some(start));
-        assert_eq!(
-            s.upcoming(utc("2020-01-01T00:00:00Z"), 10),
-            [start, utc("2026-01-11T00:00:00Z"), end]
-        );
+        assert_eq!(s.upcoming(utc("2020-01-01T00:00:00Z"), 10), [start, utc("2026-01-11T00:00:00Z"), end]);
         assert_eq!(s.next_after(end), None);
         assert_eq!(s.next_after(utc("2030-01-01T00:00:00Z")), None);
 
         let interval = CompiledSchedule {
-            recurrence: Recurrence::Interval {
-                every_ms: 7_000,
-                anchor: utc("2026-01-01T00:00:00Z"),
-            },
+            recurrence: Recurrence::Interval { every_ms: 7_000, anchor: utc("2026-01-01T00:00:00Z") },
             start_at: Some(utc("2026-01-01T00:00:10Z")),
             end_at: Some(utc("2026-01-01T00:00:28Z")),
         };
         assert_eq!(
             interval.upcoming(utc("2025-01-01T00:00:00Z"), 10),
-            [
-                utc("2026-01-01T00:00:14Z"),
-                utc("2026-01-01T00:00:21Z"),
-                utc("2026-01-01T00:00:28Z")
-            ]
+            [utc("2026-01-01T00:00:14Z"), utc("2026-01-01T00:00:21Z"), utc("2026-01-01T00:00:28Z")]
         );
         let once_outside = CompiledSchedule {
-            recurrence: Recurrence::Once {
-                at: utc("2026-01-01T00:00:00Z"),
-            },
+            recurrence: Recurrence::Once { at: utc("2026-01-01T00:00:00Z") },
             start_at: Some(utc("2026-01-02T00:00:00Z")),
             end_at: None,
         };
@@ -792,47 +683,24 @@ mod tests {
         }
         for recurrence in [
             Recurrence::Once { at: max },
-            Recurrence::Interval {
-                every_ms: u64::MAX,
-                anchor: min,
-            },
-            Recurrence::Interval {
-                every_ms: 1,
-                anchor: max,
-            },
+            Recurrence::Interval { every_ms: u64::MAX, anchor: min },
+            Recurrence::Interval { every_ms: 1, anchor: max },
             Recurrence::Cron(cron("0 0 * * *", "UTC")),
         ] {
-            let s = CompiledSchedule {
-                recurrence,
-                start_at: Some(min),
-                end_at: Some(max),
-            };
+            let s = CompiledSchedule { recurrence, start_at: Some(min), end_at: Some(max) };
             let _ = s.upcoming(min, 2);
             let _ = s.upcoming(max - TimeDelta::days(1), 2);
         }
         let s = CompiledSchedule {
-            recurrence: Recurrence::Interval {
-                every_ms: u64::MAX,
-                anchor: min,
-            },
+            recurrence: Recurrence::Interval { every_ms: u64::MAX, anchor: min },
             start_at: None,
             end_at: None,
         };
-        assert_eq!(
-            s.next_after(min),
-            None,
-            "the next slot is past chrono's range"
-        );
+        assert_eq!(s.next_after(min), None, "the next slot is past chrono's range");
     }
 
-    const ZONES: [&str; 6] = [
-        "UTC",
-        "America/New_York",
-        "Europe/Berlin",
-        "Australia/Lord_Howe",
-        "Asia/Kolkata",
-        "America/Santiago",
-    ];
+    const ZONES: [&str; 6] =
+        ["UTC", "America/New_York", "Europe/Berlin", "Australia/Lord_Howe", "Asia/Kolkata", "America/Santiago"];
 
     fn minute_field() -> impl Strategy<Value = String> {
         prop_oneof![
@@ -855,30 +723,10 @@ mod tests {
     }
 
     fn cron_expr() -> impl Strategy<Value = String> {
-        let dom = prop_oneof![
-            Just("*"),
-            Just("1"),
-            Just("1,15"),
-            Just("10-20"),
-            Just("*/3"),
-            Just("31")
-        ];
-        let month = prop_oneof![
-            Just("*"),
-            Just("1-6"),
-            Just("JAN,JUL"),
-            Just("*/2"),
-            Just("MAR,OCT,NOV")
-        ];
-        let dow = prop_oneof![
-            Just("*"),
-            Just("1-5"),
-            Just("0,6"),
-            Just("*/2"),
-            Just("5-7"),
-            Just("SUN"),
-            Just("MON-FRI")
-        ];
+        let dom = prop_oneof![Just("*"), Just("1"), Just("1,15"), Just("10-20"), Just("*/3"), Just("31")];
+        let month = prop_oneof![Just("*"), Just("1-6"), Just("JAN,JUL"), Just("*/2"), Just("MAR,OCT,NOV")];
+        let dow =
+            prop_oneof![Just("*"), Just("1-5"), Just("0,6"), Just("*/2"), Just("5-7"), Just("SUN"), Just("MON-FRI")];
         let seconds = prop_oneof![Just(""), Just("0 "), Just("*/20 ")];
         let fields = (seconds, minute_field(), hour_field(), dom, month, dow)
             .prop_map(|(s, m, h, d, mo, w)| format!("{s}{m} {h} {d} {mo} {w}"));
@@ -890,15 +738,11 @@ mod tests {
 
     fn instant() -> impl Strategy<Value = DateTime<Utc>> {
         // 2020-01-01 .. 2031-01-01, millisecond precision.
-        (1_577_836_800_000i64..1_924_992_000_000)
-            .prop_map(|ms| DateTime::from_timestamp_millis(ms).unwrap())
+        (1_577_836_800_000i64..1_924_992_000_000).prop_map(|ms| DateTime::from_timestamp_millis(ms).unwrap())
     }
 
     fn is_gap_end(tz: Tz, t: DateTime<Utc>) -> bool {
-        let before = (t - TimeDelta::seconds(1))
-            .with_timezone(&tz)
-            .offset()
-            .fix();
+        let before = (t - TimeDelta::seconds(1)).with_timezone(&tz).offset().fix();
         let after = t.with_timezone(&tz).offset().fix();
         after.local_minus_utc() > before.local_minus_utc()
     }

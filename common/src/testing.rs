@@ -52,10 +52,7 @@ impl Drop for TestDb {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
             rt.block_on(async move {
                 let client = crate::db::connect(&admin).await.ok()?;
-                client
-                    .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
-                    .await
-                    .ok()
+                client.batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")).await.ok()
             })
         })
         .join();

@@ -85,11 +85,8 @@ async fn partitions_are_created_ahead_adopted_and_dropped() {
     let report = maintain(&mut client, noon(later), retention).await.unwrap();
     assert!(report.dropped.contains(&partition_name(today)), "{report:?}");
     assert!(!report.dropped.contains(&partition_name(later - Days::new(45))), "{report:?}");
-    let gone: i64 = client
-        .query_one("SELECT count(*) FROM scheduled_jobs WHERE job_id = $1", &[&slot_today])
-        .await
-        .unwrap()
-        .get(0);
+    let gone: i64 =
+        client.query_one("SELECT count(*) FROM scheduled_jobs WHERE job_id = $1", &[&slot_today]).await.unwrap().get(0);
     assert_eq!(gone, 0);
     assert!(!partitions(&client).await.contains(&partition_name(today)));
 }

@@ -5,9 +5,7 @@
 
 use std::sync::LazyLock;
 
-use chrono::{
-    DateTime, Datelike, LocalResult, NaiveDateTime, Offset, TimeDelta, TimeZone, Timelike, Utc,
-};
+use chrono::{DateTime, Datelike, LocalResult, NaiveDateTime, Offset, TimeDelta, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
 use common::schedule::{CompiledSchedule, CronSchedule, Recurrence};
 use proptest::prelude::*;
@@ -65,11 +63,7 @@ fn transitions(tz: Tz, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<Transition
     out
 }
 
-const ZONES: [Tz; 3] = [
-    Tz::America__New_York,
-    Tz::Europe__Berlin,
-    Tz::Australia__Lord_Howe,
-];
+const ZONES: [Tz; 3] = [Tz::America__New_York, Tz::Europe__Berlin, Tz::Australia__Lord_Howe];
 
 /// Every transition of ZONES in 2020..=2035.
 static ALL_TRANSITIONS: LazyLock<Vec<(Tz, Vec<Transition>)>> = LazyLock::new(|| {
@@ -107,11 +101,7 @@ fn times(list: &[&str]) -> Vec<DateTime<Utc>> {
 }
 
 fn assert_transitions(tz: Tz, year: i32, want: &[Transition]) {
-    let got: Vec<Transition> = zone_transitions(tz)
-        .iter()
-        .filter(|t| t.at.year() == year)
-        .copied()
-        .collect();
+    let got: Vec<Transition> = zone_transitions(tz).iter().filter(|t| t.at.year() == year).copied().collect();
     assert_eq!(got, want, "{tz} transitions in {year}");
 }
 
@@ -128,16 +118,8 @@ fn new_york_2026_transitions_are_as_expected() {
         Tz::America__New_York,
         2026,
         &[
-            Transition {
-                at: utc("2026-03-08T07:00:00Z"),
-                before: EST,
-                after: EDT,
-            },
-            Transition {
-                at: utc("2026-11-01T06:00:00Z"),
-                before: EDT,
-                after: EST,
-            },
+            Transition { at: utc("2026-03-08T07:00:00Z"), before: EST, after: EDT },
+            Transition { at: utc("2026-11-01T06:00:00Z"), before: EDT, after: EST },
         ],
     );
 }
@@ -156,11 +138,7 @@ fn new_york_spring_forward() {
 
     let quarter = CronSchedule::parse("*/15 * * * *", "America/New_York").unwrap();
     assert_eq!(
-        fires_between(
-            &quarter,
-            utc("2026-03-08T06:30:00Z"),
-            utc("2026-03-08T07:30:00Z")
-        ),
+        fires_between(&quarter, utc("2026-03-08T06:30:00Z"), utc("2026-03-08T07:30:00Z")),
         times(&[
             "2026-03-08T06:45:00Z", // 01:45 EST
             "2026-03-08T07:00:00Z", // 02:00..02:45 and 03:00 EDT, once
@@ -172,22 +150,11 @@ fn new_york_spring_forward() {
     // 02:00 and 02:30 both map to the gap end and fire once.
     let both = CronSchedule::parse("0,30 2 * * *", "America/New_York").unwrap();
     assert_eq!(
-        fires_between(
-            &both,
-            utc("2026-03-08T00:00:00Z"),
-            utc("2026-03-09T12:00:00Z")
-        ),
-        times(&[
-            "2026-03-08T07:00:00Z",
-            "2026-03-09T06:00:00Z",
-            "2026-03-09T06:30:00Z",
-        ])
+        fires_between(&both, utc("2026-03-08T00:00:00Z"), utc("2026-03-09T12:00:00Z")),
+        times(&["2026-03-08T07:00:00Z", "2026-03-09T06:00:00Z", "2026-03-09T06:30:00Z",])
     );
     // Asked from exactly the gap end, the gap does not fire again.
-    assert_eq!(
-        s.next_after(utc("2026-03-08T07:00:00Z")),
-        Some(utc("2026-03-09T06:30:00Z"))
-    );
+    assert_eq!(s.next_after(utc("2026-03-08T07:00:00Z")), Some(utc("2026-03-09T06:30:00Z")));
 }
 
 #[test]
@@ -202,17 +169,10 @@ fn new_york_fall_back() {
         ])
     );
     // From inside the second 01:xx pass, the repeated 01:30 is already past.
-    assert_eq!(
-        s.next_after(utc("2026-11-01T06:10:00Z")),
-        Some(utc("2026-11-02T06:30:00Z"))
-    );
+    assert_eq!(s.next_after(utc("2026-11-01T06:10:00Z")), Some(utc("2026-11-02T06:30:00Z")));
 
     let quarter = CronSchedule::parse("*/15 * * * *", "America/New_York").unwrap();
-    let got = fires_between(
-        &quarter,
-        utc("2026-11-01T04:50:00Z"),
-        utc("2026-11-01T07:20:00Z"),
-    );
+    let got = fires_between(&quarter, utc("2026-11-01T04:50:00Z"), utc("2026-11-01T07:20:00Z"));
     assert_eq!(
         got,
         times(&[
@@ -224,10 +184,7 @@ fn new_york_fall_back() {
             "2026-11-01T07:15:00Z",
         ])
     );
-    assert_eq!(
-        quarter.next_after(utc("2026-11-01T06:20:00Z")),
-        Some(utc("2026-11-01T07:00:00Z"))
-    );
+    assert_eq!(quarter.next_after(utc("2026-11-01T06:20:00Z")), Some(utc("2026-11-01T07:00:00Z")));
 }
 
 #[test]
@@ -236,25 +193,13 @@ fn berlin_2026() {
         Tz::Europe__Berlin,
         2026,
         &[
-            Transition {
-                at: utc("2026-03-29T01:00:00Z"),
-                before: CET,
-                after: CEST,
-            },
-            Transition {
-                at: utc("2026-10-25T01:00:00Z"),
-                before: CEST,
-                after: CET,
-            },
+            Transition { at: utc("2026-03-29T01:00:00Z"), before: CET, after: CEST },
+            Transition { at: utc("2026-10-25T01:00:00Z"), before: CEST, after: CET },
         ],
     );
     let half_two = CronSchedule::parse("30 2 * * *", "Europe/Berlin").unwrap();
     assert_eq!(
-        fires_between(
-            &half_two,
-            utc("2026-03-27T12:00:00Z"),
-            utc("2026-03-30T12:00:00Z")
-        ),
+        fires_between(&half_two, utc("2026-03-27T12:00:00Z"), utc("2026-03-30T12:00:00Z")),
         times(&[
             "2026-03-28T01:30:00Z", // 02:30 CET
             "2026-03-29T01:00:00Z", // gap end, 03:00 CEST
@@ -262,11 +207,7 @@ fn berlin_2026() {
         ])
     );
     assert_eq!(
-        fires_between(
-            &half_two,
-            utc("2026-10-24T12:00:00Z"),
-            utc("2026-10-26T12:00:00Z")
-        ),
+        fires_between(&half_two, utc("2026-10-24T12:00:00Z"), utc("2026-10-26T12:00:00Z")),
         times(&[
             "2026-10-25T00:30:00Z", // first 02:30 (CEST) only
             "2026-10-26T01:30:00Z", // 02:30 CET
@@ -275,11 +216,7 @@ fn berlin_2026() {
 
     let quarter = CronSchedule::parse("0 */15 * * * *", "Europe/Berlin").unwrap();
     assert_eq!(
-        fires_between(
-            &quarter,
-            utc("2026-03-29T00:30:00Z"),
-            utc("2026-03-29T01:30:00Z")
-        ),
+        fires_between(&quarter, utc("2026-03-29T00:30:00Z"), utc("2026-03-29T01:30:00Z")),
         times(&[
             "2026-03-29T00:45:00Z", // 01:45 CET
             "2026-03-29T01:00:00Z", // 03:00 CEST, once
@@ -288,11 +225,7 @@ fn berlin_2026() {
         ])
     );
     assert_eq!(
-        fires_between(
-            &quarter,
-            utc("2026-10-24T23:50:00Z"),
-            utc("2026-10-25T02:20:00Z")
-        ),
+        fires_between(&quarter, utc("2026-10-24T23:50:00Z"), utc("2026-10-25T02:20:00Z")),
         times(&[
             "2026-10-25T00:00:00Z", // 02:00 CEST
             "2026-10-25T00:15:00Z",
@@ -308,35 +241,17 @@ fn berlin_2026() {
 fn lord_howe_half_hour_shifts_2026() {
     let tz = Tz::Australia__Lord_Howe;
     // Read from chrono-tz: DST ends Sun 5 Apr 02:00 -> 01:30, starts Sun 4 Oct 02:00 -> 02:30.
-    let ends = Transition {
-        at: utc("2026-04-04T15:00:00Z"),
-        before: LHDT,
-        after: LHST,
-    };
-    let starts = Transition {
-        at: utc("2026-10-03T15:30:00Z"),
-        before: LHST,
-        after: LHDT,
-    };
+    let ends = Transition { at: utc("2026-04-04T15:00:00Z"), before: LHDT, after: LHST };
+    let starts = Transition { at: utc("2026-10-03T15:30:00Z"), before: LHST, after: LHDT };
     assert_transitions(tz, 2026, &[ends, starts]);
     let wall = |s: &str| NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M").unwrap();
-    assert_eq!(
-        ends.wall_span(),
-        (wall("2026-04-05 01:30"), wall("2026-04-05 02:00"))
-    );
-    assert_eq!(
-        starts.wall_span(),
-        (wall("2026-10-04 02:00"), wall("2026-10-04 02:30"))
-    );
+    assert_eq!(ends.wall_span(), (wall("2026-04-05 01:30"), wall("2026-04-05 02:00")));
+    assert_eq!(starts.wall_span(), (wall("2026-10-04 02:00"), wall("2026-10-04 02:30")));
 
     // Repeated half hour: 01:45 fires once, at its LHDT occurrence.
     let repeated = CronSchedule::parse("45 1 * * *", "Australia/Lord_Howe").unwrap();
     assert_eq!(
-        fires_between(
-            &repeated,
-            utc("2026-04-03T12:00:00Z"),
-            utc("2026-04-05T18:00:00Z")
-        ),
+        fires_between(&repeated, utc("2026-04-03T12:00:00Z"), utc("2026-04-05T18:00:00Z")),
         times(&[
             "2026-04-03T14:45:00Z", // 01:45 LHDT
             "2026-04-04T14:45:00Z", // first 01:45 (LHDT), not 15:15Z
@@ -347,11 +262,7 @@ fn lord_howe_half_hour_shifts_2026() {
     // Gap: 02:15 does not exist on 4 Oct and fires at the gap end.
     let gap = CronSchedule::parse("15 2 * * *", "Australia/Lord_Howe").unwrap();
     assert_eq!(
-        fires_between(
-            &gap,
-            utc("2026-10-02T12:00:00Z"),
-            utc("2026-10-04T18:00:00Z")
-        ),
+        fires_between(&gap, utc("2026-10-02T12:00:00Z"), utc("2026-10-04T18:00:00Z")),
         times(&[
             "2026-10-02T15:45:00Z", // 02:15 LHST
             "2026-10-03T15:30:00Z", // gap end, 02:30 LHDT
@@ -361,11 +272,7 @@ fn lord_howe_half_hour_shifts_2026() {
 
     let tens = CronSchedule::parse("*/10 * * * *", "Australia/Lord_Howe").unwrap();
     assert_eq!(
-        fires_between(
-            &tens,
-            utc("2026-04-04T14:25:00Z"),
-            utc("2026-04-04T15:40:00Z")
-        ),
+        fires_between(&tens, utc("2026-04-04T14:25:00Z"), utc("2026-04-04T15:40:00Z")),
         times(&[
             "2026-04-04T14:30:00Z", // 01:30 LHDT
             "2026-04-04T14:40:00Z",
@@ -375,11 +282,7 @@ fn lord_howe_half_hour_shifts_2026() {
         ])
     );
     assert_eq!(
-        fires_between(
-            &tens,
-            utc("2026-10-03T15:25:00Z"),
-            utc("2026-10-03T15:50:00Z")
-        ),
+        fires_between(&tens, utc("2026-10-03T15:25:00Z"), utc("2026-10-03T15:50:00Z")),
         times(&[
             "2026-10-03T15:30:00Z", // 02:00, 02:10, 02:20 (gap) and 02:30 LHDT, once
             "2026-10-03T15:40:00Z",
@@ -391,16 +294,11 @@ fn lord_howe_half_hour_shifts_2026() {
 #[test]
 fn compiled_window_across_gap() {
     let s = CompiledSchedule {
-        recurrence: Recurrence::Cron(
-            CronSchedule::parse("30 2 * * *", "America/New_York").unwrap(),
-        ),
+        recurrence: Recurrence::Cron(CronSchedule::parse("30 2 * * *", "America/New_York").unwrap()),
         start_at: Some(utc("2026-03-08T07:00:00Z")),
         end_at: Some(utc("2026-03-09T06:30:00Z")),
     };
-    assert_eq!(
-        s.upcoming(utc("2020-01-01T00:00:00Z"), 5),
-        times(&["2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"])
-    );
+    assert_eq!(s.upcoming(utc("2020-01-01T00:00:00Z"), 5), times(&["2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"]));
 }
 
 /// Minute/hour sets for a simple expression, checked independently of the
@@ -414,31 +312,20 @@ struct Simple {
 
 impl Simple {
     fn matches(&self, wall: NaiveDateTime) -> bool {
-        wall.second() == 0
-            && self.minutes[wall.minute() as usize]
-            && self.hours[wall.hour() as usize]
+        wall.second() == 0 && self.minutes[wall.minute() as usize] && self.hours[wall.hour() as usize]
     }
 }
 
-fn simple(
-    minute_step_or_list: Result<u32, Vec<u32>>,
-    hours: Option<Vec<u32>>,
-    six: bool,
-) -> Simple {
+fn simple(minute_step_or_list: Result<u32, Vec<u32>>, hours: Option<Vec<u32>>, six: bool) -> Simple {
     let mut minutes = [false; 60];
     let minute_text = match minute_step_or_list {
         Ok(step) => {
-            (0..60)
-                .step_by(step as usize)
-                .for_each(|m| minutes[m] = true);
+            (0..60).step_by(step as usize).for_each(|m| minutes[m] = true);
             format!("*/{step}")
         }
         Err(list) => {
             list.iter().for_each(|&m| minutes[m as usize] = true);
-            list.iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(",")
+            list.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
         }
     };
     let mut hour_set = [false; 24];
@@ -449,18 +336,11 @@ fn simple(
         }
         Some(list) => {
             list.iter().for_each(|&h| hour_set[h as usize] = true);
-            list.iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(",")
+            list.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
         }
     };
     let prefix = if six { "0 " } else { "" };
-    Simple {
-        expr: format!("{prefix}{minute_text} {hour_text} * * *"),
-        minutes,
-        hours: hour_set,
-    }
+    Simple { expr: format!("{prefix}{minute_text} {hour_text} * * *"), minutes, hours: hour_set }
 }
 
 /// Brute force over every wall-clock minute, mapped by the stated rule.
@@ -472,11 +352,7 @@ fn reference(
     to: DateTime<Utc>,
 ) -> Vec<DateTime<Utc>> {
     let margin = TimeDelta::hours(3);
-    let mut wall = (from.with_timezone(&tz).naive_local() - margin)
-        .with_second(0)
-        .unwrap()
-        .with_nanosecond(0)
-        .unwrap();
+    let mut wall = (from.with_timezone(&tz).naive_local() - margin).with_second(0).unwrap().with_nanosecond(0).unwrap();
     let last = to.with_timezone(&tz).naive_local() + margin;
     let mut out = Vec::new();
     while wall <= last {
@@ -505,12 +381,7 @@ fn reference(
     out
 }
 
-fn check_window(
-    tz: Tz,
-    spec: &Simple,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-) -> Result<(), String> {
+fn check_window(tz: Tz, spec: &Simple, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<(), String> {
     let transitions = zone_transitions(tz);
     let s = CronSchedule::parse(&spec.expr, tz.name()).map_err(|e| e.to_string())?;
     let got = fires_between(&s, from, to);
@@ -528,10 +399,7 @@ fn check_window(
     }
     let want = reference(tz, transitions, spec, from, to);
     if got != want {
-        return Err(format!(
-            "{} in {tz} over ({from}, {to}]:\n got  {got:?}\n want {want:?}",
-            spec.expr
-        ));
+        return Err(format!("{} in {tz} over ({from}, {to}]:\n got  {got:?}\n want {want:?}", spec.expr));
     }
     Ok(())
 }

@@ -68,13 +68,7 @@ struct Claimed {
 
 impl Dispatcher {
     pub fn new(config: DispatchConfig, pg: PgPool, redis: Vec<RedisPool>, publisher: Publisher) -> Self {
-        Self {
-            config,
-            pg,
-            redis,
-            publisher,
-            verify: VecDeque::new(),
-        }
+        Self { config, pg, redis, publisher, verify: VecDeque::new() }
     }
 
     /// Consumes batches until the channel closes (the timer stopped), so
@@ -109,7 +103,9 @@ impl Dispatcher {
         let (mine, lost): (Vec<_>, Vec<_>) = slots.into_iter().zip(won).partition(|(_, won)| *won);
         metrics::counter!("cronshard_lock_wins_total").increment(mine.len() as u64);
         metrics::counter!("cronshard_lock_losses_total").increment(lost.len() as u64);
-        let verify_at = |s: &Slot| s.scheduled_at.max(Utc::now()) + TimeDelta::from_std(self.config.verify_after).unwrap_or_default();
+        let verify_at = |s: &Slot| {
+            s.scheduled_at.max(Utc::now()) + TimeDelta::from_std(self.config.verify_after).unwrap_or_default()
+        };
         for (slot, _) in lost {
             self.verify.push_back((verify_at(&slot), slot));
         }
@@ -281,7 +277,11 @@ impl Dispatcher {
         match self.claim(&due).await {
             Ok(claimed) => {
                 if !claimed.is_empty() {
-                    tracing::warn!(slots = claimed.len(), checked = before, "claimed slots whose lock winner never did");
+                    tracing::warn!(
+                        slots = claimed.len(),
+                        checked = before,
+                        "claimed slots whose lock winner never did"
+                    );
                     metrics::counter!("cronshard_takeover_claims_total").increment(claimed.len() as u64);
                 }
                 self.publish(claimed, &token).await;

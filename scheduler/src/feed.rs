@@ -67,11 +67,8 @@ fn parse(row: &Row) -> JobRow {
 /// Fills `runs` for the rows whose job has a `max_runs`, in one query.
 /// Counts what the ledger still holds (its retention bounds the history).
 async fn count_runs(client: &impl deadpool_postgres::GenericClient, rows: &mut [JobRow]) -> anyhow::Result<()> {
-    let ids: Vec<Uuid> = rows
-        .iter()
-        .filter(|r| r.spec.as_ref().is_some_and(|s| s.schedule.max_runs.is_some()))
-        .map(|r| r.id)
-        .collect();
+    let ids: Vec<Uuid> =
+        rows.iter().filter(|r| r.spec.as_ref().is_some_and(|s| s.schedule.max_runs.is_some())).map(|r| r.id).collect();
     if ids.is_empty() {
         return Ok(());
     }
@@ -96,12 +93,8 @@ async fn count_runs(client: &impl deadpool_postgres::GenericClient, rows: &mut [
 pub async fn fetch(pool: &Pool, ids: &[Uuid]) -> anyhow::Result<Vec<JobRow>> {
     let client = pool.get().await?;
     let ids = ids.to_vec();
-    let mut rows: Vec<JobRow> = client
-        .query(&format!("{SELECT} WHERE id = ANY($1)"), &[&ids])
-        .await?
-        .iter()
-        .map(parse)
-        .collect();
+    let mut rows: Vec<JobRow> =
+        client.query(&format!("{SELECT} WHERE id = ANY($1)"), &[&ids]).await?.iter().map(parse).collect();
     count_runs(&client, &mut rows).await?;
     Ok(rows)
 }
@@ -116,10 +109,7 @@ pub async fn initial_load(pool: &Pool, out: &mpsc::Sender<Vec<JobRow>>) -> anyho
         .read_only(true)
         .start()
         .await?;
-    let xmin: i64 = tx
-        .query_one("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint", &[])
-        .await?
-        .get(0);
+    let xmin: i64 = tx.query_one("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint", &[]).await?.get(0);
     let mut after = Uuid::nil();
     let query = format!("{SELECT} WHERE deleted_at IS NULL AND NOT paused AND id > $1 ORDER BY id LIMIT $2");
     loop {
@@ -145,26 +135,27 @@ pub async fn poll(pool: &Pool, since: i64) -> anyhow::Result<(Vec<JobRow>, i64)>
     let client = pool.get().await?;
     let rows = client
         .query(
-            &format!(
-                "WITH snap AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin)
-                 SELECT j.id, j.version, j.created_at, j.spec, j.paused, j.deleted_at IS NOT NULL, j.updated_at, snap.xmin
-                 FROM snap LEFT JOIN jobs j ON j.change_xid >= $1"
-            ),
+            "WITH snap AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin)
+             SELECT j.id, j.version, j.created_at, j.spec, j.paused, j.deleted_at IS NOT NULL, j.updated_at, snap.xmin
+             FROM snap LEFT JOIN jobs j ON j.change_xid >= $1",
             &[&since],
         )
         .await?;
     let xmin = rows.first().map(|r| r.get::<_, i64>(7)).unwrap_or(since);
-    let mut changed: Vec<JobRow> = rows
-        .iter()
-        .filter(|r| r.get::<_, Option<Uuid>>(0).is_some())
-        .map(parse)
-        .collect();
+    let mut changed: Vec<JobRow> = rows.iter().filter(|r| r.get::<_, Option<Uuid>>(0).is_some()).map(parse).collect();
     count_runs(&client, &mut changed).await?;
     Ok((changed, xmin))
 }
 
 /// Keeps `out` fed with changes until cancelled.
-pub async fn run(database_url: String, pool: Pool, mut since: i64, poll_interval: Duration, out: mpsc::Sender<Vec<JobRow>>, token: CancellationToken) {
+pub async fn run(
+    database_url: String,
+    pool: Pool,
+    mut since: i64,
+    poll_interval: Duration,
+    out: mpsc::Sender<Vec<JobRow>>,
+    token: CancellationToken,
+) {
     let (wake_tx, mut wake_rx) = mpsc::channel::<()>(1);
     tokio::spawn(listen(database_url, wake_tx, token.clone()));
     let mut tick = tokio::time::interval(poll_interval);
@@ -193,7 +184,8 @@ async fn listen(database_url: String, wake: mpsc::Sender<()>, token: Cancellatio
     let mut backoff = Duration::from_millis(100);
     while !token.is_cancelled() {
         let result: anyhow::Result<()> = async {
-            let (client, mut connection) = tokio_postgres::connect(&database_url, NoTls).await.context("LISTEN connect")?;
+            let (client, mut connection) =
+                tokio_postgres::connect(&database_url, NoTls).await.context("LISTEN connect")?;
             let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
             let listen = client.batch_execute("LISTEN cronshard_jobs");
             let mut listen = std::pin::pin!(listen);

@@ -141,12 +141,7 @@ impl State {
         let from = (row.created_at - TimeDelta::milliseconds(1))
             .max(row.updated_at - TimeDelta::milliseconds(1))
             .max(now - self.late_grace);
-        let owned = Owned {
-            version: row.version,
-            runs: row.runs,
-            max_runs: spec.schedule.max_runs,
-            schedule,
-        };
+        let owned = Owned { version: row.version, runs: row.runs, max_runs: spec.schedule.max_runs, schedule };
         self.forget(row.id);
         if let Some(next) = owned.next_after(from) {
             self.heap.schedule(row.id, next);
@@ -162,12 +157,8 @@ impl State {
         for id in &lost {
             self.forget(*id);
         }
-        let gained: Vec<Uuid> = self
-            .known
-            .keys()
-            .copied()
-            .filter(|id| !self.owned.contains_key(id) && self.is_owner(*id))
-            .collect();
+        let gained: Vec<Uuid> =
+            self.known.keys().copied().filter(|id| !self.owned.contains_key(id) && self.is_owner(*id)).collect();
         tracing::info!(node.id = %self.node_id, lost = lost.len(), gained = gained.len(), owned = self.owned.len(), "ownership recomputed");
         gained
     }
@@ -178,12 +169,7 @@ impl State {
         while slots.len() < max {
             let Some((id, at)) = self.heap.pop_due(horizon) else { break };
             let Some(owned) = self.owned.get_mut(&id) else { continue };
-            slots.push(Slot {
-                job_id: id,
-                scheduled_at: at,
-                job_version: owned.version,
-                trigger: Trigger::Schedule,
-            });
+            slots.push(Slot { job_id: id, scheduled_at: at, job_version: owned.version, trigger: Trigger::Schedule });
             owned.runs += 1;
             if let Some(next) = owned.next_after(at) {
                 self.heap.schedule(id, next);
@@ -234,7 +220,8 @@ impl Node {
         let (feed_tx, mut feed_rx) = mpsc::channel::<Vec<JobRow>>(16);
         let feed_token = token.child_token();
         {
-            let (pool, url, tx, poll_every, t) = (self.pg.clone(), cfg.database_url.clone(), feed_tx.clone(), cfg.poll_interval, feed_token.clone());
+            let (pool, url, tx, poll_every, t) =
+                (self.pg.clone(), cfg.database_url.clone(), feed_tx.clone(), cfg.poll_interval, feed_token.clone());
             tokio::spawn(async move {
                 let since = loop {
                     match feed::initial_load(&pool, &tx).await {
@@ -253,7 +240,12 @@ impl Node {
             });
         }
 
-        tokio::spawn(maintain_partitions(cfg.database_url.clone(), cfg.maintenance_interval, cfg.retention, feed_token.clone()));
+        tokio::spawn(maintain_partitions(
+            cfg.database_url.clone(),
+            cfg.maintenance_interval,
+            cfg.retention,
+            feed_token.clone(),
+        ));
 
         let (batch_tx, batch_rx) = mpsc::channel::<Vec<Slot>>(64);
         let dispatcher = Dispatcher::new(
@@ -266,7 +258,11 @@ impl Node {
             },
             self.pg.clone(),
             self.redis.clone(),
-            Publisher::new(cfg.amqp_url.clone(), format!("cronshard-scheduler {}", cfg.node_id), Topology::new(&cfg.cluster)),
+            Publisher::new(
+                cfg.amqp_url.clone(),
+                format!("cronshard-scheduler {}", cfg.node_id),
+                Topology::new(&cfg.cluster),
+            ),
         );
         let dispatcher = tokio::spawn(dispatcher.run(batch_rx, token.clone()));
 

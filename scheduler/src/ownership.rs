@@ -22,7 +22,7 @@ pub fn weight(node_id: &str, job_id: Uuid) -> u64 {
 }
 
 /// The owners of `job_id` among `members`, best first.
-pub fn owners<'a>(job_id: Uuid, members: &'a [String], rf: usize) -> Vec<&'a str> {
+pub fn owners(job_id: Uuid, members: &[String], rf: usize) -> Vec<&str> {
     let mut scored: Vec<(u64, &str)> = members.iter().map(|m| (weight(m, job_id), m.as_str())).collect();
     // Ties (practically impossible) break on the id so all nodes agree.
     scored.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));

@@ -19,19 +19,11 @@ pub struct Publisher {
 
 impl Publisher {
     pub fn new(url: String, name: String, topology: Topology) -> Self {
-        Self {
-            url,
-            name,
-            topology,
-            link: None,
-        }
+        Self { url, name, topology, link: None }
     }
 
     async fn channel(&mut self) -> anyhow::Result<&Channel> {
-        let healthy = self
-            .link
-            .as_ref()
-            .is_some_and(|(c, ch)| c.status().connected() && ch.status().connected());
+        let healthy = self.link.as_ref().is_some_and(|(c, ch)| c.status().connected() && ch.status().connected());
         if !healthy {
             self.link = None;
             let connection = amqp::connect(&self.url, &self.name).await.context("connecting to RabbitMQ")?;
@@ -70,10 +62,7 @@ impl Publisher {
                 .basic_publish(
                     "".into(),
                     routing_key.as_str().into(),
-                    BasicPublishOptions {
-                        mandatory: true,
-                        ..Default::default()
-                    },
+                    BasicPublishOptions { mandatory: true, ..Default::default() },
                     &payload,
                     properties,
                 )

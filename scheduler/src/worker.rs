@@ -22,7 +22,9 @@ use chrono::Utc;
 use deadpool_postgres::Pool;
 use futures::StreamExt;
 use lapin::message::Delivery;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions, BasicRejectOptions};
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions, BasicRejectOptions,
+};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel};
 use tokio::sync::{Mutex, Semaphore};
@@ -69,12 +71,7 @@ pub enum Outcome {
 
 impl Outcome {
     pub fn permanent(http_status: Option<u16>, error: String) -> Self {
-        Outcome::Failure {
-            http_status,
-            error,
-            excerpt: String::new(),
-            retryable: false,
-        }
+        Outcome::Failure { http_status, error, excerpt: String::new(), retryable: false }
     }
 }
 
@@ -108,7 +105,12 @@ pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> an
     Ok(())
 }
 
-async fn consume(config: &WorkerConfig, pg: &Pool, http: Arc<HttpDelivery>, token: &CancellationToken) -> anyhow::Result<()> {
+async fn consume(
+    config: &WorkerConfig,
+    pg: &Pool,
+    http: Arc<HttpDelivery>,
+    token: &CancellationToken,
+) -> anyhow::Result<()> {
     let connection = amqp::connect(&config.amqp_url, &format!("cronshard-worker {}", config.worker_id))
         .await
         .context("connecting to RabbitMQ")?;
@@ -235,7 +237,8 @@ async fn process(shared: &Shared, m: &FireMessage, attempt: u32, redelivered: bo
     }
     let started = Utc::now();
     if attempt == 1 {
-        metrics::histogram!("cronshard_worker_lateness_seconds").record(ledger::lateness_seconds(started, m.due_at).max(0.0));
+        metrics::histogram!("cronshard_worker_lateness_seconds")
+            .record(ledger::lateness_seconds(started, m.due_at).max(0.0));
     }
     metrics::gauge!("cronshard_worker_in_flight").increment(1.0);
     let outcome = match &m.target {
@@ -243,7 +246,8 @@ async fn process(shared: &Shared, m: &FireMessage, attempt: u32, redelivered: bo
         Target::Sqs(_) => Outcome::permanent(None, "SQS delivery is not enabled in this build".into()),
     };
     metrics::gauge!("cronshard_worker_in_flight").decrement(1.0);
-    metrics::histogram!("cronshard_worker_delivery_seconds").record((Utc::now() - started).num_milliseconds() as f64 / 1000.0);
+    metrics::histogram!("cronshard_worker_delivery_seconds")
+        .record((Utc::now() - started).num_milliseconds() as f64 / 1000.0);
     let policy = m.retry.unwrap_or(shared.config.retry_defaults);
     match outcome {
         Outcome::Success { http_status, excerpt } => {
@@ -259,13 +263,25 @@ async fn process(shared: &Shared, m: &FireMessage, attempt: u32, redelivered: bo
                 shared.publish_retry(m, attempt + 1, delay).await?;
                 tracing::warn!(execution.id = %m.execution_id, attempt, error = %error, retry_in_ms = delay, "delivery failed; retry scheduled");
                 metrics::counter!("cronshard_worker_deliveries_total", "outcome" => "retrying").increment(1);
-                let f = Finish { status: "retrying", http_status, sqs_message_id: None, excerpt: &excerpt, error: Some(&error) };
+                let f = Finish {
+                    status: "retrying",
+                    http_status,
+                    sqs_message_id: None,
+                    excerpt: &excerpt,
+                    error: Some(&error),
+                };
                 ledger::finish(&shared.pg, m, attempt, f).await?;
             } else {
                 shared.publish_failed(m, attempt, &error).await?;
                 tracing::error!(execution.id = %m.execution_id, attempt, error = %error, "delivery failed for good");
                 metrics::counter!("cronshard_worker_deliveries_total", "outcome" => "failed").increment(1);
-                let f = Finish { status: "failed", http_status, sqs_message_id: None, excerpt: &excerpt, error: Some(&error) };
+                let f = Finish {
+                    status: "failed",
+                    http_status,
+                    sqs_message_id: None,
+                    excerpt: &excerpt,
+                    error: Some(&error),
+                };
                 ledger::finish(&shared.pg, m, attempt, f).await?;
             }
         }
@@ -283,7 +299,13 @@ impl Shared {
             .with_headers(headers);
         let confirm = self
             .publish
-            .basic_publish("".into(), queue.into(), BasicPublishOptions { mandatory: true, ..Default::default() }, &payload, props)
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions { mandatory: true, ..Default::default() },
+                &payload,
+                props,
+            )
             .await?
             .await?;
         if !confirm.is_ack() || confirm.take_message().is_some() {
@@ -316,7 +338,10 @@ impl Shared {
     async fn publish_failed(&self, m: &FireMessage, attempts: u32, reason: &str) -> anyhow::Result<()> {
         let mut headers = FieldTable::default();
         headers.insert(ATTEMPT_HEADER.into(), AMQPValue::LongInt(attempts as i32));
-        headers.insert("x-cronshard-failed-at".into(), AMQPValue::LongString(common::execution::format_instant(Utc::now()).into()));
+        headers.insert(
+            "x-cronshard-failed-at".into(),
+            AMQPValue::LongString(common::execution::format_instant(Utc::now()).into()),
+        );
         headers.insert("x-cronshard-failure-reason".into(), AMQPValue::LongString(reason.into()));
         self.publish_to(&self.topology.failed_queue, m, headers).await
     }

@@ -58,10 +58,7 @@ impl Env {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_created_over_rest_calls_back_on_time_through_the_real_binaries() {
     let db = TestDb::new().await.unwrap();
-    let env = Env {
-        database_url: db.url.clone(),
-        cluster: unique_cluster("e2e"),
-    };
+    let env = Env { database_url: db.url.clone(), cluster: unique_cluster("e2e") };
     let sink = Sink::start().await;
 
     let status = env.command("cronshard-api").arg("migrate").status().await.unwrap();
@@ -111,7 +108,9 @@ async fn a_job_created_over_rest_calls_back_on_time_through_the_real_binaries() 
         .unwrap();
     let id = created["id"].as_str().expect("created job has an id").to_owned();
 
-    let got = wait_for("the callback", Duration::from_secs(10), || async { sink.received_on("e2e").into_iter().next() }).await;
+    let got =
+        wait_for("the callback", Duration::from_secs(10), || async { sink.received_on("e2e").into_iter().next() })
+            .await;
     let lateness = got.received_at - due;
     assert!(lateness >= TimeDelta::zero() && lateness < TimeDelta::seconds(1), "callback {lateness} after its time");
     assert_eq!(got.execution_id, format!("{id}@{}", format_instant(due)));
@@ -135,11 +134,15 @@ async fn a_job_created_over_rest_calls_back_on_time_through_the_real_binaries() 
         let _ = std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
     }
     for p in &mut processes {
-        let status = tokio::time::timeout(Duration::from_secs(15), p.wait()).await.expect("binary did not stop on SIGTERM").unwrap();
+        let status = tokio::time::timeout(Duration::from_secs(15), p.wait())
+            .await
+            .expect("binary did not stop on SIGTERM")
+            .unwrap();
         assert!(status.success(), "a binary exited with {status} on SIGTERM");
     }
     let redis = common::redis::pools(&[common::testing::redis_url()]).unwrap();
     let mut conn = redis[0].get().await.unwrap();
-    let heartbeat: Option<String> = redis::AsyncCommands::get(&mut *conn, format!("{}:node:e2e-node", env.cluster)).await.unwrap();
+    let heartbeat: Option<String> =
+        redis::AsyncCommands::get(&mut *conn, format!("{}:node:e2e-node", env.cluster)).await.unwrap();
     assert_eq!(heartbeat, None, "the heartbeat outlived a clean shutdown");
 }

@@ -72,9 +72,7 @@ async fn deleting_or_pausing_a_job_cancels_its_prearmed_slot() {
     stack.start_worker(stack.worker_config("worker-a"));
 
     let due = truncate_ms(Utc::now() + TimeDelta::seconds(3));
-    let once = |name: &str| {
-        json!({ "name": name, "schedule": { "kind": "once", "at": at(due) }, "target": http_target(&sink.url(name)) })
-    };
+    let once = |name: &str| json!({ "name": name, "schedule": { "kind": "once", "at": at(due) }, "target": http_target(&sink.url(name)) });
     let deleted = stack.create_job(once("deleted")).await["id"].as_str().unwrap().to_owned();
     let paused = stack.create_job(once("paused")).await["id"].as_str().unwrap().to_owned();
     let kept = stack.create_job(once("kept")).await["id"].as_str().unwrap().to_owned();

@@ -46,5 +46,7 @@ pub async fn status(State(state): State<AppState>) -> ApiResult<Json<Value>> {
         .into_iter()
         .map(|(id, v)| json!({ "node_id": id, "owned_jobs": v.get("owned_jobs"), "heartbeat_at": v.get("heartbeat_at") }))
         .collect();
-    Ok(Json(json!({ "cluster": state.cluster, "live_nodes": nodes.len(), "nodes": nodes, "redis_shards_up": shards_up, "redis_shards": state.redis.len() })))
+    Ok(Json(
+        json!({ "cluster": state.cluster, "live_nodes": nodes.len(), "nodes": nodes, "redis_shards_up": shards_up, "redis_shards": state.redis.len() }),
+    ))
 }

@@ -53,7 +53,11 @@ fn parse_cursor(raw: Option<&str>) -> ApiResult<Option<DateTime<Utc>>> {
     }
 }
 
-pub async fn of_job(State(state): State<AppState>, JobIdPath(id): JobIdPath, Query(q): Query<ExecQuery>) -> ApiResult<Json<Value>> {
+pub async fn of_job(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+    Query(q): Query<ExecQuery>,
+) -> ApiResult<Json<Value>> {
     let limit = parse_limit(q.limit.as_deref())?;
     let before = parse_cursor(q.cursor.as_deref())?;
     let client = state.pg.get().await?;

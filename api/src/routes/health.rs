@@ -12,11 +12,7 @@ pub async fn healthz() -> Json<Value> {
 }
 
 pub async fn readyz(State(state): State<AppState>) -> ApiResult<Json<Value>> {
-    let client = state
-        .pg
-        .get()
-        .await
-        .map_err(|e| ApiError::Unavailable(format!("Postgres is not reachable: {e}")))?;
+    let client = state.pg.get().await.map_err(|e| ApiError::Unavailable(format!("Postgres is not reachable: {e}")))?;
     client
         .query_one("SELECT 1", &[])
         .await

@@ -29,11 +29,7 @@ pub fn job_json(row: &Row, now: DateTime<Utc>) -> ApiResult<Value> {
     let spec: JobSpec = serde_json::from_value(row.get("spec"))?;
     let paused: bool = row.get("paused");
     let created_at: DateTime<Utc> = row.get("created_at");
-    let next_fire_at = if paused {
-        None
-    } else {
-        spec.compile(created_at).ok().and_then(|s| s.next_after(now))
-    };
+    let next_fire_at = if paused { None } else { spec.compile(created_at).ok().and_then(|s| s.next_after(now)) };
     let mut body = serde_json::to_value(&spec)?;
     body["paused"] = json!(paused);
     body["id"] = json!(id);
@@ -118,10 +114,10 @@ pub async fn list(State(state): State<AppState>, Query(q): Query<ListQuery>) -> 
         None | Some("") => Uuid::nil(),
         Some(c) => c.parse::<Uuid>().map_err(|_| field("cursor", "is not a cursor returned by this endpoint"))?,
     };
-    if let Some(kind) = q.kind.as_deref() {
-        if !["once", "interval", "cron"].contains(&kind) {
-            return Err(field("kind", "must be one of once, interval, cron"));
-        }
+    if let Some(kind) = q.kind.as_deref()
+        && !["once", "interval", "cron"].contains(&kind)
+    {
+        return Err(field("kind", "must be one of once, interval, cron"));
     }
     let paused = match q.paused.as_deref() {
         None => None,
@@ -172,7 +168,12 @@ async fn skip_pending(tx: &impl deadpool_postgres::GenericClient, id: Uuid, reas
         .await?)
 }
 
-pub async fn replace(State(state): State<AppState>, JobIdPath(id): JobIdPath, headers: HeaderMap, JsonBody(body): JsonBody) -> ApiResult<Response> {
+pub async fn replace(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Response> {
     let expected = if_match(&headers)?;
     let spec = validated(&body)?;
     let mut client = state.pg.get().await?;
@@ -182,10 +183,10 @@ pub async fn replace(State(state): State<AppState>, JobIdPath(id): JobIdPath, he
         .await?
         .ok_or_else(|| not_found(id))?
         .get(0);
-    if let Some(expected) = expected {
-        if expected != current {
-            return Err(ApiError::PreconditionFailed(format!("job {id} is at version {current}, not {expected}")));
-        }
+    if let Some(expected) = expected
+        && expected != current
+    {
+        return Err(ApiError::PreconditionFailed(format!("job {id} is at version {current}, not {expected}")));
     }
     let row = tx
         .query_one(
@@ -249,7 +250,11 @@ pub struct NextQuery {
     count: Option<String>,
 }
 
-pub async fn next(State(state): State<AppState>, JobIdPath(id): JobIdPath, Query(q): Query<NextQuery>) -> ApiResult<Json<Value>> {
+pub async fn next(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+    Query(q): Query<NextQuery>,
+) -> ApiResult<Json<Value>> {
     let count = match q.count.as_deref() {
         None => 10,
         Some(s) => match s.parse::<usize>() {

@@ -56,15 +56,18 @@ async fn main() -> anyhow::Result<()> {
     common::telemetry::init(args.log.log_format);
     common::metrics::install_exporter(args.metrics_addr)?;
     let node_id = args.node_id.clone().unwrap_or_else(host_name);
-    let mut config = NodeConfig::new(node_id, args.service.cluster_name.clone(), args.service.database_url.clone(), args.service.amqp_url.clone());
+    let mut config = NodeConfig::new(
+        node_id,
+        args.service.cluster_name.clone(),
+        args.service.database_url.clone(),
+        args.service.amqp_url.clone(),
+    );
     config.replication_factor = args.replication_factor;
     config.lookahead = Duration::from_millis(args.lookahead_ms);
     config.poll_interval = Duration::from_millis(args.poll_interval_ms);
     config.heartbeat_interval = Duration::from_millis(args.heartbeat_interval_ms);
-    config.retention = Retention {
-        ahead_days: args.ledger_partitions_ahead_days,
-        retention_days: args.ledger_retention_days,
-    };
+    config.retention =
+        Retention { ahead_days: args.ledger_partitions_ahead_days, retention_days: args.ledger_retention_days };
     let node = Node {
         config,
         pg: common::db::pool(&args.service.database_url, args.service.database_pool_size)?,

@@ -47,11 +47,7 @@ impl HttpDelivery {
                 None => attempt.follow(),
             }
         });
-        Ok(Self {
-            direct: build(Policy::none())?,
-            following: build(follow)?,
-            guard,
-        })
+        Ok(Self { direct: build(Policy::none())?, following: build(follow)?, guard })
     }
 
     pub async fn deliver(&self, target: &HttpTarget, message: &FireMessage, attempt: u32) -> Outcome {
@@ -82,16 +78,15 @@ impl HttpDelivery {
                 let mut excerpt = Vec::new();
                 while excerpt.len() < EXCERPT_BYTES {
                     match response.chunk().await {
-                        Ok(Some(chunk)) => excerpt.extend_from_slice(&chunk[..chunk.len().min(EXCERPT_BYTES - excerpt.len())]),
+                        Ok(Some(chunk)) => {
+                            excerpt.extend_from_slice(&chunk[..chunk.len().min(EXCERPT_BYTES - excerpt.len())])
+                        }
                         _ => break,
                     }
                 }
                 let excerpt = String::from_utf8_lossy(&excerpt).into_owned();
                 if status.is_success() {
-                    Outcome::Success {
-                        http_status: Some(status.as_u16()),
-                        excerpt,
-                    }
+                    Outcome::Success { http_status: Some(status.as_u16()), excerpt }
                 } else {
                     Outcome::Failure {
                         http_status: Some(status.as_u16()),
@@ -103,17 +98,9 @@ impl HttpDelivery {
             }
             Err(e) => {
                 let refused = error_chain(&e).contains("callback refused");
-                let error = if e.is_timeout() {
-                    format!("timed out after {} ms", target.timeout_ms)
-                } else {
-                    error_chain(&e)
-                };
-                Outcome::Failure {
-                    http_status: None,
-                    error,
-                    excerpt: String::new(),
-                    retryable: !refused,
-                }
+                let error =
+                    if e.is_timeout() { format!("timed out after {} ms", target.timeout_ms) } else { error_chain(&e) };
+                Outcome::Failure { http_status: None, error, excerpt: String::new(), retryable: !refused }
             }
         }
     }

@@ -18,7 +18,13 @@ pub enum Start {
 
 /// Moves the row to `running` for this fire and attempt. A redelivery of the
 /// same attempt (the worker that had it died) may take a `running` row back.
-pub async fn start(pool: &Pool, m: &FireMessage, attempt: u32, worker_id: &str, redelivered: bool) -> anyhow::Result<Start> {
+pub async fn start(
+    pool: &Pool,
+    m: &FireMessage,
+    attempt: u32,
+    worker_id: &str,
+    redelivered: bool,
+) -> anyhow::Result<Start> {
     let client = pool.get().await?;
     let attempt = attempt as i32;
     let stmt = client
@@ -34,9 +40,8 @@ pub async fn start(pool: &Pool, m: &FireMessage, attempt: u32, worker_id: &str, 
              RETURNING 1",
         )
         .await?;
-    let started = client
-        .query_opt(&stmt, &[&m.job_id, &m.scheduled_at, &m.fire_id, &attempt, &worker_id, &redelivered])
-        .await?;
+    let started =
+        client.query_opt(&stmt, &[&m.job_id, &m.scheduled_at, &m.fire_id, &attempt, &worker_id, &redelivered]).await?;
     if started.is_some() {
         return Ok(Start::Go);
     }
@@ -97,7 +102,17 @@ pub async fn finish(pool: &Pool, m: &FireMessage, attempt: u32, f: Finish<'_>) -
     let n = client
         .execute(
             &stmt,
-            &[&m.job_id, &m.scheduled_at, &m.fire_id, &(attempt as i32), &f.status, &http_status, &f.sqs_message_id, &excerpt, &f.error],
+            &[
+                &m.job_id,
+                &m.scheduled_at,
+                &m.fire_id,
+                &(attempt as i32),
+                &f.status,
+                &http_status,
+                &f.sqs_message_id,
+                &excerpt,
+                &f.error,
+            ],
         )
         .await?;
     Ok(n == 1)

@@ -40,11 +40,7 @@ impl SsrfGuard {
             v4 => v4,
         };
         let reason = special_range(ip)?;
-        if self.allow.iter().any(|net| net.contains(&ip)) {
-            None
-        } else {
-            Some(reason)
-        }
+        if self.allow.iter().any(|net| net.contains(&ip)) { None } else { Some(reason) }
     }
 }
 
@@ -96,9 +92,10 @@ impl Resolve for GuardedResolver {
         let host = name.as_str().to_owned();
         Box::pin(async move {
             let lookup = host.clone();
-            let addrs: Vec<SocketAddr> = tokio::task::spawn_blocking(move || (lookup.as_str(), 0).to_socket_addrs().map(Iterator::collect))
-                .await
-                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)??;
+            let addrs: Vec<SocketAddr> =
+                tokio::task::spawn_blocking(move || (lookup.as_str(), 0).to_socket_addrs().map(Iterator::collect))
+                    .await
+                    .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)??;
             let mut refused = None;
             let allowed: Vec<SocketAddr> = addrs
                 .into_iter()
@@ -112,7 +109,9 @@ impl Resolve for GuardedResolver {
                 .collect();
             if allowed.is_empty() {
                 let msg = match refused {
-                    Some((ip, reason)) => format!("callback refused: {host} resolves to {ip} ({reason}); allow it with CALLBACK_ALLOW_CIDRS"),
+                    Some((ip, reason)) => format!(
+                        "callback refused: {host} resolves to {ip} ({reason}); allow it with CALLBACK_ALLOW_CIDRS"
+                    ),
                     None => format!("{host} did not resolve"),
                 };
                 return Err(msg.into());
@@ -129,7 +128,20 @@ mod tests {
     #[test]
     fn refuses_special_ranges_unless_allowed() {
         let deny = SsrfGuard::default();
-        for ip in ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "169.254.1.1", "::1", "fe80::1", "fd00::1", "::ffff:127.0.0.1", "0.0.0.0", "100.64.0.1"] {
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "169.254.1.1",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+            "0.0.0.0",
+            "100.64.0.1",
+        ] {
             assert!(deny.refusal(ip.parse().unwrap()).is_some(), "{ip} should be refused");
         }
         for ip in ["93.184.216.34", "2606:4700::1111", "8.8.8.8"] {

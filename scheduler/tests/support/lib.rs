@@ -127,19 +127,12 @@ impl Stack {
         let server = tokio::spawn(async move {
             api::serve(listener, state, async move { t.cancelled().await }).await.unwrap();
         });
-        Stack {
-            db,
-            cluster,
-            api,
-            http: reqwest::Client::new(),
-            pg,
-            token,
-            tasks: vec![server],
-        }
+        Stack { db, cluster, api, http: reqwest::Client::new(), pg, token, tasks: vec![server] }
     }
 
     pub fn node_config(&self, node_id: &str) -> NodeConfig {
-        let mut cfg = NodeConfig::new(node_id.into(), self.cluster.clone(), self.db.url.clone(), common::testing::amqp_url());
+        let mut cfg =
+            NodeConfig::new(node_id.into(), self.cluster.clone(), self.db.url.clone(), common::testing::amqp_url());
         cfg.poll_interval = Duration::from_millis(500);
         cfg.heartbeat_interval = Duration::from_secs(1);
         cfg.membership_refresh = Duration::from_millis(300);
