@@ -16,6 +16,7 @@ pub enum ApiError {
     PreconditionFailed(String),
     PayloadTooLarge(String),
     Unauthorized,
+    MethodNotAllowed,
     Unavailable(String),
     Internal(anyhow::Error),
 }
@@ -48,6 +49,12 @@ impl IntoResponse for ApiError {
                 StatusCode::UNAUTHORIZED,
                 "Unauthorized",
                 "a valid bearer token is required (Authorization: Bearer <token>)".to_owned(),
+                None,
+            ),
+            ApiError::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "Method not allowed",
+                "this route does not accept that HTTP method".to_owned(),
                 None,
             ),
             ApiError::Unavailable(d) => (StatusCode::SERVICE_UNAVAILABLE, "Service unavailable", d, None),

@@ -52,3 +52,17 @@ impl<S: Send + Sync> FromRequestParts<S> for JobIdPath {
             .map_err(|_| ApiError::NotFound(format!("no job with id {raw:?} (job ids are UUIDs)")))
     }
 }
+
+/// Query parameters: a malformed query string is a problem+json 400.
+pub struct QueryParams<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| QueryParams(q.0))
+            .map_err(|e| ApiError::BadRequest(format!("invalid query string: {}", e.body_text())))
+    }
+}

@@ -41,6 +41,21 @@ pub struct Slot {
     pub trigger: Trigger,
 }
 
+/// A slot decided without firing (misfire policy): recorded in the ledger.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recorded {
+    pub slot: Slot,
+    pub status: &'static str,
+    pub reason: String,
+}
+
+/// What the core loop hands the dispatcher.
+#[derive(Debug)]
+pub enum Work {
+    Fire(Vec<Slot>),
+    Record(Vec<Recorded>),
+}
+
 #[derive(Debug, Clone)]
 pub struct DispatchConfig {
     pub node_id: String,
@@ -73,15 +88,16 @@ impl Dispatcher {
 
     /// Consumes batches until the channel closes (the timer stopped), so
     /// every slot handed over before shutdown is still claimed and published.
-    pub async fn run(mut self, mut batches: mpsc::Receiver<Vec<Slot>>, token: CancellationToken) {
+    pub async fn run(mut self, mut batches: mpsc::Receiver<Work>, token: CancellationToken) {
         let mut sweep = tokio::time::interval(self.config.outbox_grace.max(Duration::from_secs(1)));
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut verify_tick = tokio::time::interval(Duration::from_millis(500));
         verify_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                batch = batches.recv() => match batch {
-                    Some(slots) => self.fire(slots, &token).await,
+                work = batches.recv() => match work {
+                    Some(Work::Fire(slots)) => self.fire(slots, &token).await,
+                    Some(Work::Record(rows)) => self.record(rows).await,
                     None => break,
                 },
                 _ = verify_tick.tick(), if !token.is_cancelled() => self.verify_lost().await,
@@ -168,6 +184,54 @@ impl Dispatcher {
             // Harmless: the sweep republishes and the worker drops the duplicate.
             tracing::warn!(error = %e, "stamping published_at failed");
         }
+    }
+
+    /// Inserts rows for slots decided without firing; a row that exists
+    /// (another owner decided or fired the slot) is left alone.
+    async fn record(&self, rows: Vec<Recorded>) {
+        let mut backoff = Duration::from_millis(100);
+        for attempt in 0.. {
+            match self.try_record(&rows).await {
+                Ok(n) => {
+                    metrics::counter!("cronshard_misfire_recorded_total").increment(n);
+                    return;
+                }
+                Err(e) if attempt < 20 => {
+                    tracing::warn!(error = %e, "recording misfire decisions failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => {
+                    // The next load of these jobs decides the same slots again.
+                    tracing::error!(error = %e, rows = rows.len(), "giving up recording misfire decisions");
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn try_record(&self, rows: &[Recorded]) -> anyhow::Result<u64> {
+        let client = self.pg.get().await?;
+        let job_ids: Vec<Uuid> = rows.iter().map(|r| r.slot.job_id).collect();
+        let times: Vec<DateTime<Utc>> = rows.iter().map(|r| r.slot.scheduled_at).collect();
+        let versions: Vec<i64> = rows.iter().map(|r| r.slot.job_version).collect();
+        let fire_ids: Vec<Uuid> = rows.iter().map(|_| Uuid::now_v7()).collect();
+        let exec_ids: Vec<String> = rows.iter().map(|r| execution_id(r.slot.job_id, r.slot.scheduled_at)).collect();
+        let statuses: Vec<&str> = rows.iter().map(|r| r.status).collect();
+        let reasons: Vec<&str> = rows.iter().map(|r| r.reason.as_str()).collect();
+        let n = client
+            .execute(
+                "INSERT INTO scheduled_jobs
+                     (job_id, scheduled_at, fire_id, execution_id, trigger, status, reason, scheduler_node, finished_at, job_version)
+                 SELECT s.job_id, s.scheduled_at, s.fire_id, s.execution_id, 'misfire', s.status, s.reason, $8, now(), s.job_version
+                 FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[], $4::uuid[], $5::text[], $6::text[], $7::text[])
+                      AS s(job_id, scheduled_at, job_version, fire_id, execution_id, status, reason)
+                 JOIN jobs j ON j.id = s.job_id AND j.version = s.job_version AND j.deleted_at IS NULL
+                 ON CONFLICT (job_id, scheduled_at) DO NOTHING",
+                &[&job_ids, &times, &versions, &fire_ids, &exec_ids, &statuses, &reasons, &self.config.node_id],
+            )
+            .await?;
+        Ok(n)
     }
 
     /// One pipelined SET NX PX per slot; `true` = this node may claim it.

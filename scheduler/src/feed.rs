@@ -33,6 +33,46 @@ pub struct JobRow {
     pub spec: Option<JobSpec>,
     /// Slots already fired, counted only for jobs with `max_runs`.
     pub runs: u64,
+    /// Set when the job is (re)loaded rather than changed: its latest slot in
+    /// the ledger within the misfire lookback, so the node can find slots
+    /// nobody fired while the job had no live owner.
+    pub history: Option<History>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct History {
+    pub last_slot: Option<DateTime<Utc>>,
+    /// Slots before this were not looked at.
+    pub looked_back_to: DateTime<Utc>,
+}
+
+/// Fills `history` for every row with a live spec, in one query.
+async fn fill_history(
+    client: &impl deadpool_postgres::GenericClient,
+    rows: &mut [JobRow],
+    lookback: Duration,
+) -> anyhow::Result<()> {
+    let ids: Vec<Uuid> = rows.iter().filter(|r| r.spec.is_some()).map(|r| r.id).collect();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let since = Utc::now() - chrono::TimeDelta::from_std(lookback)?;
+    // Pruned to the partitions inside the lookback.
+    let last: std::collections::HashMap<Uuid, DateTime<Utc>> = client
+        .query(
+            "SELECT job_id, max(scheduled_at) FROM scheduled_jobs
+             WHERE job_id = ANY($1) AND scheduled_at >= $2 AND trigger <> 'manual'
+             GROUP BY job_id",
+            &[&ids, &since],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    for row in rows.iter_mut().filter(|r| r.spec.is_some()) {
+        row.history = Some(History { last_slot: last.get(&row.id).copied(), looked_back_to: since });
+    }
+    Ok(())
 }
 
 const SELECT: &str = "SELECT id, version, created_at, spec, paused, deleted_at IS NOT NULL, updated_at FROM jobs";
@@ -61,6 +101,7 @@ fn parse(row: &Row) -> JobRow {
         updated_at: row.get::<_, Option<DateTime<Utc>>>(6).unwrap_or_default(),
         spec,
         runs: 0,
+        history: None,
     }
 }
 
@@ -90,18 +131,19 @@ async fn count_runs(client: &impl deadpool_postgres::GenericClient, rows: &mut [
 }
 
 /// The current state of the given jobs (those gained on a membership change).
-pub async fn fetch(pool: &Pool, ids: &[Uuid]) -> anyhow::Result<Vec<JobRow>> {
+pub async fn fetch(pool: &Pool, ids: &[Uuid], lookback: Duration) -> anyhow::Result<Vec<JobRow>> {
     let client = pool.get().await?;
     let ids = ids.to_vec();
     let mut rows: Vec<JobRow> =
         client.query(&format!("{SELECT} WHERE id = ANY($1)"), &[&ids]).await?.iter().map(parse).collect();
     count_runs(&client, &mut rows).await?;
+    fill_history(&client, &mut rows, lookback).await?;
     Ok(rows)
 }
 
 /// Loads every live job in one snapshot, page by page into `out`, and returns
 /// the snapshot's xmin: the watermark of the first poll.
-pub async fn initial_load(pool: &Pool, out: &mpsc::Sender<Vec<JobRow>>) -> anyhow::Result<i64> {
+pub async fn initial_load(pool: &Pool, lookback: Duration, out: &mpsc::Sender<Vec<JobRow>>) -> anyhow::Result<i64> {
     let mut client = pool.get().await?;
     let tx = client
         .build_transaction()
@@ -119,6 +161,7 @@ pub async fn initial_load(pool: &Pool, out: &mpsc::Sender<Vec<JobRow>>) -> anyho
         let full = rows.len() as i64 == PAGE;
         let mut page: Vec<JobRow> = rows.iter().map(parse).collect();
         count_runs(&tx, &mut page).await?;
+        fill_history(&tx, &mut page, lookback).await?;
         if out.send(page).await.is_err() {
             break;
         }

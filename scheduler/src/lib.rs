@@ -17,6 +17,7 @@
 pub mod dispatch;
 pub mod feed;
 pub mod membership;
+pub mod misfire;
 pub mod node;
 pub mod ownership;
 pub mod publisher;

@@ -6,7 +6,7 @@
 //! stops taking slots, the dispatcher finishes what it was handed, then the
 //! heartbeat is deleted so the other owners take over at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -24,9 +24,10 @@ use common::partitions::{self, Retention};
 use common::redis::Keys;
 use common::schedule::CompiledSchedule;
 
-use crate::dispatch::{DispatchConfig, Dispatcher, Slot};
+use crate::dispatch::{DispatchConfig, Dispatcher, Recorded, Slot, Work};
 use crate::feed::{self, JobRow};
 use crate::membership::Membership;
+use crate::misfire;
 use crate::ownership;
 use crate::publisher::Publisher;
 use crate::timer::TimerHeap;
@@ -41,8 +42,15 @@ pub struct NodeConfig {
     pub replication_factor: usize,
     /// Slots due this soon are claimed and published ahead of time.
     pub lookahead: Duration,
-    /// On (re)loading a job, slots at most this old are still fired.
-    pub late_grace: Duration,
+    /// A slot later than this is a misfire, handled by the job's misfire
+    /// policy; a slot less late simply fires late.
+    pub misfire_threshold: Duration,
+    /// How far back a (re)loaded job is checked for misfires.
+    pub misfire_lookback: Duration,
+    /// Most ledger rows one misfire decision writes per job.
+    pub misfire_record_max: usize,
+    /// Cluster-wide rate of late fires during misfire catch-up (per second).
+    pub catchup_rate: u32,
     pub batch_max: usize,
     pub poll_interval: Duration,
     pub heartbeat_interval: Duration,
@@ -64,7 +72,10 @@ impl NodeConfig {
             amqp_url,
             replication_factor: 2,
             lookahead: Duration::from_secs(2),
-            late_grace: Duration::from_secs(10),
+            misfire_threshold: Duration::from_secs(30),
+            misfire_lookback: Duration::from_secs(24 * 3600),
+            misfire_record_max: 1000,
+            catchup_rate: 500,
             batch_max: 10_000,
             poll_interval: Duration::from_secs(5),
             heartbeat_interval: Duration::from_secs(10),
@@ -92,7 +103,12 @@ struct Owned {
 struct State {
     node_id: String,
     rf: usize,
-    late_grace: TimeDelta,
+    misfire_threshold: TimeDelta,
+    misfire_record_max: usize,
+    /// Misfired slots waiting for the catch-up rate limiter.
+    catchup: VecDeque<Slot>,
+    /// Misfire decisions not yet handed to the dispatcher.
+    records: Vec<Recorded>,
     members: Vec<String>,
     known: HashMap<Uuid, i64>,
     owned: HashMap<Uuid, Owned>,
@@ -135,14 +151,41 @@ impl State {
                 return;
             }
         };
-        // Slots a moment old are still fired (the claim makes that safe);
-        // older ones belong to the misfire policy. Slots before the last
-        // change (an update, a resume) belonged to the previous version.
-        let from = (row.created_at - TimeDelta::milliseconds(1))
-            .max(row.updated_at - TimeDelta::milliseconds(1))
-            .max(now - self.late_grace);
-        let owned = Owned { version: row.version, runs: row.runs, max_runs: spec.schedule.max_runs, schedule };
+        // Slots less late than the misfire threshold still fire (the claim
+        // makes that safe); older ones belong to the misfire policy. Slots
+        // before the last change (an update, a resume) belonged to the
+        // previous version.
+        let changed_at = (row.created_at - TimeDelta::milliseconds(1)).max(row.updated_at - TimeDelta::milliseconds(1));
+        let from = changed_at.max(now - self.misfire_threshold);
+        let mut owned = Owned { version: row.version, runs: row.runs, max_runs: spec.schedule.max_runs, schedule };
         self.forget(row.id);
+        if let Some(history) = row.history {
+            let since =
+                changed_at.max(history.looked_back_to).max(history.last_slot.unwrap_or(DateTime::<Utc>::MIN_UTC));
+            if since < from {
+                let d = misfire::decide(
+                    &owned.schedule,
+                    spec.misfire,
+                    spec.misfire_cap,
+                    since,
+                    from,
+                    self.misfire_record_max,
+                );
+                if !d.fire.is_empty() || !d.record.is_empty() || d.unrecorded > 0 {
+                    tracing::info!(job.id = %row.id, policy = ?spec.misfire, fire = d.fire.len(), recorded = d.record.len(), unrecorded = d.unrecorded, "misfired slots found");
+                    metrics::counter!("cronshard_misfire_unrecorded_total").increment(d.unrecorded);
+                }
+                let slot =
+                    |at| Slot { job_id: row.id, scheduled_at: at, job_version: row.version, trigger: Trigger::Misfire };
+                owned.runs += d.fire.len() as u64;
+                self.catchup.extend(d.fire.into_iter().map(slot));
+                self.records.extend(d.record.into_iter().map(|(at, status, reason)| Recorded {
+                    slot: slot(at),
+                    status,
+                    reason,
+                }));
+            }
+        }
         if let Some(next) = owned.next_after(from) {
             self.heap.schedule(row.id, next);
         }
@@ -222,9 +265,10 @@ impl Node {
         {
             let (pool, url, tx, poll_every, t) =
                 (self.pg.clone(), cfg.database_url.clone(), feed_tx.clone(), cfg.poll_interval, feed_token.clone());
+            let lookback = cfg.misfire_lookback;
             tokio::spawn(async move {
                 let since = loop {
-                    match feed::initial_load(&pool, &tx).await {
+                    match feed::initial_load(&pool, lookback, &tx).await {
                         Ok(xmin) => break xmin,
                         Err(e) => {
                             tracing::warn!(error = %e, "loading jobs failed; retrying");
@@ -247,7 +291,7 @@ impl Node {
             feed_token.clone(),
         ));
 
-        let (batch_tx, batch_rx) = mpsc::channel::<Vec<Slot>>(64);
+        let (batch_tx, batch_rx) = mpsc::channel::<Work>(64);
         let dispatcher = Dispatcher::new(
             DispatchConfig {
                 node_id: cfg.node_id.clone(),
@@ -269,13 +313,18 @@ impl Node {
         let mut state = State {
             node_id: cfg.node_id.clone(),
             rf: cfg.replication_factor.max(1),
-            late_grace: TimeDelta::from_std(cfg.late_grace)?,
+            misfire_threshold: TimeDelta::from_std(cfg.misfire_threshold)?,
+            misfire_record_max: cfg.misfire_record_max,
+            catchup: VecDeque::new(),
+            records: Vec::new(),
             members: initial_members,
             known: HashMap::new(),
             owned: HashMap::new(),
             heap: TimerHeap::default(),
         };
         let lookahead = TimeDelta::from_std(cfg.lookahead)?;
+        let mut catchup_tick = tokio::time::interval(Duration::from_millis(100));
+        catchup_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let now = Utc::now();
             let wait = match state.heap.peek() {
@@ -289,7 +338,7 @@ impl Node {
                     let members = members_rx.borrow_and_update().clone();
                     let gained = state.rebalance(members);
                     if !gained.is_empty() {
-                        tokio::spawn(fetch_gained(self.pg.clone(), gained, feed_tx.clone()));
+                        tokio::spawn(fetch_gained(self.pg.clone(), gained, cfg.misfire_lookback, feed_tx.clone()));
                     }
                     owned_jobs.store(state.owned.len(), Ordering::Relaxed);
                     metrics::gauge!("cronshard_owned_jobs").set(state.owned.len() as f64);
@@ -298,6 +347,9 @@ impl Node {
                     let now = Utc::now();
                     for row in rows {
                         state.apply(row, now);
+                    }
+                    if !state.records.is_empty() && batch_tx.send(Work::Record(std::mem::take(&mut state.records))).await.is_err() {
+                        break;
                     }
                     owned_jobs.store(state.owned.len(), Ordering::Relaxed);
                     metrics::gauge!("cronshard_owned_jobs").set(state.owned.len() as f64);
@@ -309,7 +361,16 @@ impl Node {
                         let late = (now - s.scheduled_at).num_milliseconds().max(0) as f64 / 1000.0;
                         metrics::histogram!("cronshard_fire_lateness_seconds").record(late);
                     }
-                    if !slots.is_empty() && batch_tx.send(slots).await.is_err() {
+                    if !slots.is_empty() && batch_tx.send(Work::Fire(slots)).await.is_err() {
+                        break;
+                    }
+                }
+                _ = catchup_tick.tick(), if !state.catchup.is_empty() => {
+                    // The cluster-wide rate, shared by the live nodes.
+                    let per_tick = (cfg.catchup_rate as usize / 10 / state.members.len().max(1)).max(1);
+                    let n = per_tick.min(state.catchup.len());
+                    let slots: Vec<Slot> = state.catchup.drain(..n).collect();
+                    if batch_tx.send(Work::Fire(slots)).await.is_err() {
                         break;
                     }
                 }
@@ -326,11 +387,11 @@ impl Node {
     }
 }
 
-async fn fetch_gained(pool: PgPool, ids: Vec<Uuid>, out: mpsc::Sender<Vec<JobRow>>) {
+async fn fetch_gained(pool: PgPool, ids: Vec<Uuid>, lookback: Duration, out: mpsc::Sender<Vec<JobRow>>) {
     for chunk in ids.chunks(10_000) {
         let mut backoff = Duration::from_millis(100);
         loop {
-            match feed::fetch(&pool, chunk).await {
+            match feed::fetch(&pool, chunk, lookback).await {
                 Ok(rows) => {
                     if out.send(rows).await.is_err() {
                         return;

@@ -24,6 +24,13 @@ async fn interval_job_is_delivered_on_time_with_headers_and_recorded() {
     let mut stack = Stack::start("pipeline").await;
     stack.start_node(stack.node_config("node-a"));
     stack.start_worker(stack.worker_config("worker-a"));
+    // The node's maintenance task creates the day partitions at start-up.
+    let today = common::partitions::partition_name(Utc::now().date_naive());
+    wait_for("the node to create today's ledger partition", Duration::from_secs(10), || async {
+        let client = stack.pg.get().await.ok()?;
+        client.query_opt("SELECT 1 FROM pg_class WHERE relname = $1", &[&today]).await.ok()?
+    })
+    .await;
 
     let start = truncate_ms(Utc::now() + TimeDelta::seconds(2));
     let job = stack
@@ -59,6 +66,16 @@ async fn interval_job_is_delivered_on_time_with_headers_and_recorded() {
     assert_eq!(row["http_status"], 200);
     assert_eq!(row["scheduler_node"], "node-a");
     assert_eq!(row["worker_id"], "worker-a");
+    let client = stack.pg.get().await.unwrap();
+    let partition: String = client
+        .query_one(
+            "SELECT tableoid::regclass::text FROM scheduled_jobs WHERE job_id = $1 AND scheduled_at = $2",
+            &[&id.parse::<uuid::Uuid>().unwrap(), &start],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(partition, common::partitions::partition_name(start.date_naive()));
     stack.stop().await;
 }
 

@@ -1,7 +1,7 @@
 //! Ledger rows: a job's executions, newest first.
 
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -11,7 +11,7 @@ use common::execution::format_instant;
 
 use crate::AppState;
 use crate::error::{ApiResult, field};
-use crate::extract::JobIdPath;
+use crate::extract::{JobIdPath, QueryParams};
 use crate::routes::jobs::parse_limit;
 
 pub fn execution_json(r: &Row) -> Value {
@@ -56,11 +56,15 @@ fn parse_cursor(raw: Option<&str>) -> ApiResult<Option<DateTime<Utc>>> {
 pub async fn of_job(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
-    Query(q): Query<ExecQuery>,
+    QueryParams(q): QueryParams<ExecQuery>,
 ) -> ApiResult<Json<Value>> {
     let limit = parse_limit(q.limit.as_deref())?;
     let before = parse_cursor(q.cursor.as_deref())?;
     let client = state.pg.get().await?;
+    // A deleted job's history stays readable; an unknown id is a 404.
+    if client.query_opt("SELECT 1 FROM jobs WHERE id = $1", &[&id]).await?.is_none() {
+        return Err(crate::routes::jobs::not_found(id));
+    }
     let rows = client
         .query(
             "SELECT * FROM scheduled_jobs WHERE job_id = $1 AND ($2::timestamptz IS NULL OR scheduled_at < $2)

@@ -6,7 +6,7 @@
 //! exactly: the worker only delivers a row it can still move to `running`.
 
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, TimeDelta, Utc};
@@ -20,7 +20,7 @@ use common::job::JobSpec;
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult, field};
-use crate::extract::{JobIdPath, JsonBody};
+use crate::extract::{JobIdPath, JsonBody, QueryParams};
 
 const JOB_COLUMNS: &str = "id, version, spec, paused, created_at, updated_at";
 
@@ -49,9 +49,20 @@ fn with_etag(status: StatusCode, body: Value) -> Response {
     response
 }
 
-/// Validates a definition and checks it can ever fire.
+/// Validates a definition and checks it can ever fire: a job that never
+/// would is almost always a mistake (a past `at`, an `end_at` gone by).
 fn validated(body: &Value) -> ApiResult<JobSpec> {
     let spec = JobSpec::from_json(body).map_err(ApiError::Validation)?;
+    let now = Utc::now();
+    let schedule = spec.compile(now).map_err(|e| field(&format!("schedule.{}", e.field), e.message))?;
+    if schedule.next_after(now).is_none() {
+        return Err(match spec.schedule.kind {
+            common::job::ScheduleKind::Once { .. } => {
+                field("schedule.at", "is in the past; a one-time job must be due in the future")
+            }
+            _ => field("schedule.end_at", "the schedule has no fire time before its end"),
+        });
+    }
     Ok(spec)
 }
 
@@ -108,7 +119,7 @@ pub fn parse_limit(raw: Option<&str>) -> ApiResult<i64> {
     }
 }
 
-pub async fn list(State(state): State<AppState>, Query(q): Query<ListQuery>) -> ApiResult<Json<Value>> {
+pub async fn list(State(state): State<AppState>, QueryParams(q): QueryParams<ListQuery>) -> ApiResult<Json<Value>> {
     let limit = parse_limit(q.limit.as_deref())?;
     let after = match q.cursor.as_deref() {
         None | Some("") => Uuid::nil(),
@@ -148,11 +159,19 @@ pub async fn list(State(state): State<AppState>, Query(q): Query<ListQuery>) -> 
     Ok(Json(json!({ "items": items, "next_cursor": next_cursor })))
 }
 
+/// The version `If-Match` demands: `None` for no header or `*` (any current
+/// version). Weak tags never match (RFC 9110 requires strong comparison).
 fn if_match(headers: &HeaderMap) -> ApiResult<Option<i64>> {
     let Some(raw) = headers.get(header::IF_MATCH) else { return Ok(None) };
     let text = raw.to_str().unwrap_or_default().trim();
-    let text = text.strip_prefix("W/").unwrap_or(text).trim_matches('"');
-    text.parse::<i64>()
+    if text == "*" {
+        return Ok(None);
+    }
+    if text.starts_with("W/") {
+        return Ok(Some(-1));
+    }
+    let tag = text.trim_matches('"');
+    tag.parse::<i64>()
         .map(Some)
         .map_err(|_| ApiError::BadRequest(format!("If-Match must be a job version such as \"3\", got {text:?}")))
 }
@@ -253,7 +272,7 @@ pub struct NextQuery {
 pub async fn next(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
-    Query(q): Query<NextQuery>,
+    QueryParams(q): QueryParams<NextQuery>,
 ) -> ApiResult<Json<Value>> {
     let count = match q.count.as_deref() {
         None => 10,

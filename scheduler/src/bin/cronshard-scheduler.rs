@@ -28,12 +28,22 @@ struct Args {
     /// Slots due within this many milliseconds are claimed and published ahead.
     #[arg(long, env = "LOOKAHEAD_MS", default_value_t = 2000)]
     lookahead_ms: u64,
-    /// Seconds between change-feed polls (LISTEN/NOTIFY wakes it sooner).
+    /// Milliseconds between change-feed polls (LISTEN/NOTIFY wakes it sooner).
     #[arg(long, env = "POLL_INTERVAL_MS", default_value_t = 5000)]
     poll_interval_ms: u64,
-    /// Seconds between heartbeats (the heartbeat TTL is 30 s).
+    /// Milliseconds between heartbeats (the heartbeat TTL is 30 s).
     #[arg(long, env = "HEARTBEAT_INTERVAL_MS", default_value_t = 10_000)]
     heartbeat_interval_ms: u64,
+    /// A slot later than this is a misfire (handled by the job's misfire
+    /// policy); a slot less late fires late.
+    #[arg(long, env = "MISFIRE_THRESHOLD_MS", default_value_t = 30_000)]
+    misfire_threshold_ms: u64,
+    /// How far back a loaded job is checked for misfired slots.
+    #[arg(long, env = "MISFIRE_LOOKBACK_SECS", default_value_t = 86_400)]
+    misfire_lookback_secs: u64,
+    /// Cluster-wide late fires per second while catching up on misfires.
+    #[arg(long, env = "CATCHUP_RATE", default_value_t = 500)]
+    catchup_rate: u32,
     /// Days of ledger history kept.
     #[arg(long, env = "LEDGER_RETENTION_DAYS", default_value_t = 45)]
     ledger_retention_days: u32,
@@ -66,6 +76,9 @@ async fn main() -> anyhow::Result<()> {
     config.lookahead = Duration::from_millis(args.lookahead_ms);
     config.poll_interval = Duration::from_millis(args.poll_interval_ms);
     config.heartbeat_interval = Duration::from_millis(args.heartbeat_interval_ms);
+    config.misfire_threshold = Duration::from_millis(args.misfire_threshold_ms);
+    config.misfire_lookback = Duration::from_secs(args.misfire_lookback_secs);
+    config.catchup_rate = args.catchup_rate.max(1);
     config.retention =
         Retention { ahead_days: args.ledger_partitions_ahead_days, retention_days: args.ledger_retention_days };
     let node = Node {
