@@ -1055,8 +1055,11 @@ async fn cluster_lists_live_nodes_from_their_heartbeats() {
     let key = format!("{}:node:n1", app.cluster);
     let other_cluster = unique_cluster("cluster-other");
     let other_key = format!("{other_cluster}:node:n9");
-    for k in [&key, &other_key] {
+    // A heartbeat as a node writes it: the key with its TTL, and the id in
+    // the cluster's registry.
+    for (k, cluster, id) in [(&key, &app.cluster, "n1"), (&other_key, &other_cluster, "n9")] {
         app.redis_cmd(redis::cmd("SET").arg(k).arg(r#"{"node_id":"n1","owned_jobs":5}"#).arg("EX").arg(30)).await;
+        app.redis_cmd(redis::cmd("SADD").arg(format!("{cluster}:nodes")).arg(id)).await;
     }
     let r = app.get("/v1/cluster").await;
     assert_eq!(r.status, 200, "{}", r.text);

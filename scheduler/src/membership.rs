@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use chrono::Utc;
 use deadpool_redis::Pool;
-use redis::AsyncCommands;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -44,7 +43,11 @@ impl Membership {
         for shard in &self.shards {
             let result: anyhow::Result<()> = async {
                 let mut conn = shard.get().await?;
-                let _: () = conn.set_ex(&key, &value, HEARTBEAT_TTL.as_secs()).await?;
+                let _: () = redis::pipe()
+                    .set_ex(&key, &value, HEARTBEAT_TTL.as_secs())
+                    .sadd(self.keys.registry(), &self.node_id)
+                    .query_async(&mut *conn)
+                    .await?;
                 Ok(())
             }
             .await;
@@ -65,19 +68,10 @@ impl Membership {
         let mut live = BTreeSet::new();
         let mut answered = false;
         for shard in &self.shards {
-            let result: anyhow::Result<Vec<String>> = async {
-                let mut conn = shard.get().await?;
-                let mut keys = Vec::new();
-                let mut iter: redis::AsyncIter<String> = conn.scan_match(self.keys.node_pattern()).await?;
-                while let Some(key) = iter.next_item().await {
-                    keys.push(key?);
-                }
-                Ok(keys)
-            }
-            .await;
-            if let Ok(keys) = result {
+            let result = common::redis::live_nodes(shard, &self.keys).await;
+            if let Ok(nodes) = result {
                 answered = true;
-                live.extend(keys.iter().filter_map(|k| self.keys.node_id_of(k)).map(str::to_owned));
+                live.extend(nodes.into_iter().map(|(id, _)| id));
             }
         }
         answered.then(|| {
@@ -90,7 +84,8 @@ impl Membership {
         let key = self.keys.node(&self.node_id);
         for shard in &self.shards {
             if let Ok(mut conn) = shard.get().await {
-                let _: Result<(), _> = conn.del(&key).await;
+                let _: Result<(), _> =
+                    redis::pipe().del(&key).srem(self.keys.registry(), &self.node_id).query_async(&mut *conn).await;
             }
         }
     }

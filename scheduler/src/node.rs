@@ -156,7 +156,7 @@ impl State {
         // before the last change (an update, a resume) belonged to the
         // previous version.
         let changed_at = (row.created_at - TimeDelta::milliseconds(1)).max(row.updated_at - TimeDelta::milliseconds(1));
-        let from = changed_at.max(now - self.misfire_threshold);
+        let mut from = changed_at.max(now - self.misfire_threshold);
         let mut owned = Owned { version: row.version, runs: row.runs, max_runs: spec.schedule.max_runs, schedule };
         self.forget(row.id);
         if let Some(history) = row.history {
@@ -184,6 +184,11 @@ impl State {
                     status,
                     reason,
                 }));
+            }
+            // Slots up to the last one in the ledger are taken care of (a
+            // gained job was fired by its previous owners until now).
+            if let Some(last) = history.last_slot {
+                from = from.max(last);
             }
         }
         if let Some(next) = owned.next_after(from) {

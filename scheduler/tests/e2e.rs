@@ -7,8 +7,6 @@
 #[path = "support/lib.rs"]
 mod support;
 
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -17,22 +15,7 @@ use tokio::process::{Child, Command};
 
 use common::execution::{format_instant, truncate_ms};
 use common::testing::{TestDb, unique_cluster, wait_for};
-use support::{Sink, http_target};
-
-/// The binaries sit next to each other in the target directory; the API's
-/// belongs to another package, so `cargo build --workspace --bins` must have
-/// run (deploy/test.sh does).
-fn binary(name: &str) -> PathBuf {
-    let scheduler = PathBuf::from(env!("CARGO_BIN_EXE_cronshard-scheduler"));
-    let path = scheduler.with_file_name(name);
-    assert!(path.exists(), "{} is missing: run `cargo build --workspace --bins` first", path.display());
-    path
-}
-
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
+use support::{ProcEnv, Sink, free_addr, http_target};
 
 struct Env {
     database_url: String,
@@ -41,17 +24,12 @@ struct Env {
 
 impl Env {
     fn command(&self, bin: &str) -> Command {
-        let mut c = Command::new(binary(bin));
-        c.env("DATABASE_URL", &self.database_url)
-            .env("CLUSTER_NAME", &self.cluster)
-            .env("REDIS_URLS", common::testing::redis_url())
-            .env("AMQP_URL", common::testing::amqp_url())
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true);
-        c
+        ProcEnv {
+            database_url: self.database_url.clone(),
+            cluster: self.cluster.clone(),
+            redis_urls: common::testing::redis_url(),
+        }
+        .command(bin)
     }
 }
 

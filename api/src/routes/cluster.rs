@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::State;
-use redis::AsyncCommands;
 use serde_json::{Value, json};
 
 use crate::AppState;
@@ -14,28 +13,11 @@ pub async fn status(State(state): State<AppState>) -> ApiResult<Json<Value>> {
     let mut nodes: BTreeMap<String, Value> = BTreeMap::new();
     let mut shards_up = 0;
     for shard in &state.redis {
-        let result: anyhow::Result<Vec<(String, Option<String>)>> = async {
-            let mut conn = shard.get().await?;
-            let mut keys = Vec::new();
-            let mut iter: redis::AsyncIter<String> = conn.scan_match(state.keys.node_pattern()).await?;
-            while let Some(k) = iter.next_item().await {
-                keys.push(k?);
-            }
-            drop(iter);
-            let mut out = Vec::new();
-            for k in keys {
-                let v: Option<String> = conn.get(&k).await?;
-                out.push((k, v));
-            }
-            Ok(out)
-        }
-        .await;
+        let result = common::redis::live_nodes(shard, &state.keys).await;
         if let Ok(entries) = result {
             shards_up += 1;
-            for (key, value) in entries {
-                let Some(id) = state.keys.node_id_of(&key) else { continue };
-                let value = value.and_then(|v| serde_json::from_str::<Value>(&v).ok()).unwrap_or(json!({}));
-                nodes.insert(id.to_owned(), value);
+            for (id, value) in entries {
+                nodes.insert(id, value);
             }
         }
     }

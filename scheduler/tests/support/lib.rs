@@ -228,3 +228,172 @@ impl Stack {
 pub fn http_target(url: &str) -> Value {
     json!({ "kind": "http", "url": url, "timeout_ms": 2000 })
 }
+
+/// The binaries sit next to each other in the target directory; the API's
+/// belongs to another package, so `cargo build --workspace --bins` must have
+/// run (deploy/test.sh does).
+pub fn binary(name: &str) -> std::path::PathBuf {
+    let scheduler = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cronshard-scheduler"));
+    let path = scheduler.with_file_name(name);
+    assert!(path.exists(), "{} is missing: run `cargo build --workspace --bins` first", path.display());
+    path
+}
+
+pub fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+/// Environment shared by every process of one test's cluster.
+#[derive(Clone)]
+pub struct ProcEnv {
+    pub database_url: String,
+    pub cluster: String,
+    pub redis_urls: String,
+}
+
+impl ProcEnv {
+    pub fn command(&self, bin: &str) -> tokio::process::Command {
+        let mut c = tokio::process::Command::new(binary(bin));
+        c.env("DATABASE_URL", &self.database_url)
+            .env("CLUSTER_NAME", &self.cluster)
+            .env("REDIS_URLS", &self.redis_urls)
+            .env("AMQP_URL", common::testing::amqp_url())
+            .env("RUST_LOG", std::env::var("TEST_CHILD_LOG").unwrap_or_else(|_| "warn".into()))
+            .env("METRICS_ADDR", free_addr())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true);
+        c
+    }
+
+    /// A scheduler process with test-friendly intervals.
+    pub fn scheduler(&self, node_id: &str) -> tokio::process::Child {
+        self.command("cronshard-scheduler")
+            .env("NODE_ID", node_id)
+            .env("HEARTBEAT_INTERVAL_MS", "1000")
+            .env("POLL_INTERVAL_MS", "1000")
+            .spawn()
+            .unwrap()
+    }
+
+    pub fn worker(&self, worker_id: &str) -> tokio::process::Child {
+        self.command("cronshard-worker")
+            .env("WORKER_ID", worker_id)
+            .env("CALLBACK_ALLOW_CIDRS", "127.0.0.0/8")
+            .spawn()
+            .unwrap()
+    }
+}
+
+pub fn kill9(child: &tokio::process::Child) {
+    let pid = child.id().expect("process is running");
+    let _ = std::process::Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+}
+
+/// A loopback TCP proxy the test can cut and restore: the simplest way to
+/// take one process off a service without touching the others.
+pub struct TcpProxy {
+    pub addr: SocketAddr,
+    enabled: tokio::sync::watch::Sender<bool>,
+}
+
+impl TcpProxy {
+    pub async fn start(upstream: SocketAddr) -> TcpProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (enabled, rx) = tokio::sync::watch::channel(true);
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else { return };
+                let mut rx = rx.clone();
+                if !*rx.borrow() {
+                    continue; // dropping the socket refuses the client
+                }
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await else { return };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = rx.wait_for(|on| !on) => {} // cut: drop both ends
+                    }
+                });
+            }
+        });
+        TcpProxy { addr, enabled }
+    }
+
+    pub fn cut(&self) {
+        self.enabled.send_replace(false);
+    }
+
+    pub fn restore(&self) {
+        self.enabled.send_replace(true);
+    }
+}
+
+/// A private redis-server for tests that must flush or break Redis.
+pub struct RedisServer {
+    pub addr: SocketAddr,
+    _child: tokio::process::Child,
+}
+
+impl RedisServer {
+    pub async fn start() -> RedisServer {
+        let addr: SocketAddr = free_addr().parse().unwrap();
+        let child = tokio::process::Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &addr.port().to_string(), "--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("redis-server is installed (deploy/scripts/services.sh installs it)");
+        common::testing::wait_for("the private redis-server", Duration::from_secs(10), || async {
+            tokio::net::TcpStream::connect(addr).await.ok().map(|_| ())
+        })
+        .await;
+        RedisServer { addr, _child: child }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+}
+
+/// Every slot of `jobs` (interval `every_ms` from `start`) up to `until`,
+/// as execution ids.
+pub fn expected_executions(
+    jobs: &[String],
+    start: DateTime<Utc>,
+    every_ms: i64,
+    until: DateTime<Utc>,
+) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for id in jobs {
+        let mut t = start;
+        while t <= until {
+            out.insert(common::execution::execution_id(id.parse().unwrap(), t));
+            t += chrono::TimeDelta::milliseconds(every_ms);
+        }
+    }
+    out
+}
+
+/// Checks that every expected execution arrived exactly once; panics with
+/// the missing and duplicated ids otherwise.
+pub fn assert_exactly_once(received: &[Received], expected: &std::collections::BTreeSet<String>) {
+    let mut counts: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for r in received {
+        *counts.entry(r.execution_id.as_str()).or_default() += 1;
+    }
+    let missing: Vec<&String> = expected.iter().filter(|e| !counts.contains_key(e.as_str())).collect();
+    let duplicated: Vec<(&&str, &usize)> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        missing.is_empty() && duplicated.is_empty(),
+        "{} of {} expected executions missing (first: {:?}); {} duplicated (first: {:?})",
+        missing.len(),
+        expected.len(),
+        missing.iter().take(5).collect::<Vec<_>>(),
+        duplicated.len(),
+        duplicated.iter().take(5).collect::<Vec<_>>()
+    );
+}
