@@ -60,11 +60,15 @@ async fn all_delivered(sink: &Sink, expected: &std::collections::BTreeSet<String
 async fn killing_a_node_and_adding_one_neither_misses_nor_duplicates() {
     let sink = Sink::start().await;
     let stack = Stack::start("kill-add").await;
-    let env =
-        ProcEnv { database_url: stack.db.url.clone(), cluster: stack.cluster.clone(), redis_urls: common::testing::redis_url() };
+    let env = ProcEnv {
+        database_url: stack.db.url.clone(),
+        cluster: stack.cluster.clone(),
+        redis_urls: common::testing::redis_url(),
+    };
     let mut nodes = vec![env.scheduler("node-0"), env.scheduler("node-1"), env.scheduler("node-2")];
     let _workers = [env.worker("worker-0"), env.worker("worker-1")];
-    wait_for("3 live nodes", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 3).then_some(()) }).await;
+    wait_for("3 live nodes", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 3).then_some(()) })
+        .await;
 
     let start = truncate_ms(Utc::now() + TimeDelta::seconds(6));
     let jobs = create_interval_jobs(&stack, &sink, 300, start).await;
@@ -94,12 +98,16 @@ async fn a_node_cut_off_from_redis_neither_misses_nor_duplicates() {
     let stack = Stack::start("cut-redis").await;
     let redis_addr = common::testing::redis_url().trim_start_matches("redis://").parse().unwrap();
     let proxy = TcpProxy::start(redis_addr).await;
-    let env =
-        ProcEnv { database_url: stack.db.url.clone(), cluster: stack.cluster.clone(), redis_urls: common::testing::redis_url() };
+    let env = ProcEnv {
+        database_url: stack.db.url.clone(),
+        cluster: stack.cluster.clone(),
+        redis_urls: common::testing::redis_url(),
+    };
     let cut_env = ProcEnv { redis_urls: format!("redis://{}", proxy.addr), ..env.clone() };
     let _nodes = [env.scheduler("node-0"), env.scheduler("node-1"), cut_env.scheduler("node-cut")];
     let _workers = [env.worker("worker-0"), env.worker("worker-1")];
-    wait_for("3 live nodes", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 3).then_some(()) }).await;
+    wait_for("3 live nodes", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 3).then_some(()) })
+        .await;
 
     let start = truncate_ms(Utc::now() + TimeDelta::seconds(5));
     let jobs = create_interval_jobs(&stack, &sink, 100, start).await;
@@ -113,8 +121,10 @@ async fn a_node_cut_off_from_redis_neither_misses_nor_duplicates() {
     .await;
     until_delivered_past(&sink, Utc::now() + TimeDelta::seconds(3), Duration::from_secs(30)).await;
     proxy.restore();
-    wait_for("the cut node to rejoin", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 3).then_some(()) })
-        .await;
+    wait_for("the cut node to rejoin", Duration::from_secs(60), || async {
+        (live_nodes(&stack).await? == 3).then_some(())
+    })
+    .await;
     let window_end = truncate_ms(Utc::now() + TimeDelta::seconds(3));
     let expected = expected_executions(&jobs, start, EVERY_MS, window_end);
     all_delivered(&sink, &expected, Duration::from_secs(60)).await;
@@ -154,5 +164,163 @@ async fn flushing_redis_mid_run_does_not_execute_a_slot_twice() {
     all_delivered(&sink, &expected, Duration::from_secs(60)).await;
     let in_window: Vec<_> = sink.received().into_iter().filter(|r| expected.contains(&r.execution_id)).collect();
     assert_exactly_once(&in_window, &expected);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_one_of_two_redis_shards_down_the_cluster_keeps_firing_exactly_once() {
+    let sink = Sink::start().await;
+    let stack = Stack::start("two-shards").await;
+    let shard_a = RedisServer::start().await;
+    let shard_b = RedisServer::start().await;
+    let env = ProcEnv {
+        database_url: stack.db.url.clone(),
+        cluster: stack.cluster.clone(),
+        redis_urls: format!("{},{}", shard_a.url(), shard_b.url()),
+    };
+    let _nodes = [env.scheduler("node-0"), env.scheduler("node-1"), env.scheduler("node-2")];
+    let _workers = [env.worker("worker-0")];
+    let pools = common::redis::pools(&[shard_b.url()]).unwrap();
+    let keys = common::redis::Keys::new(&stack.cluster);
+    let live_on_b = || async { common::redis::live_nodes(&pools[0], &keys).await.ok().map(|n| n.len()) };
+    wait_for("3 heartbeats on the second shard", Duration::from_secs(60), || async {
+        (live_on_b().await? == 3).then_some(())
+    })
+    .await;
+
+    let start = truncate_ms(Utc::now() + TimeDelta::seconds(5));
+    let jobs = create_interval_jobs(&stack, &sink, 50, start).await;
+    until_delivered_past(&sink, start + TimeDelta::seconds(3), Duration::from_secs(30)).await;
+    drop(shard_a); // kills the first shard: locks and heartbeats move to the second
+    let window_end = truncate_ms(Utc::now() + TimeDelta::seconds(10));
+    let expected = expected_executions(&jobs, start, EVERY_MS, window_end);
+    all_delivered(&sink, &expected, Duration::from_secs(60)).await;
+    let in_window: Vec<_> = sink.received().into_iter().filter(|r| expected.contains(&r.execution_id)).collect();
+    assert_exactly_once(&in_window, &expected);
+    assert_eq!(live_on_b().await, Some(3), "the second shard alone carries the live set");
+    stack.stop().await;
+}
+
+/// Ledger rows of one job: (scheduled_at, status, trigger).
+async fn ledger_of(stack: &Stack, job: &str) -> Vec<(DateTime<Utc>, String, String)> {
+    let client = stack.pg.get().await.unwrap();
+    client
+        .query(
+            "SELECT scheduled_at, status, trigger FROM scheduled_jobs WHERE job_id = $1 ORDER BY scheduled_at",
+            &[&job.parse::<uuid::Uuid>().unwrap()],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_two_minutes_with_every_node_down_missed_slots_follow_each_misfire_policy() {
+    const EVERY_S: i64 = 10;
+    const THRESHOLD_MS: &str = "5000";
+    let sink = Sink::start().await;
+    let stack = Stack::start("misfire").await;
+    let env = ProcEnv {
+        database_url: stack.db.url.clone(),
+        cluster: stack.cluster.clone(),
+        redis_urls: common::testing::redis_url(),
+    };
+    let node = |id: &str| {
+        env.command("cronshard-scheduler")
+            .env("NODE_ID", id)
+            .env("HEARTBEAT_INTERVAL_MS", "1000")
+            .env("MISFIRE_THRESHOLD_MS", THRESHOLD_MS)
+            .spawn()
+            .unwrap()
+    };
+    let mut nodes = vec![node("node-0"), node("node-1")];
+    let _worker = env.worker("worker-0");
+    wait_for("2 live nodes", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 2).then_some(()) })
+        .await;
+
+    let start = truncate_ms(Utc::now() + TimeDelta::seconds(3));
+    let mut jobs = Vec::new();
+    for (policy, cap) in [("fire_once", 100), ("skip", 100), ("fire_all", 5)] {
+        let job = stack
+            .create_job(json!({
+                "name": policy,
+                "schedule": { "kind": "interval", "every_ms": EVERY_S * 1000, "start_at": format_instant(start) },
+                "target": http_target(&sink.url(policy)),
+                "misfire": policy,
+                "misfire_cap": cap,
+            }))
+            .await;
+        jobs.push((policy, job["id"].as_str().unwrap().to_owned()));
+    }
+    until_delivered_past(&sink, start + TimeDelta::seconds(EVERY_S), Duration::from_secs(30)).await;
+
+    // Every node down (clean stop: heartbeats deleted), for two minutes.
+    for n in &nodes {
+        let _ = std::process::Command::new("kill").arg("-TERM").arg(n.id().unwrap().to_string()).status();
+    }
+    for n in &mut nodes {
+        assert!(tokio::time::timeout(Duration::from_secs(30), n.wait()).await.unwrap().unwrap().success());
+    }
+    let stopped_at = Utc::now();
+    // The outage itself is the thing under test: nothing to await but time.
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    let restarted_at = Utc::now();
+    nodes = vec![node("node-0"), node("node-1")];
+
+    // Nothing silently dropped: every slot up to the restart gets a row, and
+    // no row stays undecided.
+    let last_due = restarted_at - TimeDelta::milliseconds(THRESHOLD_MS.parse().unwrap());
+    let slots_until =
+        |t: DateTime<Utc>| (0..).map(|k| start + TimeDelta::seconds(EVERY_S * k)).take_while(move |s| *s <= t);
+    let ledgers = wait_for("every slot decided", Duration::from_secs(60), || async {
+        let mut all = Vec::new();
+        for (policy, id) in &jobs {
+            let rows = ledger_of(&stack, id).await;
+            let decided =
+                rows.iter().all(|(_, status, _)| ["succeeded", "skipped", "missed"].contains(&status.as_str()));
+            let covered = slots_until(last_due).all(|s| rows.iter().any(|(t, _, _)| *t == s));
+            if !(decided && covered) {
+                return None;
+            }
+            all.push((*policy, id.clone(), rows));
+        }
+        Some(all)
+    })
+    .await;
+
+    for (policy, id, rows) in ledgers {
+        // Slots due during the outage went to the misfire policy (a slot
+        // pre-armed just before the stop was already published, and fired).
+        let outage = rows.iter().filter(|(t, _, _)| *t > stopped_at + TimeDelta::seconds(3) && *t <= last_due);
+        assert!(outage.clone().all(|(_, _, trigger)| trigger == "misfire"), "{policy}: {rows:?}");
+        let missed: Vec<_> = rows.iter().filter(|(_, _, trigger)| trigger == "misfire").collect();
+        assert!(missed.len() >= 10, "{policy}: expected ~11 misfired slots, got {missed:?}");
+        let fired: Vec<DateTime<Utc>> =
+            missed.iter().filter(|(_, s, _)| s == "succeeded").map(|(t, _, _)| *t).collect();
+        match policy {
+            "fire_once" => {
+                assert_eq!(fired, vec![missed.last().unwrap().0], "fire_once fires the latest missed slot only");
+                assert!(missed[..missed.len() - 1].iter().all(|(_, s, _)| s == "skipped"));
+            }
+            "skip" => {
+                assert!(fired.is_empty());
+                assert!(missed.iter().all(|(_, s, _)| s == "skipped"));
+            }
+            _ => {
+                let latest5: Vec<DateTime<Utc>> = missed[missed.len() - 5..].iter().map(|(t, _, _)| *t).collect();
+                assert_eq!(fired, latest5, "fire_all fires the latest misfire_cap slots");
+                assert!(missed[..missed.len() - 5].iter().all(|(_, s, _)| s == "missed"));
+            }
+        }
+        // What fired late reached the receiver once, under the slot's own execution id.
+        let received = sink.received_on(policy);
+        for t in fired {
+            let eid = common::execution::execution_id(id.parse().unwrap(), t);
+            assert_eq!(received.iter().filter(|r| r.execution_id == eid).count(), 1, "{policy}: {eid}");
+        }
+    }
+    drop(nodes);
     stack.stop().await;
 }
