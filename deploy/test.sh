@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# deploy/test.sh — the checks a change must pass, the same locally and in CI.
+#
+#   ./deploy/test.sh                         all steps
+#   ./deploy/test.sh -- --test-threads=1     extra arguments go to `cargo test --workspace`
+#   ./deploy/test.sh scheduler_              (e.g. a test name filter)
+#
+# Makes sure PostgreSQL, Redis, RabbitMQ and moto (local SQS) run
+# (deploy/scripts/services.sh ensure moto; services it starts are left running for
+# the next run — `deploy/scripts/services.sh stop-started` stops them), then runs,
+# stopping at the first failure:
+#   1. cargo fmt --all -- --check        (checks only, rewrites nothing)
+#   2. cargo clippy --workspace --all-targets -- -D warnings
+#   3. cargo build --workspace --bins    (the end-to-end tests spawn the real binaries)
+#   4. cargo test --workspace [ARGS...]
+# and prints the time of each step. CARGO_TARGET_DIR is honoured, never set.
+# SKIP_SERVICES=1 skips the service check (when the services come from elsewhere).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+case ${1:-} in
+    -h | --help)
+        sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+        exit 0
+        ;;
+esac
+
+command -v cargo >/dev/null 2>&1 || {
+    echo "test.sh: cargo not found: install a Rust toolchain (https://rustup.rs); rust-toolchain.toml picks the version" >&2
+    exit 1
+}
+
+STEP_NAMES=()
+STEP_TIMES=()
+START=$SECONDS
+
+summary() {
+    local i
+    for i in "${!STEP_NAMES[@]}"; do
+        printf '    %5ss  %s\n' "${STEP_TIMES[i]}" "${STEP_NAMES[i]}"
+    done
+}
+
+# step NAME CMD...: runs CMD, records its duration, stops everything on failure.
+step() {
+    local name=$1 t0=$SECONDS rc=0
+    shift
+    printf '\n==> %s\n' "$name"
+    "$@" || rc=$?
+    STEP_NAMES+=("$name")
+    STEP_TIMES+=($((SECONDS - t0)))
+    if ((rc != 0)); then
+        printf '\n==> FAILED (exit %s) after %ss: %s\n' "$rc" "$((SECONDS - t0))" "$name" >&2
+        summary >&2
+        exit "$rc"
+    fi
+    printf '<== ok in %ss: %s\n' "$((SECONDS - t0))" "$name"
+}
+
+if [[ ${SKIP_SERVICES:-0} == 1 ]]; then
+    echo "==> skipping the service check (SKIP_SERVICES=1)"
+else
+    step "services (PostgreSQL, Redis, RabbitMQ, moto)" "$ROOT/deploy/scripts/services.sh" ensure moto
+fi
+step "cargo fmt --all -- --check" cargo fmt --all -- --check
+step "cargo clippy --workspace --all-targets -- -D warnings" cargo clippy --workspace --all-targets -- -D warnings
+step "cargo build --workspace --bins" cargo build --workspace --bins
+step "cargo test --workspace${*:+ $*}" cargo test --workspace "$@"
+
+printf '\n==> all steps passed in %ss\n' "$((SECONDS - START))"
+summary
