@@ -14,6 +14,7 @@ pub enum ApiError {
     BadRequest(String),
     NotFound(String),
     PreconditionFailed(String),
+    Conflict(String),
     PayloadTooLarge(String),
     Unauthorized,
     MethodNotAllowed,
@@ -44,6 +45,7 @@ impl IntoResponse for ApiError {
             ApiError::BadRequest(d) => (StatusCode::BAD_REQUEST, "Bad request", d, None),
             ApiError::NotFound(d) => (StatusCode::NOT_FOUND, "Not found", d, None),
             ApiError::PreconditionFailed(d) => (StatusCode::PRECONDITION_FAILED, "Precondition failed", d, None),
+            ApiError::Conflict(d) => (StatusCode::CONFLICT, "Conflict", d, None),
             ApiError::PayloadTooLarge(d) => (StatusCode::PAYLOAD_TOO_LARGE, "Payload too large", d, None),
             ApiError::Unauthorized => (
                 StatusCode::UNAUTHORIZED,

@@ -33,6 +33,19 @@ pub struct AppState {
     pub cluster: String,
     /// Accepted bearer tokens; empty = auth off.
     pub tokens: Arc<Vec<String>>,
+    /// Publishes manual triggers and replays (connects on first use).
+    pub publisher: Arc<tokio::sync::Mutex<common::publisher::Publisher>>,
+}
+
+impl AppState {
+    /// A publisher for the cluster's queues on `amqp_url`.
+    pub fn publisher(amqp_url: &str, cluster: &str) -> Arc<tokio::sync::Mutex<common::publisher::Publisher>> {
+        Arc::new(tokio::sync::Mutex::new(common::publisher::Publisher::new(
+            amqp_url.to_owned(),
+            "cronshard-api".to_owned(),
+            common::amqp::Topology::new(cluster),
+        )))
+    }
 }
 
 pub fn router(state: AppState) -> Router {
@@ -42,6 +55,10 @@ pub fn router(state: AppState) -> Router {
         .route("/jobs/{id}/pause", post(routes::jobs::pause))
         .route("/jobs/{id}/resume", post(routes::jobs::resume))
         .route("/jobs/{id}/next", get(routes::jobs::next))
+        .route("/jobs/{id}/trigger", post(routes::jobs::trigger))
+        .route("/executions", get(routes::executions::all))
+        .route("/executions/replay", post(routes::executions::replay_many))
+        .route("/executions/{job_id}/{scheduled_at}/replay", post(routes::executions::replay_one))
         .route("/jobs/{id}/executions", get(routes::executions::of_job))
         .route("/cluster", get(routes::cluster::status))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));

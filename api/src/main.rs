@@ -59,6 +59,7 @@ async fn main() -> anyhow::Result<()> {
                 keys: common::redis::Keys::new(&args.service.cluster_name),
                 cluster: args.service.cluster_name.clone(),
                 tokens: Arc::new(tokens),
+                publisher: api::AppState::publisher(&args.service.amqp_url, &args.service.cluster_name),
             };
             let listener = tokio::net::TcpListener::bind(args.listen_addr).await?;
             tracing::info!(addr = %listener.local_addr()?, "cronshard-api listening");

@@ -75,6 +75,7 @@ impl TestApp {
             keys: common::redis::Keys::new(&cluster),
             cluster: cluster.clone(),
             tokens: Arc::new(opts.tokens),
+            publisher: api::AppState::publisher(&common::testing::amqp_url(), &cluster),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());

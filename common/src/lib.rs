@@ -12,6 +12,7 @@ pub mod job;
 pub mod message;
 pub mod metrics;
 pub mod partitions;
+pub mod publisher;
 pub mod redis;
 pub mod schedule;
 pub mod shutdown;

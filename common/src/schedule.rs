@@ -10,7 +10,9 @@
 //! occurrence, and a wall time that does not exist fires at the end of the gap;
 //! fire times are always strictly increasing.
 
+use std::collections::HashMap;
 use std::str::FromStr;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use chrono::{DateTime, Datelike, LocalResult, NaiveDateTime, TimeDelta, TimeZone, Utc};
 use chrono_tz::Tz;
@@ -57,8 +59,17 @@ pub fn truncate_to_millis(t: DateTime<Utc>) -> DateTime<Utc> {
 /// `SUN`-`SAT`; months are 1-12 or `JAN`-`DEC`. As in crontab, when both
 /// day-of-month and day-of-week are restricted (neither starts with `*` or
 /// `?`), a day matches if either matches. A 7th (year) field is rejected.
+///
+/// Parsed schedules are shared: a node holding a million jobs that use a
+/// handful of expressions keeps a handful of parsed copies (a parsed
+/// `cron::Schedule` is a kilobyte or more of sets).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CronSchedule {
+    inner: Arc<CronInner>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct CronInner {
     expr: String,
     timezone: Tz,
     /// Evaluated over naive local time disguised as UTC. Two entries when the
@@ -66,11 +77,34 @@ pub struct CronSchedule {
     local: Vec<cron::Schedule>,
 }
 
+type CronCache = Mutex<HashMap<(String, Tz), Weak<CronInner>>>;
+
+/// Distinct (expression, zone) pairs remembered; beyond it parses are not shared.
+const CRON_CACHE_MAX: usize = 10_000;
+
+fn cron_cache() -> &'static CronCache {
+    static CACHE: OnceLock<CronCache> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
 impl CronSchedule {
     pub fn parse(expr: &str, timezone: &str) -> Result<Self, ScheduleError> {
-        let local = compile_expr(expr)?;
         let timezone = parse_timezone(timezone)?;
-        Ok(Self { expr: expr.to_owned(), timezone, local })
+        let key = (expr.to_owned(), timezone);
+        if let Some(inner) = cron_cache().lock().ok().and_then(|c| c.get(&key).and_then(Weak::upgrade)) {
+            return Ok(Self { inner });
+        }
+        let local = compile_expr(expr)?;
+        let inner = Arc::new(CronInner { expr: expr.to_owned(), timezone, local });
+        if let Ok(mut cache) = cron_cache().lock() {
+            if cache.len() >= CRON_CACHE_MAX {
+                cache.retain(|_, w| w.strong_count() > 0);
+            }
+            if cache.len() < CRON_CACHE_MAX {
+                cache.insert(key, Arc::downgrade(&inner));
+            }
+        }
+        Ok(Self { inner })
     }
 
     /// The first fire time strictly after `after`.
@@ -83,11 +117,12 @@ impl CronSchedule {
         let floor = DateTime::UNIX_EPOCH - TimeDelta::days(2);
         // Local→UTC mapping is monotone, so no wall time before `after`'s own
         // can map past `after`.
-        let wall = after.max(floor).with_timezone(&self.timezone).naive_local().and_utc();
-        let mut candidates = Merged { iters: self.local.iter().map(|s| s.after(&wall).peekable()).collect() };
+        let cron = &*self.inner;
+        let wall = after.max(floor).with_timezone(&cron.timezone).naive_local().and_utc();
+        let mut candidates = Merged { iters: cron.local.iter().map(|s| s.after(&wall).peekable()).collect() };
         for _ in 0..MAX_SKIPPED_CANDIDATES {
             let local = candidates.next()?;
-            let instant = local_to_instant(self.timezone, local.naive_utc())?;
+            let instant = local_to_instant(cron.timezone, local.naive_utc())?;
             if instant > after {
                 return Some(instant);
             }
@@ -96,17 +131,17 @@ impl CronSchedule {
     }
 
     pub fn timezone(&self) -> Tz {
-        self.timezone
+        self.inner.timezone
     }
 
     /// The expression as given to [`CronSchedule::parse`].
     pub fn expr(&self) -> &str {
-        &self.expr
+        &self.inner.expr
     }
 
     #[cfg(test)]
     fn matches_wall(&self, local: NaiveDateTime) -> bool {
-        self.local.iter().any(|s| s.includes(local.and_utc()))
+        self.inner.local.iter().any(|s| s.includes(local.and_utc()))
     }
 }
 
@@ -414,6 +449,15 @@ fn interval_next(every_ms: u64, anchor: DateTime<Utc>, after: DateTime<Utc>) -> 
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn identical_cron_schedules_share_one_parse() {
+        let a = CronSchedule::parse("*/7 * * * *", "Europe/Berlin").unwrap();
+        let b = CronSchedule::parse("*/7 * * * *", "Europe/Berlin").unwrap();
+        let c = CronSchedule::parse("*/7 * * * *", "UTC").unwrap();
+        assert!(Arc::ptr_eq(&a.inner, &b.inner));
+        assert!(!Arc::ptr_eq(&a.inner, &c.inner));
+    }
+
     use super::*;
     use chrono::{Offset, Timelike, Weekday};
     use proptest::prelude::*;

@@ -4,8 +4,13 @@
 //! - `sink`: the callback receiver alone. Logs each delivery as a JSON line
 //!   (execution id, scheduled time, attempt, lateness) and serves what it got
 //!   at `GET /deliveries`, so demos and tests can read it back.
+//! - `startup`: a scheduler node starting on N jobs (time to first fire,
+//!   memory per owned job).
+//! - `rebalance`: ownership movement when scaling the cluster.
 
+mod rebalance;
 mod sink;
+mod startup;
 
 use clap::{Parser, Subcommand};
 
@@ -20,11 +25,17 @@ struct Args {
 enum Command {
     /// Run the callback receiver until Ctrl-C.
     Sink(sink::SinkArgs),
+    /// Seed N jobs, start a scheduler, measure time to first fire and memory per job.
+    Startup(startup::StartupArgs),
+    /// Share of jobs and owner assignments moved when scaling the cluster.
+    Rebalance(rebalance::RebalanceArgs),
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Args::parse().command {
         Command::Sink(args) => sink::run(args).await,
+        Command::Startup(args) => startup::run(args).await,
+        Command::Rebalance(args) => rebalance::run(args),
     }
 }

@@ -30,7 +30,7 @@ use common::job::JobSpec;
 use common::message::{FIRE_MESSAGE_VERSION, FireMessage, Trigger};
 use common::redis::Keys;
 
-use crate::publisher::Publisher;
+use common::publisher::Publisher;
 
 /// One due occurrence of a job, as the timer hands it over.
 #[derive(Debug, Clone, PartialEq)]
@@ -366,7 +366,7 @@ impl Dispatcher {
             let tx = client.transaction().await?;
             let rows = tx
                 .query(
-                    "SELECT s.job_id, s.scheduled_at, s.fire_id, s.execution_id, s.trigger, j.spec
+                    "SELECT s.job_id, s.scheduled_at, s.fire_id, s.execution_id, s.trigger, j.spec, s.attempts
                      FROM scheduled_jobs s JOIN jobs j ON j.id = s.job_id
                      WHERE s.status = 'pending' AND s.published_at IS NULL AND s.fired_at < $1
                      ORDER BY s.fired_at LIMIT 1000 FOR UPDATE OF s SKIP LOCKED",
@@ -374,9 +374,11 @@ impl Dispatcher {
                 )
                 .await?;
             let mut out = Vec::with_capacity(rows.len());
+            let mut attempts = Vec::with_capacity(rows.len());
             for row in &rows {
                 let Ok(spec) = serde_json::from_value::<JobSpec>(row.get("spec")) else { continue };
                 let scheduled_at: DateTime<Utc> = row.get("scheduled_at");
+                attempts.push(row.get::<_, i32>("attempts") as u32 + 1);
                 out.push(FireMessage {
                     v: FIRE_MESSAGE_VERSION,
                     fire_id: row.get("fire_id"),
@@ -394,7 +396,8 @@ impl Dispatcher {
                 });
             }
             if !out.is_empty() {
-                self.publisher.publish(&out).await?;
+                let batch: Vec<(&FireMessage, u32)> = out.iter().zip(attempts.iter().copied()).collect();
+                self.publisher.publish_attempts(&batch).await?;
                 let job_ids: Vec<Uuid> = out.iter().map(|m| m.job_id).collect();
                 let times: Vec<DateTime<Utc>> = out.iter().map(|m| m.scheduled_at).collect();
                 tx.execute(

@@ -20,6 +20,5 @@ pub mod membership;
 pub mod misfire;
 pub mod node;
 pub mod ownership;
-pub mod publisher;
 pub mod timer;
 pub mod worker;

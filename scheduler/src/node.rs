@@ -21,6 +21,7 @@ use uuid::Uuid;
 use common::amqp::Topology;
 use common::message::Trigger;
 use common::partitions::{self, Retention};
+use common::publisher::Publisher;
 use common::redis::Keys;
 use common::schedule::CompiledSchedule;
 
@@ -29,7 +30,6 @@ use crate::feed::{self, JobRow};
 use crate::membership::Membership;
 use crate::misfire;
 use crate::ownership;
-use crate::publisher::Publisher;
 use crate::timer::TimerHeap;
 
 #[derive(Debug, Clone)]

@@ -11,6 +11,7 @@
 
 pub mod http;
 pub mod ledger;
+pub mod sqs;
 pub mod ssrf;
 
 use std::collections::HashSet;
@@ -37,6 +38,7 @@ use common::message::{ATTEMPT_HEADER, FireMessage};
 
 use self::http::HttpDelivery;
 use self::ledger::{Finish, Start};
+use self::sqs::SqsDelivery;
 use self::ssrf::SsrfGuard;
 
 #[derive(Debug, Clone)]
@@ -51,6 +53,10 @@ pub struct WorkerConfig {
     pub max_in_flight: usize,
     pub retry_defaults: RetryPolicy,
     pub allow_cidrs: Vec<ipnet::IpNet>,
+    /// AWS configuration for SQS targets; `None` = the usual AWS environment
+    /// (`AWS_REGION`, credentials chain, `AWS_ENDPOINT_URL_SQS`), loaded on
+    /// the first SQS delivery.
+    pub aws: Option<aws_config::SdkConfig>,
 }
 
 /// What one delivery attempt came to.
@@ -79,6 +85,7 @@ struct Shared {
     config: WorkerConfig,
     pg: Pool,
     http: Arc<HttpDelivery>,
+    sqs: Arc<SqsDelivery>,
     topology: Topology,
     /// Confirm-mode channel for retry and failed messages.
     publish: Channel,
@@ -88,9 +95,10 @@ struct Shared {
 /// Runs until `token` is cancelled; reconnects to RabbitMQ with backoff.
 pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> anyhow::Result<()> {
     let http = Arc::new(HttpDelivery::new(SsrfGuard::new(config.allow_cidrs.clone()))?);
+    let sqs = Arc::new(SqsDelivery::new(config.aws.clone()));
     let mut backoff = Duration::from_millis(200);
     while !token.is_cancelled() {
-        match consume(&config, &pg, http.clone(), &token).await {
+        match consume(&config, &pg, http.clone(), sqs.clone(), &token).await {
             Ok(()) => break,
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "worker lost RabbitMQ; reconnecting");
@@ -109,6 +117,7 @@ async fn consume(
     config: &WorkerConfig,
     pg: &Pool,
     http: Arc<HttpDelivery>,
+    sqs: Arc<SqsDelivery>,
     token: &CancellationToken,
 ) -> anyhow::Result<()> {
     let connection = amqp::connect(&config.amqp_url, &format!("cronshard-worker {}", config.worker_id))
@@ -132,6 +141,7 @@ async fn consume(
         config: config.clone(),
         pg: pg.clone(),
         http,
+        sqs,
         topology,
         publish,
         declared_retry_queues: Mutex::new(HashSet::new()),
@@ -241,9 +251,9 @@ async fn process(shared: &Shared, m: &FireMessage, attempt: u32, redelivered: bo
             .record(ledger::lateness_seconds(started, m.due_at).max(0.0));
     }
     metrics::gauge!("cronshard_worker_in_flight").increment(1.0);
-    let outcome = match &m.target {
-        Target::Http(target) => shared.http.deliver(target, m, attempt).await,
-        Target::Sqs(_) => Outcome::permanent(None, "SQS delivery is not enabled in this build".into()),
+    let (outcome, sqs_message_id) = match &m.target {
+        Target::Http(target) => (shared.http.deliver(target, m, attempt).await, None),
+        Target::Sqs(target) => shared.sqs.deliver(target, m, attempt).await,
     };
     metrics::gauge!("cronshard_worker_in_flight").decrement(1.0);
     metrics::histogram!("cronshard_worker_delivery_seconds")
@@ -251,9 +261,15 @@ async fn process(shared: &Shared, m: &FireMessage, attempt: u32, redelivered: bo
     let policy = m.retry.unwrap_or(shared.config.retry_defaults);
     match outcome {
         Outcome::Success { http_status, excerpt } => {
-            tracing::info!(execution.id = %m.execution_id, attempt, http_status, "delivered");
+            tracing::info!(execution.id = %m.execution_id, attempt, http_status, sqs_message_id = sqs_message_id.as_deref(), "delivered");
             metrics::counter!("cronshard_worker_deliveries_total", "outcome" => "succeeded").increment(1);
-            let f = Finish { status: "succeeded", http_status, sqs_message_id: None, excerpt: &excerpt, error: None };
+            let f = Finish {
+                status: "succeeded",
+                http_status,
+                sqs_message_id: sqs_message_id.as_deref(),
+                excerpt: &excerpt,
+                error: None,
+            };
             ledger::finish(&shared.pg, m, attempt, f).await?;
         }
         Outcome::Failure { http_status, error, excerpt, retryable } => {

@@ -118,9 +118,9 @@ async fn deleting_or_pausing_a_job_cancels_its_prearmed_slot() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_failing_callback_is_retried_with_backoff_and_the_same_execution_id() {
+async fn a_callback_failing_three_times_is_retried_after_1_2_and_4_seconds_then_succeeds() {
     let sink = Sink::start().await;
-    sink.fail_first(2, 503);
+    sink.fail_first(3, 503);
     let mut stack = Stack::start("retry").await;
     stack.start_node(stack.node_config("node-a"));
     stack.start_worker(stack.worker_config("worker-a"));
@@ -130,27 +130,115 @@ async fn a_failing_callback_is_retried_with_backoff_and_the_same_execution_id() 
             "name": "flaky",
             "schedule": { "kind": "once", "at": at(due) },
             "target": http_target(&sink.url("flaky")),
-            "retry": { "max_retries": 3, "base_delay_ms": 500, "multiplier": 2.0 },
+            "retry": { "max_retries": 3, "base_delay_ms": 1000, "multiplier": 2.0 },
         }))
         .await;
     let id = job["id"].as_str().unwrap().to_owned();
-    let got = wait_for("three attempts", Duration::from_secs(15), || async {
+    let got = wait_for("four attempts", Duration::from_secs(20), || async {
         let r = sink.received_on("flaky");
-        (r.len() >= 3).then_some(r)
+        (r.len() >= 4).then_some(r)
     })
     .await;
-    assert_eq!(got.iter().map(|r| r.attempt).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(got.iter().map(|r| r.attempt).collect::<Vec<_>>(), [1, 2, 3, 4]);
     assert!(got.iter().all(|r| r.execution_id == got[0].execution_id));
-    // Retry n waits base × 2^(n−1): 500 ms, then 1000 ms.
-    let gap1 = (got[1].received_at - got[0].received_at).num_milliseconds();
-    let gap2 = (got[2].received_at - got[1].received_at).num_milliseconds();
-    assert!((450..1200).contains(&gap1), "first retry after {gap1} ms");
-    assert!((950..1800).contains(&gap2), "second retry after {gap2} ms");
+    // Retry n waits base × 2^(n−1) after the failure: 1 s, 2 s, 4 s (± 0.5 s).
+    for (k, expected_ms) in [(1, 1000), (2, 2000), (3, 4000)] {
+        let gap = (got[k].received_at - got[k - 1].received_at).num_milliseconds();
+        assert!(
+            (expected_ms - 500..=expected_ms + 500).contains(&gap),
+            "retry {k} came after {gap} ms, not {expected_ms}"
+        );
+    }
     let row = wait_for("success recorded", Duration::from_secs(5), || async {
         stack.ledger(&id, due).await.filter(|r| r["status"] == "succeeded")
     })
     .await;
-    assert_eq!(row["attempts"], 3);
+    assert_eq!(row["attempts"], 4);
+    assert_eq!(row["execution_id"], got[0].execution_id.as_str());
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_execution_that_keeps_failing_ends_failed_and_a_replay_delivers_it_with_the_same_id() {
+    let sink = Sink::start().await;
+    sink.fail_first(usize::MAX, 500);
+    let mut stack = Stack::start("replay").await;
+    stack.start_node(stack.node_config("node-a"));
+    stack.start_worker(stack.worker_config("worker-a"));
+    let due = truncate_ms(Utc::now() + TimeDelta::seconds(2));
+    let job = stack
+        .create_job(json!({
+            "name": "broken",
+            "schedule": { "kind": "once", "at": at(due) },
+            "target": http_target(&sink.url("broken")),
+            "retry": { "max_retries": 2, "base_delay_ms": 200, "multiplier": 2.0 },
+        }))
+        .await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    let row = wait_for("the execution to fail for good", Duration::from_secs(15), || async {
+        stack.ledger(&id, due).await.filter(|r| r["status"] == "failed")
+    })
+    .await;
+    assert_eq!(row["attempts"], 3, "1 attempt + 2 retries");
+    assert_eq!(sink.received_on("broken").len(), 3);
+
+    let failed: serde_json::Value = stack
+        .http
+        .get(format!("{}/v1/executions?status=failed", stack.api))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let listed = failed["items"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{failed}");
+    assert_eq!(listed[0]["job_id"], id.as_str());
+    assert_eq!(listed[0]["error"], "HTTP 500 Internal Server Error");
+
+    // The receiver heals; the operator replays the slot.
+    sink.fail_first(0, 200);
+    let replay = stack.post(&format!("/v1/executions/{id}/{}/replay", at(due))).await;
+    assert_eq!(replay["status"], "pending");
+    let row = wait_for("the replay to succeed", Duration::from_secs(10), || async {
+        stack.ledger(&id, due).await.filter(|r| r["status"] == "succeeded")
+    })
+    .await;
+    assert_eq!(row["attempts"], 4, "the replay is recorded as the row's next attempt");
+    let received = sink.received_on("broken");
+    assert_eq!(received.len(), 4);
+    assert!(received.iter().all(|r| r.execution_id == format!("{id}@{}", at(due))));
+    assert_eq!(received[3].attempt, 4);
+
+    // A second replay of a row that succeeded is refused.
+    let again = stack.http.post(format!("{}/v1/executions/{id}/{}/replay", stack.api, at(due))).send().await.unwrap();
+    assert_eq!(again.status(), 409);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_manual_trigger_fires_now_under_its_own_execution_id() {
+    let sink = Sink::start().await;
+    let mut stack = Stack::start("trigger").await;
+    stack.start_worker(stack.worker_config("worker-a"));
+    let job = stack
+        .create_job(json!({
+            "name": "nightly",
+            "schedule": { "kind": "cron", "expr": "0 3 * * *", "timezone": "UTC" },
+            "target": http_target(&sink.url("nightly")),
+        }))
+        .await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    let triggered = stack.post(&format!("/v1/jobs/{id}/trigger")).await;
+    let execution_id = triggered["execution_id"].as_str().unwrap().to_owned();
+    assert!(execution_id.starts_with(&format!("{id}@")) && execution_id.ends_with("#manual"), "{execution_id}");
+    assert_eq!(triggered["trigger"], "manual");
+    let got = wait_for("the manual delivery", Duration::from_secs(10), || async {
+        sink.received_on("nightly").into_iter().next()
+    })
+    .await;
+    assert_eq!(got.execution_id, execution_id);
+    assert_eq!(got.attempt, 1);
     stack.stop().await;
 }
 

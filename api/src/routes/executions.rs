@@ -1,7 +1,8 @@
 //! Ledger rows: a job's executions, newest first.
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -10,8 +11,8 @@ use tokio_postgres::Row;
 use common::execution::format_instant;
 
 use crate::AppState;
-use crate::error::{ApiResult, field};
-use crate::extract::{JobIdPath, QueryParams};
+use crate::error::{ApiError, ApiResult, field};
+use crate::extract::{JobIdPath, JsonBody, QueryParams};
 use crate::routes::jobs::parse_limit;
 
 pub fn execution_json(r: &Row) -> Value {
@@ -76,4 +77,180 @@ pub async fn of_job(
     let items: Vec<Value> = rows.iter().take(limit as usize).map(execution_json).collect();
     let next_cursor = has_more.then(|| items.last().map(|e| e["scheduled_at"].clone())).flatten();
     Ok(Json(json!({ "items": items, "next_cursor": next_cursor })))
+}
+
+#[derive(Deserialize)]
+pub struct AllQuery {
+    status: Option<String>,
+    job_id: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+pub const STATUSES: [&str; 7] = ["pending", "running", "retrying", "succeeded", "failed", "skipped", "missed"];
+
+fn parse_status(raw: Option<&str>) -> ApiResult<Option<String>> {
+    match raw {
+        None => Ok(None),
+        Some(s) if STATUSES.contains(&s) => Ok(Some(s.to_owned())),
+        Some(_) => Err(field("status", format!("must be one of {}", STATUSES.join(", ")))),
+    }
+}
+
+fn parse_time(raw: Option<&str>, name: &str) -> ApiResult<Option<DateTime<Utc>>> {
+    raw.map(|s| {
+        DateTime::parse_from_rfc3339(s)
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(|_| field(name, "must be an RFC 3339 timestamp such as 2026-12-15T15:00:00Z"))
+    })
+    .transpose()
+}
+
+fn parse_job_id(raw: Option<&str>) -> ApiResult<Option<uuid::Uuid>> {
+    raw.map(|s| s.parse::<uuid::Uuid>().map_err(|_| field("job_id", "must be a job id (UUID)"))).transpose()
+}
+
+/// `GET /v1/executions`: ledger rows across jobs, newest first, filtered by
+/// status, job and scheduled time (`from` inclusive, `to` exclusive).
+pub async fn all(State(state): State<AppState>, QueryParams(q): QueryParams<AllQuery>) -> ApiResult<Json<Value>> {
+    let limit = parse_limit(q.limit.as_deref())?;
+    let status = parse_status(q.status.as_deref())?;
+    let job_id = parse_job_id(q.job_id.as_deref())?;
+    let from = parse_time(q.from.as_deref(), "from")?;
+    let to = parse_time(q.to.as_deref(), "to")?;
+    // The cursor is the last row's (scheduled_at, job_id).
+    let cursor = match q.cursor.as_deref() {
+        None | Some("") => None,
+        Some(c) => {
+            let (t, id) =
+                c.split_once('|').ok_or_else(|| field("cursor", "is not a cursor returned by this endpoint"))?;
+            let t = DateTime::parse_from_rfc3339(t)
+                .map_err(|_| field("cursor", "is not a cursor returned by this endpoint"))?;
+            let id =
+                id.parse::<uuid::Uuid>().map_err(|_| field("cursor", "is not a cursor returned by this endpoint"))?;
+            Some((t.with_timezone(&Utc), id))
+        }
+    };
+    let (cursor_t, cursor_id) = (cursor.map(|c| c.0), cursor.map(|c| c.1));
+    let client = state.pg.get().await?;
+    let rows = client
+        .query(
+            "SELECT * FROM scheduled_jobs
+             WHERE ($1::text IS NULL OR status = $1) AND ($2::uuid IS NULL OR job_id = $2)
+               AND ($3::timestamptz IS NULL OR scheduled_at >= $3) AND ($4::timestamptz IS NULL OR scheduled_at < $4)
+               AND ($5::timestamptz IS NULL OR (scheduled_at, job_id) < ($5, $6))
+             ORDER BY scheduled_at DESC, job_id DESC LIMIT $7",
+            &[&status, &job_id, &from, &to, &cursor_t, &cursor_id, &(limit + 1)],
+        )
+        .await?;
+    let has_more = rows.len() as i64 > limit;
+    let items: Vec<Value> = rows.iter().take(limit as usize).map(execution_json).collect();
+    let next_cursor = if has_more {
+        items.last().map(|e| {
+            format!("{}|{}", e["scheduled_at"].as_str().unwrap_or_default(), e["job_id"].as_str().unwrap_or_default())
+        })
+    } else {
+        None
+    };
+    Ok(Json(json!({ "items": items, "next_cursor": next_cursor })))
+}
+
+/// Rows a replay may take: only what finished without success.
+const REPLAYABLE: [&str; 1] = ["failed"];
+
+/// Moves the selected failed rows back to `pending` under a fresh fire id,
+/// keeping the execution id and the attempt count, and publishes them as
+/// their next attempt. Returns the replayed rows.
+async fn replay_where(
+    state: &AppState,
+    job_id: Option<uuid::Uuid>,
+    from: Option<DateTime<Utc>>,
+    to: Option<DateTime<Utc>>,
+    max: i64,
+) -> ApiResult<Vec<Value>> {
+    let mut client = state.pg.get().await?;
+    let tx = client.transaction().await?;
+    let rows = tx
+        .query(
+            "WITH picked AS (
+                 SELECT l.job_id, l.scheduled_at FROM scheduled_jobs l JOIN jobs j ON j.id = l.job_id AND j.deleted_at IS NULL
+                 WHERE l.status = ANY($1) AND ($2::uuid IS NULL OR l.job_id = $2)
+                   AND ($3::timestamptz IS NULL OR l.scheduled_at >= $3) AND ($4::timestamptz IS NULL OR l.scheduled_at < $4)
+                 ORDER BY l.scheduled_at LIMIT $5 FOR UPDATE OF l SKIP LOCKED)
+             UPDATE scheduled_jobs l SET status = 'pending', fire_id = gen_random_uuid(), published_at = NULL,
+                    finished_at = NULL, reason = 'replay', fired_at = now(), scheduler_node = 'api',
+                    job_version = (SELECT version FROM jobs WHERE id = l.job_id)
+             FROM picked WHERE l.job_id = picked.job_id AND l.scheduled_at = picked.scheduled_at
+             RETURNING l.*",
+            &[&REPLAYABLE.to_vec(), &job_id, &from, &to, &max],
+        )
+        .await?;
+    let messages = crate::routes::jobs::fire_messages(&tx, &rows).await?;
+    tx.commit().await?;
+    crate::routes::jobs::publish(state, &messages).await;
+    Ok(rows.iter().map(execution_json).collect())
+}
+
+/// `POST /v1/executions/{job_id}/{scheduled_at}/replay`
+pub async fn replay_one(
+    State(state): State<AppState>,
+    Path((job, at)): Path<(String, String)>,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    let job_id = job.parse::<uuid::Uuid>().map_err(|_| ApiError::NotFound(format!("no job with id {job:?}")))?;
+    let at = DateTime::parse_from_rfc3339(&at)
+        .map_err(|_| field("scheduled_at", "must be an RFC 3339 timestamp such as 2026-12-15T15:00:00.000Z"))?
+        .with_timezone(&Utc);
+    let replayed =
+        replay_where(&state, Some(job_id), Some(at), Some(at + chrono::TimeDelta::microseconds(1)), 1).await?;
+    match replayed.into_iter().next() {
+        Some(row) => Ok((StatusCode::ACCEPTED, Json(row))),
+        None => {
+            let client = state.pg.get().await?;
+            let row = client
+                .query_opt("SELECT status FROM scheduled_jobs WHERE job_id = $1 AND scheduled_at = $2", &[&job_id, &at])
+                .await?;
+            Err(match row {
+                None => ApiError::NotFound(format!("no execution of job {job_id} scheduled at {}", format_instant(at))),
+                Some(r) => ApiError::Conflict(format!(
+                    "the execution is {}; only failed executions of existing jobs are replayed",
+                    r.get::<_, &str>(0)
+                )),
+            })
+        }
+    }
+}
+
+/// `POST /v1/executions/replay` with `{job_id?, from?, to?, limit?}`: replays
+/// failed executions in bulk (oldest first, at most `limit`, default 100).
+pub async fn replay_many(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    let obj = body.as_object().ok_or_else(|| field("", "the request body must be a JSON object"))?;
+    for key in obj.keys() {
+        if !["job_id", "from", "to", "limit"].contains(&key.as_str()) {
+            return Err(field(key, "unknown field; expected one of: job_id, from, to, limit"));
+        }
+    }
+    let text = |k: &str| -> ApiResult<Option<&str>> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.as_str())),
+            Some(_) => Err(field(k, "must be a string")),
+        }
+    };
+    let job_id = parse_job_id(text("job_id")?)?;
+    let from = parse_time(text("from")?, "from")?;
+    let to = parse_time(text("to")?, "to")?;
+    let limit = match obj.get("limit") {
+        None | Some(Value::Null) => 100,
+        Some(v) => match v.as_i64() {
+            Some(n) if (1..=1000).contains(&n) => n,
+            _ => return Err(field("limit", "must be an integer from 1 to 1000")),
+        },
+    };
+    let replayed = replay_where(&state, job_id, from, to, limit).await?;
+    Ok((StatusCode::ACCEPTED, Json(json!({ "replayed": replayed.len(), "items": replayed }))))
 }

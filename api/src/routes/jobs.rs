@@ -17,6 +17,7 @@ use uuid::Uuid;
 
 use common::execution::format_instant;
 use common::job::JobSpec;
+use common::message::{FIRE_MESSAGE_VERSION, FireMessage, Trigger};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult, field};
@@ -311,4 +312,97 @@ pub async fn next(
         })
         .collect();
     Ok(Json(json!({ "job_id": id, "fire_times": times })))
+}
+
+/// Builds the fire messages of claimed ledger rows (with their job's current
+/// target), paired with the attempt each is published as.
+pub async fn fire_messages(
+    client: &impl deadpool_postgres::GenericClient,
+    rows: &[Row],
+) -> ApiResult<Vec<(FireMessage, u32)>> {
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let job_id: Uuid = row.get("job_id");
+        let spec_row = client.query_one("SELECT spec FROM jobs WHERE id = $1", &[&job_id]).await?;
+        let spec: JobSpec = serde_json::from_value(spec_row.get(0))?;
+        let scheduled_at: DateTime<Utc> = row.get("scheduled_at");
+        let trigger = match row.get::<_, &str>("trigger") {
+            "manual" => Trigger::Manual,
+            "misfire" => Trigger::Misfire,
+            _ => Trigger::Schedule,
+        };
+        let message = FireMessage {
+            v: FIRE_MESSAGE_VERSION,
+            fire_id: row.get("fire_id"),
+            job_id,
+            scheduled_at,
+            // Due now: a manual fire or a replay is not held back.
+            due_at: Utc::now(),
+            execution_id: row.get("execution_id"),
+            trigger,
+            target: spec.target,
+            retry: spec.retry,
+        };
+        out.push((message, row.get::<_, i32>("attempts") as u32 + 1));
+    }
+    Ok(out)
+}
+
+/// Publishes committed `pending` rows and stamps them. A broker failure is
+/// not the caller's problem: the rows stay unpublished and every scheduler's
+/// outbox sweep publishes them within its grace period.
+pub async fn publish(state: &AppState, messages: &[(FireMessage, u32)]) {
+    if messages.is_empty() {
+        return;
+    }
+    let batch: Vec<(&FireMessage, u32)> = messages.iter().map(|(m, a)| (m, *a)).collect();
+    let published = state.publisher.lock().await.publish_attempts(&batch).await;
+    match published {
+        Ok(()) => {
+            if let Ok(client) = state.pg.get().await {
+                for (m, _) in messages {
+                    let _ = client
+                        .execute(
+                            "UPDATE scheduled_jobs SET published_at = now() WHERE job_id = $1 AND scheduled_at = $2 AND fire_id = $3",
+                            &[&m.job_id, &m.scheduled_at, &m.fire_id],
+                        )
+                        .await;
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %format!("{e:#}"), "publishing failed; the outbox sweep will publish"),
+    }
+}
+
+/// `POST /v1/jobs/{id}/trigger`: fires the job once now, outside its
+/// schedule, under its own execution id `{job_id}@{now}#manual`.
+pub async fn trigger(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> ApiResult<(StatusCode, Json<Value>)> {
+    let mut client = state.pg.get().await?;
+    let tx = client.transaction().await?;
+    let version: i64 = tx
+        .query_opt("SELECT version FROM jobs WHERE id = $1 AND deleted_at IS NULL FOR SHARE", &[&id])
+        .await?
+        .ok_or_else(|| not_found(id))?
+        .get(0);
+    // The ledger key is (job, instant): step a millisecond past a slot that
+    // happens to sit at the same instant.
+    let mut at = common::execution::truncate_ms(Utc::now());
+    let row = loop {
+        let row = tx
+            .query_opt(
+                "INSERT INTO scheduled_jobs (job_id, scheduled_at, fire_id, execution_id, trigger, status, scheduler_node, fired_at, job_version)
+                 VALUES ($1, $2, $3, $4, 'manual', 'pending', 'api', now(), $5)
+                 ON CONFLICT (job_id, scheduled_at) DO NOTHING RETURNING *",
+                &[&id, &at, &Uuid::now_v7(), &common::execution::manual_execution_id(id, at), &version],
+            )
+            .await?;
+        match row {
+            Some(r) => break r,
+            None => at += TimeDelta::milliseconds(1),
+        }
+    };
+    let messages = fire_messages(&tx, std::slice::from_ref(&row)).await?;
+    tx.commit().await?;
+    publish(&state, &messages).await;
+    Ok((StatusCode::ACCEPTED, Json(crate::routes::executions::execution_json(&row))))
 }

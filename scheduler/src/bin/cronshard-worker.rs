@@ -47,6 +47,9 @@ async fn main() -> anyhow::Result<()> {
         max_in_flight: args.max_in_flight.max(1),
         retry_defaults: args.retry.policy(),
         allow_cidrs: SsrfGuard::parse_allow_list(&args.callback_allow_cidrs)?,
+        // SQS targets use the standard AWS environment (AWS_REGION,
+        // credentials, AWS_ENDPOINT_URL_SQS), read on the first SQS delivery.
+        aws: None,
     };
     let pg = common::db::pool(&args.service.database_url, args.service.database_pool_size)?;
     let token = common::shutdown::token_on_signal();

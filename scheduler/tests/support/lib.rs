@@ -119,6 +119,7 @@ impl Stack {
             keys: common::redis::Keys::new(&cluster),
             cluster: cluster.clone(),
             tokens: Arc::new(vec![]),
+            publisher: api::AppState::publisher(&common::testing::amqp_url(), &cluster),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let api = format!("http://{}", listener.local_addr().unwrap());
@@ -166,6 +167,7 @@ impl Stack {
                 max_delay_ms: 60_000,
             },
             allow_cidrs: vec!["127.0.0.0/8".parse().unwrap()],
+            aws: None,
         }
     }
 

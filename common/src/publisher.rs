@@ -7,8 +7,8 @@ use lapin::options::BasicPublishOptions;
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection};
 
-use common::amqp::{self, Topology};
-use common::message::{ATTEMPT_HEADER, FireMessage};
+use crate::amqp::{self, Topology};
+use crate::message::{ATTEMPT_HEADER, FireMessage};
 
 pub struct Publisher {
     url: String,
@@ -34,10 +34,17 @@ impl Publisher {
         Ok(&self.link.as_ref().expect("link set above").1)
     }
 
-    /// Publishes all messages to the main queue and waits for every confirm.
-    /// Streams the publishes and then awaits the confirms, so a batch costs
-    /// one round trip, not one per message.
+    /// Publishes all messages to the main queue (as first attempts) and
+    /// waits for every confirm. Streams the publishes and then awaits the
+    /// confirms, so a batch costs one round trip, not one per message.
     pub async fn publish(&mut self, messages: &[FireMessage]) -> anyhow::Result<()> {
+        let batch: Vec<(&FireMessage, u32)> = messages.iter().map(|m| (m, 1)).collect();
+        self.publish_attempts(&batch).await
+    }
+
+    /// Publishes each message as the given attempt: a replayed or swept row
+    /// goes on from the attempts it already has.
+    pub async fn publish_attempts(&mut self, messages: &[(&FireMessage, u32)]) -> anyhow::Result<()> {
         let result = self.publish_inner(messages).await;
         if result.is_err() {
             self.link = None;
@@ -45,14 +52,14 @@ impl Publisher {
         result
     }
 
-    async fn publish_inner(&mut self, messages: &[FireMessage]) -> anyhow::Result<()> {
+    async fn publish_inner(&mut self, messages: &[(&FireMessage, u32)]) -> anyhow::Result<()> {
         let routing_key = self.topology.main_queue.clone();
         let channel = self.channel().await?;
         let mut confirms = Vec::with_capacity(messages.len());
-        for message in messages {
+        for (message, attempt) in messages {
             let payload = serde_json::to_vec(message)?;
             let mut headers = FieldTable::default();
-            headers.insert(ATTEMPT_HEADER.into(), AMQPValue::LongInt(1));
+            headers.insert(ATTEMPT_HEADER.into(), AMQPValue::LongInt(*attempt as i32));
             let properties = BasicProperties::default()
                 .with_delivery_mode(2)
                 .with_content_type("application/json".into())
