@@ -324,3 +324,61 @@ async fn after_two_minutes_with_every_node_down_missed_slots_follow_each_misfire
     drop(nodes);
     stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_a_worker_mid_delivery_loses_nothing_and_records_one_execution() {
+    let sink = Sink::start().await;
+    sink.set_delay(Duration::from_secs(2));
+    let stack = Stack::start("kill-worker").await;
+    let env = ProcEnv {
+        database_url: stack.db.url.clone(),
+        cluster: stack.cluster.clone(),
+        redis_urls: common::testing::redis_url(),
+    };
+    let _node = env.scheduler("node-0");
+    let victim = env.worker("worker-victim");
+    wait_for("1 live node", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 1).then_some(()) }).await;
+
+    let due = truncate_ms(Utc::now() + TimeDelta::seconds(3));
+    let mut jobs = Vec::new();
+    for i in 0..20 {
+        let job = stack
+            .create_job(json!({
+                "name": format!("slow-{i}"),
+                "schedule": { "kind": "once", "at": format_instant(due) },
+                "target": { "kind": "http", "url": sink.url("slow"), "timeout_ms": 10_000 },
+            }))
+            .await;
+        jobs.push(job["id"].as_str().unwrap().to_owned());
+    }
+    // The victim holds all 20 deliveries open at the receiver; kill it then.
+    wait_for("deliveries in flight", Duration::from_secs(20), || async {
+        (sink.received_on("slow").len() >= 20).then_some(())
+    })
+    .await;
+    kill9(&victim);
+    let _survivor = env.worker("worker-survivor");
+
+    let expected: std::collections::BTreeSet<String> =
+        jobs.iter().map(|id| common::execution::execution_id(id.parse().unwrap(), due)).collect();
+    let rows = wait_for("every slot recorded as succeeded", Duration::from_secs(60), || async {
+        let mut rows = Vec::new();
+        for id in &jobs {
+            rows.push(stack.ledger(id, due).await.filter(|r| r["status"] == "succeeded")?);
+        }
+        Some(rows)
+    })
+    .await;
+    for row in &rows {
+        assert_eq!(row["attempts"], 1, "a redelivery after a crash is the same attempt: {row}");
+        assert_eq!(row["worker_id"], "worker-survivor", "{row}");
+    }
+    let received = sink.received_on("slow");
+    let ids: std::collections::BTreeSet<String> = received.iter().map(|r| r.execution_id.clone()).collect();
+    assert_eq!(ids, expected, "every delivery carries its slot's execution id");
+    // The victim's requests reached the receiver before it died, so each
+    // slot is seen twice under one id: receivers deduplicate on it.
+    let twice = received.len() - expected.len();
+    println!("receiver saw {twice} of {} slots twice (same execution id each time)", expected.len());
+    stack.stop().await;
+}

@@ -1,6 +1,6 @@
 //! SQS delivery on the real pipeline (API → Postgres → node → RabbitMQ →
 //! worker) against a real moto SQS server on loopback: the one on
-//! 127.0.0.1:4567 when it runs, else a private `moto_server` started here.
+//! 127.0.0.1:4566 when it runs, else a private `moto_server` started here.
 
 #[path = "support/lib.rs"]
 mod support;
@@ -22,32 +22,42 @@ fn at(t: DateTime<Utc>) -> String {
     format_instant(truncate_ms(t))
 }
 
-/// A moto SQS endpoint; a server started here is killed on drop.
+/// A moto SQS endpoint; a server started here is killed (and reaped) on drop.
 struct Moto {
     endpoint: String,
-    _child: Option<tokio::process::Child>,
+    child: Option<std::process::Child>,
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 impl Moto {
     async fn start() -> Moto {
-        if tokio::net::TcpStream::connect("127.0.0.1:4567").await.is_ok() {
-            return Moto { endpoint: "http://127.0.0.1:4567".into(), _child: None };
+        if tokio::net::TcpStream::connect("127.0.0.1:4566").await.is_ok() {
+            return Moto { endpoint: "http://127.0.0.1:4566".into(), child: None };
         }
         let addr = free_addr();
         let port = addr.rsplit(':').next().unwrap().to_owned();
-        let child = tokio::process::Command::new("moto_server")
+        let child = std::process::Command::new("moto_server")
             .args(["-H", "127.0.0.1", "-p", &port])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
             .spawn()
             .expect("moto_server is installed (pip install 'moto[server]'; deploy/scripts/services.sh installs it)");
+        // Owned before the wait, so a timeout still kills it.
+        let moto = Moto { endpoint: format!("http://{addr}"), child: Some(child) };
         wait_for("moto_server to listen", Duration::from_secs(30), || async {
             tokio::net::TcpStream::connect(&addr).await.ok().map(|_| ())
         })
         .await;
-        Moto { endpoint: format!("http://{addr}"), _child: Some(child) }
+        moto
     }
 
     /// What the worker is given: moto's endpoint, us-east-1, test credentials.
@@ -223,7 +233,6 @@ async fn a_nonexistent_queue_fails_at_once_with_the_reason() {
     assert_eq!(row["attempts"], 1, "a missing queue is not retried: {row}");
     assert_eq!(row["sqs_message_id"], Value::Null);
     let error = row["error"].as_str().unwrap();
-    println!("ERROR TEXT: {error}");
     assert!(error.contains("queue does not exist") && error.contains("NonExistentQueue"), "{error}");
     stack.stop().await;
 }

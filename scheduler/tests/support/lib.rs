@@ -33,6 +33,8 @@ struct SinkState {
     received: Arc<Mutex<Vec<Received>>>,
     /// Answer this status instead of 200 to the first N requests.
     fail_first: Arc<Mutex<(usize, u16)>>,
+    /// Hold each answer this long (a slow receiver).
+    delay: Arc<Mutex<Duration>>,
 }
 
 /// A real HTTP receiver on 127.0.0.1 that records every delivery.
@@ -54,6 +56,10 @@ async fn record(State(s): State<SinkState>, uri: axum::http::Uri, headers: Heade
         received_at: Utc::now(),
         path: uri.path().to_owned(),
     });
+    let delay = *s.delay.lock().unwrap();
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
     let mut fail = s.fail_first.lock().unwrap();
     if fail.0 > 0 {
         fail.0 -= 1;
@@ -90,6 +96,10 @@ impl Sink {
 
     pub fn received_on(&self, path: &str) -> Vec<Received> {
         self.received().into_iter().filter(|r| r.path == format!("/{path}")).collect()
+    }
+
+    pub fn set_delay(&self, delay: Duration) {
+        *self.state.delay.lock().unwrap() = delay;
     }
 
     pub fn fail_first(&self, n: usize, status: u16) {
@@ -264,7 +274,12 @@ impl ProcEnv {
             .env("RUST_LOG", std::env::var("TEST_CHILD_LOG").unwrap_or_else(|_| "warn".into()))
             .env("METRICS_ADDR", free_addr())
             .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
+            // Logs go to stdout: shown only when TEST_CHILD_LOG asks for them.
+            .stdout(if std::env::var_os("TEST_CHILD_LOG").is_some() {
+                std::process::Stdio::inherit()
+            } else {
+                std::process::Stdio::null()
+            })
             .stderr(std::process::Stdio::inherit())
             .kill_on_drop(true);
         c
