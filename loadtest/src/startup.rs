@@ -36,8 +36,9 @@ pub struct StartupArgs {
 const CRON_EXPRS: [&str; 5] = ["*/5 * * * *", "0 * * * *", "30 2 * * *", "0 9 * * 1-5", "15,45 * * * *"];
 const ZONES: [&str; 4] = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata"];
 
-/// Inserts `n` jobs in multi-row batches. Job 0 is due one second after the
-/// seed, every other job at a random point of the next hour (no fire storm).
+/// Inserts `n` jobs in multi-row batches: job 0 is the probe (re-anchored
+/// just before the node starts), every other job is due at a random point
+/// of the next hour (no fire storm).
 async fn seed(client: &tokio_postgres::Client, n: usize, cron_share: f64) -> anyhow::Result<()> {
     let now = Utc::now();
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
@@ -111,6 +112,14 @@ pub async fn run(args: StartupArgs) -> anyhow::Result<()> {
     seed(&client, args.jobs, args.cron_share).await?;
     eprintln!("seeded {} jobs in {:.1} s", args.jobs, t.elapsed().as_secs_f64());
     client.batch_execute("VACUUM ANALYZE jobs").await?;
+    // The probe job: due 2 s after the node starts (seeding takes a while).
+    let probe_at = common::execution::format_instant(Utc::now() + TimeDelta::seconds(2));
+    client
+        .execute(
+            "UPDATE jobs SET spec = jsonb_set(spec, '{schedule,start_at}', to_jsonb($1::text)) WHERE name = 'load-0'",
+            &[&probe_at],
+        )
+        .await?;
 
     let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let cluster = format!("bench-{}", &Uuid::new_v4().simple().to_string()[..8]);
@@ -139,7 +148,7 @@ pub async fn run(args: StartupArgs) -> anyhow::Result<()> {
             baseline = rss_bytes(pid);
         }
         if first_fire.is_none() {
-            let row = client.query_opt("SELECT fired_at FROM scheduled_jobs ORDER BY fired_at LIMIT 1", &[]).await?;
+            let row = client.query_opt("SELECT fired_at FROM scheduled_jobs WHERE fired_at IS NOT NULL ORDER BY fired_at LIMIT 1", &[]).await?;
             if let Some(r) = row {
                 let at: chrono::DateTime<Utc> = r.get(0);
                 first_fire = Some((at - started_wall).num_milliseconds() as f64 / 1000.0);

@@ -30,7 +30,7 @@ use crate::feed::{self, JobRow};
 use crate::membership::Membership;
 use crate::misfire;
 use crate::ownership;
-use crate::timer::TimerHeap;
+use crate::timer::{Generation, TimerHeap};
 
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -89,17 +89,24 @@ impl NodeConfig {
     }
 }
 
-/// What the node knows about one job it owns.
-struct Owned {
+/// What the node knows about every live job, owned or not: its version, so
+/// a membership change is recomputed locally and only the jobs this node
+/// gains are fetched from the database. Owned state is boxed so a job this
+/// node does not own costs one small table entry.
+struct Known {
     version: i64,
+    owned: Option<Box<Owned>>,
+}
+
+/// A job this node owns.
+struct Owned {
     schedule: CompiledSchedule,
     runs: u64,
     max_runs: Option<u64>,
+    /// Its live timer entry; 0 = not scheduled (it never fires again).
+    generation: Generation,
 }
 
-/// The core loop's state. `known` holds every live job's version, owned or
-/// not, so a membership change is recomputed locally and only the jobs this
-/// node gains are fetched from the database.
 struct State {
     node_id: String,
     rf: usize,
@@ -110,9 +117,14 @@ struct State {
     /// Misfire decisions not yet handed to the dispatcher.
     records: Vec<Recorded>,
     members: Vec<String>,
-    known: HashMap<Uuid, i64>,
-    owned: HashMap<Uuid, Owned>,
+    jobs: HashMap<Uuid, Known>,
+    owned_count: usize,
     heap: TimerHeap,
+}
+
+/// Whether `generation` is `job`'s live timer entry.
+fn is_live(jobs: &HashMap<Uuid, Known>, job: Uuid, generation: Generation) -> bool {
+    jobs.get(&job).and_then(|k| k.owned.as_ref()).is_some_and(|o| o.generation == generation)
 }
 
 impl State {
@@ -120,34 +132,42 @@ impl State {
         ownership::is_owner(&self.node_id, job, &self.members, self.rf)
     }
 
-    fn forget(&mut self, id: Uuid) {
-        self.owned.remove(&id);
-        self.heap.remove(id);
+    /// Stops owning `id` (it stays known).
+    fn disown(&mut self, id: Uuid) {
+        if let Some(owned) = self.jobs.get_mut(&id).and_then(|k| k.owned.take()) {
+            self.owned_count -= 1;
+            if owned.generation != 0 {
+                self.heap.forgot();
+            }
+        }
     }
 
     fn apply(&mut self, row: JobRow, now: DateTime<Utc>) {
         let Some(spec) = row.spec else {
-            self.known.remove(&row.id);
-            self.forget(row.id);
+            self.disown(row.id);
+            self.jobs.remove(&row.id);
             return;
         };
         // A re-read of a row we already applied (the feed may repeat rows).
-        if self.known.get(&row.id).is_some_and(|v| *v > row.version) {
+        let current = self.jobs.get(&row.id);
+        if current.is_some_and(|k| k.version > row.version) {
             return;
         }
-        self.known.insert(row.id, row.version);
+        let unchanged = current.is_some_and(|k| k.version == row.version && k.owned.is_some());
         if !self.is_owner(row.id) {
-            self.forget(row.id);
+            self.disown(row.id);
+            self.jobs.insert(row.id, Known { version: row.version, owned: None });
             return;
         }
-        if self.owned.get(&row.id).is_some_and(|o| o.version == row.version) {
+        if unchanged {
             return;
         }
+        self.disown(row.id);
+        self.jobs.insert(row.id, Known { version: row.version, owned: None });
         let schedule = match spec.compile(row.created_at) {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(job.id = %row.id, error = %e, "stored schedule does not compile; ignoring job");
-                self.forget(row.id);
                 return;
             }
         };
@@ -157,8 +177,7 @@ impl State {
         // previous version.
         let changed_at = (row.created_at - TimeDelta::milliseconds(1)).max(row.updated_at - TimeDelta::milliseconds(1));
         let mut from = changed_at.max(now - self.misfire_threshold);
-        let mut owned = Owned { version: row.version, runs: row.runs, max_runs: spec.schedule.max_runs, schedule };
-        self.forget(row.id);
+        let mut owned = Owned { runs: row.runs, max_runs: spec.schedule.max_runs, schedule, generation: 0 };
         if let Some(history) = row.history {
             let since =
                 changed_at.max(history.looked_back_to).max(history.last_slot.unwrap_or(DateTime::<Utc>::MIN_UTC));
@@ -192,38 +211,57 @@ impl State {
             }
         }
         if let Some(next) = owned.next_after(from) {
-            self.heap.schedule(row.id, next);
+            owned.generation = self.heap.push(row.id, next);
         }
-        self.owned.insert(row.id, owned);
+        self.owned_count += 1;
+        self.jobs.insert(row.id, Known { version: row.version, owned: Some(Box::new(owned)) });
     }
 
     /// Recomputes ownership for the new live set; returns the jobs gained,
     /// which the caller fetches and feeds back through `apply`.
     fn rebalance(&mut self, members: Vec<String>) -> Vec<Uuid> {
         self.members = members;
-        let lost: Vec<Uuid> = self.owned.keys().copied().filter(|id| !self.is_owner(*id)).collect();
-        for id in &lost {
-            self.forget(*id);
+        let (mut lost, mut gained) = (Vec::new(), Vec::new());
+        for (id, known) in &self.jobs {
+            match (known.owned.is_some(), self.is_owner(*id)) {
+                (true, false) => lost.push(*id),
+                (false, true) => gained.push(*id),
+                _ => {}
+            }
         }
-        let gained: Vec<Uuid> =
-            self.known.keys().copied().filter(|id| !self.owned.contains_key(id) && self.is_owner(*id)).collect();
-        tracing::info!(node.id = %self.node_id, lost = lost.len(), gained = gained.len(), owned = self.owned.len(), "ownership recomputed");
+        for id in &lost {
+            self.disown(*id);
+        }
+        tracing::info!(node.id = %self.node_id, lost = lost.len(), gained = gained.len(), owned = self.owned_count, "ownership recomputed");
         gained
+    }
+
+    fn next_deadline(&mut self) -> Option<DateTime<Utc>> {
+        let jobs = &self.jobs;
+        self.heap.peek(|job, g| is_live(jobs, job, g))
     }
 
     /// Pops every slot due by `horizon` (up to `max`) and re-arms its job.
     fn take_due(&mut self, horizon: DateTime<Utc>, max: usize) -> Vec<Slot> {
         let mut slots = Vec::new();
         while slots.len() < max {
-            let Some((id, at)) = self.heap.pop_due(horizon) else { break };
-            let Some(owned) = self.owned.get_mut(&id) else { continue };
-            slots.push(Slot { job_id: id, scheduled_at: at, job_version: owned.version, trigger: Trigger::Schedule });
+            let jobs = &self.jobs;
+            let Some((id, at)) = self.heap.pop_due(horizon, |job, g| is_live(jobs, job, g)) else { break };
+            let Some(known) = self.jobs.get_mut(&id) else { continue };
+            let Some(owned) = known.owned.as_mut() else { continue };
+            slots.push(Slot { job_id: id, scheduled_at: at, job_version: known.version, trigger: Trigger::Schedule });
             owned.runs += 1;
-            if let Some(next) = owned.next_after(at) {
-                self.heap.schedule(id, next);
-            }
+            owned.generation = match owned.next_after(at) {
+                Some(next) => self.heap.push(id, next),
+                None => 0,
+            };
         }
         slots
+    }
+
+    fn compact_timer(&mut self) {
+        let jobs = &self.jobs;
+        self.heap.compact_if_bloated(|job, g| is_live(jobs, job, g));
     }
 }
 
@@ -323,8 +361,8 @@ impl Node {
             catchup: VecDeque::new(),
             records: Vec::new(),
             members: initial_members,
-            known: HashMap::new(),
-            owned: HashMap::new(),
+            jobs: HashMap::new(),
+            owned_count: 0,
             heap: TimerHeap::default(),
         };
         let lookahead = TimeDelta::from_std(cfg.lookahead)?;
@@ -332,7 +370,7 @@ impl Node {
         catchup_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let now = Utc::now();
-            let wait = match state.heap.peek() {
+            let wait = match state.next_deadline() {
                 Some(at) => (at - lookahead - now).to_std().unwrap_or(Duration::ZERO),
                 None => Duration::from_secs(3600),
             };
@@ -345,19 +383,20 @@ impl Node {
                     if !gained.is_empty() {
                         tokio::spawn(fetch_gained(self.pg.clone(), gained, cfg.misfire_lookback, feed_tx.clone()));
                     }
-                    owned_jobs.store(state.owned.len(), Ordering::Relaxed);
-                    metrics::gauge!("cronshard_owned_jobs").set(state.owned.len() as f64);
+                    owned_jobs.store(state.owned_count, Ordering::Relaxed);
+                    metrics::gauge!("cronshard_owned_jobs").set(state.owned_count as f64);
                 }
                 Some(rows) = feed_rx.recv() => {
                     let now = Utc::now();
                     for row in rows {
                         state.apply(row, now);
                     }
+                    state.compact_timer();
                     if !state.records.is_empty() && batch_tx.send(Work::Record(std::mem::take(&mut state.records))).await.is_err() {
                         break;
                     }
-                    owned_jobs.store(state.owned.len(), Ordering::Relaxed);
-                    metrics::gauge!("cronshard_owned_jobs").set(state.owned.len() as f64);
+                    owned_jobs.store(state.owned_count, Ordering::Relaxed);
+                    metrics::gauge!("cronshard_owned_jobs").set(state.owned_count as f64);
                 }
                 _ = tokio::time::sleep(wait) => {
                     let now = Utc::now();

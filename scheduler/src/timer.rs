@@ -1,88 +1,90 @@
-//! The in-memory timer: a min-heap of (fire time, job) with generation-based
-//! lazy deletion. Rescheduling or removing a job bumps its generation in O(1);
-//! the stale heap entry is skipped when it surfaces. Pure: time is an argument.
+//! The in-memory timer: a min-heap of (fire time, generation, job) with
+//! generation-based lazy deletion. Each `push` returns a fresh generation the
+//! caller stores with its job; rescheduling or removing a job is just
+//! storing another generation (or none), O(1), and the stale heap entry is
+//! skipped when it surfaces. The caller answers "is this generation still
+//! live?", so the timer keeps no per-job map of its own (memory matters at
+//! a million jobs). Pure: time is an argument.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+/// A generation handed out by `push`; 0 is never handed out.
+pub type Generation = u64;
+
 #[derive(Debug, Default)]
 pub struct TimerHeap {
-    heap: BinaryHeap<Reverse<(DateTime<Utc>, u64, Uuid)>>,
-    /// The live generation of each scheduled job; absent = not scheduled.
-    live: HashMap<Uuid, u64>,
-    next_generation: u64,
+    /// (fire time in ms since the epoch, generation, job).
+    heap: BinaryHeap<Reverse<(i64, Generation, Uuid)>>,
+    last_generation: Generation,
+    /// Live entries, as counted by the caller's pushes and removals, for
+    /// deciding when garbage dominates.
+    live: usize,
 }
 
 impl TimerHeap {
-    /// Schedules (or reschedules) `job` at `at`, replacing any earlier entry.
-    pub fn schedule(&mut self, job: Uuid, at: DateTime<Utc>) {
-        self.next_generation += 1;
-        self.live.insert(job, self.next_generation);
-        self.heap.push(Reverse((at, self.next_generation, job)));
-        self.compact_if_bloated();
+    /// Schedules `job` at `at`; the returned generation identifies this
+    /// entry. A previous entry of the job goes stale once the caller stops
+    /// reporting its generation as live (call `forgot` for it).
+    pub fn push(&mut self, job: Uuid, at: DateTime<Utc>) -> Generation {
+        self.last_generation += 1;
+        self.live += 1;
+        self.heap.push(Reverse((at.timestamp_millis(), self.last_generation, job)));
+        self.last_generation
     }
 
-    /// Unschedules `job`; its heap entry becomes stale.
-    pub fn remove(&mut self, job: Uuid) -> bool {
-        self.live.remove(&job).is_some()
+    /// The caller dropped a live entry (rescheduled or removed its job).
+    pub fn forgot(&mut self) {
+        self.live = self.live.saturating_sub(1);
     }
 
-    pub fn contains(&self, job: Uuid) -> bool {
-        self.live.contains_key(&job)
-    }
-
-    /// Number of live entries.
+    /// Live entries.
     pub fn len(&self) -> usize {
-        self.live.len()
+        self.live
     }
 
     pub fn is_empty(&self) -> bool {
-        self.live.is_empty()
+        self.live == 0
     }
 
     /// The earliest live deadline.
-    pub fn peek(&mut self) -> Option<DateTime<Utc>> {
-        self.drop_stale_head();
-        self.heap.peek().map(|Reverse((at, _, _))| *at)
+    pub fn peek(&mut self, is_live: impl Fn(Uuid, Generation) -> bool) -> Option<DateTime<Utc>> {
+        self.drop_stale_head(&is_live);
+        self.heap.peek().and_then(|Reverse((ms, _, _))| DateTime::from_timestamp_millis(*ms))
     }
 
     /// Pops the earliest live entry if it is due at or before `until`. The
-    /// job is no longer scheduled afterwards; the caller re-arms it.
-    pub fn pop_due(&mut self, until: DateTime<Utc>) -> Option<(Uuid, DateTime<Utc>)> {
-        self.drop_stale_head();
+    /// entry is consumed: the caller re-arms the job with a new `push`.
+    pub fn pop_due(&mut self, until: DateTime<Utc>, is_live: impl Fn(Uuid, Generation) -> bool) -> Option<(Uuid, DateTime<Utc>)> {
+        self.drop_stale_head(&is_live);
         match self.heap.peek() {
-            Some(Reverse((at, _, _))) if *at <= until => {
-                let Reverse((at, _, job)) = self.heap.pop()?;
-                self.live.remove(&job);
-                Some((job, at))
+            Some(Reverse((ms, _, _))) if *ms <= until.timestamp_millis() => {
+                let Reverse((ms, _, job)) = self.heap.pop()?;
+                self.live = self.live.saturating_sub(1);
+                Some((job, DateTime::from_timestamp_millis(ms)?))
             }
             _ => None,
         }
     }
 
-    fn is_stale(&self, generation: u64, job: &Uuid) -> bool {
-        self.live.get(job) != Some(&generation)
-    }
-
-    fn drop_stale_head(&mut self) {
+    fn drop_stale_head(&mut self, is_live: &impl Fn(Uuid, Generation) -> bool) {
         while let Some(Reverse((_, g, job))) = self.heap.peek() {
-            if self.is_stale(*g, job) {
-                self.heap.pop();
-            } else {
+            if is_live(*job, *g) {
                 break;
             }
+            self.heap.pop();
         }
     }
 
-    /// Lazy deletion leaves garbage; rebuild once it dominates so memory
+    /// Lazy deletion leaves garbage; drops it once it dominates, so memory
     /// stays proportional to live jobs under heavy update churn.
-    fn compact_if_bloated(&mut self) {
-        if self.heap.len() > 1024 && self.heap.len() > 3 * self.live.len() {
-            let live = &self.live;
-            self.heap.retain(|Reverse((_, g, job))| live.get(job) == Some(g));
+    pub fn compact_if_bloated(&mut self, is_live: impl Fn(Uuid, Generation) -> bool) {
+        if self.heap.len() > 1024 && self.heap.len() > 3 * self.live {
+            self.heap.retain(|Reverse((_, g, job))| is_live(*job, *g));
+            self.live = self.heap.len();
         }
     }
 }
@@ -92,23 +94,56 @@ mod tests {
     use super::*;
     use chrono::TimeDelta;
     use proptest::prelude::*;
+    use std::collections::HashMap;
 
     fn t(ms: i64) -> DateTime<Utc> {
         DateTime::UNIX_EPOCH + TimeDelta::milliseconds(ms)
     }
 
+    /// The caller's side: each job's live generation.
+    #[derive(Default)]
+    struct Jobs {
+        timer: TimerHeap,
+        live: HashMap<Uuid, (Generation, DateTime<Utc>)>,
+    }
+
+    impl Jobs {
+        fn schedule(&mut self, job: Uuid, at: DateTime<Utc>) {
+            if self.live.remove(&job).is_some() {
+                self.timer.forgot();
+            }
+            let g = self.timer.push(job, at);
+            self.live.insert(job, (g, at));
+        }
+
+        fn remove(&mut self, job: Uuid) {
+            if self.live.remove(&job).is_some() {
+                self.timer.forgot();
+            }
+        }
+
+        fn pop(&mut self, until: DateTime<Utc>) -> Option<(Uuid, DateTime<Utc>)> {
+            let live = &self.live;
+            let popped = self.timer.pop_due(until, |job, g| live.get(&job).is_some_and(|(l, _)| *l == g));
+            if let Some((job, _)) = popped {
+                self.live.remove(&job);
+            }
+            popped
+        }
+    }
+
     #[test]
     fn reschedule_and_remove_are_lazy_but_exact() {
-        let mut h = TimerHeap::default();
+        let mut j = Jobs::default();
         let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
-        h.schedule(a, t(10));
-        h.schedule(b, t(20));
-        h.schedule(a, t(30)); // moves a after b
-        assert_eq!(h.pop_due(t(25)), Some((b, t(20))));
-        assert_eq!(h.pop_due(t(25)), None);
-        h.remove(a);
-        assert_eq!(h.pop_due(t(100)), None);
-        assert!(h.is_empty());
+        j.schedule(a, t(10));
+        j.schedule(b, t(20));
+        j.schedule(a, t(30)); // moves a after b
+        assert_eq!(j.pop(t(25)), Some((b, t(20))));
+        assert_eq!(j.pop(t(25)), None);
+        j.remove(a);
+        assert_eq!(j.pop(t(100)), None);
+        assert!(j.timer.is_empty());
     }
 
     proptest! {
@@ -116,21 +151,21 @@ mod tests {
         /// time order and yield exactly the live entries.
         #[test]
         fn pops_in_order_and_only_live_entries(ops in proptest::collection::vec((0u128..50, 0i64..1000, any::<bool>()), 1..400)) {
-            let mut h = TimerHeap::default();
+            let mut j = Jobs::default();
             let mut model: HashMap<Uuid, DateTime<Utc>> = HashMap::new();
             for (job, at, remove) in ops {
                 let job = Uuid::from_u128(job);
                 if remove {
-                    h.remove(job);
+                    j.remove(job);
                     model.remove(&job);
                 } else {
-                    h.schedule(job, t(at));
+                    j.schedule(job, t(at));
                     model.insert(job, t(at));
                 }
             }
-            prop_assert_eq!(h.len(), model.len());
+            prop_assert_eq!(j.timer.len(), model.len());
             let mut last = DateTime::<Utc>::MIN_UTC;
-            while let Some((job, at)) = h.pop_due(DateTime::<Utc>::MAX_UTC) {
+            while let Some((job, at)) = j.pop(t(i64::from(u32::MAX))) {
                 prop_assert!(at >= last);
                 prop_assert_eq!(model.remove(&job), Some(at));
                 last = at;
