@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::job::{RetryPolicy, Target};
+use crate::job::{JobSpec, RetryPolicy, Target};
 
 pub const FIRE_MESSAGE_VERSION: u8 = 1;
 
@@ -25,6 +25,15 @@ pub enum Trigger {
 }
 
 impl Trigger {
+    /// Reads the ledger's `trigger` column; anything unknown is a schedule.
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "manual" => Trigger::Manual,
+            "misfire" => Trigger::Misfire,
+            _ => Trigger::Schedule,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Trigger::Schedule => "schedule",
@@ -48,4 +57,21 @@ pub struct FireMessage {
     pub target: Target,
     /// `None` = the worker's cluster defaults.
     pub retry: Option<RetryPolicy>,
+}
+
+impl FireMessage {
+    /// The message for one ledger row of `spec`'s job.
+    pub fn for_row(row: &tokio_postgres::Row, spec: JobSpec, due_at: DateTime<Utc>) -> Self {
+        FireMessage {
+            v: FIRE_MESSAGE_VERSION,
+            fire_id: row.get("fire_id"),
+            job_id: row.get("job_id"),
+            scheduled_at: row.get("scheduled_at"),
+            due_at,
+            execution_id: row.get("execution_id"),
+            trigger: Trigger::parse(row.get("trigger")),
+            target: spec.target,
+            retry: spec.retry,
+        }
+    }
 }

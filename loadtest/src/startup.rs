@@ -148,7 +148,12 @@ pub async fn run(args: StartupArgs) -> anyhow::Result<()> {
             baseline = rss_bytes(pid);
         }
         if first_fire.is_none() {
-            let row = client.query_opt("SELECT fired_at FROM scheduled_jobs WHERE fired_at IS NOT NULL ORDER BY fired_at LIMIT 1", &[]).await?;
+            let row = client
+                .query_opt(
+                    "SELECT fired_at FROM scheduled_jobs WHERE fired_at IS NOT NULL ORDER BY fired_at LIMIT 1",
+                    &[],
+                )
+                .await?;
             if let Some(r) = row {
                 let at: chrono::DateTime<Utc> = r.get(0);
                 first_fire = Some((at - started_wall).num_milliseconds() as f64 / 1000.0);

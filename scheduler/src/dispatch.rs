@@ -27,7 +27,7 @@ use uuid::Uuid;
 
 use common::execution::execution_id;
 use common::job::JobSpec;
-use common::message::{FIRE_MESSAGE_VERSION, FireMessage, Trigger};
+use common::message::{FireMessage, Trigger};
 use common::redis::Keys;
 
 use common::publisher::Publisher;
@@ -286,24 +286,7 @@ impl Dispatcher {
                 }
             };
             let scheduled_at: DateTime<Utc> = row.get("scheduled_at");
-            let trigger = match row.get::<_, &str>("trigger") {
-                "misfire" => Trigger::Misfire,
-                "manual" => Trigger::Manual,
-                _ => Trigger::Schedule,
-            };
-            claimed.push(Claimed {
-                message: FireMessage {
-                    v: FIRE_MESSAGE_VERSION,
-                    fire_id: row.get("fire_id"),
-                    job_id,
-                    scheduled_at,
-                    due_at: scheduled_at,
-                    execution_id: row.get("execution_id"),
-                    trigger,
-                    target: spec.target,
-                    retry: spec.retry,
-                },
-            });
+            claimed.push(Claimed { message: FireMessage::for_row(&row, spec, scheduled_at) });
         }
         Ok(claimed)
     }
@@ -379,21 +362,7 @@ impl Dispatcher {
                 let Ok(spec) = serde_json::from_value::<JobSpec>(row.get("spec")) else { continue };
                 let scheduled_at: DateTime<Utc> = row.get("scheduled_at");
                 attempts.push(row.get::<_, i32>("attempts") as u32 + 1);
-                out.push(FireMessage {
-                    v: FIRE_MESSAGE_VERSION,
-                    fire_id: row.get("fire_id"),
-                    job_id: row.get("job_id"),
-                    scheduled_at,
-                    due_at: scheduled_at,
-                    execution_id: row.get("execution_id"),
-                    trigger: match row.get::<_, &str>("trigger") {
-                        "manual" => Trigger::Manual,
-                        "misfire" => Trigger::Misfire,
-                        _ => Trigger::Schedule,
-                    },
-                    target: spec.target,
-                    retry: spec.retry,
-                });
+                out.push(FireMessage::for_row(row, spec, scheduled_at));
             }
             if !out.is_empty() {
                 let batch: Vec<(&FireMessage, u32)> = out.iter().zip(attempts.iter().copied()).collect();

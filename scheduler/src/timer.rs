@@ -58,7 +58,11 @@ impl TimerHeap {
 
     /// Pops the earliest live entry if it is due at or before `until`. The
     /// entry is consumed: the caller re-arms the job with a new `push`.
-    pub fn pop_due(&mut self, until: DateTime<Utc>, is_live: impl Fn(Uuid, Generation) -> bool) -> Option<(Uuid, DateTime<Utc>)> {
+    pub fn pop_due(
+        &mut self,
+        until: DateTime<Utc>,
+        is_live: impl Fn(Uuid, Generation) -> bool,
+    ) -> Option<(Uuid, DateTime<Utc>)> {
         self.drop_stale_head(&is_live);
         match self.heap.peek() {
             Some(Reverse((ms, _, _))) if *ms <= until.timestamp_millis() => {

@@ -274,32 +274,19 @@ async fn process(shared: &Shared, m: &FireMessage, attempt: u32, redelivered: bo
         }
         Outcome::Failure { http_status, error, excerpt, retryable } => {
             let retries_used = attempt - 1;
-            if retryable && retries_used < policy.max_retries {
+            let status = if retryable && retries_used < policy.max_retries {
                 let delay = policy.delay_ms(attempt);
                 shared.publish_retry(m, attempt + 1, delay).await?;
                 tracing::warn!(execution.id = %m.execution_id, attempt, error = %error, retry_in_ms = delay, "delivery failed; retry scheduled");
-                metrics::counter!("cronshard_worker_deliveries_total", "outcome" => "retrying").increment(1);
-                let f = Finish {
-                    status: "retrying",
-                    http_status,
-                    sqs_message_id: None,
-                    excerpt: &excerpt,
-                    error: Some(&error),
-                };
-                ledger::finish(&shared.pg, m, attempt, f).await?;
+                "retrying"
             } else {
                 shared.publish_failed(m, attempt, &error).await?;
                 tracing::error!(execution.id = %m.execution_id, attempt, error = %error, "delivery failed for good");
-                metrics::counter!("cronshard_worker_deliveries_total", "outcome" => "failed").increment(1);
-                let f = Finish {
-                    status: "failed",
-                    http_status,
-                    sqs_message_id: None,
-                    excerpt: &excerpt,
-                    error: Some(&error),
-                };
-                ledger::finish(&shared.pg, m, attempt, f).await?;
-            }
+                "failed"
+            };
+            metrics::counter!("cronshard_worker_deliveries_total", "outcome" => status).increment(1);
+            let f = Finish { status, http_status, sqs_message_id: None, excerpt: &excerpt, error: Some(&error) };
+            ledger::finish(&shared.pg, m, attempt, f).await?;
         }
     }
     Ok(())

@@ -48,12 +48,18 @@ async fn until_delivered_past(sink: &Sink, t: DateTime<Utc>, within: Duration) {
     .await;
 }
 
-async fn all_delivered(sink: &Sink, expected: &std::collections::BTreeSet<String>, within: Duration) {
-    wait_for(&format!("all {} expected executions", expected.len()), within, || async {
+/// Waits until every slot of `jobs` from `start` to `window_end` arrived,
+/// then asserts that each arrived exactly once.
+async fn assert_window_delivered_once(sink: &Sink, jobs: &[String], start: DateTime<Utc>, window_end: DateTime<Utc>) {
+    let expected = expected_executions(jobs, start, EVERY_MS, window_end);
+    // A slot whose lock a dead node held is taken over after the verify delay.
+    wait_for(&format!("all {} expected executions", expected.len()), Duration::from_secs(60), || async {
         let got: std::collections::BTreeSet<String> = sink.received().into_iter().map(|r| r.execution_id).collect();
         expected.is_subset(&got).then_some(())
     })
     .await;
+    let in_window: Vec<_> = sink.received().into_iter().filter(|r| expected.contains(&r.execution_id)).collect();
+    assert_exactly_once(&in_window, &expected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,11 +89,7 @@ async fn killing_a_node_and_adding_one_neither_misses_nor_duplicates() {
     })
     .await;
     let window_end = truncate_ms(Utc::now() + TimeDelta::seconds(6));
-    let expected = expected_executions(&jobs, start, EVERY_MS, window_end);
-    // A slot whose lock the killed node held is taken over after the verify delay.
-    all_delivered(&sink, &expected, Duration::from_secs(60)).await;
-    let in_window: Vec<_> = sink.received().into_iter().filter(|r| expected.contains(&r.execution_id)).collect();
-    assert_exactly_once(&in_window, &expected);
+    assert_window_delivered_once(&sink, &jobs, start, window_end).await;
     drop(nodes);
     stack.stop().await;
 }
@@ -126,10 +128,7 @@ async fn a_node_cut_off_from_redis_neither_misses_nor_duplicates() {
     })
     .await;
     let window_end = truncate_ms(Utc::now() + TimeDelta::seconds(3));
-    let expected = expected_executions(&jobs, start, EVERY_MS, window_end);
-    all_delivered(&sink, &expected, Duration::from_secs(60)).await;
-    let in_window: Vec<_> = sink.received().into_iter().filter(|r| expected.contains(&r.execution_id)).collect();
-    assert_exactly_once(&in_window, &expected);
+    assert_window_delivered_once(&sink, &jobs, start, window_end).await;
     stack.stop().await;
 }
 
@@ -160,10 +159,7 @@ async fn flushing_redis_mid_run_does_not_execute_a_slot_twice() {
     let _: () = redis::cmd("FLUSHALL").query_async(&mut *conn).await.unwrap();
     drop(conn);
     let window_end = truncate_ms(Utc::now() + TimeDelta::seconds(8));
-    let expected = expected_executions(&jobs, start, EVERY_MS, window_end);
-    all_delivered(&sink, &expected, Duration::from_secs(60)).await;
-    let in_window: Vec<_> = sink.received().into_iter().filter(|r| expected.contains(&r.execution_id)).collect();
-    assert_exactly_once(&in_window, &expected);
+    assert_window_delivered_once(&sink, &jobs, start, window_end).await;
     stack.stop().await;
 }
 
@@ -193,10 +189,7 @@ async fn with_one_of_two_redis_shards_down_the_cluster_keeps_firing_exactly_once
     until_delivered_past(&sink, start + TimeDelta::seconds(3), Duration::from_secs(30)).await;
     drop(shard_a); // kills the first shard: locks and heartbeats move to the second
     let window_end = truncate_ms(Utc::now() + TimeDelta::seconds(10));
-    let expected = expected_executions(&jobs, start, EVERY_MS, window_end);
-    all_delivered(&sink, &expected, Duration::from_secs(60)).await;
-    let in_window: Vec<_> = sink.received().into_iter().filter(|r| expected.contains(&r.execution_id)).collect();
-    assert_exactly_once(&in_window, &expected);
+    assert_window_delivered_once(&sink, &jobs, start, window_end).await;
     assert_eq!(live_on_b().await, Some(3), "the second shard alone carries the live set");
     stack.stop().await;
 }

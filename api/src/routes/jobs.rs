@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use common::execution::format_instant;
 use common::job::JobSpec;
-use common::message::{FIRE_MESSAGE_VERSION, FireMessage, Trigger};
+use common::message::FireMessage;
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult, field};
@@ -325,24 +325,8 @@ pub async fn fire_messages(
         let job_id: Uuid = row.get("job_id");
         let spec_row = client.query_one("SELECT spec FROM jobs WHERE id = $1", &[&job_id]).await?;
         let spec: JobSpec = serde_json::from_value(spec_row.get(0))?;
-        let scheduled_at: DateTime<Utc> = row.get("scheduled_at");
-        let trigger = match row.get::<_, &str>("trigger") {
-            "manual" => Trigger::Manual,
-            "misfire" => Trigger::Misfire,
-            _ => Trigger::Schedule,
-        };
-        let message = FireMessage {
-            v: FIRE_MESSAGE_VERSION,
-            fire_id: row.get("fire_id"),
-            job_id,
-            scheduled_at,
-            // Due now: a manual fire or a replay is not held back.
-            due_at: Utc::now(),
-            execution_id: row.get("execution_id"),
-            trigger,
-            target: spec.target,
-            retry: spec.retry,
-        };
+        // Due now: a manual fire or a replay is not held back.
+        let message = FireMessage::for_row(row, spec, Utc::now());
         out.push((message, row.get::<_, i32>("attempts") as u32 + 1));
     }
     Ok(out)
