@@ -68,10 +68,27 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(routes::health::readyz))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(middleware::from_fn(track_metrics))
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
         .layer(TraceLayer::new_for_http())
         .layer(TimeoutLayer::with_status_code(axum::http::StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(30)))
         .with_state(state)
+}
+
+/// Request latency by method, route template and status.
+async fn track_metrics(request: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
+    let method = request.method().to_string();
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    metrics::histogram!("cronshard_api_request_seconds", "method" => method, "route" => route, "status" => status)
+        .record(started.elapsed().as_secs_f64());
+    response
 }
 
 /// Constant-time comparison: the time taken must not reveal how much of a

@@ -61,9 +61,21 @@ async fn main() -> anyhow::Result<()> {
                 tokens: Arc::new(tokens),
                 publisher: api::AppState::publisher(&args.service.amqp_url, &args.service.cluster_name),
             };
+            // `/metrics` sits beside the router: the recorder is process-global,
+            // and tests build many routers in one process.
+            let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
+                .set_buckets(&[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5])?
+                .install_recorder()?;
+            let app = api::router(state).route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let prometheus = prometheus.clone();
+                    async move { prometheus.render() }
+                }),
+            );
             let listener = tokio::net::TcpListener::bind(args.listen_addr).await?;
             tracing::info!(addr = %listener.local_addr()?, "cronshard-api listening");
-            api::serve(listener, state, common::shutdown::signal()).await?;
+            axum::serve(listener, app).with_graceful_shutdown(common::shutdown::signal()).await?;
             Ok(())
         }
     }

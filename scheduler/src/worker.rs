@@ -258,6 +258,7 @@ async fn process(shared: &Shared, m: &FireMessage, attempt: u32, redelivered: bo
     metrics::gauge!("cronshard_worker_in_flight").decrement(1.0);
     metrics::histogram!("cronshard_worker_delivery_seconds")
         .record((Utc::now() - started).num_milliseconds() as f64 / 1000.0);
+    metrics::histogram!("cronshard_worker_attempt").record(f64::from(attempt));
     let policy = m.retry.unwrap_or(shared.config.retry_defaults);
     match outcome {
         Outcome::Success { http_status, excerpt } => {

@@ -375,3 +375,50 @@ async fn killing_a_worker_mid_delivery_loses_nothing_and_records_one_execution()
     println!("receiver saw {twice} of {} slots twice (same execution id each time)", expected.len());
     stack.stop().await;
 }
+
+/// One node whose link to `upstream` (RabbitMQ or Postgres) goes through a
+/// proxy that is cut for a while: its fires are delayed, never dropped.
+async fn outage_delays_but_never_drops(label: &str, upstream: &str) {
+    let sink = Sink::start().await;
+    let stack = Stack::start(label).await;
+    let upstream_addr = upstream.parse().unwrap();
+    let proxy = TcpProxy::start(upstream_addr).await;
+    let env = ProcEnv {
+        database_url: stack.db.url.clone(),
+        cluster: stack.cluster.clone(),
+        redis_urls: common::testing::redis_url(),
+    };
+    let mut node = env.command("cronshard-scheduler");
+    node.env("NODE_ID", "node-0").env("HEARTBEAT_INTERVAL_MS", "1000").env("POLL_INTERVAL_MS", "1000");
+    match label {
+        "amqp-outage" => node.env("AMQP_URL", format!("amqp://guest:guest@{}/%2f", proxy.addr)),
+        _ => node.env(
+            "DATABASE_URL",
+            common::testing::with_database(&format!("postgres://postgres@{}", proxy.addr), &stack.db.name),
+        ),
+    };
+    let _node = node.spawn().unwrap();
+    let _worker = env.worker("worker-0");
+    wait_for("1 live node", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 1).then_some(()) }).await;
+
+    let start = truncate_ms(Utc::now() + TimeDelta::seconds(4));
+    let jobs = create_interval_jobs(&stack, &sink, 30, start).await;
+    until_delivered_past(&sink, start + TimeDelta::seconds(2), Duration::from_secs(30)).await;
+    proxy.cut();
+    // The outage is the thing under test: nothing to await but time.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    proxy.restore();
+    let window_end = truncate_ms(Utc::now() + TimeDelta::seconds(3));
+    assert_window_delivered_once(&sink, &jobs, start, window_end).await;
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rabbitmq_outage_delays_fires_and_drops_none() {
+    outage_delays_but_never_drops("amqp-outage", "127.0.0.1:5672").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_outage_delays_fires_and_drops_none() {
+    outage_delays_but_never_drops("pg-outage", "127.0.0.1:5432").await;
+}

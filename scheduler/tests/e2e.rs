@@ -105,6 +105,8 @@ async fn a_job_created_over_rest_calls_back_on_time_through_the_real_binaries() 
     assert_eq!(row["scheduler_node"], "e2e-node");
     assert_eq!(row["worker_id"], "e2e-worker");
     assert_eq!(sink.received_on("e2e").len(), 1, "delivered more than once");
+    let metrics = http.get(format!("{api}/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("cronshard_api_request_seconds"), "API /metrics: {metrics}");
 
     // SIGTERM: every binary shuts down cleanly and the node leaves the cluster at once.
     for p in &processes {
