@@ -7,7 +7,9 @@
 //! - `startup`: a scheduler node starting on N jobs (time to first fire,
 //!   memory per owned job).
 //! - `rebalance`: ownership movement when scaling the cluster.
+//! - `deliver`: worker throughput against a local receiver.
 
+mod deliver;
 mod rebalance;
 mod sink;
 mod startup;
@@ -29,6 +31,8 @@ enum Command {
     Startup(startup::StartupArgs),
     /// Share of jobs and owner assignments moved when scaling the cluster.
     Rebalance(rebalance::RebalanceArgs),
+    /// Worker throughput: deliveries per second for K worker processes.
+    Deliver(deliver::DeliverArgs),
 }
 
 #[tokio::main]
@@ -37,5 +41,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Sink(args) => sink::run(args).await,
         Command::Startup(args) => startup::run(args).await,
         Command::Rebalance(args) => rebalance::run(args),
+        Command::Deliver(args) => deliver::run(args).await,
     }
 }
