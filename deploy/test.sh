@@ -9,6 +9,9 @@
 # (deploy/scripts/services.sh ensure moto; services it starts are left running for
 # the next run — `deploy/scripts/services.sh stop-started` stops them), then runs,
 # stopping at the first failure:
+#   0. deploy/helm-check.sh              (the Helm chart, offline: lint, render 5 value sets,
+#                                         kubernetes-validate --strict, 12 broken value sets
+#                                         refused; SKIP_HELM=1 skips it)
 #   1. cargo fmt --all -- --check        (checks only, rewrites nothing)
 #   2. cargo clippy --workspace --all-targets -- -D warnings
 #   3. cargo build --workspace --bins    (the end-to-end tests spawn the real binaries)
@@ -64,9 +67,17 @@ if [[ ${SKIP_SERVICES:-0} == 1 ]]; then
 else
     step "services (PostgreSQL, Redis, RabbitMQ, moto)" "$ROOT/deploy/scripts/services.sh" ensure moto
 fi
+if [[ ${SKIP_HELM:-0} == 1 ]]; then
+    echo "==> skipping the Helm chart check (SKIP_HELM=1)"
+else
+    step "Helm chart: lint, render, validate (deploy/helm-check.sh)" "$ROOT/deploy/helm-check.sh"
+fi
 step "cargo fmt --all -- --check" cargo fmt --all -- --check
 step "cargo clippy --workspace --all-targets -- -D warnings" cargo clippy --workspace --all-targets -- -D warnings
 step "cargo build --workspace --bins" cargo build --workspace --bins
+if [[ ${SKIP_HELM:-0} != 1 ]]; then
+    step "the chart's scheduler environment forms a cluster (deploy/helm-run-local.sh)" "$ROOT/deploy/helm-run-local.sh"
+fi
 step "cargo test --workspace${*:+ $*}" cargo test --workspace "$@"
 
 printf '\n==> all steps passed in %ss\n' "$((SECONDS - START))"

@@ -191,6 +191,24 @@ fn attempt_of(delivery: &Delivery) -> u32 {
         .unwrap_or(1)
 }
 
+/// Times the message went through retry queues, by RabbitMQ's own `x-death`
+/// count. Only a cross-check: RabbitMQ 3.13+ no longer trusts an `x-death`
+/// a client republished, so the attempt header is what the worker goes by.
+fn retries_by_x_death(delivery: &Delivery) -> Option<u32> {
+    let headers = delivery.properties.headers().as_ref()?;
+    let AMQPValue::FieldArray(deaths) = headers.inner().get("x-death")? else { return None };
+    let mut total = 0;
+    for death in deaths.as_slice() {
+        let AMQPValue::FieldTable(t) = death else { continue };
+        let expired_in_retry_queue =
+            matches!(t.inner().get("reason"), Some(AMQPValue::LongString(r)) if r.to_string() == "expired");
+        if let (true, Some(AMQPValue::LongLongInt(n))) = (expired_in_retry_queue, t.inner().get("count")) {
+            total += *n as u32;
+        }
+    }
+    Some(total)
+}
+
 async fn handle(shared: Arc<Shared>, delivery: Delivery, in_flight: Arc<Semaphore>, token: CancellationToken) {
     let message: FireMessage = match serde_json::from_slice(&delivery.data) {
         Ok(m) => m,
@@ -202,6 +220,13 @@ async fn handle(shared: Arc<Shared>, delivery: Delivery, in_flight: Arc<Semaphor
         }
     };
     let attempt = attempt_of(&delivery);
+    // A retried message passed through one retry queue per earlier failure.
+    if let Some(retries) = retries_by_x_death(&delivery)
+        && retries + 1 != attempt
+    {
+        tracing::debug!(execution.id = %message.execution_id, attempt, x_death_retries = retries, "x-death disagrees with the attempt header; going by the header");
+        metrics::counter!("cronshard_worker_x_death_mismatches_total").increment(1);
+    }
     // Pre-armed: hold the message until its due instant, never earlier.
     let wait = (message.due_at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
     let permit = tokio::select! {

@@ -255,10 +255,30 @@ async fn callbacks_to_loopback_are_refused_without_an_allow_list() {
         .create_job(json!({ "name": "ssrf", "schedule": { "kind": "once", "at": at(due) }, "target": http_target(&sink.url("ssrf")) }))
         .await;
     let id = job["id"].as_str().unwrap().to_owned();
+    // A host name that resolves to loopback is refused just the same.
+    let by_name = stack
+        .create_job(json!({
+            "name": "ssrf-by-name",
+            "schedule": { "kind": "once", "at": at(due) },
+            "target": http_target(&format!("http://localhost:{}/ssrf", sink.addr.port())),
+        }))
+        .await;
+    let by_name = by_name["id"].as_str().unwrap().to_owned();
     let row = wait_for("the refusal to be recorded", Duration::from_secs(10), || async {
         stack.ledger(&id, due).await.filter(|r| r["status"] == "failed")
     })
     .await;
+    wait_for("the refusal by name to be recorded", Duration::from_secs(10), || async {
+        stack.ledger(&by_name, due).await.filter(|r| r["status"] == "failed")
+    })
+    .await;
+    let client = stack.pg.get().await.unwrap();
+    let error: String = client
+        .query_one("SELECT error FROM scheduled_jobs WHERE job_id = $1", &[&by_name.parse::<uuid::Uuid>().unwrap()])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(error.contains("localhost resolves to") && error.contains("loopback"), "{error}");
     assert_eq!(row["attempts"], 1, "a refused address is not retried");
     let client = stack.pg.get().await.unwrap();
     let error: String = client
