@@ -65,6 +65,9 @@ pub struct DispatchConfig {
     pub verify_after: Duration,
     /// Age after which a claimed, unpublished row is republished.
     pub outbox_grace: Duration,
+    /// A row `running` longer than its attempt timeout plus this is
+    /// recovered: its worker and its message are gone.
+    pub running_grace: Duration,
 }
 
 pub struct Dispatcher {
@@ -104,6 +107,9 @@ impl Dispatcher {
                 _ = sweep.tick(), if !token.is_cancelled() => {
                     if let Err(e) = self.sweep_outbox().await {
                         tracing::warn!(error = %e, "outbox sweep failed");
+                    }
+                    if let Err(e) = self.recover_running().await {
+                        tracing::warn!(error = %e, "recovering stuck running rows failed");
                     }
                 }
             }
@@ -339,6 +345,48 @@ impl Dispatcher {
                 self.verify.extend(due.into_iter().map(|s| (retry_at, s)));
             }
         }
+    }
+
+    /// Delivers again, under the same execution id, rows left `running`
+    /// past their attempt timeout plus the grace: the worker died and its
+    /// message was lost with a broker that kept nothing (a worker crash alone
+    /// is handled sooner, by the broker's redelivery). The lost attempt
+    /// counts; the recovered delivery is the next one.
+    pub async fn recover_running(&mut self) -> anyhow::Result<usize> {
+        let grace = self.config.running_grace.as_secs_f64();
+        let mut client = self.pg.get().await?;
+        let tx = client.transaction().await?;
+        let rows = tx
+            .query(
+                "WITH stuck AS (
+                     SELECT l.job_id, l.scheduled_at FROM scheduled_jobs l JOIN jobs j ON j.id = l.job_id
+                     WHERE l.status = 'running'
+                       AND l.started_at < now() - make_interval(secs =>
+                             coalesce((j.spec->'target'->>'timeout_ms')::double precision / 1000, 30) + $1)
+                     ORDER BY l.started_at LIMIT 500 FOR UPDATE OF l SKIP LOCKED)
+                 UPDATE scheduled_jobs l SET status = 'retrying', finished_at = now(),
+                        error = format('attempt %s never finished (its worker and message were lost); delivering again', l.attempts)
+                 FROM stuck WHERE l.job_id = stuck.job_id AND l.scheduled_at = stuck.scheduled_at
+                 RETURNING l.job_id, l.scheduled_at, l.fire_id, l.execution_id, l.trigger, l.attempts,
+                           (SELECT spec FROM jobs WHERE id = l.job_id) AS spec",
+                &[&grace],
+            )
+            .await?;
+        let mut messages = Vec::with_capacity(rows.len());
+        let mut attempts = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let Ok(spec) = serde_json::from_value::<JobSpec>(row.get("spec")) else { continue };
+            attempts.push(row.get::<_, i32>("attempts") as u32 + 1);
+            messages.push(FireMessage::for_row(row, spec, Utc::now()));
+        }
+        if !messages.is_empty() {
+            let batch: Vec<(&FireMessage, u32)> = messages.iter().zip(attempts.iter().copied()).collect();
+            self.publisher.publish_attempts(&batch).await?;
+            tracing::warn!(rows = messages.len(), "recovered rows stuck in running");
+            metrics::counter!("cronshard_running_recovered_total").increment(messages.len() as u64);
+        }
+        tx.commit().await?;
+        Ok(messages.len())
     }
 
     /// Republishes claimed rows whose publish was never confirmed.

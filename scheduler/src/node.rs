@@ -58,6 +58,9 @@ pub struct NodeConfig {
     pub lock_ttl: Duration,
     pub verify_after: Duration,
     pub outbox_grace: Duration,
+    /// A ledger row `running` longer than its attempt timeout plus this is
+    /// delivered again.
+    pub running_grace: Duration,
     pub maintenance_interval: Duration,
     pub retention: Retention,
 }
@@ -83,6 +86,7 @@ impl NodeConfig {
             lock_ttl: Duration::from_secs(120),
             verify_after: Duration::from_secs(5),
             outbox_grace: Duration::from_secs(10),
+            running_grace: Duration::from_secs(60),
             maintenance_interval: Duration::from_secs(3600),
             retention: Retention::default(),
         }
@@ -342,6 +346,7 @@ impl Node {
                 lock_ttl: cfg.lock_ttl,
                 verify_after: cfg.verify_after,
                 outbox_grace: cfg.outbox_grace,
+                running_grace: cfg.running_grace,
             },
             self.pg.clone(),
             self.redis.clone(),

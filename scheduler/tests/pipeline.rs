@@ -290,3 +290,43 @@ async fn callbacks_to_loopback_are_refused_without_an_allow_list() {
     assert!(sink.received().is_empty());
     stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_row_stuck_running_with_its_message_lost_is_delivered_again_under_the_same_id() {
+    let sink = Sink::start().await;
+    let mut stack = Stack::start("stuck").await;
+    let job = stack
+        .create_job(json!({
+            "name": "stuck",
+            "schedule": { "kind": "cron", "expr": "0 3 * * *", "timezone": "UTC" },
+            "target": http_target(&sink.url("stuck")),
+        }))
+        .await;
+    let id: uuid::Uuid = job["id"].as_str().unwrap().parse().unwrap();
+    // A slot whose worker died mid-attempt and whose message the broker lost.
+    let slot = truncate_ms(Utc::now() - TimeDelta::minutes(5));
+    let client = stack.pg.get().await.unwrap();
+    client
+        .execute(
+            "INSERT INTO scheduled_jobs (job_id, scheduled_at, fire_id, execution_id, status, attempts, worker_id,
+                                         started_at, published_at, fired_at, job_version)
+             VALUES ($1, $2, $3, $4, 'running', 1, 'lost-worker', now() - interval '3 minutes', now(), now(), 1)",
+            &[&id, &slot, &uuid::Uuid::now_v7(), &common::execution::execution_id(id, slot)],
+        )
+        .await
+        .unwrap();
+    let mut cfg = stack.node_config("node-a");
+    cfg.running_grace = Duration::from_secs(1);
+    stack.start_node(cfg);
+    stack.start_worker(stack.worker_config("worker-a"));
+    let row = wait_for("the stuck row to be delivered again", Duration::from_secs(15), || async {
+        stack.ledger(&id.to_string(), slot).await.filter(|r| r["status"] == "succeeded")
+    })
+    .await;
+    assert_eq!(row["attempts"], 2, "the lost attempt counts");
+    let got = sink.received_on("stuck");
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].execution_id, common::execution::execution_id(id, slot));
+    assert_eq!(got[0].attempt, 2);
+    stack.stop().await;
+}
