@@ -8,7 +8,9 @@
 //!   memory per owned job).
 //! - `rebalance`: ownership movement when scaling the cluster.
 //! - `deliver`: worker throughput against a local receiver.
+//! - `api`: REST API creates/s and GET latency under client load.
 
+mod api_bench;
 mod deliver;
 mod rebalance;
 mod sink;
@@ -33,6 +35,8 @@ enum Command {
     Rebalance(rebalance::RebalanceArgs),
     /// Worker throughput: deliveries per second for K worker processes.
     Deliver(deliver::DeliverArgs),
+    /// REST API: creates/s and GET latency under concurrent clients.
+    Api(api_bench::ApiArgs),
 }
 
 #[tokio::main]
@@ -42,5 +46,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Startup(args) => startup::run(args).await,
         Command::Rebalance(args) => rebalance::run(args),
         Command::Deliver(args) => deliver::run(args).await,
+        Command::Api(args) => api_bench::run(args).await,
     }
 }
