@@ -16,6 +16,8 @@
 #   2. cargo clippy --workspace --all-targets -- -D warnings
 #   3. cargo build --workspace --bins    (the end-to-end tests spawn the real binaries)
 #   4. cargo test --workspace [ARGS...]
+#   5. deploy/fuzz-api.sh                (schemathesis fuzzes the API against its generated
+#                                         /openapi.json; SKIP_FUZZ=1 skips it)
 # and prints the time of each step. CARGO_TARGET_DIR is honoured, never set.
 # SKIP_SERVICES=1 skips the service check (when the services come from elsewhere).
 set -euo pipefail
@@ -79,6 +81,11 @@ if [[ ${SKIP_HELM:-0} != 1 ]]; then
     step "the chart's scheduler environment forms a cluster (deploy/helm-run-local.sh)" "$ROOT/deploy/helm-run-local.sh"
 fi
 step "cargo test --workspace${*:+ $*}" cargo test --workspace "$@"
+if [[ ${SKIP_FUZZ:-0} == 1 ]]; then
+    echo "==> skipping the API fuzz run (SKIP_FUZZ=1)"
+else
+    step "schemathesis against /openapi.json (deploy/fuzz-api.sh)" "$ROOT/deploy/fuzz-api.sh"
+fi
 
 printf '\n==> all steps passed in %ss\n' "$((SECONDS - START))"
 summary

@@ -46,7 +46,7 @@ impl<S: Send + Sync> FromRequestParts<S> for JobIdPath {
         let axum::extract::Path(raw): axum::extract::Path<String> =
             axum::extract::Path::from_request_parts(parts, state)
                 .await
-                .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+                .map_err(|e| ApiError::BadRequest(format!("invalid path: {}", e.body_text())))?;
         raw.parse::<Uuid>()
             .map(JobIdPath)
             .map_err(|_| ApiError::NotFound(format!("no job with id {raw:?} (job ids are UUIDs)")))
@@ -64,5 +64,20 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Que
             .await
             .map(|q| QueryParams(q.0))
             .map_err(|e| ApiError::BadRequest(format!("invalid query string: {}", e.body_text())))
+    }
+}
+
+/// Path parameters: a segment that does not decode (e.g. invalid UTF-8) is a
+/// problem+json 400 rather than axum's plain-text rejection.
+pub struct PathParams<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for PathParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| PathParams(p.0))
+            .map_err(|e| ApiError::BadRequest(format!("invalid path: {}", e.body_text())))
     }
 }

@@ -1,9 +1,12 @@
 //! The cronshard REST API (v1): a router over Postgres (jobs and the ledger)
 //! and Redis (cluster state). `router` is all routes in one table; `serve`
-//! runs it with graceful shutdown. See API.md for the contract.
+//! runs it with graceful shutdown. See API.md for the contract; the OpenAPI
+//! document generated from the handlers is served at `/openapi.json`, with
+//! Swagger UI at `/docs`.
 
 pub mod error;
 pub mod extract;
+pub mod openapi;
 pub mod routes;
 
 use std::sync::Arc;
@@ -66,6 +69,8 @@ pub fn router(state: AppState) -> Router {
         .nest("/v1", v1)
         .route("/healthz", get(routes::health::healthz))
         .route("/readyz", get(routes::health::readyz))
+        // The document and its UI are open: outside the /v1 token layer.
+        .merge(utoipa_swagger_ui::SwaggerUi::new(openapi::DOCS_PATH).url(openapi::SPEC_PATH, openapi::document()))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(middleware::from_fn(track_metrics))

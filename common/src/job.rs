@@ -29,19 +29,24 @@ pub mod limits {
     pub const MISFIRE_CAP_MAX: u32 = 10_000;
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A job definition (the request body of `POST /v1/jobs` and `PUT /v1/jobs/{id}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobSpec {
+    #[schema(min_length = 1, max_length = 200, example = "daily-sales-report")]
     pub name: String,
     pub schedule: ScheduleSpec,
     pub target: Target,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryPolicy>,
     #[serde(default)]
+    #[schema(required = false)]
     pub misfire: MisfirePolicy,
     /// Most missed slots `fire_all` replays after an outage; the rest are `missed`.
     #[serde(default = "default_misfire_cap")]
+    #[schema(required = false, minimum = 1, maximum = 10_000, default = 100)]
     pub misfire_cap: u32,
     #[serde(default)]
+    #[schema(required = false, default = false)]
     pub paused: bool,
 }
 
@@ -49,7 +54,9 @@ fn default_misfire_cap() -> u32 {
     100
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// When a job fires: `kind` (once, interval or cron) and its fields, plus
+/// the optional `start_at`, `end_at` and `max_runs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ScheduleSpec {
     #[serde(flatten)]
     pub kind: ScheduleKind,
@@ -59,15 +66,27 @@ pub struct ScheduleSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
     pub max_runs: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ScheduleKind {
+    /// Fires once at `at` (RFC 3339, in the future).
     Once { at: DateTime<Utc> },
-    Interval { every_ms: u64 },
-    Cron { expr: String, timezone: String },
+    /// Fires every `every_ms` milliseconds, anchored at `start_at` (default: creation).
+    Interval {
+        #[schema(minimum = 1, maximum = 31_622_400_000_u64)]
+        every_ms: u64,
+    },
+    /// Fires on a cron expression (5 or 6 fields) in an IANA time zone.
+    Cron {
+        #[schema(example = "0 8 * * *")]
+        expr: String,
+        #[schema(required = false, default = "UTC", example = "Europe/Berlin")]
+        timezone: String,
+    },
 }
 
 impl ScheduleSpec {
@@ -85,28 +104,36 @@ impl ScheduleSpec {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Where a fire is delivered: an HTTP callback or an SQS queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Target {
     Http(HttpTarget),
     Sqs(SqsTarget),
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HttpTarget {
+    /// An http or https URL.
+    #[schema(max_length = 2048, example = "https://reports.internal/run")]
     pub url: String,
+    #[schema(required = false, default = "POST", example = "POST")]
     pub method: String,
     #[serde(default)]
+    #[schema(required = false)]
     pub headers: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
+    #[schema(required = false, minimum = 1, maximum = 300_000, default = 10_000)]
     pub timeout_ms: u64,
     #[serde(default)]
+    #[schema(required = false, default = false)]
     pub follow_redirects: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SqsTarget {
+    #[schema(max_length = 2048)]
     pub queue_url: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
@@ -116,14 +143,20 @@ pub struct SqsTarget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_deduplication_id: Option<String>,
     #[serde(default)]
+    #[schema(required = false)]
     pub message_attributes: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// Retries of a failed delivery, with exponential backoff.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RetryPolicy {
+    #[schema(minimum = 0, maximum = 50)]
     pub max_retries: u32,
+    #[schema(required = false, minimum = 1, maximum = 604_800_000, default = 30_000)]
     pub base_delay_ms: u64,
+    #[schema(required = false, minimum = 1.0, maximum = 10.0, default = 2.0)]
     pub multiplier: f64,
+    #[schema(required = false, minimum = 1, maximum = 604_800_000, default = 3_600_000)]
     pub max_delay_ms: u64,
 }
 
@@ -136,7 +169,8 @@ impl RetryPolicy {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// What to do with slots missed during an outage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MisfirePolicy {
     #[default]
@@ -146,7 +180,7 @@ pub enum MisfirePolicy {
 }
 
 /// One problem with user input, named by its JSON path.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FieldError {
     pub field: String,
     pub message: String,

@@ -9,9 +9,11 @@
 //! - `rebalance`: ownership movement when scaling the cluster.
 //! - `deliver`: worker throughput against a local receiver.
 //! - `api`: REST API creates/s and GET latency under client load.
+//! - `herd`: N one-shot jobs due in the same instant (lateness at the receiver).
 
 mod api_bench;
 mod deliver;
+mod herd;
 mod rebalance;
 mod sink;
 mod startup;
@@ -37,6 +39,8 @@ enum Command {
     Deliver(deliver::DeliverArgs),
     /// REST API: creates/s and GET latency under concurrent clients.
     Api(api_bench::ApiArgs),
+    /// N one-shot jobs due in the same instant: lateness, misses, duplicates.
+    Herd(herd::HerdArgs),
 }
 
 #[tokio::main]
@@ -47,5 +51,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Rebalance(args) => rebalance::run(args),
         Command::Deliver(args) => deliver::run(args).await,
         Command::Api(args) => api_bench::run(args).await,
+        Command::Herd(args) => herd::run(args).await,
     }
 }

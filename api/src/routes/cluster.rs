@@ -9,6 +9,18 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 
+#[utoipa::path(
+    get,
+    path = "/v1/cluster",
+    tag = "cluster",
+    responses(
+        (status = 200, description = "Live scheduler nodes and the jobs each owns", body = crate::openapi::Cluster),
+        (status = 401, description = "No or a wrong bearer token (only when API_TOKENS is set)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No Redis shard is reachable", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Internal error (details only in the server log)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn status(State(state): State<AppState>) -> ApiResult<Json<Value>> {
     let mut nodes: BTreeMap<String, Value> = BTreeMap::new();
     let mut shards_up = 0;

@@ -1,7 +1,7 @@
 //! Ledger rows: a job's executions, newest first.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
@@ -12,7 +12,7 @@ use common::execution::format_instant;
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult, field};
-use crate::extract::{JobIdPath, JsonBody, QueryParams};
+use crate::extract::{JobIdPath, JsonBody, PathParams, QueryParams};
 use crate::routes::jobs::parse_limit;
 
 pub fn execution_json(r: &Row) -> Value {
@@ -54,6 +54,25 @@ fn parse_cursor(raw: Option<&str>) -> ApiResult<Option<DateTime<Utc>>> {
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}/executions",
+    tag = "executions",
+    params(
+        ("id" = uuid::Uuid, Path, description = "The job id"),
+        ("limit" = Option<i64>, Query, minimum = 1, maximum = 500, description = "Page size (default 50)"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+    ),
+    responses(
+        (status = 200, description = "The job's executions, newest first", body = crate::openapi::ExecutionPage),
+        (status = 400, description = "Malformed request: body not JSON, wrong Content-Type, bad query string or header", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or a wrong bearer token (only when API_TOKENS is set)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job (or the id is not a UUID)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Validation failed; `errors` names each bad field", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Internal error (details only in the server log)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn of_job(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
@@ -114,6 +133,27 @@ fn parse_job_id(raw: Option<&str>) -> ApiResult<Option<uuid::Uuid>> {
 
 /// `GET /v1/executions`: ledger rows across jobs, newest first, filtered by
 /// status, job and scheduled time (`from` inclusive, `to` exclusive).
+#[utoipa::path(
+    get,
+    path = "/v1/executions",
+    tag = "executions",
+    params(
+        ("status" = Option<crate::openapi::ExecutionStatus>, Query, description = "Only executions in this status"),
+        ("job_id" = Option<uuid::Uuid>, Query, description = "Only executions of this job"),
+        ("from" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "Scheduled at or after (RFC 3339)"),
+        ("to" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "Scheduled before (RFC 3339)"),
+        ("limit" = Option<i64>, Query, minimum = 1, maximum = 500, description = "Page size (default 50)"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+    ),
+    responses(
+        (status = 200, description = "Executions across jobs, newest first", body = crate::openapi::ExecutionSearchPage),
+        (status = 400, description = "Malformed request: body not JSON, wrong Content-Type, bad query string or header", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or a wrong bearer token (only when API_TOKENS is set)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Validation failed; `errors` names each bad field", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Internal error (details only in the server log)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn all(State(state): State<AppState>, QueryParams(q): QueryParams<AllQuery>) -> ApiResult<Json<Value>> {
     let limit = parse_limit(q.limit.as_deref())?;
     let status = parse_status(q.status.as_deref())?;
@@ -194,9 +234,28 @@ async fn replay_where(
 }
 
 /// `POST /v1/executions/{job_id}/{scheduled_at}/replay`
+#[utoipa::path(
+    post,
+    path = "/v1/executions/{job_id}/{scheduled_at}/replay",
+    tag = "executions",
+    params(
+        ("job_id" = uuid::Uuid, Path, description = "The job id"),
+        ("scheduled_at" = chrono::DateTime<chrono::Utc>, Path, description = "The slot (RFC 3339)"),
+    ),
+    responses(
+        (status = 202, description = "The execution, back to pending under a new fire id", body = crate::openapi::Execution),
+        (status = 400, description = "Malformed request: body not JSON, wrong Content-Type, bad query string or header", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or a wrong bearer token (only when API_TOKENS is set)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such execution", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The execution is not failed, or its job is deleted", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Validation failed; `errors` names each bad field", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Internal error (details only in the server log)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn replay_one(
     State(state): State<AppState>,
-    Path((job, at)): Path<(String, String)>,
+    PathParams((job, at)): PathParams<(String, String)>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     let job_id = job.parse::<uuid::Uuid>().map_err(|_| ApiError::NotFound(format!("no job with id {job:?}")))?;
     let at = DateTime::parse_from_rfc3339(&at)
@@ -224,6 +283,21 @@ pub async fn replay_one(
 
 /// `POST /v1/executions/replay` with `{job_id?, from?, to?, limit?}`: replays
 /// failed executions in bulk (oldest first, at most `limit`, default 100).
+#[utoipa::path(
+    post,
+    path = "/v1/executions/replay",
+    tag = "executions",
+    request_body(content = crate::openapi::ReplayRequest, content_type = "application/json"),
+    responses(
+        (status = 202, description = "The failed executions moved back to pending", body = crate::openapi::ReplayResult),
+        (status = 400, description = "Malformed request: body not JSON, wrong Content-Type, bad query string or header", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or a wrong bearer token (only when API_TOKENS is set)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The request body exceeds 256 KiB", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Validation failed; `errors` names each bad field", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Internal error (details only in the server log)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn replay_many(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,

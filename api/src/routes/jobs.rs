@@ -53,6 +53,11 @@ fn with_etag(status: StatusCode, body: Value) -> Response {
 /// Validates a definition and checks it can ever fire: a job that never
 /// would is almost always a mistake (a past `at`, an `end_at` gone by).
 fn validated(body: &Value) -> ApiResult<JobSpec> {
+    let mut nul = Vec::new();
+    find_nul("", body, &mut nul);
+    if !nul.is_empty() {
+        return Err(ApiError::Validation(nul));
+    }
     let spec = JobSpec::from_json(body).map_err(ApiError::Validation)?;
     let now = Utc::now();
     let schedule = spec.compile(now).map_err(|e| field(&format!("schedule.{}", e.field), e.message))?;
@@ -67,6 +72,50 @@ fn validated(body: &Value) -> ApiResult<JobSpec> {
     Ok(spec)
 }
 
+/// Postgres cannot store a NUL character in `jsonb` or `text`: such strings
+/// (values or keys, anywhere in the body) are refused up front.
+fn find_nul(path: &str, value: &Value, out: &mut Vec<common::job::FieldError>) {
+    let join = |k: &str| if path.is_empty() { k.to_owned() } else { format!("{path}.{k}") };
+    match value {
+        Value::String(s) if s.contains('\0') => {
+            out.push(common::job::FieldError::new(path, "must not contain a NUL character"))
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                find_nul(&join(&i.to_string()), v, out);
+            }
+        }
+        Value::Object(map) => {
+            for (k, v) in map {
+                if k.contains('\0') {
+                    out.push(common::job::FieldError::new(
+                        join(&k.replace('\0', "\\0")),
+                        "must not contain a NUL character",
+                    ));
+                } else {
+                    find_nul(&join(k), v, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/jobs",
+    tag = "jobs",
+    request_body(content = common::job::JobSpec, content_type = "application/json"),
+    responses(
+        (status = 201, description = "The job was created; `Location` names it, `ETag` is its version", body = crate::openapi::Job),
+        (status = 400, description = "Malformed request: body not JSON, wrong Content-Type, bad query string or header", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or a wrong bearer token (only when API_TOKENS is set)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The request body exceeds 256 KiB", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Validation failed; `errors` names each bad field", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Internal error (details only in the server log)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn create(State(state): State<AppState>, JsonBody(body): JsonBody) -> ApiResult<Response> {
     let spec = validated(&body)?;
     let id = Uuid::now_v7();
@@ -86,6 +135,22 @@ pub async fn create(State(state): State<AppState>, JsonBody(body): JsonBody) -> 
     Ok(response)
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}",
+    tag = "jobs",
+    params(
+        ("id" = uuid::Uuid, Path, description = "The job id"),
+    ),
+    responses(
+        (status = 200, description = "The job; `ETag` is its version", body = crate::openapi::Job),
+        (status = 400, description = "Malformed request: body not JSON, wrong Content-Type, bad query string or header", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or a wrong bearer token (only when API_TOKENS is set)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job (or the id is not a UUID)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Internal error (details only in the server log)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn get(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
     let client = state.pg.get().await?;
     let row = client
@@ -120,6 +185,26 @@ pub fn parse_limit(raw: Option<&str>) -> ApiResult<i64> {
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/jobs",
+    tag = "jobs",
+    params(
+        ("limit" = Option<i64>, Query, minimum = 1, maximum = 500, description = "Page size (default 50)"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+        ("name_prefix" = Option<String>, Query, description = "Only jobs whose name starts with this text"),
+        ("kind" = Option<String>, Query, description = "Only jobs of this schedule kind: once, interval or cron"),
+        ("paused" = Option<bool>, Query, description = "Only paused (true) or active (false) jobs"),
+    ),
+    responses(
+        (status = 200, description = "A page of jobs", body = crate::openapi::JobPage),
+        (status = 400, description = "Malformed request: body not JSON, wrong Content-Type, bad query string or header", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or a wrong bearer token (only when API_TOKENS is set)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Validation failed; `errors` names each bad field", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Internal error (details only in the server log)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn list(State(state): State<AppState>, QueryParams(q): QueryParams<ListQuery>) -> ApiResult<Json<Value>> {
     let limit = parse_limit(q.limit.as_deref())?;
     let after = match q.cursor.as_deref() {
@@ -137,6 +222,9 @@ pub async fn list(State(state): State<AppState>, QueryParams(q): QueryParams<Lis
         Some("false") => Some(false),
         Some(_) => return Err(field("paused", "must be true or false")),
     };
+    if q.name_prefix.as_deref().is_some_and(|p| p.contains('\0')) {
+        return Err(field("name_prefix", "must not contain a NUL character"));
+    }
     // Escape LIKE wildcards: a prefix is literal text.
     let prefix = q.name_prefix.map(|p| format!("{}%", p.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")));
     let client = state.pg.get().await?;
@@ -188,6 +276,27 @@ async fn skip_pending(tx: &impl deadpool_postgres::GenericClient, id: Uuid, reas
         .await?)
 }
 
+#[utoipa::path(
+    put,
+    path = "/v1/jobs/{id}",
+    tag = "jobs",
+    params(
+        ("id" = uuid::Uuid, Path, description = "The job id"),
+        ("If-Match" = Option<String>, Header, description = "The version the change is based on, e.g. \"3\"; `*` or absent: any"),
+    ),
+    request_body(content = common::job::JobSpec, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The replaced job", body = crate::openapi::Job),
+        (status = 400, description = "Malformed request: body not JSON, wrong Content-Type, bad query string or header", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or a wrong bearer token (only when API_TOKENS is set)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job (or the id is not a UUID)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 412, description = "`If-Match` names a version other than the current one", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The request body exceeds 256 KiB", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Validation failed; `errors` names each bad field", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Internal error (details only in the server log)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn replace(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
@@ -219,6 +328,22 @@ pub async fn replace(
     Ok(with_etag(StatusCode::OK, job_json(&row, Utc::now())?))
 }
 
+#[utoipa::path(
+    delete,
+    path = "/v1/jobs/{id}",
+    tag = "jobs",
+    params(
+        ("id" = uuid::Uuid, Path, description = "The job id"),
+    ),
+    responses(
+        (status = 204, description = "Deleted; it never fires again"),
+        (status = 400, description = "Malformed request: body not JSON, wrong Content-Type, bad query string or header", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or a wrong bearer token (only when API_TOKENS is set)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job (or the id is not a UUID)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Internal error (details only in the server log)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn delete(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> ApiResult<StatusCode> {
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
@@ -257,10 +382,42 @@ async fn set_paused(state: &AppState, id: Uuid, paused: bool) -> ApiResult<Respo
     Ok(with_etag(StatusCode::OK, job_json(&row, Utc::now())?))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/{id}/pause",
+    tag = "jobs",
+    params(
+        ("id" = uuid::Uuid, Path, description = "The job id"),
+    ),
+    responses(
+        (status = 200, description = "The paused job", body = crate::openapi::Job),
+        (status = 400, description = "Malformed request: body not JSON, wrong Content-Type, bad query string or header", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or a wrong bearer token (only when API_TOKENS is set)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job (or the id is not a UUID)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Internal error (details only in the server log)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn pause(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
     set_paused(&state, id, true).await
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/{id}/resume",
+    tag = "jobs",
+    params(
+        ("id" = uuid::Uuid, Path, description = "The job id"),
+    ),
+    responses(
+        (status = 200, description = "The resumed job", body = crate::openapi::Job),
+        (status = 400, description = "Malformed request: body not JSON, wrong Content-Type, bad query string or header", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or a wrong bearer token (only when API_TOKENS is set)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job (or the id is not a UUID)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Internal error (details only in the server log)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn resume(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
     set_paused(&state, id, false).await
 }
@@ -270,6 +427,24 @@ pub struct NextQuery {
     count: Option<String>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}/next",
+    tag = "jobs",
+    params(
+        ("id" = uuid::Uuid, Path, description = "The job id"),
+        ("count" = Option<i64>, Query, minimum = 1, maximum = 1000, description = "How many (default 10)"),
+    ),
+    responses(
+        (status = 200, description = "The next fire times", body = crate::openapi::NextFires),
+        (status = 400, description = "Malformed request: body not JSON, wrong Content-Type, bad query string or header", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or a wrong bearer token (only when API_TOKENS is set)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job (or the id is not a UUID)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Validation failed; `errors` names each bad field", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Internal error (details only in the server log)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn next(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
@@ -360,6 +535,22 @@ pub async fn publish(state: &AppState, messages: &[(FireMessage, u32)]) {
 
 /// `POST /v1/jobs/{id}/trigger`: fires the job once now, outside its
 /// schedule, under its own execution id `{job_id}@{now}#manual`.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/{id}/trigger",
+    tag = "jobs",
+    params(
+        ("id" = uuid::Uuid, Path, description = "The job id"),
+    ),
+    responses(
+        (status = 202, description = "Fired once now, outside the schedule: the new execution", body = crate::openapi::Execution),
+        (status = 400, description = "Malformed request: body not JSON, wrong Content-Type, bad query string or header", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or a wrong bearer token (only when API_TOKENS is set)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job (or the id is not a UUID)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Internal error (details only in the server log)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn trigger(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> ApiResult<(StatusCode, Json<Value>)> {
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
