@@ -285,3 +285,21 @@ pub struct ApiDoc;
 pub fn document() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
 }
+
+/// The problem+json error responses shared by many operations, declared once.
+macro_rules! problem_response {
+    ($name:ident, $status:literal, $description:literal) => {
+        #[doc = $description]
+        #[derive(utoipa::IntoResponses)]
+        #[response(status = $status, content_type = "application/problem+json")]
+        #[allow(dead_code)] // only its OpenAPI description is used
+        pub struct $name(Problem);
+    };
+}
+
+problem_response!(BadRequest, 400, "Malformed request: body not JSON, wrong Content-Type, bad query string or header");
+problem_response!(Unauthorized, 401, "No or a wrong bearer token (only when API_TOKENS is set)");
+problem_response!(JobNotFound, 404, "No such job (or the id is not a UUID)");
+problem_response!(PayloadTooLarge, 413, "The request body exceeds 256 KiB");
+problem_response!(ValidationFailed, 422, "Validation failed; `errors` names each bad field");
+problem_response!(InternalError, 500, "Internal error (details only in the server log)");

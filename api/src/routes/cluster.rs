@@ -15,9 +15,9 @@ use crate::error::{ApiError, ApiResult};
     tag = "cluster",
     responses(
         (status = 200, description = "Live scheduler nodes and the jobs each owns", body = crate::openapi::Cluster),
-        (status = 401, description = "No or a wrong bearer token (only when API_TOKENS is set)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        crate::openapi::Unauthorized,
         (status = 503, description = "No Redis shard is reachable", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Internal error (details only in the server log)", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        crate::openapi::InternalError,
     ),
     security(("bearer" = [])),
 )]
