@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde_json::json;
-use uuid::Uuid;
 
 #[derive(clap::Args)]
 pub struct ApiArgs {
@@ -70,14 +69,13 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         "{} not found: build with `cargo build --release --workspace --bins`",
         args.api.display()
     );
-    let db = format!("cronshard_bench_{}", Uuid::new_v4().simple());
-    let url = common::testing::with_database(&args.admin_database_url, &db);
-    common::db::migrate(&url).await?;
+    let db = crate::benchdb::BenchDb::create(&args.admin_database_url).await?;
+    let url = db.url.clone();
     let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let mut api = tokio::process::Command::new(&args.api)
         .env("DATABASE_URL", &url)
         .env("LISTEN_ADDR", addr.to_string())
-        .env("CLUSTER_NAME", format!("bench-{}", &Uuid::new_v4().simple().to_string()[..8]))
+        .env("CLUSTER_NAME", crate::benchdb::cluster_name("bench"))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .kill_on_drop(true)
@@ -129,8 +127,7 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
     .await?;
     let get_secs = started.elapsed().as_secs_f64();
     let _ = api.kill().await;
-    let admin = common::db::connect(&args.admin_database_url).await?;
-    admin.batch_execute(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)")).await?;
+    db.drop_database().await?;
     println!(
         "{}",
         serde_json::to_string_pretty(&json!({

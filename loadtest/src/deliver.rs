@@ -58,12 +58,10 @@ pub async fn run(args: DeliverArgs) -> anyhow::Result<()> {
     let sink = listener.local_addr()?;
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let db = format!("cronshard_bench_{}", Uuid::new_v4().simple());
-    let url = common::testing::with_database(&args.admin_database_url, &db);
-    common::db::migrate(&url).await?;
-    let mut client = common::db::connect(&url).await?;
-    common::partitions::maintain(&mut client, Utc::now(), Default::default()).await?;
-    let cluster = format!("bench-{}", &Uuid::new_v4().simple().to_string()[..8]);
+    let db = crate::benchdb::BenchDb::create(&args.admin_database_url).await?;
+    let url = db.url.clone();
+    let client = common::db::connect(&url).await?;
+    let cluster = crate::benchdb::cluster_name("bench");
 
     // One job; N manual slots of it, each its own ledger row and message.
     let spec: JobSpec = JobSpec::from_json(&json!({
@@ -158,8 +156,7 @@ pub async fn run(args: DeliverArgs) -> anyhow::Result<()> {
     };
     drop(workers);
     drop(client);
-    let admin = common::db::connect(&args.admin_database_url).await?;
-    admin.batch_execute(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)")).await?;
+    db.drop_database().await?;
     let _ = publisher;
     println!(
         "{}",

@@ -14,7 +14,6 @@ use axum::http::HeaderMap;
 use axum::routing::post;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::json;
-use uuid::Uuid;
 
 #[derive(clap::Args)]
 pub struct HerdArgs {
@@ -67,12 +66,9 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     let hook = format!("http://{}/hook", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let db = format!("cronshard_bench_{}", Uuid::new_v4().simple());
-    let url = common::testing::with_database(&args.admin_database_url, &db);
-    common::db::migrate(&url).await?;
-    let mut client = common::db::connect(&url).await?;
-    common::partitions::maintain(&mut client, Utc::now(), Default::default()).await?;
-    let cluster = format!("herd-{}", &Uuid::new_v4().simple().to_string()[..8]);
+    let db = crate::benchdb::BenchDb::create(&args.admin_database_url).await?;
+    let url = db.url.clone();
+    let cluster = crate::benchdb::cluster_name("herd");
     let api_addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let spawn = |bin: &str, extra: Vec<(&str, String)>| -> anyhow::Result<tokio::process::Child> {
         let metrics = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
@@ -149,9 +145,7 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let got = received.lock().expect("sink").clone();
     drop(procs);
-    drop(client);
-    let admin = common::db::connect(&args.admin_database_url).await?;
-    admin.batch_execute(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)")).await?;
+    db.drop_database().await?;
 
     let unique: std::collections::HashSet<&str> = got.iter().map(|(id, _)| id.as_str()).collect();
     let mut lateness: Vec<i64> = got.iter().map(|(_, at)| (*at - due).num_milliseconds()).collect();

@@ -12,6 +12,7 @@
 //! - `herd`: N one-shot jobs due in the same instant (lateness at the receiver).
 
 mod api_bench;
+mod benchdb;
 mod deliver;
 mod herd;
 mod rebalance;

@@ -103,11 +103,9 @@ pub async fn run(args: StartupArgs) -> anyhow::Result<()> {
         "{} not found: build with `cargo build --release --workspace --bins`",
         args.scheduler.display()
     );
-    let db = format!("cronshard_bench_{}", Uuid::new_v4().simple());
-    let url = common::testing::with_database(&args.admin_database_url, &db);
-    common::db::migrate(&url).await?;
-    let mut client = common::db::connect(&url).await?;
-    common::partitions::maintain(&mut client, Utc::now(), Default::default()).await?;
+    let db = crate::benchdb::BenchDb::create(&args.admin_database_url).await?;
+    let url = db.url.clone();
+    let client = common::db::connect(&url).await?;
     let t = Instant::now();
     seed(&client, args.jobs, args.cron_share).await?;
     eprintln!("seeded {} jobs in {:.1} s", args.jobs, t.elapsed().as_secs_f64());
@@ -122,7 +120,7 @@ pub async fn run(args: StartupArgs) -> anyhow::Result<()> {
         .await?;
 
     let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-    let cluster = format!("bench-{}", &Uuid::new_v4().simple().to_string()[..8]);
+    let cluster = crate::benchdb::cluster_name("bench");
     let started = Instant::now();
     let started_wall = Utc::now();
     let mut child = tokio::process::Command::new(&args.scheduler)
@@ -172,9 +170,10 @@ pub async fn run(args: StartupArgs) -> anyhow::Result<()> {
     let loaded_rss = rss_bytes(pid).context("reading VmRSS")?;
     let _ = child.kill().await;
     drop(client);
-    if !args.keep {
-        let admin = common::db::connect(&args.admin_database_url).await?;
-        admin.batch_execute(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)")).await?;
+    if args.keep {
+        eprintln!("kept database {}", db.name);
+    } else {
+        db.drop_database().await?;
     }
     let baseline = baseline.unwrap_or(0);
     let per_job = (loaded_rss.saturating_sub(baseline)) as f64 / args.jobs as f64;
