@@ -14,7 +14,7 @@
 #                                         refused; SKIP_HELM=1 skips it)
 #   1. cargo fmt --all -- --check        (checks only, rewrites nothing)
 #   2. cargo clippy --workspace --all-targets -- -D warnings
-#   3. cargo build --workspace --bins    (the end-to-end tests spawn the real binaries)
+#   3. cargo build --locked --workspace --bins   (the end-to-end tests spawn the real binaries)
 #   4. cargo test --workspace [ARGS...]
 #   5. deploy/fuzz-api.sh                (schemathesis fuzzes the API against its generated
 #                                         /openapi.json; SKIP_FUZZ=1 skips it)
@@ -76,7 +76,7 @@ else
 fi
 step "cargo fmt --all -- --check" cargo fmt --all -- --check
 step "cargo clippy --workspace --all-targets -- -D warnings" cargo clippy --workspace --all-targets -- -D warnings
-step "cargo build --workspace --bins" cargo build --workspace --bins
+step "cargo build --locked --workspace --bins" cargo build --locked --workspace --bins
 if [[ ${SKIP_HELM:-0} != 1 ]]; then
     step "the chart's scheduler environment forms a cluster (deploy/helm-run-local.sh)" "$ROOT/deploy/helm-run-local.sh"
 fi
