@@ -9,6 +9,7 @@ pub mod config;
 pub mod db;
 pub mod execution;
 pub mod job;
+pub mod ledger;
 pub mod message;
 pub mod metrics;
 pub mod partitions;

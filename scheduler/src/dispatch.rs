@@ -299,18 +299,8 @@ impl Dispatcher {
 
     async fn mark_published(&self, messages: &[FireMessage]) -> anyhow::Result<()> {
         let client = self.pg.get().await?;
-        let job_ids: Vec<Uuid> = messages.iter().map(|m| m.job_id).collect();
-        let times: Vec<DateTime<Utc>> = messages.iter().map(|m| m.scheduled_at).collect();
-        let fire_ids: Vec<Uuid> = messages.iter().map(|m| m.fire_id).collect();
-        client
-            .execute(
-                "UPDATE scheduled_jobs s SET published_at = now()
-                 FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[]) AS p(job_id, scheduled_at, fire_id)
-                 WHERE s.job_id = p.job_id AND s.scheduled_at = p.scheduled_at AND s.fire_id = p.fire_id
-                   AND s.published_at IS NULL",
-                &[&job_ids, &times, &fire_ids],
-            )
-            .await?;
+        let messages: Vec<&FireMessage> = messages.iter().collect();
+        common::ledger::mark_published(&client, &messages).await?;
         Ok(())
     }
 
@@ -354,9 +344,12 @@ impl Dispatcher {
     /// counts; the recovered delivery is the next one.
     pub async fn recover_running(&mut self) -> anyhow::Result<usize> {
         let grace = self.config.running_grace.as_secs_f64();
-        let mut client = self.pg.get().await?;
-        let tx = client.transaction().await?;
-        let rows = tx
+        let client = self.pg.get().await?;
+        // Back to `pending` and committed BEFORE publishing: a worker must
+        // never see the message while the row still says `running` (it would
+        // drop it as a duplicate). Unpublished, the row is the outbox
+        // sweep's to republish if the publish below fails.
+        let rows = client
             .query(
                 "WITH stuck AS (
                      SELECT l.job_id, l.scheduled_at FROM scheduled_jobs l JOIN jobs j ON j.id = l.job_id
@@ -364,7 +357,7 @@ impl Dispatcher {
                        AND l.started_at < now() - make_interval(secs =>
                              coalesce((j.spec->'target'->>'timeout_ms')::double precision / 1000, 30) + $1)
                      ORDER BY l.started_at LIMIT 500 FOR UPDATE OF l SKIP LOCKED)
-                 UPDATE scheduled_jobs l SET status = 'retrying', finished_at = now(),
+                 UPDATE scheduled_jobs l SET status = 'pending', published_at = NULL, fired_at = now(),
                         error = format('attempt %s never finished (its worker and message were lost); delivering again', l.attempts)
                  FROM stuck WHERE l.job_id = stuck.job_id AND l.scheduled_at = stuck.scheduled_at
                  RETURNING l.job_id, l.scheduled_at, l.fire_id, l.execution_id, l.trigger, l.attempts,
@@ -380,12 +373,12 @@ impl Dispatcher {
             messages.push(FireMessage::for_row(row, spec, Utc::now()));
         }
         if !messages.is_empty() {
-            let batch: Vec<(&FireMessage, u32)> = messages.iter().zip(attempts.iter().copied()).collect();
-            self.publisher.publish_attempts(&batch).await?;
             tracing::warn!(rows = messages.len(), "recovered rows stuck in running");
             metrics::counter!("cronshard_running_recovered_total").increment(messages.len() as u64);
+            let batch: Vec<(&FireMessage, u32)> = messages.iter().zip(attempts.iter().copied()).collect();
+            self.publisher.publish_attempts(&batch).await?;
+            common::ledger::mark_published(&client, &messages.iter().collect::<Vec<_>>()).await?;
         }
-        tx.commit().await?;
         Ok(messages.len())
     }
 
@@ -415,15 +408,7 @@ impl Dispatcher {
             if !out.is_empty() {
                 let batch: Vec<(&FireMessage, u32)> = out.iter().zip(attempts.iter().copied()).collect();
                 self.publisher.publish_attempts(&batch).await?;
-                let job_ids: Vec<Uuid> = out.iter().map(|m| m.job_id).collect();
-                let times: Vec<DateTime<Utc>> = out.iter().map(|m| m.scheduled_at).collect();
-                tx.execute(
-                    "UPDATE scheduled_jobs s SET published_at = now()
-                     FROM unnest($1::uuid[], $2::timestamptz[]) AS p(job_id, scheduled_at)
-                     WHERE s.job_id = p.job_id AND s.scheduled_at = p.scheduled_at",
-                    &[&job_ids, &times],
-                )
-                .await?;
+                common::ledger::mark_published(&tx, &out.iter().collect::<Vec<_>>()).await?;
             }
             tx.commit().await?;
             out

@@ -495,11 +495,19 @@ pub async fn fire_messages(
     client: &impl deadpool_postgres::GenericClient,
     rows: &[Row],
 ) -> ApiResult<Vec<(FireMessage, u32)>> {
+    let job_ids: Vec<Uuid> = rows.iter().map(|r| r.get("job_id")).collect();
+    let specs: std::collections::HashMap<Uuid, serde_json::Value> = client
+        .query("SELECT id, spec FROM jobs WHERE id = ANY($1)", &[&job_ids])
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let job_id: Uuid = row.get("job_id");
-        let spec_row = client.query_one("SELECT spec FROM jobs WHERE id = $1", &[&job_id]).await?;
-        let spec: JobSpec = serde_json::from_value(spec_row.get(0))?;
+        let spec =
+            specs.get(&job_id).cloned().ok_or_else(|| ApiError::Internal(anyhow::anyhow!("job {job_id} vanished")))?;
+        let spec: JobSpec = serde_json::from_value(spec)?;
         // Due now: a manual fire or a replay is not held back.
         let message = FireMessage::for_row(row, spec, Utc::now());
         out.push((message, row.get::<_, i32>("attempts") as u32 + 1));
@@ -518,15 +526,17 @@ pub async fn publish(state: &AppState, messages: &[(FireMessage, u32)]) {
     let published = state.publisher.lock().await.publish_attempts(&batch).await;
     match published {
         Ok(()) => {
-            if let Ok(client) = state.pg.get().await {
-                for (m, _) in messages {
-                    let _ = client
-                        .execute(
-                            "UPDATE scheduled_jobs SET published_at = now() WHERE job_id = $1 AND scheduled_at = $2 AND fire_id = $3",
-                            &[&m.job_id, &m.scheduled_at, &m.fire_id],
-                        )
-                        .await;
+            let stamped = match state.pg.get().await {
+                Ok(client) => {
+                    common::ledger::mark_published(&client, &batch.iter().map(|(m, _)| *m).collect::<Vec<_>>())
+                        .await
+                        .map_err(anyhow::Error::from)
                 }
+                Err(e) => Err(e.into()),
+            };
+            if let Err(e) = stamped {
+                // Harmless: the outbox sweep republishes, the worker drops the duplicate.
+                tracing::warn!(error = %format!("{e:#}"), "stamping published_at failed");
             }
         }
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "publishing failed; the outbox sweep will publish"),

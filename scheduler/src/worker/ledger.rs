@@ -17,7 +17,8 @@ pub enum Start {
 }
 
 /// Moves the row to `running` for this fire and attempt. A redelivery of the
-/// same attempt (the worker that had it died) may take a `running` row back.
+/// same attempt (the worker that had it died) may take a `running` row back,
+/// and so may the next attempt while the failed one is still recording.
 pub async fn start(
     pool: &Pool,
     m: &FireMessage,
@@ -33,7 +34,11 @@ pub async fn start(
                     started_at = now(), finished_at = NULL
              WHERE l.job_id = $1 AND l.scheduled_at = $2 AND l.fire_id = $3
                AND ((l.status IN ('pending', 'retrying') AND l.attempts = $4 - 1)
-                    OR (l.status = 'running' AND l.attempts = $4 AND $6))
+                    OR (l.status = 'running' AND l.attempts = $4 AND $6)
+                    -- The worker of attempt n-1 publishes attempt n before it
+                    -- records `retrying`; a short delay can bring attempt n in
+                    -- between. An attempt n exists only once n-1 has failed.
+                    OR (l.status = 'running' AND l.attempts = $4 - 1 AND $4 > 1))
                AND (l.trigger = 'manual' OR EXISTS (
                     SELECT 1 FROM jobs j WHERE j.id = l.job_id AND j.version = l.job_version
                       AND j.deleted_at IS NULL AND NOT j.paused))
