@@ -6,6 +6,7 @@
 
 pub mod error;
 pub mod extract;
+pub mod idempotency;
 pub mod openapi;
 pub mod routes;
 
@@ -38,6 +39,9 @@ pub struct AppState {
     pub tokens: Arc<Vec<String>>,
     /// Publishes manual triggers and replays (connects on first use).
     pub publisher: Arc<tokio::sync::Mutex<common::publisher::Publisher>>,
+    /// The ledger's retention (as the schedulers apply it), for explaining
+    /// slots whose rows are gone.
+    pub retention: common::partitions::Retention,
 }
 
 impl AppState {
@@ -63,6 +67,7 @@ pub fn router(state: AppState) -> Router {
         .route("/executions/replay", post(routes::executions::replay_many))
         .route("/executions/{job_id}/{scheduled_at}/replay", post(routes::executions::replay_one))
         .route("/jobs/{id}/executions", get(routes::executions::of_job))
+        .route("/jobs/{id}/executions/{scheduled_at}", get(routes::explain::explain))
         .route("/cluster", get(routes::cluster::status))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
@@ -106,19 +111,23 @@ fn token_matches(given: &[u8], expected: &[u8]) -> bool {
     diff == 0
 }
 
-async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    if state.tokens.is_empty() {
-        return next.run(request).await;
-    }
-    let given = request
-        .headers()
+/// The bearer token of a request ("" when there is none).
+pub fn bearer_token(headers: &axum::http::HeaderMap) -> &str {
+    headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split_once(' '))
         // The scheme is case-insensitive (RFC 9110 §11.1).
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim())
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if state.tokens.is_empty() {
+        return next.run(request).await;
+    }
+    let given = bearer_token(request.headers());
     let ok = state.tokens.iter().fold(false, |ok, t| ok | token_matches(given.as_bytes(), t.as_bytes()));
     if ok && !given.is_empty() { next.run(request).await } else { ApiError::Unauthorized.into_response() }
 }

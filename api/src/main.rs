@@ -23,6 +23,10 @@ struct Args {
     /// Accepted bearer tokens, comma-separated. Empty turns auth off.
     #[arg(long, env = "API_TOKENS", default_value = "", value_delimiter = ',')]
     api_tokens: Vec<String>,
+    /// Days of ledger history the schedulers keep (set it as for them); the
+    /// explain endpoint tells a slot older than this from a missing one.
+    #[arg(long, env = "LEDGER_RETENTION_DAYS", default_value_t = 45)]
+    ledger_retention_days: u32,
 }
 
 #[derive(Subcommand, Debug)]
@@ -60,6 +64,10 @@ async fn main() -> anyhow::Result<()> {
                 cluster: args.service.cluster_name.clone(),
                 tokens: Arc::new(tokens),
                 publisher: api::AppState::publisher(&args.service.amqp_url, &args.service.cluster_name),
+                retention: common::partitions::Retention {
+                    retention_days: args.ledger_retention_days,
+                    ..Default::default()
+                },
             };
             // `/metrics` sits beside the router: the recorder is process-global,
             // and tests build many routers in one process.

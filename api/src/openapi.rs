@@ -111,6 +111,31 @@ pub struct ExecutionSearchPage {
     pub next_cursor: Option<String>,
 }
 
+/// A ledger row with its history.
+#[derive(Serialize, ToSchema)]
+pub struct ExecutionWithHistory {
+    #[serde(flatten)]
+    pub execution: Execution,
+    /// What happened to the slot, oldest first. Each entry has `event`:
+    /// `attempt` (`attempt`, `worker_id`, `started_at`, `finished_at`,
+    /// `outcome`, `http_status`, `sqs_message_id`, `error`, `redelivered`),
+    /// `skipped` (`at`, `reason`), `recovered` (`at`) or `replay` (`at`).
+    pub history: Vec<Object>,
+}
+
+/// A JSON object.
+pub type Object = serde_json::Map<String, Value>;
+
+/// "Did it fire, and if not, why?" for one slot of a job.
+#[derive(Serialize, ToSchema)]
+pub struct SlotExplanation {
+    pub job_id: Uuid,
+    pub scheduled_at: chrono::DateTime<chrono::Utc>,
+    /// The slot's ledger row; null when there is none.
+    pub execution: Option<ExecutionWithHistory>,
+    pub explanation: crate::routes::explain::Explanation,
+}
+
 /// The body of a bulk replay; every field is optional.
 #[derive(Serialize, ToSchema)]
 pub struct ReplayRequest {
@@ -237,6 +262,7 @@ impl Modify for Tweaks {
         crate::routes::jobs::next,
         crate::routes::jobs::trigger,
         crate::routes::executions::of_job,
+        crate::routes::explain::explain,
         crate::routes::executions::all,
         crate::routes::executions::replay_many,
         crate::routes::executions::replay_one,
@@ -263,6 +289,10 @@ impl Modify for Tweaks {
         ExecutionStatus,
         ExecutionPage,
         ExecutionSearchPage,
+        ExecutionWithHistory,
+        SlotExplanation,
+        crate::routes::explain::Explanation,
+        crate::routes::explain::Verdict,
         ReplayRequest,
         ReplayResult,
         NextFires,

@@ -2,5 +2,6 @@
 
 pub mod cluster;
 pub mod executions;
+pub mod explain;
 pub mod health;
 pub mod jobs;

@@ -76,6 +76,7 @@ impl TestApp {
             cluster: cluster.clone(),
             tokens: Arc::new(opts.tokens),
             publisher: api::AppState::publisher(&common::testing::amqp_url(), &cluster),
+            retention: Default::default(),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
@@ -1184,6 +1185,7 @@ async fn the_openapi_document_and_swagger_ui_are_open_and_cover_every_route() {
         ("get", "/v1/jobs/{id}/next"),
         ("post", "/v1/jobs/{id}/trigger"),
         ("get", "/v1/jobs/{id}/executions"),
+        ("get", "/v1/jobs/{id}/executions/{scheduled_at}"),
         ("get", "/v1/executions"),
         ("post", "/v1/executions/replay"),
         ("post", "/v1/executions/{job_id}/{scheduled_at}/replay"),
@@ -1242,4 +1244,529 @@ async fn nul_characters_are_422_not_500() {
     assert_problem(&r, 422);
     assert_eq!(r.json()["errors"][0]["field"], "target.body", "{}", r.text);
     assert_problem(&app.get("/v1/jobs?name_prefix=a%00").await, 422);
+}
+
+// ---------------------------------------------------------------------------
+// Idempotency-Key on POST /v1/jobs
+// ---------------------------------------------------------------------------
+
+impl TestApp {
+    async fn create_keyed(&self, key: &str, body: &Value, token: Option<&str>) -> Resp {
+        let mut rb = self.http.post(self.url("/v1/jobs")).header("idempotency-key", key).json(body);
+        if let Some(t) = token {
+            rb = rb.bearer_auth(t);
+        }
+        self.send(rb).await
+    }
+}
+
+#[tokio::test]
+async fn an_idempotency_key_replays_the_first_create_and_refuses_another_body() {
+    let app = TestApp::start("idem").await;
+    let first = app.create_keyed("order-42", &example_job(), None).await;
+    assert_eq!(first.status, 201, "{}", first.text);
+    assert_eq!(first.header("idempotent-replayed"), None);
+    let job = first.json();
+
+    // The same definition, keys in another order and a default spelled out:
+    // the same request, answered with the first response.
+    let mut same = serde_json::Map::new();
+    for (k, v) in example_job().as_object().unwrap().iter().rev() {
+        same.insert(k.clone(), v.clone());
+    }
+    same.insert("misfire_cap".into(), json!(100));
+    let again = app.create_keyed("order-42", &Value::Object(same), None).await;
+    assert_eq!(again.status, 201, "{}", again.text);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.json(), job);
+    assert_eq!(again.header("location"), first.header("location"));
+    assert_eq!(again.header("etag"), first.header("etag"));
+    assert_eq!(app.job_rows().await, 1);
+
+    // The same key with another body: 422 naming the header, nothing stored.
+    let mut other = example_job();
+    other["name"] = json!("another");
+    let r = app.create_keyed("order-42", &other, None).await;
+    assert_invalid(&r, &["Idempotency-Key"]);
+    assert_eq!(app.job_rows().await, 1);
+
+    // Another key, or none, creates.
+    assert_eq!(app.create_keyed("order-43", &example_job(), None).await.status, 201);
+    app.create_job(&example_job()).await;
+    app.create_job(&example_job()).await;
+    assert_eq!(app.job_rows().await, 4);
+
+    // An expired key is forgotten: it may be used again, for anything.
+    app.sql().await.execute("UPDATE idempotency_keys SET expires_at = now() - interval '1 s'", &[]).await.unwrap();
+    let reused = app.create_keyed("order-42", &other, None).await;
+    assert_eq!(reused.status, 201, "{}", reused.text);
+    assert_eq!(reused.header("idempotent-replayed"), None);
+    assert_ne!(reused.json()["id"], job["id"]);
+    assert_eq!(app.job_rows().await, 5);
+    // ... and the other expired key was purged on the way.
+    let keys: Vec<String> = app
+        .sql()
+        .await
+        .query("SELECT key FROM idempotency_keys", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(keys, ["order-42"]);
+}
+
+#[tokio::test]
+async fn a_retry_after_a_one_time_jobs_instant_still_gets_the_first_response() {
+    let app = TestApp::start("idemonce").await;
+    let at = now_ms() + TimeDelta::milliseconds(1500);
+    let body = json!({ "name": "once", "schedule": { "kind": "once", "at": ts(at) }, "target": http_target() });
+    let first = app.create_keyed("k1", &body, None).await;
+    assert_eq!(first.status, 201, "{}", first.text);
+    // The awaited event is the instant itself.
+    let wait = (at - Utc::now() + TimeDelta::milliseconds(10)).to_std().unwrap_or_default();
+    tokio::time::sleep(wait).await;
+    // Without the key the same body is now refused (its `at` has passed);
+    // with it, the retry still gets the first response.
+    assert_invalid(&app.post_json("/v1/jobs", &body).await, &["schedule.at"]);
+    let again = app.create_keyed("k1", &body, None).await;
+    assert_eq!(again.status, 201, "{}", again.text);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.json()["id"], first.json()["id"]);
+    assert_eq!(app.job_rows().await, 1);
+}
+
+#[tokio::test]
+async fn bad_idempotency_keys_are_422_naming_the_header() {
+    let app = TestApp::start("idembad").await;
+    let longest = "k".repeat(255);
+    for bad in ["", "has space", &"k".repeat(256), "tab\there"] {
+        let r = app.create_keyed(bad, &example_job(), None).await;
+        assert_invalid(&r, &["Idempotency-Key"]);
+    }
+    let non_ascii = reqwest::header::HeaderValue::from_bytes(b"caf\xe9").unwrap();
+    let r =
+        app.send(app.http.post(app.url("/v1/jobs")).header("idempotency-key", non_ascii).json(&example_job())).await;
+    assert_invalid(&r, &["Idempotency-Key"]);
+    let twice = app
+        .send(
+            app.http
+                .post(app.url("/v1/jobs"))
+                .header("idempotency-key", "a")
+                .header("idempotency-key", "b")
+                .json(&example_job()),
+        )
+        .await;
+    assert_invalid(&twice, &["Idempotency-Key"]);
+    assert_eq!(app.job_rows().await, 0);
+    // The limits are not off by one.
+    assert_eq!(app.create_keyed(&longest, &example_job(), None).await.status, 201);
+    assert_eq!(app.create_keyed("~!#$%&'*+-.^_`|", &example_job(), None).await.status, 201);
+    assert_eq!(app.job_rows().await, 2);
+}
+
+#[tokio::test]
+async fn concurrent_creates_with_one_key_make_one_job() {
+    let app = TestApp::start("idemrace").await;
+    let body = example_job();
+    let requests = (0..8).map(|_| app.create_keyed("race", &body, None));
+    let responses = futures::future::join_all(requests).await;
+    let ids: std::collections::BTreeSet<String> = responses
+        .iter()
+        .map(|r| {
+            assert_eq!(r.status, 201, "{}", r.text);
+            r.json()["id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    assert_eq!(responses.iter().filter(|r| r.header("idempotent-replayed").is_none()).count(), 1);
+    assert_eq!(app.job_rows().await, 1);
+}
+
+#[tokio::test]
+async fn idempotency_keys_are_scoped_to_the_bearer_token() {
+    let app =
+        TestApp::start_with("idemscope", Options { tokens: vec!["alpha".into(), "beta".into()], ..Default::default() })
+            .await;
+    let a = app.create_keyed("shared", &example_job(), Some("alpha")).await;
+    let b = app.create_keyed("shared", &example_job(), Some("beta")).await;
+    assert_eq!((a.status, b.status), (201, 201), "{} {}", a.text, b.text);
+    assert_ne!(a.json()["id"], b.json()["id"], "two tenants' keys collided");
+    let a2 = app.create_keyed("shared", &example_job(), Some("alpha")).await;
+    assert_eq!(a2.json()["id"], a.json()["id"]);
+    assert_eq!(a2.header("idempotent-replayed"), Some("true"));
+    // Another tenant's different body under the same key is no conflict.
+    let mut other = example_job();
+    other["name"] = json!("beta's");
+    assert_eq!(app.create_keyed("other", &other, Some("beta")).await.status, 201);
+    assert_eq!(app.create_keyed("other", &example_job(), Some("alpha")).await.status, 201);
+    assert_eq!(app.job_rows().await, 4);
+    // The token itself is not stored.
+    let scopes: Vec<String> = app
+        .sql()
+        .await
+        .query("SELECT DISTINCT scope FROM idempotency_keys", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(scopes.len(), 2);
+    assert!(scopes.iter().all(|s| s.len() == 64 && !s.contains("alpha") && !s.contains("beta")), "{scopes:?}");
+}
+
+// ---------------------------------------------------------------------------
+// GET /v1/jobs/{id}/executions/{scheduled_at} ("did it fire, and if not, why")
+// ---------------------------------------------------------------------------
+
+/// Inserts a ledger row as the scheduler and the worker would leave it.
+#[allow(clippy::too_many_arguments)]
+async fn insert_row(
+    pg: &tokio_postgres::Client,
+    job: &str,
+    at: DateTime<Utc>,
+    status: &str,
+    attempts: i32,
+    reason: Option<&str>,
+    error: Option<&str>,
+    history: Value,
+) {
+    let id = Uuid::parse_str(job).unwrap();
+    pg.execute(
+        "INSERT INTO scheduled_jobs (job_id, scheduled_at, fire_id, execution_id, status, attempts, scheduler_node,
+                                     worker_id, fired_at, published_at, started_at, finished_at, http_status, reason,
+                                     error, history)
+         VALUES ($1, $2, $3, $4, $5, $6, 'node-a', 'worker-7', $2, $2, $2, $2::timestamptz + interval '1 s',
+                 CASE WHEN $6 > 0 THEN 500 END, $7, $8, $9)",
+        &[&id, &at, &Uuid::new_v4(), &format!("{job}@{}", ts(at)), &status, &attempts, &reason, &error, &history],
+    )
+    .await
+    .unwrap();
+}
+
+impl TestApp {
+    async fn explain(&self, job: &str, at: &str) -> Value {
+        let r = self.get(&format!("/v1/jobs/{job}/executions/{}", enc(at))).await;
+        assert_eq!(r.status, 200, "explain {at}: {}", r.text);
+        r.json()
+    }
+}
+
+#[tokio::test]
+async fn explain_reads_the_ledger_row_its_history_and_a_verdict() {
+    let app = TestApp::start("explainrow").await;
+    let pg = app.sql().await;
+    let anchor = now_ms() - TimeDelta::hours(2);
+    let id = app
+        .create_id(&json!({
+            "name": "minutely",
+            "schedule": { "kind": "interval", "every_ms": 60_000, "start_at": ts(anchor) },
+            "target": http_target(),
+        }))
+        .await;
+    let slot = |m: i64| anchor + TimeDelta::minutes(m);
+    let attempts = json!([
+        { "event": "attempt", "attempt": 1, "worker_id": "worker-3", "started_at": ts(slot(1)), "finished_at": ts(slot(1)),
+          "outcome": "retrying", "http_status": 503, "error": "HTTP 503", "redelivered": false },
+        { "event": "attempt", "attempt": 2, "worker_id": "worker-7", "started_at": ts(slot(1)), "finished_at": ts(slot(1)),
+          "outcome": "succeeded", "http_status": 200 }
+    ]);
+    insert_row(&pg, &id, slot(1), "succeeded", 2, None, None, attempts.clone()).await;
+    insert_row(&pg, &id, slot(2), "failed", 4, None, Some("HTTP 500"), json!([])).await;
+    insert_row(&pg, &id, slot(3), "skipped", 0, Some("misfire policy skip"), None, json!([])).await;
+
+    let ok = app.explain(&id, &ts(slot(1))).await;
+    assert_eq!(ok["job_id"], json!(id));
+    assert_eq!(ok["scheduled_at"], json!(ts(slot(1))));
+    let execution = &ok["execution"];
+    assert_eq!(execution["status"], "succeeded");
+    assert_eq!(execution["execution_id"], json!(format!("{id}@{}", ts(slot(1)))));
+    assert_eq!(execution["history"], attempts);
+    let e = &ok["explanation"];
+    assert_eq!(e["verdict"], "succeeded", "{e}");
+    assert_eq!(e["fired"], json!(true));
+    assert!(e["summary"].as_str().unwrap().contains("worker-7"), "{e}");
+    let details: Vec<&str> = e["details"].as_array().unwrap().iter().map(|d| d.as_str().unwrap()).collect();
+    assert!(details[0].contains("node-a"), "{details:?}");
+    assert!(
+        details.iter().any(|d| d.contains("attempt 1 on worker worker-3") && d.contains("HTTP 503")),
+        "{details:?}"
+    );
+    assert_eq!(e["previous_fire_at"], json!(ts(slot(0))));
+    assert_eq!(e["next_fire_at"], json!(ts(slot(2))));
+
+    let failed = app.explain(&id, &ts(slot(2))).await;
+    assert_eq!(failed["explanation"]["verdict"], "failed");
+    let summary = failed["explanation"]["summary"].as_str().unwrap();
+    assert!(summary.contains("4 attempt") && summary.contains("HTTP 500") && summary.contains("/replay"), "{summary}");
+    // A row written before the worker kept a history still names its last attempt.
+    assert!(
+        failed["explanation"]["details"].as_array().unwrap().iter().any(|d| d.as_str().unwrap().contains("worker-7"))
+    );
+
+    let skipped = app.explain(&id, &ts(slot(3))).await;
+    assert_eq!(skipped["explanation"]["verdict"], "skipped");
+    assert_eq!(skipped["explanation"]["fired"], json!(false));
+    assert!(skipped["explanation"]["summary"].as_str().unwrap().contains("misfire policy skip"), "{skipped}");
+
+    // Another spelling of the same instant finds the same row.
+    let offset = slot(1).with_timezone(&chrono::FixedOffset::east_opt(2 * 3600).unwrap()).to_rfc3339();
+    assert_eq!(app.explain(&id, &offset).await["execution"]["status"], "succeeded");
+
+    // Pausing skips a pre-armed slot and says so in its history.
+    let future = slot(180);
+    insert_row(&pg, &id, future, "pending", 0, None, None, json!([])).await;
+    let pending = app.explain(&id, &ts(future)).await;
+    assert_eq!(pending["explanation"]["verdict"], "pending");
+    assert!(pending["explanation"]["summary"].as_str().unwrap().contains("Pre-armed"), "{pending}");
+    assert_eq!(app.post_empty(&format!("/v1/jobs/{id}/pause")).await.status, 200);
+    let paused = app.explain(&id, &ts(future)).await;
+    assert_eq!(paused["explanation"]["verdict"], "skipped");
+    let history = paused["execution"]["history"].as_array().unwrap();
+    assert_eq!(history.len(), 1, "{paused}");
+    assert_eq!(history[0]["event"], "skipped");
+    assert_eq!(history[0]["reason"], "paused");
+    assert!(parse_ts(&history[0]["at"]) <= Utc::now());
+
+    // A deleted job's rows stay explainable.
+    assert_eq!(app.delete(&format!("/v1/jobs/{id}")).await.status, 204);
+    assert_eq!(app.explain(&id, &ts(slot(1))).await["explanation"]["verdict"], "succeeded");
+}
+
+#[tokio::test]
+async fn explain_says_why_a_slot_without_a_row_did_not_fire() {
+    let app = TestApp::start("explainnone").await;
+    let pg = app.sql().await;
+    let anchor = now_ms() - TimeDelta::days(60);
+    let create = async |extra: Value| {
+        let mut schedule = json!({ "kind": "interval", "every_ms": 3_600_000, "start_at": ts(anchor) });
+        for (k, v) in extra.as_object().unwrap() {
+            schedule[k] = v.clone();
+        }
+        let id = app.create_id(&json!({ "name": "hourly", "schedule": schedule, "target": http_target() })).await;
+        // Created long ago: the ledger retention, not the creation, bounds what is known.
+        pg.execute(
+            "UPDATE jobs SET created_at = $2, updated_at = $2 WHERE id = $1",
+            &[&Uuid::parse_str(&id).unwrap(), &(anchor - TimeDelta::days(1))],
+        )
+        .await
+        .unwrap();
+        id
+    };
+    let id = create(json!({})).await;
+    let slot = |h: i64| anchor + TimeDelta::hours(h);
+    let verdict = async |id: &str, at: DateTime<Utc>| {
+        let v = app.explain(id, &ts(at)).await;
+        assert_eq!(v["execution"], Value::Null, "{v}");
+        assert_eq!(v["explanation"]["fired"], json!(false), "{v}");
+        v["explanation"].clone()
+    };
+
+    let off = verdict(&id, slot(3) + TimeDelta::minutes(20)).await;
+    assert_eq!(off["verdict"], "not_a_fire_time", "{off}");
+    assert_eq!(off["previous_fire_at"], json!(ts(slot(3))));
+    assert_eq!(off["next_fire_at"], json!(ts(slot(4))));
+    assert!(off["summary"].as_str().unwrap().contains(&ts(slot(3))), "{off}");
+
+    // An interval has no slots before its anchor (its start_at).
+    assert_eq!(verdict(&id, slot(-1)).await["verdict"], "not_a_fire_time");
+    let start =
+        (now_ms() + TimeDelta::days(2)).with_minute(0).unwrap().with_second(0).unwrap().with_nanosecond(0).unwrap();
+    let mut later = cron_job("later", "0 * * * *", "UTC");
+    later["schedule"]["start_at"] = json!(ts(start));
+    let later = app.create_id(&later).await;
+    assert_eq!(verdict(&later, start - TimeDelta::hours(1)).await["verdict"], "before_start");
+    assert_eq!(verdict(&later, start).await["verdict"], "not_due_yet");
+    assert_eq!(verdict(&id, slot(24)).await["verdict"], "beyond_retention");
+    // 58 days later: within the retention, due, and nobody recorded it.
+    let unrecorded = verdict(&id, slot(58 * 24)).await;
+    assert_eq!(unrecorded["verdict"], "not_recorded", "{unrecorded}");
+    assert!(unrecorded["summary"].as_str().unwrap().contains("MISFIRE_LOOKBACK_SECS"), "{unrecorded}");
+
+    let next = parse_ts(&app.job(&id).await["next_fire_at"]);
+    let due = verdict(&id, next + TimeDelta::hours(1)).await;
+    assert_eq!(due["verdict"], "not_due_yet", "{due}");
+    assert!(due["summary"].as_str().unwrap().contains(&ts(next)), "{due}");
+
+    // max_runs: two runs recorded, the third slot is not due any more.
+    let limited = create(json!({ "max_runs": 2 })).await;
+    for h in [58 * 24, 58 * 24 + 1] {
+        insert_row(&pg, &limited, slot(h), "succeeded", 1, None, None, json!([])).await;
+    }
+    assert_eq!(verdict(&limited, slot(58 * 24 + 2)).await["verdict"], "max_runs_reached");
+    assert_eq!(verdict(&limited, next + TimeDelta::hours(1)).await["verdict"], "max_runs_reached");
+
+    // end_at: past it, the schedule is over.
+    let ending = create(json!({ "end_at": ts(now_ms() + TimeDelta::days(1)) })).await;
+    assert_eq!(verdict(&ending, next + TimeDelta::days(2)).await["verdict"], "after_end");
+
+    // Paused before the slot: the API can tell.
+    assert_eq!(app.post_empty(&format!("/v1/jobs/{id}/pause")).await.status, 200);
+    assert_eq!(verdict(&id, next + TimeDelta::hours(1)).await["verdict"], "paused");
+    // Deleted before the slot.
+    assert_eq!(app.delete(&format!("/v1/jobs/{ending}")).await.status, 204);
+    assert_eq!(verdict(&ending, next).await["verdict"], "deleted");
+
+    // A job created after the slot: before_creation.
+    let young = app.create_id(&cron_job("young", "0 * * * *", "UTC")).await;
+    let hour_ago =
+        (now_ms() - TimeDelta::hours(2)).with_minute(0).unwrap().with_second(0).unwrap().with_nanosecond(0).unwrap();
+    assert_eq!(verdict(&young, hour_ago).await["verdict"], "before_creation");
+}
+
+#[tokio::test]
+async fn explain_rejects_unknown_jobs_and_bad_instants() {
+    let app = TestApp::start("explainbad").await;
+    let id = app.create_id(&example_job()).await;
+    assert_problem(&app.get(&format!("/v1/jobs/{}/executions/2026-01-01T00:00:00Z", Uuid::new_v4())).await, 404);
+    assert_problem(&app.get("/v1/jobs/nope/executions/2026-01-01T00:00:00Z").await, 404);
+    for bad in ["yesterday", "2026-13-01T00:00:00Z", "2026-01-01", "1767225600"] {
+        let r = app.get(&format!("/v1/jobs/{id}/executions/{bad}")).await;
+        assert_invalid(&r, &["scheduled_at"]);
+    }
+    // Sub-millisecond instants are never fire times, and are shown as given.
+    let v = app.explain(&id, "2030-01-01T07:00:00.000500Z").await;
+    assert_eq!(v["scheduled_at"], "2030-01-01T07:00:00.000500Z");
+    assert_eq!(v["explanation"]["verdict"], "not_a_fire_time");
+}
+
+// ---------------------------------------------------------------------------
+// Filters on GET /v1/jobs/{id}/executions; replay history
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_jobs_executions_filter_by_status_and_time() {
+    let app = TestApp::start("execfilter").await;
+    let pg = app.sql().await;
+    let id = app.create_id(&example_job()).await;
+    let base = DateTime::parse_from_rfc3339("2026-11-20T10:00:00.000Z").unwrap().to_utc();
+    let statuses = ["succeeded", "failed", "succeeded", "failed", "skipped"];
+    for (k, status) in statuses.iter().enumerate() {
+        insert_row(&pg, &id, base + TimeDelta::hours(k as i64), status, 1, None, None, json!([])).await;
+    }
+    let times = async |q: &str| -> Vec<DateTime<Utc>> {
+        let r = app.get(&format!("/v1/jobs/{id}/executions?{q}")).await;
+        assert_eq!(r.status, 200, "{q}: {}", r.text);
+        r.json()["items"].as_array().unwrap().iter().map(|e| parse_ts(&e["scheduled_at"])).collect()
+    };
+    let h = |k: i64| base + TimeDelta::hours(k);
+    assert_eq!(times("status=failed").await, [h(3), h(1)]);
+    assert_eq!(times(&format!("from={}&to={}", enc(&ts(h(1))), enc(&ts(h(3))))).await, [h(2), h(1)]);
+    assert_eq!(times(&format!("status=succeeded&from={}", enc(&ts(h(1))))).await, [h(2)]);
+    // Filters and the cursor combine.
+    let page = app.get(&format!("/v1/jobs/{id}/executions?status=failed&limit=1")).await.json();
+    assert_eq!(page["items"].as_array().unwrap().len(), 1);
+    let cursor = page["next_cursor"].as_str().unwrap();
+    assert_eq!(times(&format!("status=failed&limit=1&cursor={}", enc(cursor))).await, [h(1)]);
+
+    for (q, field) in [("status=done", "status"), ("from=yesterday", "from"), ("to=2026-13-01", "to")] {
+        let r = app.get(&format!("/v1/jobs/{id}/executions?{q}")).await;
+        assert_invalid(&r, &[field]);
+    }
+}
+
+#[tokio::test]
+async fn replay_appends_to_the_rows_history() {
+    let app = TestApp::start("replayhist").await;
+    let pg = app.sql().await;
+    let id = app.create_id(&example_job()).await;
+    let base = now_ms() - TimeDelta::hours(3);
+    let earlier = json!([{ "event": "attempt", "attempt": 1, "worker_id": "w", "outcome": "failed" }]);
+    for k in 0..3 {
+        insert_row(&pg, &id, base + TimeDelta::hours(k), "failed", 1, None, Some("HTTP 500"), earlier.clone()).await;
+    }
+    let history = async |at: DateTime<Utc>| -> Vec<Value> {
+        let row = pg
+            .query_one(
+                "SELECT history FROM scheduled_jobs WHERE job_id = $1 AND scheduled_at = $2",
+                &[&Uuid::parse_str(&id).unwrap(), &at],
+            )
+            .await
+            .unwrap();
+        serde_json::from_value(row.get(0)).unwrap()
+    };
+
+    let before = now_ms();
+    let r = app.post_empty(&format!("/v1/executions/{id}/{}/replay", enc(&ts(base)))).await;
+    assert_eq!(r.status, 202, "{}", r.text);
+    let h = history(base).await;
+    assert_eq!(h.len(), 2, "{h:?}");
+    assert_eq!(h[0], earlier[0]);
+    assert_eq!(h[1]["event"], "replay");
+    assert!(parse_ts(&h[1]["at"]) >= before, "{h:?}");
+
+    let r = app.post_json("/v1/executions/replay", &json!({ "job_id": id })).await;
+    assert_eq!(r.status, 202, "{}", r.text);
+    assert_eq!(r.json()["replayed"], json!(2));
+    for k in 1..3 {
+        let h = history(base + TimeDelta::hours(k)).await;
+        assert_eq!(h.iter().map(|e| e["event"].as_str().unwrap()).collect::<Vec<_>>(), ["attempt", "replay"]);
+    }
+    // The explain endpoint shows the replay.
+    let v = app.explain(&id, &ts(base)).await;
+    assert!(
+        v["explanation"]["details"].as_array().unwrap().iter().any(|d| d.as_str().unwrap().starts_with("replayed"))
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Input limits
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn input_limits_are_422_naming_the_field_and_exact_limits_pass() {
+    let app = TestApp::start("limits").await;
+    let with = |edit: &dyn Fn(&mut Value)| {
+        let mut v = example_job();
+        edit(&mut v);
+        v
+    };
+    let many_headers = |n: usize| Value::Object((0..n).map(|i| (format!("x-h{i}"), json!("v"))).collect());
+    let sqs = |group: &str| json!({ "kind": "sqs", "queue_url": "https://sqs.eu-west-1.amazonaws.com/1/q.fifo", "message_group_id": group });
+    let cases: Vec<(&str, Value, &str)> = vec![
+        ("51 headers", with(&|v| v["target"]["headers"] = many_headers(51)), "target.headers"),
+        (
+            "header value over 8 KiB",
+            with(&|v| v["target"]["headers"] = json!({ "x-big": "v".repeat(8 * 1024 + 1) })),
+            "target.headers.x-big",
+        ),
+        (
+            "header name over 256 bytes",
+            with(&|v| v["target"]["headers"] = json!({ "h".repeat(257): "v" })),
+            "target.headers.hhhh",
+        ),
+        ("body over 64 KiB", with(&|v| v["target"]["body"] = json!("b".repeat(64 * 1024 + 1))), "target.body"),
+        ("name over 200 characters", with(&|v| v["name"] = json!("é".repeat(201))), "name"),
+        ("max_runs 0", with(&|v| v["schedule"]["max_runs"] = json!(0)), "schedule.max_runs"),
+        ("max_runs over 10^9", with(&|v| v["schedule"]["max_runs"] = json!(1_000_000_001u64)), "schedule.max_runs"),
+        ("FIFO group id over 128", with(&|v| v["target"] = sqs(&"g".repeat(129))), "target.message_group_id"),
+        ("empty FIFO group id", with(&|v| v["target"] = sqs("")), "target.message_group_id"),
+    ];
+    for (label, body, field) in &cases {
+        let r = app.post_json("/v1/jobs", body).await;
+        assert_eq!(r.status, 422, "{label}: {}", r.text);
+        let v = r.json();
+        let fields: Vec<&str> = v["errors"].as_array().unwrap().iter().map(|e| e["field"].as_str().unwrap()).collect();
+        assert!(fields.len() == 1 && fields[0].starts_with(field), "{label}: {v}");
+    }
+    assert_eq!(app.job_rows().await, 0);
+
+    let at_limits = vec![
+        with(&|v| v["target"]["headers"] = many_headers(50)),
+        with(&|v| v["target"]["headers"] = json!({ "h".repeat(256): "v".repeat(8 * 1024) })),
+        with(&|v| v["target"]["body"] = json!("b".repeat(64 * 1024))),
+        with(&|v| v["name"] = json!("é".repeat(200))),
+        with(&|v| v["schedule"]["max_runs"] = json!(1_000_000_000u64)),
+        with(&|v| v["target"] = sqs(&"g".repeat(128))),
+    ];
+    for body in &at_limits {
+        let r = app.post_json("/v1/jobs", body).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    // Page size: 500 is the most.
+    assert_eq!(app.get("/v1/jobs?limit=500").await.status, 200);
+    assert_invalid(&app.get("/v1/jobs?limit=501").await, &["limit"]);
+    assert_invalid(&app.get(&format!("/v1/jobs/{}/executions?limit=501", Uuid::new_v4())).await, &["limit"]);
+    assert_invalid(&app.get("/v1/executions?limit=501").await, &["limit"]);
+    assert_invalid(&app.post_json("/v1/executions/replay", &json!({ "limit": 1001 })).await, &["limit"]);
 }

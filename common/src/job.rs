@@ -18,6 +18,7 @@ use crate::schedule::{CompiledSchedule, CronSchedule, Recurrence, ScheduleError}
 pub mod limits {
     pub const NAME_MAX_CHARS: usize = 200;
     pub const HEADERS_MAX: usize = 50;
+    pub const HEADER_NAME_MAX_BYTES: usize = 256;
     pub const HEADER_VALUE_MAX_BYTES: usize = 8 * 1024;
     pub const BODY_MAX_BYTES: usize = 64 * 1024;
     pub const URL_MAX_BYTES: usize = 2048;
@@ -27,6 +28,8 @@ pub mod limits {
     pub const MAX_RETRIES_MAX: u32 = 50;
     pub const RETRY_DELAY_MAX_MS: u64 = 7 * 24 * 3_600_000;
     pub const MISFIRE_CAP_MAX: u32 = 10_000;
+    /// SQS's own limit on `MessageGroupId` and `MessageDeduplicationId`.
+    pub const SQS_ID_MAX_CHARS: usize = 128;
 }
 
 /// A job definition (the request body of `POST /v1/jobs` and `PUT /v1/jobs/{id}`).
@@ -138,9 +141,11 @@ pub struct SqsTarget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 128)]
     pub message_group_id: Option<String>,
     /// FIFO deduplication id; defaults to the execution id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 128)]
     pub message_deduplication_id: Option<String>,
     #[serde(default)]
     #[schema(required = false)]
@@ -421,6 +426,8 @@ impl Validator {
             };
             if k.is_empty() || !k.bytes().all(is_token_byte) {
                 self.err(&field, "is not a valid name (letters, digits and !#$%&'*+-.^_`|~ only)");
+            } else if k.len() > limits::HEADER_NAME_MAX_BYTES {
+                self.err(&field, format!("the name must be at most {} bytes", limits::HEADER_NAME_MAX_BYTES));
             }
             if s.len() > limits::HEADER_VALUE_MAX_BYTES {
                 self.err(&field, format!("must be at most {} bytes", limits::HEADER_VALUE_MAX_BYTES));
@@ -493,9 +500,9 @@ impl Validator {
                 }
                 let body = self.body(Self::field(map, "body"), "target.body");
                 let message_group_id =
-                    Self::field(map, "message_group_id").and_then(|v| self.string(v, "target.message_group_id"));
+                    Self::field(map, "message_group_id").and_then(|v| self.sqs_id(v, "target.message_group_id"));
                 let message_deduplication_id = Self::field(map, "message_deduplication_id")
-                    .and_then(|v| self.string(v, "target.message_deduplication_id"));
+                    .and_then(|v| self.sqs_id(v, "target.message_deduplication_id"));
                 let is_fifo = queue_url.as_deref().is_some_and(|u| u.ends_with(".fifo"));
                 if is_fifo && message_group_id.is_none() {
                     self.err("target.message_group_id", "is required for a FIFO queue (.fifo)");
@@ -523,6 +530,15 @@ impl Validator {
                 None
             }
         }
+    }
+
+    /// A FIFO group or deduplication id: 1 to 128 characters, as SQS requires.
+    fn sqs_id(&mut self, value: &Value, field: &str) -> Option<String> {
+        let id = self.string(value, field)?;
+        if id.is_empty() || id.chars().count() > limits::SQS_ID_MAX_CHARS {
+            self.err(field, format!("must be 1 to {} characters", limits::SQS_ID_MAX_CHARS));
+        }
+        Some(id)
     }
 
     fn http_url(&mut self, raw: &str, field: &str) {

@@ -1,9 +1,14 @@
 //! Ledger writes shared by the scheduler and the API.
 
 use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::message::FireMessage;
+
+/// The ledger rows that count towards a job's `max_runs` (SQL predicate):
+/// fired slots of its schedule, not manual triggers, skips or misses.
+pub const COUNTS_AS_RUN: &str = "trigger <> 'manual' AND status NOT IN ('skipped', 'missed')";
 
 /// Stamps `published_at` on the rows of confirmed messages, in one
 /// statement. A row re-claimed under another fire id since is left alone.
@@ -23,4 +28,15 @@ pub async fn mark_published(
             &[&job_ids, &times, &fire_ids],
         )
         .await
+}
+
+/// One entry of a ledger row's `history` (migrations/V3): `{"event", "at",
+/// ...fields}`, the instant formatted as in the delivery headers. Appended
+/// with `history = history || $n` in the UPDATE that records the event.
+pub fn history_entry(event: &str, at: DateTime<Utc>, fields: Value) -> Value {
+    let mut entry = json!({ "event": event, "at": crate::execution::format_instant(at) });
+    if let (Some(entry), Value::Object(fields)) = (entry.as_object_mut(), fields) {
+        entry.extend(fields);
+    }
+    entry
 }

@@ -22,6 +22,14 @@ pub struct Retention {
     pub retention_days: u32,
 }
 
+impl Retention {
+    /// The oldest UTC day whose partition `maintain` keeps at `now`; slots of
+    /// earlier days are gone from the ledger.
+    pub fn oldest_kept_day(&self, now: DateTime<Utc>) -> NaiveDate {
+        now.date_naive() - Days::new(self.retention_days.into())
+    }
+}
+
 impl Default for Retention {
     fn default() -> Self {
         Self { ahead_days: 7, retention_days: 45 }
@@ -58,7 +66,7 @@ pub async fn maintain(
         return Ok(MaintenanceReport::default());
     }
     let today = now.date_naive();
-    let oldest_kept = today - Days::new(retention.retention_days.into());
+    let oldest_kept = retention.oldest_kept_day(now);
     let existing: Vec<NaiveDate> = tx
         .query(
             "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid

@@ -412,6 +412,53 @@ impl CompiledSchedule {
         }
     }
 
+    /// Whether `t` is a fire time of this schedule (inside its window).
+    pub fn fires_at(&self, t: DateTime<Utc>) -> bool {
+        t.checked_sub_signed(TimeDelta::nanoseconds(1)).is_some_and(|before| self.next_after(before) == Some(t))
+    }
+
+    /// The last fire time strictly before `before`, found with `next_after`
+    /// alone (so it agrees with it, DST rules included): a window doubling
+    /// backwards until it holds a fire time, then a binary search for the
+    /// latest instant whose next fire is still before `before`. About
+    /// 2 × log2(distance in ms) calls of `next_after`; `None` when nothing
+    /// fires between the Unix epoch (or `start_at`) and `before`.
+    pub fn prev_before(&self, before: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let fires_before = |t: DateTime<Utc>| self.next_after(t).is_some_and(|n| n < before);
+        let epoch = DateTime::UNIX_EPOCH - TimeDelta::days(2);
+        let floor = match self.start_at.map(truncate_to_millis) {
+            Some(start) => (start - TimeDelta::milliseconds(1)).max(epoch),
+            None => epoch,
+        };
+        if before <= floor || !fires_before(floor) {
+            return None;
+        }
+        // Invariant: fires_before(lo) and !fires_before(hi).
+        let mut width = TimeDelta::seconds(1);
+        let mut lo = loop {
+            match before.checked_sub_signed(width) {
+                Some(t) if t > floor => {
+                    if fires_before(t) {
+                        break t;
+                    }
+                }
+                _ => break floor,
+            }
+            width = width.checked_mul(2)?;
+        };
+        let mut hi = before;
+        // Fire times are whole milliseconds, so (lo, hi] of 1 ms holds one at most.
+        while hi - lo > TimeDelta::milliseconds(1) {
+            let mid = lo + (hi - lo) / 2;
+            if fires_before(mid) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        self.next_after(lo)
+    }
+
     /// Up to `count` fire times strictly after `after` (for previews).
     pub fn upcoming(&self, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
         let mut out = Vec::with_capacity(count.min(1024));
@@ -449,6 +496,24 @@ fn interval_next(every_ms: u64, anchor: DateTime<Utc>, after: DateTime<Utc>) -> 
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn prev_before_follows_dst_and_the_window() {
+        let t = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().to_utc();
+        let s = CompiledSchedule {
+            recurrence: Recurrence::Cron(CronSchedule::parse("30 2 * * *", "America/New_York").unwrap()),
+            start_at: Some(t("2027-03-13T00:00:00Z")),
+            end_at: None,
+        };
+        // 02:30 does not exist on 2027-03-14: that day fires at the gap's end.
+        assert_eq!(s.prev_before(t("2027-03-15T06:30:00Z")), Some(t("2027-03-14T07:00:00Z")));
+        assert_eq!(s.prev_before(t("2027-03-14T07:00:00.001Z")), Some(t("2027-03-14T07:00:00Z")));
+        assert_eq!(s.prev_before(t("2027-03-14T07:00:00Z")), Some(t("2027-03-13T07:30:00Z")));
+        assert_eq!(s.prev_before(t("2027-03-13T07:30:00Z")), None, "before start_at");
+        assert!(s.fires_at(t("2027-03-14T07:00:00Z")));
+        assert!(!s.fires_at(t("2027-03-14T07:30:00Z")));
+        assert!(!s.fires_at(t("2027-03-12T07:30:00Z")), "before start_at");
+    }
+
     #[test]
     fn identical_cron_schedules_share_one_parse() {
         let a = CronSchedule::parse("*/7 * * * *", "Europe/Berlin").unwrap();
@@ -816,6 +881,44 @@ mod tests {
                     prop_assert_eq!(next, a.to_utc().min(b.to_utc()));
                 }
                 cursor = next;
+            }
+        }
+
+        #[test]
+        fn prev_before_inverts_next_after(
+            expr in cron_expr(),
+            zone in prop::sample::select(&ZONES[..]),
+            every_ms in 1u64..50_000_000,
+            kind in 0u8..3,
+            anchor in instant(),
+            after in instant(),
+            start in prop::option::of(instant()),
+        ) {
+            let recurrence = match kind {
+                0 => Recurrence::Once { at: anchor },
+                1 => Recurrence::Interval { every_ms, anchor },
+                _ => Recurrence::Cron(cron(&expr, zone)),
+            };
+            let s = CompiledSchedule { recurrence, start_at: start, end_at: None };
+            if let Some(n) = s.next_after(after) {
+                prop_assert!(s.fires_at(n));
+                match s.next_after(n) {
+                    Some(m) => {
+                        prop_assert_eq!(s.prev_before(m), Some(n));
+                        // Anywhere strictly between two fires, the previous one is n.
+                        let mid = n + (m - n) / 2;
+                        if mid > n {
+                            prop_assert_eq!(s.prev_before(mid), Some(n));
+                            prop_assert!(!s.fires_at(mid) || mid == m);
+                        }
+                    }
+                    None => prop_assert_eq!(s.prev_before(n + TimeDelta::days(1)), Some(n)),
+                }
+                // Nothing fires before the first fire after max(start, epoch).
+                let first = s.next_after(DateTime::UNIX_EPOCH - TimeDelta::days(3));
+                if let Some(first) = first {
+                    prop_assert_eq!(s.prev_before(first), None);
+                }
             }
         }
 

@@ -115,9 +115,11 @@ async fn count_runs(client: &impl deadpool_postgres::GenericClient, rows: &mut [
     }
     let counts: std::collections::HashMap<Uuid, i64> = client
         .query(
-            "SELECT job_id, count(*) FROM scheduled_jobs
-             WHERE job_id = ANY($1) AND trigger <> 'manual' AND status NOT IN ('skipped', 'missed')
-             GROUP BY job_id",
+            &format!(
+                "SELECT job_id, count(*) FROM scheduled_jobs
+                 WHERE job_id = ANY($1) AND {} GROUP BY job_id",
+                common::ledger::COUNTS_AS_RUN
+            ),
             &[&ids],
         )
         .await?

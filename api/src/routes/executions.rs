@@ -39,8 +39,19 @@ pub fn execution_json(r: &Row) -> Value {
     })
 }
 
+/// A ledger row with its `history` (migrations/V3), as the explain endpoint
+/// shows it.
+pub fn execution_with_history(r: &Row) -> Value {
+    let mut v = execution_json(r);
+    v["history"] = r.get::<_, Value>("history");
+    v
+}
+
 #[derive(Deserialize)]
 pub struct ExecQuery {
+    status: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
     limit: Option<String>,
     cursor: Option<String>,
 }
@@ -60,6 +71,9 @@ fn parse_cursor(raw: Option<&str>) -> ApiResult<Option<DateTime<Utc>>> {
     tag = "executions",
     params(
         ("id" = uuid::Uuid, Path, description = "The job id"),
+        ("status" = Option<crate::openapi::ExecutionStatus>, Query, description = "Only executions in this status"),
+        ("from" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "Scheduled at or after (RFC 3339)"),
+        ("to" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "Scheduled before (RFC 3339)"),
         ("limit" = Option<i64>, Query, minimum = 1, maximum = 500, description = "Page size (default 50)"),
         ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
     ),
@@ -80,6 +94,9 @@ pub async fn of_job(
 ) -> ApiResult<Json<Value>> {
     let limit = parse_limit(q.limit.as_deref())?;
     let before = parse_cursor(q.cursor.as_deref())?;
+    let status = parse_status(q.status.as_deref())?;
+    let from = parse_time(q.from.as_deref(), "from")?;
+    let to = parse_time(q.to.as_deref(), "to")?;
     let client = state.pg.get().await?;
     // A deleted job's history stays readable; an unknown id is a 404.
     if client.query_opt("SELECT 1 FROM jobs WHERE id = $1", &[&id]).await?.is_none() {
@@ -88,8 +105,10 @@ pub async fn of_job(
     let rows = client
         .query(
             "SELECT * FROM scheduled_jobs WHERE job_id = $1 AND ($2::timestamptz IS NULL OR scheduled_at < $2)
-             ORDER BY scheduled_at DESC LIMIT $3",
-            &[&id, &before, &(limit + 1)],
+               AND ($3::text IS NULL OR status = $3)
+               AND ($4::timestamptz IS NULL OR scheduled_at >= $4) AND ($5::timestamptz IS NULL OR scheduled_at < $5)
+             ORDER BY scheduled_at DESC LIMIT $6",
+            &[&id, &before, &status, &from, &to, &(limit + 1)],
         )
         .await?;
     let has_more = rows.len() as i64 > limit;
@@ -210,6 +229,7 @@ async fn replay_where(
     to: Option<DateTime<Utc>>,
     max: i64,
 ) -> ApiResult<Vec<Value>> {
+    let entry = json!([common::ledger::history_entry("replay", Utc::now(), json!({}))]);
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
     let rows = tx
@@ -221,16 +241,26 @@ async fn replay_where(
                  ORDER BY l.scheduled_at LIMIT $5 FOR UPDATE OF l SKIP LOCKED)
              UPDATE scheduled_jobs l SET status = 'pending', fire_id = gen_random_uuid(), published_at = NULL,
                     finished_at = NULL, reason = 'replay', fired_at = now(), scheduler_node = 'api',
-                    job_version = (SELECT version FROM jobs WHERE id = l.job_id)
+                    job_version = (SELECT version FROM jobs WHERE id = l.job_id), history = l.history || $6::jsonb
              FROM picked WHERE l.job_id = picked.job_id AND l.scheduled_at = picked.scheduled_at
              RETURNING l.*",
-            &[&REPLAYABLE.to_vec(), &job_id, &from, &to, &max],
+            &[&REPLAYABLE.to_vec(), &job_id, &from, &to, &max, &entry],
         )
         .await?;
     let messages = crate::routes::jobs::fire_messages(&tx, &rows).await?;
     tx.commit().await?;
     crate::routes::jobs::publish(state, &messages).await;
     Ok(rows.iter().map(execution_json).collect())
+}
+
+/// The `{job_id}/{scheduled_at}` path segments naming one slot: an id that
+/// is not a UUID names no job (404); a bad instant is a 422 on `scheduled_at`.
+pub fn parse_slot(job: &str, at: &str) -> ApiResult<(uuid::Uuid, DateTime<Utc>)> {
+    let job_id = job.parse::<uuid::Uuid>().map_err(|_| ApiError::NotFound(format!("no job with id {job:?}")))?;
+    let at = DateTime::parse_from_rfc3339(at)
+        .map_err(|_| field("scheduled_at", "must be an RFC 3339 timestamp such as 2026-12-15T15:00:00.000Z"))?
+        .with_timezone(&Utc);
+    Ok((job_id, at))
 }
 
 /// `POST /v1/executions/{job_id}/{scheduled_at}/replay`
@@ -257,10 +287,7 @@ pub async fn replay_one(
     State(state): State<AppState>,
     PathParams((job, at)): PathParams<(String, String)>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let job_id = job.parse::<uuid::Uuid>().map_err(|_| ApiError::NotFound(format!("no job with id {job:?}")))?;
-    let at = DateTime::parse_from_rfc3339(&at)
-        .map_err(|_| field("scheduled_at", "must be an RFC 3339 timestamp such as 2026-12-15T15:00:00.000Z"))?
-        .with_timezone(&Utc);
+    let (job_id, at) = parse_slot(&job, &at)?;
     let replayed =
         replay_where(&state, Some(job_id), Some(at), Some(at + chrono::TimeDelta::microseconds(1)), 1).await?;
     match replayed.into_iter().next() {

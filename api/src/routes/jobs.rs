@@ -19,9 +19,9 @@ use common::execution::format_instant;
 use common::job::JobSpec;
 use common::message::FireMessage;
 
-use crate::AppState;
 use crate::error::{ApiError, ApiResult, field};
 use crate::extract::{JobIdPath, JsonBody, QueryParams};
+use crate::{AppState, idempotency};
 
 const JOB_COLUMNS: &str = "id, version, spec, paused, created_at, updated_at";
 
@@ -50,15 +50,26 @@ fn with_etag(status: StatusCode, body: Value) -> Response {
     response
 }
 
-/// Validates a definition and checks it can ever fire: a job that never
-/// would is almost always a mistake (a past `at`, an `end_at` gone by).
+/// Validates a definition and checks it can ever fire.
 fn validated(body: &Value) -> ApiResult<JobSpec> {
+    let spec = parsed(body)?;
+    fires_ever(&spec)?;
+    Ok(spec)
+}
+
+/// Validates a definition's fields.
+fn parsed(body: &Value) -> ApiResult<JobSpec> {
     let mut nul = Vec::new();
     find_nul("", body, &mut nul);
     if !nul.is_empty() {
         return Err(ApiError::Validation(nul));
     }
-    let spec = JobSpec::from_json(body).map_err(ApiError::Validation)?;
+    JobSpec::from_json(body).map_err(ApiError::Validation)
+}
+
+/// A job that would never fire is almost always a mistake (a past `at`, an
+/// `end_at` gone by).
+fn fires_ever(spec: &JobSpec) -> ApiResult<()> {
     let now = Utc::now();
     let schedule = spec.compile(now).map_err(|e| field(&format!("schedule.{}", e.field), e.message))?;
     if schedule.next_after(now).is_none() {
@@ -69,7 +80,7 @@ fn validated(body: &Value) -> ApiResult<JobSpec> {
             _ => field("schedule.end_at", "the schedule has no fire time before its end"),
         });
     }
-    Ok(spec)
+    Ok(())
 }
 
 /// Postgres cannot store a NUL character in `jsonb` or `text`: such strings
@@ -105,34 +116,80 @@ fn find_nul(path: &str, value: &Value, out: &mut Vec<common::job::FieldError>) {
     post,
     path = "/v1/jobs",
     tag = "jobs",
+    params(
+        ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, pattern = "^[!-~]{1,255}$",
+         description = "Makes the create safe to retry for 24 hours: a retry with the same key and the same job \
+                        definition returns the first response (same job, 201, `Idempotent-Replayed: true`) instead \
+                        of creating a second job; the same key with another definition is a 422. Keys are scoped \
+                        to the bearer token. 1 to 255 visible ASCII characters, e.g. a UUID."),
+    ),
     request_body(content = common::job::JobSpec, content_type = "application/json"),
     responses(
-        (status = 201, description = "The job was created; `Location` names it, `ETag` is its version", body = crate::openapi::Job),
+        (status = 201, description = "The job was created (or, for a repeated `Idempotency-Key`, the first response \
+                                      again, with `Idempotent-Replayed: true`); `Location` names it, `ETag` is its \
+                                      version", body = crate::openapi::Job),
         crate::openapi::BadRequest,
         crate::openapi::Unauthorized,
+        (status = 409, description = "The `Idempotency-Key` expired while this request waited for it; retry", body = crate::openapi::Problem, content_type = "application/problem+json"),
         crate::openapi::PayloadTooLarge,
         crate::openapi::ValidationFailed,
         crate::openapi::InternalError,
     ),
     security(("bearer" = [])),
 )]
-pub async fn create(State(state): State<AppState>, JsonBody(body): JsonBody) -> ApiResult<Response> {
-    let spec = validated(&body)?;
+pub async fn create(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Response> {
+    let spec = parsed(&body)?;
+    let key = idempotency::Key::from_request(&headers, &state, &spec)?;
+    let mut client = state.pg.get().await?;
+    // A retry is answered before the fire-time check: the first response
+    // stands even when a one-time job's `at` has passed since.
+    if let Some(key) = &key
+        && let Some(first) = key.replay(&client).await?
+    {
+        return Ok(created(first.status, first.body, true));
+    }
+    fires_ever(&spec)?;
     let id = Uuid::now_v7();
-    let client = state.pg.get().await?;
-    let row = client
+    let tx = client.transaction().await?;
+    let row = tx
         .query_one(
             &format!("INSERT INTO jobs (id, name, spec, paused) VALUES ($1, $2, $3, $4) RETURNING {JOB_COLUMNS}"),
             &[&id, &spec.name, &serde_json::to_value(&spec)?, &spec.paused],
         )
         .await?;
     let body = job_json(&row, Utc::now())?;
+    if let Some(key) = &key
+        && !key.record(&tx, id, StatusCode::CREATED.as_u16(), &body).await?
+    {
+        // A concurrent request with this key committed first: undo our job
+        // and answer with its response.
+        tx.rollback().await?;
+        let first = key.replay(&client).await?.ok_or_else(idempotency::vanished)?;
+        return Ok(created(first.status, first.body, true));
+    }
+    tx.commit().await?;
     tracing::info!(job.id = %id, job.name = %spec.name, "job created");
-    let mut response = with_etag(StatusCode::CREATED, body);
-    if let Ok(v) = HeaderValue::from_str(&format!("/v1/jobs/{id}")) {
+    if key.is_some() {
+        idempotency::purge_expired(&client).await;
+    }
+    Ok(created(StatusCode::CREATED.as_u16(), body, false))
+}
+
+/// A create's response: the job with `ETag` and `Location`.
+fn created(status: u16, body: Value, replayed: bool) -> Response {
+    let location = format!("/v1/jobs/{}", body["id"].as_str().unwrap_or_default());
+    let mut response = with_etag(StatusCode::from_u16(status).unwrap_or(StatusCode::CREATED), body);
+    if let Ok(v) = HeaderValue::from_str(&location) {
         response.headers_mut().insert(header::LOCATION, v);
     }
-    Ok(response)
+    if replayed {
+        response.headers_mut().insert(idempotency::REPLAYED_HEADER, HeaderValue::from_static("true"));
+    }
+    response
 }
 
 #[utoipa::path(
@@ -265,13 +322,15 @@ fn if_match(headers: &HeaderMap) -> ApiResult<Option<i64>> {
         .map_err(|_| ApiError::BadRequest(format!("If-Match must be a job version such as \"3\", got {text:?}")))
 }
 
-/// Cancels pre-armed slots of a job (inside the caller's transaction).
+/// Cancels pre-armed slots of a job (inside the caller's transaction),
+/// noting the skip in each row's history.
 async fn skip_pending(tx: &impl deadpool_postgres::GenericClient, id: Uuid, reason: &str) -> ApiResult<u64> {
+    let entry = json!([common::ledger::history_entry("skipped", Utc::now(), json!({ "reason": reason }))]);
     Ok(tx
         .execute(
-            "UPDATE scheduled_jobs SET status = 'skipped', reason = $2, finished_at = now()
+            "UPDATE scheduled_jobs SET status = 'skipped', reason = $2, finished_at = now(), history = history || $3::jsonb
              WHERE job_id = $1 AND status = 'pending'",
-            &[&id, &reason],
+            &[&id, &reason, &entry],
         )
         .await?)
 }

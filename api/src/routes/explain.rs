@@ -1,0 +1,603 @@
+//! `GET /v1/jobs/{id}/executions/{scheduled_at}`: did this slot fire, and if
+//! not, why? The ledger row with its history and a verdict read from it; when
+//! there is no row, the reason derived from the job and its schedule (fire
+//! times come from common's schedule code, never from math of our own).
+
+use axum::Json;
+use axum::extract::State;
+use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use common::execution::{format_instant, truncate_ms};
+use common::job::{JobSpec, ScheduleKind};
+use common::partitions::Retention;
+use common::schedule::CompiledSchedule;
+
+use crate::AppState;
+use crate::error::ApiResult;
+use crate::extract::PathParams;
+use crate::routes::executions::{execution_with_history, parse_slot};
+
+/// The answer in one word: a ledger row's status, or why there is none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Pending,
+    Running,
+    Retrying,
+    Succeeded,
+    Failed,
+    Skipped,
+    Missed,
+    /// The instant is not a fire time of the job's schedule.
+    NotAFireTime,
+    /// Before the schedule's `start_at`.
+    BeforeStart,
+    /// After the schedule's `end_at`.
+    AfterEnd,
+    /// Before the job was created.
+    BeforeCreation,
+    /// The job was deleted before the slot.
+    Deleted,
+    /// The job was paused at the slot's time.
+    Paused,
+    /// The job had used up its `max_runs` before the slot.
+    MaxRunsReached,
+    /// The slot is in the future.
+    NotDueYet,
+    /// Older than the ledger retention: its record is gone.
+    BeyondRetention,
+    /// A due fire time with no record and no reason the API can tell.
+    NotRecorded,
+}
+
+/// Why a slot did or did not fire.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Explanation {
+    pub verdict: Verdict,
+    /// Whether a worker took the slot (at least one delivery attempt started).
+    pub fired: bool,
+    /// The answer in a sentence or two.
+    pub summary: String,
+    /// What happened, in order (claim, publish, each attempt, skips,
+    /// recoveries, replays), or notes on the answer when there is no row.
+    pub details: Vec<String>,
+    /// The job's last fire time before the slot (its current schedule).
+    #[schema(value_type = Option<chrono::DateTime<chrono::Utc>>)]
+    pub previous_fire_at: Option<String>,
+    /// The job's first fire time after the slot (its current schedule).
+    #[schema(value_type = Option<chrono::DateTime<chrono::Utc>>)]
+    pub next_fire_at: Option<String>,
+}
+
+/// What the explanation needs of a job.
+struct JobFacts {
+    spec: JobSpec,
+    schedule: CompiledSchedule,
+    paused: bool,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    deleted_at: Option<DateTime<Utc>>,
+}
+
+impl JobFacts {
+    fn from_row(r: &Row) -> ApiResult<Self> {
+        let spec: JobSpec = serde_json::from_value(r.get("spec"))?;
+        let created_at = r.get("created_at");
+        let schedule = spec.compile(created_at)?;
+        Ok(Self {
+            spec,
+            schedule,
+            paused: r.get("paused"),
+            created_at,
+            updated_at: r.get("updated_at"),
+            deleted_at: r.get("deleted_at"),
+        })
+    }
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}/executions/{scheduled_at}",
+    tag = "executions",
+    params(
+        ("id" = uuid::Uuid, Path, description = "The job id"),
+        ("scheduled_at" = chrono::DateTime<chrono::Utc>, Path, description = "The slot (RFC 3339), e.g. 2026-12-15T15:00:00.000Z"),
+    ),
+    responses(
+        (status = 200, description = "The slot's ledger row (null when there is none) with its history, and why it did or did not fire", body = crate::openapi::SlotExplanation),
+        crate::openapi::BadRequest,
+        crate::openapi::Unauthorized,
+        (status = 404, description = "No job with this id ever existed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        crate::openapi::ValidationFailed,
+        crate::openapi::InternalError,
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn explain(
+    State(state): State<AppState>,
+    PathParams((job, at)): PathParams<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let (job_id, at) = parse_slot(&job, &at)?;
+    let client = state.pg.get().await?;
+    // Deleted jobs included: their slots stay explainable.
+    let job = client
+        .query_opt("SELECT spec, paused, created_at, updated_at, deleted_at FROM jobs WHERE id = $1", &[&job_id])
+        .await?
+        .map(|r| JobFacts::from_row(&r))
+        .transpose()?;
+    let row = client
+        .query_opt("SELECT * FROM scheduled_jobs WHERE job_id = $1 AND scheduled_at = $2", &[&job_id, &at])
+        .await?;
+    let now = Utc::now();
+    let mut explanation = match (&row, &job) {
+        (Some(row), _) => of_row(row, now),
+        (None, Some(job)) => {
+            let runs_before = match job.spec.schedule.max_runs {
+                Some(_) => Some(runs_before(&client, job_id, at).await?),
+                None => None,
+            };
+            absent(job, at, now, runs_before, state.retention)
+        }
+        (None, None) => return Err(crate::routes::jobs::not_found(job_id)),
+    };
+    if let Some(job) = &job {
+        explanation.previous_fire_at = job.schedule.prev_before(at).map(format_instant);
+        explanation.next_fire_at = job.schedule.next_after(at).map(format_instant);
+    }
+    Ok(Json(json!({
+        "job_id": job_id,
+        "scheduled_at": show(at),
+        "execution": row.as_ref().map(execution_with_history),
+        "explanation": explanation,
+    })))
+}
+
+/// Slots of the job before `at` that count towards `max_runs`, as the
+/// scheduler counts them.
+async fn runs_before(
+    client: &impl deadpool_postgres::GenericClient,
+    job_id: Uuid,
+    at: DateTime<Utc>,
+) -> ApiResult<u64> {
+    let n: i64 = client
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM scheduled_jobs WHERE job_id = $1 AND scheduled_at < $2 AND {}",
+                common::ledger::COUNTS_AS_RUN
+            ),
+            &[&job_id, &at],
+        )
+        .await?
+        .get(0);
+    Ok(n as u64)
+}
+
+/// An instant as the API writes it; one with sub-millisecond digits (never
+/// a fire time) keeps them, so it is not mistaken for one.
+fn show(t: DateTime<Utc>) -> String {
+    if truncate_ms(t) == t { format_instant(t) } else { t.to_rfc3339_opts(SecondsFormat::AutoSi, true) }
+}
+
+fn show_opt(t: Option<DateTime<Utc>>) -> String {
+    t.map(show).unwrap_or_else(|| "(unknown)".to_owned())
+}
+
+/// A duration for people: "3 d 4 h", "5 min 2 s", "800 ms".
+fn human(d: TimeDelta) -> String {
+    let ms = d.num_milliseconds().abs();
+    let units = [(86_400_000, "d"), (3_600_000, "h"), (60_000, "min"), (1_000, "s")];
+    let parts: Vec<String> = units
+        .iter()
+        .scan(ms, |rest, (size, name)| {
+            let n = *rest / size;
+            *rest %= size;
+            Some((n, *name))
+        })
+        .filter(|(n, _)| *n > 0)
+        .take(2)
+        .map(|(n, name)| format!("{n} {name}"))
+        .collect();
+    if parts.is_empty() { format!("{ms} ms") } else { parts.join(" ") }
+}
+
+/// Why a slot was skipped or missed, from the row's `reason`.
+fn reason_text(reason: Option<&str>) -> String {
+    match reason {
+        Some("paused") => "the job was paused before a worker started it".to_owned(),
+        Some("deleted") => "the job was deleted before a worker started it".to_owned(),
+        Some("superseded") => {
+            "the job was changed before a worker started it (the new version's claim decides about this slot)"
+                .to_owned()
+        }
+        Some(r) if r.starts_with("misfire policy") => {
+            format!("no scheduler could fire it on time (the cluster or the job's owners were down), and the job's {r}")
+        }
+        Some(r) => r.to_owned(),
+        None => "no reason was recorded".to_owned(),
+    }
+}
+
+/// One `history` entry (migrations/V3) as a line of the timeline.
+fn describe_entry(e: &Value) -> String {
+    let s = |k: &str| e.get(k).and_then(Value::as_str);
+    match s("event") {
+        Some("attempt") => {
+            let mut line = format!("attempt {} on worker {}", e["attempt"], s("worker_id").unwrap_or("(unknown)"));
+            if let Some(t) = s("started_at") {
+                line += &format!(", started {t}");
+            }
+            if let Some(t) = s("finished_at") {
+                line += &format!(", finished {t}");
+            }
+            if let Some(o) = s("outcome") {
+                line += &format!(": {o}");
+            }
+            if let Some(code) = e.get("http_status").and_then(Value::as_i64) {
+                line += &format!(" (HTTP {code})");
+            }
+            if let Some(id) = s("sqs_message_id") {
+                line += &format!(" (SQS message {id})");
+            }
+            if let Some(err) = s("error") {
+                line += &format!(": {err}");
+            }
+            if e.get("redelivered") == Some(&Value::Bool(true)) {
+                line += " (a redelivery: the worker that had it was lost)";
+            }
+            line
+        }
+        Some("skipped") => format!("skipped at {}: {}", s("at").unwrap_or("(unknown)"), reason_text(s("reason"))),
+        Some("recovered") => format!(
+            "recovered at {}: found stuck in running past its timeout, delivered again under the same execution id",
+            s("at").unwrap_or("(unknown)")
+        ),
+        Some("replay") => format!("replayed through the API at {}", s("at").unwrap_or("(unknown)")),
+        _ => format!("event {e}"),
+    }
+}
+
+/// The explanation of an existing ledger row.
+fn of_row(r: &Row, now: DateTime<Utc>) -> Explanation {
+    let t = |name: &str| r.get::<_, Option<DateTime<Utc>>>(name);
+    let text = |name: &str| r.get::<_, Option<String>>(name);
+    let status: String = r.get("status");
+    let trigger: String = r.get("trigger");
+    let attempts: i32 = r.get("attempts");
+    let at: DateTime<Utc> = r.get("scheduled_at");
+    let node = text("scheduler_node").unwrap_or_else(|| "(unknown)".to_owned());
+    let worker = text("worker_id").unwrap_or_else(|| "(unknown)".to_owned());
+    let reason = text("reason");
+    let history: Vec<Value> = serde_json::from_value(r.get("history")).unwrap_or_default();
+
+    let mut details = Vec::new();
+    match (trigger.as_str(), t("fired_at")) {
+        ("manual", fired) => details.push(format!("triggered manually through the API at {}", show_opt(fired))),
+        ("misfire", fired) => details
+            .push(format!("claimed late by scheduler node {node} at {}, by the job's misfire policy", show_opt(fired))),
+        (_, Some(fired)) => details.push(format!("claimed by scheduler node {node} at {}", show(fired))),
+        (_, None) => details.push(format!("recorded by scheduler node {node}")),
+    }
+    match t("published_at") {
+        Some(p) => details.push(format!("handed to the broker at {}", show(p))),
+        None if status == "pending" => {
+            details.push("not yet confirmed by the broker; the outbox sweep publishes it".to_owned())
+        }
+        None => {}
+    }
+    details.extend(history.iter().map(describe_entry));
+    let has_attempts = history.iter().any(|e| e.get("event").and_then(Value::as_str) == Some("attempt"));
+    if !has_attempts && attempts > 0 {
+        // Rows written before the worker kept a history: the last attempt only.
+        details.push(format!(
+            "attempt {attempts} (the last) on worker {worker}, started {}, finished {}",
+            show_opt(t("started_at")),
+            show_opt(t("finished_at"))
+        ));
+    }
+
+    let outcome = match (r.get::<_, Option<i32>>("http_status"), text("sqs_message_id")) {
+        (Some(code), _) => format!(" (HTTP {code})"),
+        (None, Some(id)) => format!(" (SQS message {id})"),
+        (None, None) => String::new(),
+    };
+    let error = text("error").map(|e| format!(": {e}")).unwrap_or_default();
+    let (verdict, summary) = match status.as_str() {
+        "pending" if at > now => (
+            Verdict::Pending,
+            format!(
+                "Pre-armed: claimed ahead of time by node {node}; a worker delivers it at {}, not before.",
+                show(at)
+            ),
+        ),
+        "pending" if reason.as_deref() == Some("replay") => {
+            (Verdict::Pending, format!("Replayed; waiting for a worker to run attempt {}.", attempts + 1))
+        }
+        "pending" => {
+            (Verdict::Pending, format!("Claimed by node {node}; waiting for a worker to run attempt {}.", attempts + 1))
+        }
+        "running" => (
+            Verdict::Running,
+            format!("It is firing: attempt {attempts} started on worker {worker} at {}.", show_opt(t("started_at"))),
+        ),
+        "retrying" => (
+            Verdict::Retrying,
+            format!("It fired and attempt {attempts} failed{outcome}{error}; a retry is scheduled with backoff."),
+        ),
+        "succeeded" => {
+            let retries =
+                if attempts > 1 { format!(" after {} failed attempt(s)", attempts - 1) } else { String::new() };
+            (
+                Verdict::Succeeded,
+                format!(
+                    "It fired: attempt {attempts} on worker {worker} succeeded at {}{outcome}{retries}.",
+                    show_opt(t("finished_at"))
+                ),
+            )
+        }
+        "failed" => (
+            Verdict::Failed,
+            format!(
+                "It fired but failed: {attempts} attempt(s), the last on worker {worker} ended at {}{outcome}{error}. \
+                 Replay it with POST /v1/executions/{}/{}/replay.",
+                show_opt(t("finished_at")),
+                r.get::<_, Uuid>("job_id"),
+                show(at)
+            ),
+        ),
+        "skipped" => {
+            (Verdict::Skipped, format!("It did not fire: skipped because {}.", reason_text(reason.as_deref())))
+        }
+        _ => (
+            Verdict::Missed,
+            format!(
+                "It did not fire: no owner of the job was alive at the time, and the misfire policy did not fire it late ({}).",
+                reason.as_deref().unwrap_or("no reason recorded")
+            ),
+        ),
+    };
+    let fired =
+        attempts > 0 || matches!(verdict, Verdict::Running | Verdict::Retrying | Verdict::Succeeded | Verdict::Failed);
+    Explanation { verdict, fired, summary, details, previous_fire_at: None, next_fire_at: None }
+}
+
+/// What the schedule is, in words.
+fn describe_schedule(spec: &JobSpec, created_at: DateTime<Utc>) -> String {
+    match &spec.schedule.kind {
+        ScheduleKind::Once { at } => format!("a one-time job that fires only at {}", show(*at)),
+        ScheduleKind::Interval { every_ms } => format!(
+            "every {every_ms} ms from {}",
+            show(spec.schedule.start_at.map(truncate_ms).unwrap_or(truncate_ms(created_at)))
+        ),
+        ScheduleKind::Cron { expr, timezone } => format!("cron \"{expr}\" in {timezone}"),
+    }
+}
+
+/// Why a slot of an existing (or deleted) job has no ledger row.
+fn absent(
+    job: &JobFacts,
+    at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    runs_before: Option<u64>,
+    retention: Retention,
+) -> Explanation {
+    let when = show(at);
+    let mut details = Vec::new();
+    if job.updated_at > at {
+        details.push(format!(
+            "The job was last changed at {}, after this slot; fire times here come from its current definition.",
+            show(job.updated_at)
+        ));
+    }
+    let open = CompiledSchedule { start_at: None, end_at: None, ..job.schedule.clone() };
+    let max_runs_hit = match (job.spec.schedule.max_runs, runs_before) {
+        (Some(max), Some(runs)) if runs >= max => Some((max, runs)),
+        _ => None,
+    };
+    let (verdict, summary) = if !open.fires_at(at) {
+        let nearest = |t: Option<DateTime<Utc>>| t.map(show).unwrap_or_else(|| "none".to_owned());
+        (
+            Verdict::NotAFireTime,
+            format!(
+                "{when} is not a fire time of the job's schedule ({}), so nothing was due then. \
+                 The nearest fire times are {} before and {} after.",
+                describe_schedule(&job.spec, job.created_at),
+                nearest(open.prev_before(at)),
+                nearest(open.next_after(at))
+            ),
+        )
+    } else if let Some(start) = job.schedule.start_at.filter(|s| at < *s) {
+        (
+            Verdict::BeforeStart,
+            format!("{when} is before the schedule's start_at {}; the job fires only from then on.", show(start)),
+        )
+    } else if let Some(end) = job.schedule.end_at.filter(|e| at > *e) {
+        (
+            Verdict::AfterEnd,
+            format!("{when} is after the schedule's end_at {}; the job fires no more after it.", show(end)),
+        )
+    } else if let Some(deleted) = job.deleted_at.filter(|d| *d <= at) {
+        (
+            Verdict::Deleted,
+            format!("The job was deleted at {}, before this slot; a deleted job never fires again.", show(deleted)),
+        )
+    } else if at < job.created_at {
+        (
+            Verdict::BeforeCreation,
+            format!(
+                "The job was created at {}, after this slot; a job fires only slots after its creation.",
+                show(job.created_at)
+            ),
+        )
+    } else if at > now {
+        if job.paused {
+            (
+                Verdict::Paused,
+                format!(
+                    "{when} is in the future, but the job is paused: the slot fires only if the job is resumed before then."
+                ),
+            )
+        } else if let Some((max, runs)) = max_runs_hit {
+            (
+                Verdict::MaxRunsReached,
+                format!(
+                    "{when} is in the future, but the job has run {runs} of its max_runs = {max} times: it fires no more."
+                ),
+            )
+        } else {
+            (
+                Verdict::NotDueYet,
+                format!(
+                    "{when} is in the future (in {}): not due yet. The job's next fire time is {}.",
+                    human(at - now),
+                    job.schedule.next_after(now).map(show).unwrap_or_else(|| "none".to_owned())
+                ),
+            )
+        }
+    } else if at.date_naive() < retention.oldest_kept_day(now) {
+        (
+            Verdict::BeyondRetention,
+            format!(
+                "{when} is older than the ledger retention ({} days): its day partition has been dropped, so whatever \
+                 happened to this slot is no longer recorded.",
+                retention.retention_days
+            ),
+        )
+    } else if let Some((max, runs)) = max_runs_hit {
+        (
+            Verdict::MaxRunsReached,
+            format!(
+                "The job had run {runs} times before this slot, reaching its max_runs = {max}: its schedule was exhausted."
+            ),
+        )
+    } else if job.paused && job.updated_at <= at {
+        (
+            Verdict::Paused,
+            format!(
+                "The job was paused at the time: it is paused now and has not changed since {}, before this slot.",
+                show(job.updated_at)
+            ),
+        )
+    } else {
+        if job.paused {
+            details.push(format!(
+                "The job is paused now (last changed at {}); if it was already paused at {when}, that is why. \
+                 The API keeps no history of pauses to tell.",
+                show(job.updated_at)
+            ));
+        }
+        let summary = if now - at < TimeDelta::seconds(60) {
+            format!(
+                "{when} was due {} ago and has no ledger row yet: a scheduler may still be claiming it \
+                 (late owners check a slot within seconds). Ask again shortly.",
+                human(now - at)
+            )
+        } else {
+            format!(
+                "{when} was a due fire time, but no scheduler claimed it and no misfire decision recorded it. \
+                 That happens when no owner of the job was alive then and the slot lay outside what the owners \
+                 looked back over when they took the job again (MISFIRE_LOOKBACK_SECS, 24 h by default, and at \
+                 most 1000 recorded slots per decision)."
+            )
+        };
+        (Verdict::NotRecorded, summary)
+    };
+    Explanation { verdict, fired: false, summary, details, previous_fire_at: None, next_fire_at: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+    }
+
+    fn job(schedule: Value, created: &str) -> JobFacts {
+        let spec = JobSpec::from_json(&json!({
+            "name": "j", "schedule": schedule, "target": { "kind": "http", "url": "https://x.example/" }
+        }))
+        .unwrap();
+        let created_at = utc(created);
+        JobFacts {
+            schedule: spec.compile(created_at).unwrap(),
+            spec,
+            paused: false,
+            created_at,
+            updated_at: created_at,
+            deleted_at: None,
+        }
+    }
+
+    fn verdict(j: &JobFacts, at: &str, now: &str, runs: Option<u64>) -> Verdict {
+        absent(j, utc(at), utc(now), runs, Retention::default()).verdict
+    }
+
+    #[test]
+    fn absent_slots_get_the_first_reason_that_applies() {
+        let hourly = job(
+            json!({ "kind": "cron", "expr": "0 * * * *", "start_at": "2026-01-01T00:00:00Z",
+                    "end_at": "2026-06-01T00:00:00Z", "max_runs": 10 }),
+            "2026-01-02T00:30:00Z",
+        );
+        let now = "2026-03-01T12:00:00Z";
+        assert_eq!(verdict(&hourly, "2026-02-01T10:30:00Z", now, Some(0)), Verdict::NotAFireTime);
+        assert_eq!(verdict(&hourly, "2025-12-31T23:00:00Z", now, Some(0)), Verdict::BeforeStart);
+        assert_eq!(verdict(&hourly, "2026-06-01T01:00:00Z", now, Some(0)), Verdict::AfterEnd);
+        assert_eq!(verdict(&hourly, "2026-01-01T05:00:00Z", now, Some(0)), Verdict::BeforeCreation);
+        assert_eq!(verdict(&hourly, "2026-03-01T13:00:00Z", now, Some(0)), Verdict::NotDueYet);
+        assert_eq!(verdict(&hourly, "2026-03-01T13:00:00Z", now, Some(10)), Verdict::MaxRunsReached);
+        assert_eq!(verdict(&hourly, "2026-02-01T10:00:00Z", now, Some(10)), Verdict::MaxRunsReached);
+        assert_eq!(verdict(&hourly, "2026-02-01T10:00:00Z", now, Some(9)), Verdict::NotRecorded);
+        assert_eq!(verdict(&hourly, "2026-01-03T10:00:00Z", "2026-05-01T00:00:00Z", Some(0)), Verdict::BeyondRetention);
+
+        let now = "2026-01-10T00:00:00Z";
+        let mut paused = job(json!({ "kind": "interval", "every_ms": 60_000 }), "2026-01-01T00:00:00Z");
+        paused.paused = true;
+        paused.updated_at = utc("2026-01-01T01:00:00Z");
+        assert_eq!(verdict(&paused, "2026-01-01T02:00:00Z", now, None), Verdict::Paused);
+        // Paused now, but changed after the slot: the API cannot tell.
+        let e = absent(&paused, utc("2026-01-01T00:30:00Z"), utc(now), None, Retention::default());
+        assert_eq!(e.verdict, Verdict::NotRecorded);
+        assert!(e.details.iter().any(|d| d.contains("paused now")), "{:?}", e.details);
+        assert_eq!(verdict(&paused, "2026-01-01T00:30:30Z", now, None), Verdict::NotAFireTime);
+
+        let mut deleted = job(json!({ "kind": "interval", "every_ms": 60_000 }), "2026-01-01T00:00:00Z");
+        deleted.deleted_at = Some(utc("2026-01-01T01:00:00Z"));
+        assert_eq!(verdict(&deleted, "2026-01-01T01:00:00Z", now, None), Verdict::Deleted);
+        assert_eq!(verdict(&deleted, "2026-01-01T00:59:00Z", now, None), Verdict::NotRecorded);
+        assert_eq!(verdict(&deleted, "2026-12-01T00:00:00Z", now, None), Verdict::Deleted);
+    }
+
+    #[test]
+    fn a_wrong_instant_names_the_nearest_fire_times() {
+        let j =
+            job(json!({ "kind": "cron", "expr": "0 8 * * *", "timezone": "Europe/Berlin" }), "2026-01-01T00:00:00Z");
+        let e = absent(&j, utc("2026-02-10T07:30:00Z"), utc("2026-03-01T00:00:00Z"), None, Retention::default());
+        assert_eq!(e.verdict, Verdict::NotAFireTime);
+        assert!(
+            e.summary.contains("2026-02-10T07:00:00.000Z") && e.summary.contains("2026-02-11T07:00:00.000Z"),
+            "{}",
+            e.summary
+        );
+        assert_eq!(show(utc("2026-02-10T07:00:00.0005Z")), "2026-02-10T07:00:00.000500Z");
+        assert_eq!(human(TimeDelta::seconds(3 * 3600 + 61)), "3 h 1 min");
+        assert_eq!(human(TimeDelta::milliseconds(800)), "800 ms");
+    }
+
+    #[test]
+    fn history_entries_read_as_sentences() {
+        let attempt = json!({ "event": "attempt", "attempt": 2, "worker_id": "w-1", "started_at": "a", "finished_at": "b",
+                              "outcome": "retrying", "http_status": 503, "error": "busy", "redelivered": true });
+        let line = describe_entry(&attempt);
+        for part in ["attempt 2 on worker w-1", "retrying", "HTTP 503", "busy", "redelivery"] {
+            assert!(line.contains(part), "{line}");
+        }
+        assert!(describe_entry(&json!({ "event": "skipped", "at": "t", "reason": "paused" })).contains("paused"));
+        assert!(describe_entry(&json!({ "event": "replay", "at": "t" })).starts_with("replayed"));
+        assert!(describe_entry(&json!({ "event": "recovered", "at": "t" })).starts_with("recovered"));
+    }
+}
