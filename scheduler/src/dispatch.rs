@@ -358,7 +358,10 @@ impl Dispatcher {
                              coalesce((j.spec->'target'->>'timeout_ms')::double precision / 1000, 30) + $1)
                      ORDER BY l.started_at LIMIT 500 FOR UPDATE OF l SKIP LOCKED)
                  UPDATE scheduled_jobs l SET status = 'pending', published_at = NULL, fired_at = now(),
-                        error = format('attempt %s never finished (its worker and message were lost); delivering again', l.attempts)
+                        error = format('attempt %s never finished (its worker and message were lost); delivering again', l.attempts),
+                        history = l.history || jsonb_build_array(jsonb_build_object(
+                            'event', 'recovered', 'at', cronshard_instant(now()), 'lost_attempt', l.attempts,
+                            'worker_id', l.worker_id, 'started_at', cronshard_instant(l.started_at)))
                  FROM stuck WHERE l.job_id = stuck.job_id AND l.scheduled_at = stuck.scheduled_at
                  RETURNING l.job_id, l.scheduled_at, l.fire_id, l.execution_id, l.trigger, l.attempts,
                            (SELECT spec FROM jobs WHERE id = l.job_id) AS spec",

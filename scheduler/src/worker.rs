@@ -5,10 +5,13 @@
 //! move the ledger row to `running` for this fire and attempt (duplicates and
 //! cancelled slots stop here) → deliver → on failure publish to the retry
 //! queue of the next delay, or to the failed queue after the last retry →
-//! record the outcome → ack. A message is acked only after its outcome is
+//! record the outcome → ack. The two ledger writes of concurrent messages
+//! are coalesced into multi-row statements (`batch`), so a burst of messages
+//! due in the same instant costs a few round trips, not two per message. A message is acked only after its outcome is
 //! recorded and any follow-up message is confirmed, so a crash anywhere
 //! leads to a redelivery, never to a loss.
 
+pub mod batch;
 pub mod http;
 pub mod ledger;
 pub mod sqs;
@@ -36,8 +39,9 @@ use common::amqp::{self, Topology};
 use common::job::{RetryPolicy, Target};
 use common::message::{ATTEMPT_HEADER, FireMessage};
 
+use self::batch::Batcher;
 use self::http::HttpDelivery;
-use self::ledger::{Finish, Start};
+use self::ledger::{FinishRequest, Start, StartRequest};
 use self::sqs::SqsDelivery;
 use self::ssrf::SsrfGuard;
 
@@ -83,18 +87,24 @@ impl Outcome {
 
 struct Shared {
     config: WorkerConfig,
-    pg: Pool,
     http: Arc<HttpDelivery>,
     sqs: Arc<SqsDelivery>,
     topology: Topology,
     /// Confirm-mode channel for retry and failed messages.
     publish: Channel,
     declared_retry_queues: Mutex<HashSet<u64>>,
+    starts: Batcher<StartRequest, Start>,
+    finishes: Batcher<FinishRequest, bool>,
 }
+
+/// Rows per ledger statement, and statements of each kind at once: enough to
+/// keep up with a burst, few enough to leave pool connections for the rest.
+const LEDGER_BATCH: usize = 1000;
+const LEDGER_STATEMENTS: usize = 4;
 
 /// Runs until `token` is cancelled; reconnects to RabbitMQ with backoff.
 pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> anyhow::Result<()> {
-    let http = Arc::new(HttpDelivery::new(SsrfGuard::new(config.allow_cidrs.clone()))?);
+    let http = Arc::new(HttpDelivery::new(SsrfGuard::new(config.allow_cidrs.clone()), config.max_in_flight)?);
     let sqs = Arc::new(SqsDelivery::new(config.aws.clone()));
     let mut backoff = Duration::from_millis(200);
     while !token.is_cancelled() {
@@ -139,12 +149,25 @@ async fn consume(
     tracing::info!(worker.id = %config.worker_id, queue = %topology.main_queue, "consuming");
     let shared = Arc::new(Shared {
         config: config.clone(),
-        pg: pg.clone(),
         http,
         sqs,
         topology,
         publish,
         declared_retry_queues: Mutex::new(HashSet::new()),
+        starts: {
+            let (pg, worker_id) = (pg.clone(), config.worker_id.clone());
+            Batcher::spawn(LEDGER_BATCH, LEDGER_STATEMENTS, move |requests| {
+                let (pg, worker_id) = (pg.clone(), worker_id.clone());
+                async move { ledger::start_batch(&pg, &worker_id, requests).await }
+            })
+        },
+        finishes: {
+            let pg = pg.clone();
+            Batcher::spawn(LEDGER_BATCH, LEDGER_STATEMENTS, move |requests| {
+                let pg = pg.clone();
+                async move { ledger::finish_batch(&pg, requests).await }
+            })
+        },
     });
     let in_flight = Arc::new(Semaphore::new(config.max_in_flight));
     let tasks = TaskTracker::new();
@@ -229,18 +252,14 @@ async fn handle(shared: Arc<Shared>, delivery: Delivery, in_flight: Arc<Semaphor
     }
     // Pre-armed: hold the message until its due instant, never earlier.
     let wait = (message.due_at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
-    let permit = tokio::select! {
+    tokio::select! {
         _ = token.cancelled() => {
             let _ = delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await;
             return;
         }
-        permit = async {
-            tokio::time::sleep(wait).await;
-            in_flight.acquire_owned().await
-        } => permit,
-    };
-    let Ok(_permit) = permit else { return };
-    let result = process(&shared, &message, attempt, delivery.redelivered).await;
+        _ = tokio::time::sleep(wait) => {}
+    }
+    let result = process(&shared, &message, attempt, delivery.redelivered, &in_flight).await;
     let outcome = match result {
         Ok(()) => delivery.acker.ack(BasicAckOptions::default()).await.map(|_| ()),
         Err(e) => {
@@ -255,9 +274,21 @@ async fn handle(shared: Arc<Shared>, delivery: Delivery, in_flight: Arc<Semaphor
     }
 }
 
-async fn process(shared: &Shared, m: &FireMessage, attempt: u32, redelivered: bool) -> anyhow::Result<()> {
-    let worker_id = &shared.config.worker_id;
-    match ledger::start(&shared.pg, m, attempt, worker_id, redelivered).await? {
+async fn process(
+    shared: &Shared,
+    m: &FireMessage,
+    attempt: u32,
+    redelivered: bool,
+    in_flight: &Semaphore,
+) -> anyhow::Result<()> {
+    let start = StartRequest {
+        job_id: m.job_id,
+        scheduled_at: m.scheduled_at,
+        fire_id: m.fire_id,
+        attempt: attempt as i32,
+        redelivered,
+    };
+    match shared.starts.call(start).await? {
         Start::Go => {}
         Start::Duplicate => {
             tracing::debug!(execution.id = %m.execution_id, attempt, "duplicate message dropped");
@@ -270,6 +301,9 @@ async fn process(shared: &Shared, m: &FireMessage, attempt: u32, redelivered: bo
             return Ok(());
         }
     }
+    // The permit bounds callbacks in progress, not ledger work: a burst is
+    // started in a few statements and then delivered as fast as targets allow.
+    let permit = in_flight.acquire().await?;
     let started = Utc::now();
     if attempt == 1 {
         metrics::histogram!("cronshard_worker_lateness_seconds")
@@ -284,19 +318,16 @@ async fn process(shared: &Shared, m: &FireMessage, attempt: u32, redelivered: bo
     metrics::histogram!("cronshard_worker_delivery_seconds")
         .record((Utc::now() - started).num_milliseconds() as f64 / 1000.0);
     metrics::histogram!("cronshard_worker_attempt").record(f64::from(attempt));
+    drop(permit);
     let policy = m.retry.unwrap_or(shared.config.retry_defaults);
+    let done = |status, excerpt| FinishRequest::new(m, attempt, redelivered, status, excerpt);
     match outcome {
         Outcome::Success { http_status, excerpt } => {
             tracing::info!(execution.id = %m.execution_id, attempt, http_status, sqs_message_id = sqs_message_id.as_deref(), "delivered");
             metrics::counter!("cronshard_worker_deliveries_total", "outcome" => "succeeded").increment(1);
-            let f = Finish {
-                status: "succeeded",
-                http_status,
-                sqs_message_id: sqs_message_id.as_deref(),
-                excerpt: &excerpt,
-                error: None,
-            };
-            ledger::finish(&shared.pg, m, attempt, f).await?;
+            let request =
+                FinishRequest { http_status: http_status.map(i32::from), sqs_message_id, ..done("succeeded", excerpt) };
+            shared.finish(m, request).await?;
         }
         Outcome::Failure { http_status, error, excerpt, retryable } => {
             let retries_used = attempt - 1;
@@ -311,14 +342,24 @@ async fn process(shared: &Shared, m: &FireMessage, attempt: u32, redelivered: bo
                 "failed"
             };
             metrics::counter!("cronshard_worker_deliveries_total", "outcome" => status).increment(1);
-            let f = Finish { status, http_status, sqs_message_id: None, excerpt: &excerpt, error: Some(&error) };
-            ledger::finish(&shared.pg, m, attempt, f).await?;
+            let request =
+                FinishRequest { http_status: http_status.map(i32::from), error: Some(error), ..done(status, excerpt) };
+            shared.finish(m, request).await?;
         }
     }
     Ok(())
 }
 
 impl Shared {
+    async fn finish(&self, m: &FireMessage, request: FinishRequest) -> anyhow::Result<()> {
+        if !self.finishes.call(request).await? {
+            // Another delivery of this attempt took the row back (this one
+            // was presumed dead); its outcome stands.
+            tracing::debug!(execution.id = %m.execution_id, "outcome not recorded: the row moved on");
+        }
+        Ok(())
+    }
+
     async fn publish_to(&self, queue: &str, m: &FireMessage, headers: FieldTable) -> anyhow::Result<()> {
         let payload = serde_json::to_vec(m)?;
         let props = BasicProperties::default()

@@ -155,6 +155,71 @@ async fn a_callback_failing_three_times_is_retried_after_1_2_and_4_seconds_then_
     .await;
     assert_eq!(row["attempts"], 4);
     assert_eq!(row["execution_id"], got[0].execution_id.as_str());
+    // Every attempt is in the row's history, not only the last one.
+    let attempts: Vec<(i64, String, i64, String)> = row["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event"] == "attempt")
+        .map(|e| {
+            assert!(e["started_at"].as_str().unwrap() <= e["finished_at"].as_str().unwrap(), "{e}");
+            let text = |k: &str| e[k].as_str().unwrap().to_owned();
+            (e["attempt"].as_i64().unwrap(), text("outcome"), e["http_status"].as_i64().unwrap(), text("worker_id"))
+        })
+        .collect();
+    let expected: Vec<(i64, String, i64, String)> =
+        [(1, "retrying", 503), (2, "retrying", 503), (3, "retrying", 503), (4, "succeeded", 200)]
+            .into_iter()
+            .map(|(n, outcome, status)| (n, outcome.to_owned(), status, "worker-a".to_owned()))
+            .collect();
+    assert_eq!(attempts, expected, "{}", row["history"]);
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_due_in_one_instant_is_delivered_once_each_through_batched_ledger_writes() {
+    const JOBS: usize = 400;
+    let sink = Sink::start().await;
+    let mut stack = Stack::start("burst").await;
+    let mut cfg = stack.node_config("node-a");
+    cfg.lookahead = Duration::from_secs(5);
+    stack.start_node(cfg);
+    stack.start_worker(stack.worker_config("worker-a"));
+    stack.start_worker(stack.worker_config("worker-b"));
+    let due = truncate_ms(Utc::now() + TimeDelta::seconds(6));
+    let creates = (0..JOBS).map(|i| {
+        stack.create_job(json!({
+            "name": format!("burst-{i}"), "schedule": { "kind": "once", "at": at(due) },
+            "target": http_target(&sink.url("burst")),
+        }))
+    });
+    let ids: Vec<String> = futures::future::join_all(creates)
+        .await
+        .into_iter()
+        .map(|job| job["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(Utc::now() < due, "creating {JOBS} jobs took past their due time");
+    let got = wait_for("every slot delivered", Duration::from_secs(30), || async {
+        let r = sink.received_on("burst");
+        (r.len() >= JOBS).then_some(r)
+    })
+    .await;
+    let expected: std::collections::BTreeSet<String> = ids.iter().map(|id| format!("{id}@{}", at(due))).collect();
+    support::assert_exactly_once(&got, &expected);
+    assert!(got.iter().all(|r| r.received_at >= due), "a delivery came before its due instant");
+    let client = stack.pg.get().await.unwrap();
+    let rows = client
+        .query("SELECT status, attempts, count(*) FROM scheduled_jobs WHERE scheduled_at = $1 GROUP BY 1, 2", &[&due])
+        .await
+        .unwrap();
+    let summary: Vec<(String, i32, i64)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+    assert_eq!(summary, [("succeeded".to_owned(), 1, JOBS as i64)]);
+    let workers: i64 = client
+        .query_one("SELECT count(DISTINCT worker_id) FROM scheduled_jobs WHERE scheduled_at = $1", &[&due])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(workers, 2, "both workers should have taken part in the burst");
     stack.stop().await;
 }
 

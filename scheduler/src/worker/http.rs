@@ -25,14 +25,17 @@ pub struct HttpDelivery {
 }
 
 impl HttpDelivery {
-    pub fn new(guard: SsrfGuard) -> anyhow::Result<Self> {
+    /// `max_idle_per_host`: connections kept open to one host between bursts;
+    /// the worker passes its in-flight limit, so a burst to one receiver
+    /// reuses its connections instead of opening and closing hundreds.
+    pub fn new(guard: SsrfGuard, max_idle_per_host: usize) -> anyhow::Result<Self> {
         let guard = Arc::new(guard);
         let build = |policy: Policy| {
             Client::builder()
                 .user_agent(concat!("cronshard/", env!("CARGO_PKG_VERSION")))
                 .no_proxy()
                 .connect_timeout(Duration::from_secs(10))
-                .pool_max_idle_per_host(32)
+                .pool_max_idle_per_host(max_idle_per_host)
                 .dns_resolver(Arc::new(GuardedResolver { guard: guard.clone() }))
                 .redirect(policy)
                 .build()

@@ -1,12 +1,19 @@
 //! The worker's ledger writes. Every write names the fire id and the attempt,
 //! so a duplicate or stale message can never overwrite a newer outcome.
+//!
+//! Both transitions run as multi-row statements over `unnest` arrays (fed by
+//! `batch::Batcher`): a burst of N due messages costs a handful of round
+//! trips, not 2·N. Each row keeps exactly the conditions a single-row write
+//! would have.
+
+use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
-use deadpool_postgres::Pool;
+use deadpool_postgres::{ClientWrapper, Pool};
+use tokio_postgres::Client;
 use uuid::Uuid;
 
-use common::message::FireMessage;
-
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Start {
     /// The row is ours to deliver.
     Go,
@@ -16,53 +23,111 @@ pub enum Start {
     Cancelled(&'static str),
 }
 
-/// Moves the row to `running` for this fire and attempt. A redelivery of the
-/// same attempt (the worker that had it died) may take a `running` row back,
-/// and so may the next attempt while the failed one is still recording.
-pub async fn start(
-    pool: &Pool,
-    m: &FireMessage,
-    attempt: u32,
-    worker_id: &str,
-    redelivered: bool,
-) -> anyhow::Result<Start> {
+/// One message asking to move its row to `running`.
+#[derive(Debug, Clone)]
+pub struct StartRequest {
+    pub job_id: Uuid,
+    pub scheduled_at: DateTime<Utc>,
+    pub fire_id: Uuid,
+    pub attempt: i32,
+    pub redelivered: bool,
+}
+
+type Slot = (Uuid, DateTime<Utc>);
+
+/// Moves each request's row to `running` for its fire and attempt. A
+/// redelivery of the same attempt (the worker that had it died) may take a
+/// `running` row back, and so may the next attempt while the failed one is
+/// still recording.
+///
+/// An `UPDATE … FROM` changes a row once however many inputs match it, so
+/// the batch runs in rounds in which each slot appears once; a second message
+/// for a slot is decided against the row the first one left.
+pub async fn start_batch(pool: &Pool, worker_id: &str, requests: Vec<StartRequest>) -> anyhow::Result<Vec<Start>> {
     let client = pool.get().await?;
-    let attempt = attempt as i32;
+    let mut answers = vec![Start::Duplicate; requests.len()];
+    let mut seen: HashSet<(Uuid, DateTime<Utc>, Uuid, i32)> = HashSet::new();
+    let mut left: Vec<usize> = (0..requests.len()).collect();
+    while !left.is_empty() {
+        let mut in_round: HashSet<Slot> = HashSet::new();
+        let (round, later): (Vec<usize>, Vec<usize>) =
+            left.into_iter().partition(|&i| in_round.insert((requests[i].job_id, requests[i].scheduled_at)));
+        // The same fire and attempt twice in one batch (an outbox republish
+        // meeting the original): one delivery is enough.
+        let round: Vec<usize> = round
+            .into_iter()
+            .filter(|&i| {
+                let r = &requests[i];
+                seen.insert((r.job_id, r.scheduled_at, r.fire_id, r.attempt))
+            })
+            .collect();
+        let rows: Vec<&StartRequest> = round.iter().map(|&i| &requests[i]).collect();
+        for (i, answer) in round.iter().zip(start_round(&client, worker_id, &rows).await?) {
+            answers[*i] = answer;
+        }
+        left = later;
+    }
+    Ok(answers)
+}
+
+async fn start_round(client: &ClientWrapper, worker_id: &str, rows: &[&StartRequest]) -> anyhow::Result<Vec<Start>> {
+    let job_ids: Vec<Uuid> = rows.iter().map(|r| r.job_id).collect();
+    let scheduled: Vec<DateTime<Utc>> = rows.iter().map(|r| r.scheduled_at).collect();
+    let fire_ids: Vec<Uuid> = rows.iter().map(|r| r.fire_id).collect();
+    let attempts: Vec<i32> = rows.iter().map(|r| r.attempt).collect();
+    let redelivered: Vec<bool> = rows.iter().map(|r| r.redelivered).collect();
     let stmt = client
         .prepare_cached(
-            "UPDATE scheduled_jobs l SET status = 'running', attempts = $4, worker_id = $5,
+            "UPDATE scheduled_jobs l SET status = 'running', attempts = b.attempt, worker_id = $6,
                     started_at = now(), finished_at = NULL
-             WHERE l.job_id = $1 AND l.scheduled_at = $2 AND l.fire_id = $3
-               AND ((l.status IN ('pending', 'retrying') AND l.attempts = $4 - 1)
-                    OR (l.status = 'running' AND l.attempts = $4 AND $6)
+             FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[], $4::int[], $5::bool[])
+                  AS b(job_id, scheduled_at, fire_id, attempt, redelivered)
+             WHERE l.job_id = b.job_id AND l.scheduled_at = b.scheduled_at AND l.fire_id = b.fire_id
+               AND ((l.status IN ('pending', 'retrying') AND l.attempts = b.attempt - 1)
+                    OR (l.status = 'running' AND l.attempts = b.attempt AND b.redelivered)
                     -- The worker of attempt n-1 publishes attempt n before it
                     -- records `retrying`; a short delay can bring attempt n in
                     -- between. An attempt n exists only once n-1 has failed.
-                    OR (l.status = 'running' AND l.attempts = $4 - 1 AND $4 > 1))
+                    OR (l.status = 'running' AND l.attempts = b.attempt - 1 AND b.attempt > 1))
                AND (l.trigger = 'manual' OR EXISTS (
                     SELECT 1 FROM jobs j WHERE j.id = l.job_id AND j.version = l.job_version
                       AND j.deleted_at IS NULL AND NOT j.paused))
-             RETURNING 1",
+             RETURNING l.job_id, l.scheduled_at",
         )
         .await?;
-    let started =
-        client.query_opt(&stmt, &[&m.job_id, &m.scheduled_at, &m.fire_id, &attempt, &worker_id, &redelivered]).await?;
-    if started.is_some() {
-        return Ok(Start::Go);
+    let started: HashSet<Slot> = client
+        .query(&stmt, &[&job_ids, &scheduled, &fire_ids, &attempts, &redelivered, &worker_id])
+        .await?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    let mut answers = Vec::with_capacity(rows.len());
+    for r in rows {
+        answers.push(if started.contains(&(r.job_id, r.scheduled_at)) {
+            Start::Go
+        } else {
+            explain_refusal(client, r).await?
+        });
     }
-    // Find out why, and record a cancellation on a row nobody will run now.
+    Ok(answers)
+}
+
+/// Finds out why a row could not be started, and records a cancellation on
+/// a row nobody will run now. Rare (duplicates, cancelled slots), so one
+/// query per row is fine.
+async fn explain_refusal(client: &Client, r: &StartRequest) -> anyhow::Result<Start> {
     let row = client
         .query_opt(
             "SELECT l.status, l.fire_id, j.id IS NULL OR j.deleted_at IS NOT NULL, coalesce(j.paused, false),
                     coalesce(j.version <> l.job_version, false)
              FROM scheduled_jobs l LEFT JOIN jobs j ON j.id = l.job_id
              WHERE l.job_id = $1 AND l.scheduled_at = $2",
-            &[&m.job_id, &m.scheduled_at],
+            &[&r.job_id, &r.scheduled_at],
         )
         .await?;
     let Some(row) = row else { return Ok(Start::Duplicate) };
     let (status, fire_id): (&str, Uuid) = (row.get(0), row.get(1));
-    if fire_id != m.fire_id || !matches!(status, "pending" | "retrying") {
+    if fire_id != r.fire_id || !matches!(status, "pending" | "retrying") {
         return Ok(Start::Duplicate);
     }
     let reason = if row.get::<_, bool>(2) {
@@ -76,51 +141,101 @@ pub async fn start(
     };
     client
         .execute(
-            "UPDATE scheduled_jobs SET status = 'skipped', reason = $4, finished_at = now()
+            "UPDATE scheduled_jobs SET status = 'skipped', reason = $4, finished_at = now(),
+                    history = history || jsonb_build_array(jsonb_build_object(
+                        'event', 'skipped', 'at', cronshard_instant(now()), 'reason', $4::text))
              WHERE job_id = $1 AND scheduled_at = $2 AND fire_id = $3 AND status IN ('pending', 'retrying')",
-            &[&m.job_id, &m.scheduled_at, &m.fire_id, &reason],
+            &[&r.job_id, &r.scheduled_at, &r.fire_id, &reason],
         )
         .await?;
     Ok(Start::Cancelled(reason))
 }
 
-pub struct Finish<'a> {
+/// One attempt's outcome.
+#[derive(Debug, Clone)]
+pub struct FinishRequest {
+    pub job_id: Uuid,
+    pub scheduled_at: DateTime<Utc>,
+    pub fire_id: Uuid,
+    pub attempt: i32,
     pub status: &'static str,
-    pub http_status: Option<u16>,
-    pub sqs_message_id: Option<&'a str>,
-    pub excerpt: &'a str,
-    pub error: Option<&'a str>,
+    pub http_status: Option<i32>,
+    pub sqs_message_id: Option<String>,
+    pub excerpt: Option<String>,
+    pub error: Option<String>,
+    pub redelivered: bool,
 }
 
-/// Records an attempt's outcome; only the attempt that is running may.
-pub async fn finish(pool: &Pool, m: &FireMessage, attempt: u32, f: Finish<'_>) -> anyhow::Result<bool> {
+/// Records outcomes, each only on a row its attempt is still running, and
+/// appends the attempt to the row's history (who ran it, when, what came of
+/// it) in the same write. Answers whether each outcome was recorded.
+impl FinishRequest {
+    /// The outcome of `attempt` of `m`, with nothing but a status yet.
+    pub fn new(
+        m: &common::message::FireMessage,
+        attempt: u32,
+        redelivered: bool,
+        status: &'static str,
+        excerpt: String,
+    ) -> Self {
+        FinishRequest {
+            job_id: m.job_id,
+            scheduled_at: m.scheduled_at,
+            fire_id: m.fire_id,
+            attempt: attempt as i32,
+            status,
+            http_status: None,
+            sqs_message_id: None,
+            excerpt: (!excerpt.is_empty()).then_some(excerpt),
+            error: None,
+            redelivered,
+        }
+    }
+}
+
+pub async fn finish_batch(pool: &Pool, requests: Vec<FinishRequest>) -> anyhow::Result<Vec<bool>> {
     let client = pool.get().await?;
     let stmt = client
         .prepare_cached(
-            "UPDATE scheduled_jobs SET status = $5, finished_at = now(), http_status = $6,
-                    sqs_message_id = coalesce($7, sqs_message_id), response_excerpt = $8, error = $9
-             WHERE job_id = $1 AND scheduled_at = $2 AND fire_id = $3 AND attempts = $4 AND status = 'running'",
+            "UPDATE scheduled_jobs l SET status = b.status, finished_at = now(), http_status = b.http_status,
+                    sqs_message_id = coalesce(b.sqs_message_id, l.sqs_message_id),
+                    response_excerpt = b.excerpt, error = b.error,
+                    history = l.history || jsonb_build_array(jsonb_build_object(
+                        'event', 'attempt', 'attempt', b.attempt, 'worker_id', l.worker_id,
+                        'started_at', cronshard_instant(l.started_at), 'finished_at', cronshard_instant(now()),
+                        'outcome', b.status, 'http_status', b.http_status, 'sqs_message_id', b.sqs_message_id,
+                        'error', b.error, 'redelivered', b.redelivered))
+             FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[], $4::int[], $5::text[], $6::int[],
+                         $7::text[], $8::text[], $9::text[], $10::bool[])
+                  AS b(job_id, scheduled_at, fire_id, attempt, status, http_status, sqs_message_id, excerpt,
+                       error, redelivered)
+             WHERE l.job_id = b.job_id AND l.scheduled_at = b.scheduled_at AND l.fire_id = b.fire_id
+               AND l.attempts = b.attempt AND l.status = 'running'
+             RETURNING l.job_id, l.scheduled_at, l.attempts",
         )
         .await?;
-    let http_status = f.http_status.map(i32::from);
-    let excerpt = (!f.excerpt.is_empty()).then_some(f.excerpt);
-    let n = client
-        .execute(
+    let col = |f: fn(&FinishRequest) -> Option<String>| -> Vec<Option<String>> { requests.iter().map(f).collect() };
+    let recorded: HashSet<(Uuid, DateTime<Utc>, i32)> = client
+        .query(
             &stmt,
             &[
-                &m.job_id,
-                &m.scheduled_at,
-                &m.fire_id,
-                &(attempt as i32),
-                &f.status,
-                &http_status,
-                &f.sqs_message_id,
-                &excerpt,
-                &f.error,
+                &requests.iter().map(|r| r.job_id).collect::<Vec<_>>(),
+                &requests.iter().map(|r| r.scheduled_at).collect::<Vec<_>>(),
+                &requests.iter().map(|r| r.fire_id).collect::<Vec<_>>(),
+                &requests.iter().map(|r| r.attempt).collect::<Vec<_>>(),
+                &requests.iter().map(|r| r.status).collect::<Vec<_>>(),
+                &requests.iter().map(|r| r.http_status).collect::<Vec<_>>(),
+                &col(|r| r.sqs_message_id.clone()),
+                &col(|r| r.excerpt.clone()),
+                &col(|r| r.error.clone()),
+                &requests.iter().map(|r| r.redelivered).collect::<Vec<_>>(),
             ],
         )
-        .await?;
-    Ok(n == 1)
+        .await?
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect();
+    Ok(requests.iter().map(|r| recorded.contains(&(r.job_id, r.scheduled_at, r.attempt))).collect())
 }
 
 pub fn lateness_seconds(started: DateTime<Utc>, scheduled_at: DateTime<Utc>) -> f64 {

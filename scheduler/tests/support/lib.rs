@@ -120,6 +120,9 @@ pub struct Stack {
 
 impl Stack {
     pub async fn start(label: &str) -> Stack {
+        if std::env::var("TEST_LOG").is_ok() {
+            common::telemetry::init(common::config::LogFormat::Text);
+        }
         let db = TestDb::new().await.expect("test database");
         let cluster = unique_cluster(label);
         let pg = common::db::pool(&db.url, 8).unwrap();
@@ -130,7 +133,6 @@ impl Stack {
             cluster: cluster.clone(),
             tokens: Arc::new(vec![]),
             publisher: api::AppState::publisher(&common::testing::amqp_url(), &cluster),
-            retention: Default::default(),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let api = format!("http://{}", listener.local_addr().unwrap());
@@ -215,7 +217,7 @@ impl Stack {
         let id: uuid::Uuid = job_id.parse().unwrap();
         client
             .query_opt(
-                "SELECT status, attempts, reason, execution_id, worker_id, scheduler_node, http_status
+                "SELECT status, attempts, reason, execution_id, worker_id, scheduler_node, http_status, history
                  FROM scheduled_jobs WHERE job_id = $1 AND scheduled_at = $2",
                 &[&id, &scheduled_at],
             )
@@ -226,6 +228,7 @@ impl Stack {
                     "status": r.get::<_, String>(0), "attempts": r.get::<_, i32>(1), "reason": r.get::<_, Option<String>>(2),
                     "execution_id": r.get::<_, String>(3), "worker_id": r.get::<_, Option<String>>(4),
                     "scheduler_node": r.get::<_, Option<String>>(5), "http_status": r.get::<_, Option<i32>>(6),
+                    "history": r.get::<_, Value>(7),
                 })
             })
     }

@@ -1,0 +1,128 @@
+//! Coalesces concurrent single-item requests into multi-row statements.
+//!
+//! A burst of pre-armed messages all come due in the same millisecond; one
+//! Postgres round trip each would cap delivery at a few thousand per second.
+//! Callers submit one item and await its answer; a collector task takes
+//! whatever is queued (up to `max_batch`) as soon as one of `concurrency`
+//! slots is free, so a lone request goes out at once (no timer, no added
+//! latency) while a burst turns into a few large statements.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+type Reply<R> = oneshot::Sender<Result<R, Arc<anyhow::Error>>>;
+
+pub struct Batcher<T, R> {
+    tx: mpsc::UnboundedSender<(T, Reply<R>)>,
+}
+
+impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
+    /// `run` gets a batch and must answer one result per item, in order.
+    pub fn spawn<F, Fut>(max_batch: usize, concurrency: usize, run: F) -> Self
+    where
+        F: Fn(Vec<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = anyhow::Result<Vec<R>>> + Send + 'static,
+    {
+        let (tx, mut rx) = mpsc::unbounded_channel::<(T, Reply<R>)>();
+        let slots = Arc::new(Semaphore::new(concurrency.max(1)));
+        let run = Arc::new(run);
+        tokio::spawn(async move {
+            loop {
+                // Take a slot before draining: while every slot is busy the
+                // queue grows, and the next batch is larger.
+                let Ok(slot) = slots.clone().acquire_owned().await else { return };
+                let Some(first) = rx.recv().await else { return };
+                let mut items = vec![first];
+                while items.len() < max_batch {
+                    match rx.try_recv() {
+                        Ok(item) => items.push(item),
+                        Err(_) => break,
+                    }
+                }
+                let run = run.clone();
+                tokio::spawn(async move {
+                    let (inputs, replies): (Vec<T>, Vec<Reply<R>>) = items.into_iter().unzip();
+                    let expected = inputs.len();
+                    metrics::histogram!("cronshard_worker_batch_size").record(expected as f64);
+                    match run(inputs).await {
+                        Ok(results) if results.len() == expected => {
+                            for (reply, result) in replies.into_iter().zip(results) {
+                                let _ = reply.send(Ok(result));
+                            }
+                        }
+                        Ok(results) => {
+                            let e = Arc::new(anyhow::anyhow!("batch answered {} of {expected} items", results.len()));
+                            replies.into_iter().for_each(|r| drop(r.send(Err(e.clone()))));
+                        }
+                        Err(e) => {
+                            let e = Arc::new(e);
+                            replies.into_iter().for_each(|r| drop(r.send(Err(e.clone()))));
+                        }
+                    }
+                    drop(slot);
+                });
+            }
+        });
+        Self { tx }
+    }
+
+    pub async fn call(&self, item: T) -> anyhow::Result<R> {
+        let (reply, answer) = oneshot::channel();
+        self.tx.send((item, reply)).map_err(|_| anyhow::anyhow!("batcher stopped"))?;
+        match answer.await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(anyhow::anyhow!("{e:#}")),
+            Err(_) => Err(anyhow::anyhow!("batcher dropped the request")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_burst_becomes_few_batches_and_each_caller_gets_its_own_answer() {
+        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let seen = sizes.clone();
+        let batcher = Arc::new(Batcher::spawn(64, 2, move |items: Vec<u32>| {
+            seen.lock().unwrap().push(items.len());
+            async move {
+                tokio::task::yield_now().await;
+                Ok(items.into_iter().map(|i| i * 10).collect())
+            }
+        }));
+        let calls: Vec<_> = (0..500u32)
+            .map(|i| {
+                let b = batcher.clone();
+                tokio::spawn(async move { (i, b.call(i).await.unwrap()) })
+            })
+            .collect();
+        for c in calls {
+            let (i, r) = c.await.unwrap();
+            assert_eq!(r, i * 10);
+        }
+        let sizes = sizes.lock().unwrap();
+        assert_eq!(sizes.iter().sum::<usize>(), 500);
+        assert!(sizes.iter().all(|&s| s <= 64), "a batch exceeded max_batch: {sizes:?}");
+        assert!(sizes.len() < 100, "500 concurrent calls made {} batches", sizes.len());
+    }
+
+    #[tokio::test]
+    async fn a_failed_batch_fails_every_caller_in_it() {
+        let batcher =
+            Batcher::spawn(8, 1, |_: Vec<u32>| async { anyhow::bail!("database down") as anyhow::Result<Vec<u32>> });
+        let err = batcher.call(1).await.unwrap_err();
+        assert!(err.to_string().contains("database down"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_wrong_answer_count_is_an_error_not_a_mismatch() {
+        let batcher = Batcher::spawn(8, 1, |_: Vec<u32>| async { Ok(Vec::<u32>::new()) });
+        assert!(batcher.call(1).await.is_err());
+    }
+}
