@@ -133,6 +133,7 @@ impl Stack {
             cluster: cluster.clone(),
             tokens: Arc::new(vec![]),
             publisher: api::AppState::publisher(&common::testing::amqp_url(), &cluster),
+            retention: Default::default(),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let api = format!("http://{}", listener.local_addr().unwrap());
