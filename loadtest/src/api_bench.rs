@@ -27,8 +27,7 @@ pub struct ApiArgs {
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i].as_secs_f64() * 1000.0
+    crate::report::percentile(sorted, p).as_secs_f64() * 1000.0
 }
 
 /// Runs `total` requests over `concurrency` clients; returns each latency.

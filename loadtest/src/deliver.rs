@@ -5,13 +5,9 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use axum::Router;
-use axum::routing::post;
 use chrono::Utc;
 use serde_json::json;
 use uuid::Uuid;
@@ -42,21 +38,7 @@ pub async fn run(args: DeliverArgs) -> anyhow::Result<()> {
         "{} not found: build with `cargo build --release --workspace --bins`",
         args.worker.display()
     );
-    let received = Arc::new(AtomicU64::new(0));
-    let counter = received.clone();
-    let app = Router::new().route(
-        "/hook",
-        post(move || {
-            let counter = counter.clone();
-            async move {
-                counter.fetch_add(1, Ordering::Relaxed);
-                "ok"
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let sink = listener.local_addr()?;
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let receiver = crate::receiver::Receiver::loopback().await?;
 
     let db = crate::benchdb::BenchDb::create(&args.admin_database_url).await?;
     let url = db.url.clone();
@@ -67,7 +49,7 @@ pub async fn run(args: DeliverArgs) -> anyhow::Result<()> {
     let spec: JobSpec = JobSpec::from_json(&json!({
         "name": "deliver-bench",
         "schedule": { "kind": "interval", "every_ms": 86_400_000 },
-        "target": { "kind": "http", "url": format!("http://{sink}/hook"), "timeout_ms": 10_000 },
+        "target": { "kind": "http", "url": receiver.hook_url(), "timeout_ms": 10_000 },
     }))
     .map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let job_id = Uuid::now_v7();
@@ -135,11 +117,11 @@ pub async fn run(args: DeliverArgs) -> anyhow::Result<()> {
         );
     }
     let deadline = Instant::now() + Duration::from_secs(600);
-    while received.load(Ordering::Relaxed) < args.messages as u64 {
+    while receiver.count() < args.messages {
         anyhow::ensure!(
             Instant::now() < deadline,
             "timed out with {} of {} delivered",
-            received.load(Ordering::Relaxed),
+            receiver.count(),
             args.messages
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -163,7 +145,7 @@ pub async fn run(args: DeliverArgs) -> anyhow::Result<()> {
         serde_json::to_string_pretty(&json!({
             "messages": args.messages,
             "workers": args.workers,
-            "received": received.load(Ordering::Relaxed),
+            "received": receiver.count(),
             "ledger_succeeded": succeeded,
             "seconds_from_worker_start_to_last_delivery": delivered_in,
             "deliveries_per_second": (args.messages as f64 / delivered_in).round(),

@@ -10,14 +10,34 @@
 //! - `deliver`: worker throughput against a local receiver.
 //! - `api`: REST API creates/s and GET latency under client load.
 //! - `herd`: N one-shot jobs due in the same instant (lateness at the receiver).
+//! - `steady`: periodic jobs at R fires/s for D seconds.
+//! - `failover`: steady load while a scheduler is killed and another added.
+//! - `recovery`: every scheduler down for K seconds, then back.
+//! - `ceiling`: the broker's publish-with-confirms + consume rate, no scheduler.
+//! - `report`: renders result files into `docs/benchmarks.md`.
+//!
+//! The scenarios share one [`stack::Stack`] (the processes they start), one
+//! [`receiver::Receiver`], one tally of due slots ([`measure`]), one report
+//! writer ([`report`]) and one plot ([`plot`]). `loadtest/run-suite.sh` runs
+//! the suite and writes the document.
 
 mod api_bench;
 mod benchdb;
+mod ceiling;
 mod deliver;
+mod doc;
 mod herd;
+mod measure;
+mod plot;
+mod procstat;
 mod rebalance;
+mod receiver;
+mod recovery;
+mod report;
 mod sink;
+mod stack;
 mod startup;
+mod steady;
 
 use clap::{Parser, Subcommand};
 
@@ -42,6 +62,16 @@ enum Command {
     Api(api_bench::ApiArgs),
     /// N one-shot jobs due in the same instant: lateness, misses, duplicates.
     Herd(herd::HerdArgs),
+    /// Periodic jobs producing R fires/s for D seconds: lateness over time, CPU and memory.
+    Steady(steady::SteadyArgs),
+    /// Steady load while one scheduler is killed (-9) and another added.
+    Failover(steady::FailoverArgs),
+    /// Every scheduler down for K seconds, then back: catch-up and ledger outcomes.
+    Recovery(recovery::RecoveryArgs),
+    /// Broker ceiling: fire messages published with confirms and consumed, no scheduler.
+    Ceiling(ceiling::CeilingCmd),
+    /// Render result files into the generated section of docs/benchmarks.md.
+    Report(doc::DocArgs),
 }
 
 #[tokio::main]
@@ -53,5 +83,19 @@ async fn main() -> anyhow::Result<()> {
         Command::Deliver(args) => deliver::run(args).await,
         Command::Api(args) => api_bench::run(args).await,
         Command::Herd(args) => herd::run(args).await,
+        Command::Steady(args) => steady::run_steady(args).await,
+        Command::Failover(args) => steady::run_failover(args).await,
+        Command::Recovery(args) => recovery::run(args).await,
+        Command::Ceiling(args) => ceiling::run(args).await,
+        Command::Report(args) => doc::run(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cli_is_well_formed() {
+        use clap::CommandFactory;
+        super::Args::command().debug_assert();
     }
 }

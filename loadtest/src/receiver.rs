@@ -1,0 +1,121 @@
+//! The one HTTP callback receiver of every scenario (and of the `sink`
+//! subcommand). Each request to `/hook` or `/hook/...` is answered `200` and
+//! recorded with its `X-Cronshard-*` headers and the instant it arrived;
+//! `GET /deliveries` returns the records as JSON.
+//!
+//! Lateness is `received_at − scheduled_at`, both read on this machine's
+//! clock: the receiver runs on the same host as the stack.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::routing::{any, get};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+/// One request as it arrived.
+#[derive(Clone, Debug, Serialize)]
+pub struct Delivery {
+    /// `X-Cronshard-Execution-Id`: `{job_id}@{scheduled_at}`.
+    pub execution_id: Box<str>,
+    /// `X-Cronshard-Scheduled-At`; `None` when missing or malformed.
+    pub scheduled_at: Option<DateTime<Utc>>,
+    /// `X-Cronshard-Attempt`; 0 when missing.
+    pub attempt: u32,
+    pub received_at: DateTime<Utc>,
+}
+
+impl Delivery {
+    /// Received − scheduled, in milliseconds.
+    pub fn lateness_ms(&self) -> Option<i64> {
+        self.scheduled_at.map(|s| (self.received_at - s).num_milliseconds())
+    }
+}
+
+#[derive(Clone)]
+struct Shared {
+    deliveries: Arc<Mutex<Vec<Delivery>>>,
+    /// Print each delivery as a JSON line on stdout (the `sink` subcommand).
+    log: bool,
+}
+
+/// A running receiver; clones share the same records.
+#[derive(Clone)]
+pub struct Receiver {
+    shared: Shared,
+    addr: SocketAddr,
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
+    headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default()
+}
+
+async fn hook(State(shared): State<Shared>, uri: Uri, headers: HeaderMap) -> StatusCode {
+    let received_at = Utc::now();
+    let raw_scheduled = header(&headers, "x-cronshard-scheduled-at");
+    let d = Delivery {
+        execution_id: header(&headers, "x-cronshard-execution-id").into(),
+        scheduled_at: DateTime::parse_from_rfc3339(raw_scheduled).ok().map(|t| t.with_timezone(&Utc)),
+        attempt: header(&headers, "x-cronshard-attempt").parse().unwrap_or(0),
+        received_at,
+    };
+    if shared.log {
+        let line = serde_json::json!({
+            "execution_id": d.execution_id, "scheduled_at": raw_scheduled, "attempt": d.attempt,
+            "received_at": d.received_at, "lateness_ms": d.lateness_ms().unwrap_or_default(), "path": uri.path(),
+        });
+        println!("{line}");
+    }
+    shared.deliveries.lock().expect("receiver lock").push(d);
+    StatusCode::OK
+}
+
+async fn deliveries(State(shared): State<Shared>) -> Json<Vec<Delivery>> {
+    Json(shared.deliveries.lock().expect("receiver lock").clone())
+}
+
+impl Receiver {
+    /// Binds `listen` (use `127.0.0.1:0` for a free loopback port) and serves
+    /// until `shutdown` completes; the returned handle ends with the server.
+    pub async fn start(
+        listen: SocketAddr,
+        log: bool,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<(Self, tokio::task::JoinHandle<std::io::Result<()>>)> {
+        let shared = Shared { deliveries: Arc::default(), log };
+        let app = Router::new()
+            .route("/hook", any(hook))
+            .route("/hook/{*rest}", any(hook))
+            .route("/deliveries", get(deliveries))
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind(listen).await?;
+        let addr = listener.local_addr()?;
+        let server = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(shutdown).await });
+        Ok((Self { shared, addr }, server))
+    }
+
+    /// A receiver on a free loopback port, serving until the process ends.
+    pub async fn loopback() -> anyhow::Result<Self> {
+        let (receiver, _server) = Self::start(([127, 0, 0, 1], 0).into(), false, std::future::pending()).await?;
+        Ok(receiver)
+    }
+
+    /// The callback URL to put in a job's target.
+    pub fn hook_url(&self) -> String {
+        format!("http://{}/hook", self.addr)
+    }
+
+    pub fn count(&self) -> usize {
+        self.shared.deliveries.lock().expect("receiver lock").len()
+    }
+
+    /// A copy of every delivery so far, in arrival order.
+    pub fn snapshot(&self) -> Vec<Delivery> {
+        self.shared.deliveries.lock().expect("receiver lock").clone()
+    }
+}

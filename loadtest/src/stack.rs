@@ -1,0 +1,331 @@
+//! A whole cronshard stack started by a benchmark from release binaries, on
+//! loopback only: a fresh database, a unique cluster name (its own Redis
+//! keys and queues), the API, S schedulers and W workers, each process with
+//! its own metrics port. Schedulers can be killed (-9), added, and all
+//! stopped and started again; the pids of every live process are kept in a
+//! list that [`crate::procstat`] samples.
+//!
+//! Everything is killed when the stack is dropped; [`Stack::shutdown`] also
+//! drops the database.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use common::schedule::CompiledSchedule;
+
+use crate::benchdb::{BenchDb, cluster_name};
+use crate::procstat::Targets;
+
+/// How to build the stack; flattened into every scenario's flags.
+#[derive(clap::Args, Clone, Debug)]
+pub struct StackArgs {
+    /// Scheduler nodes.
+    #[arg(long, default_value_t = 3)]
+    pub schedulers: usize,
+    /// Worker processes.
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// Messages a worker may hold: pre-armed messages wait in it until due.
+    #[arg(long, default_value_t = 20_000)]
+    pub worker_prefetch: u32,
+    /// Deliveries a worker runs at once.
+    #[arg(long, default_value_t = 512)]
+    pub worker_max_in_flight: u32,
+    /// Concurrent API clients creating the jobs.
+    #[arg(long, default_value_t = 32)]
+    pub concurrency: usize,
+    /// Admin Postgres URL; a fresh database is created on its server for the run.
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
+    pub admin_database_url: String,
+    /// Directory of the release binaries.
+    #[arg(long, env = "CRONSHARD_BIN_DIR", default_value = "target/release")]
+    pub bin_dir: PathBuf,
+    /// Log filter of the stack's processes.
+    #[arg(long, default_value = "warn")]
+    pub stack_log: String,
+    /// Write each process's output to `<dir>/<cluster>-<process>.log`
+    /// (default: discarded).
+    #[arg(long)]
+    pub stack_log_dir: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Api,
+    Scheduler,
+    Worker,
+}
+
+struct Proc {
+    role: Role,
+    name: String,
+    child: tokio::process::Child,
+    pid: u32,
+}
+
+pub struct Stack {
+    args: StackArgs,
+    db: Option<BenchDb>,
+    pub cluster: String,
+    /// `http://127.0.0.1:<port>` of the API.
+    pub api: String,
+    procs: Vec<Proc>,
+    next_scheduler: usize,
+    targets: Targets,
+    http: reqwest::Client,
+}
+
+/// A job created through the API, with its schedule compiled by common's
+/// schedule code (the same math the scheduler uses).
+pub struct CreatedJob {
+    pub id: Uuid,
+    pub schedule: CompiledSchedule,
+}
+
+impl CreatedJob {
+    /// Every slot in `[from, to)`.
+    pub fn slots(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+        let mut out = Vec::new();
+        let mut cursor = from - chrono::TimeDelta::milliseconds(1);
+        while let Some(t) = self.schedule.next_after(cursor) {
+            if t >= to {
+                break;
+            }
+            out.push(t);
+            cursor = t;
+        }
+        out
+    }
+}
+
+fn free_loopback_port() -> anyhow::Result<std::net::SocketAddr> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+impl Stack {
+    /// Creates the database and starts the API, the schedulers and the
+    /// workers; returns once the API is ready and every scheduler is live.
+    pub async fn start(label: &str, args: &StackArgs) -> anyhow::Result<Self> {
+        for bin in ["cronshard-api", "cronshard-scheduler", "cronshard-worker"] {
+            anyhow::ensure!(
+                args.bin_dir.join(bin).exists(),
+                "{} not found: build with `cargo build --release --workspace --bins` or pass --bin-dir",
+                args.bin_dir.join(bin).display()
+            );
+        }
+        let db = BenchDb::create(&args.admin_database_url).await?;
+        let api_addr = free_loopback_port()?;
+        let mut stack = Self {
+            args: args.clone(),
+            db: Some(db),
+            cluster: cluster_name(label),
+            api: format!("http://{api_addr}"),
+            procs: Vec::new(),
+            next_scheduler: 0,
+            targets: Targets::default(),
+            http: reqwest::Client::builder().pool_max_idle_per_host(args.concurrency.max(4)).build()?,
+        };
+        stack.spawn(Role::Api, "api".into(), vec![("LISTEN_ADDR", api_addr.to_string())])?;
+        for _ in 0..args.schedulers {
+            stack.add_scheduler()?;
+        }
+        for i in 0..args.workers {
+            stack.spawn(
+                Role::Worker,
+                format!("worker-{i}"),
+                vec![
+                    ("CALLBACK_ALLOW_CIDRS", "127.0.0.0/8".into()),
+                    ("WORKER_PREFETCH", args.worker_prefetch.min(65_535).to_string()),
+                    ("WORKER_MAX_IN_FLIGHT", args.worker_max_in_flight.to_string()),
+                ],
+            )?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while stack.http.get(format!("{}/readyz", stack.api)).send().await.map(|r| r.status() != 200).unwrap_or(true) {
+            anyhow::ensure!(Instant::now() < deadline, "the API did not become ready within 30 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        stack.wait_live_nodes(args.schedulers, Duration::from_secs(30)).await?;
+        Ok(stack)
+    }
+
+    fn spawn(&mut self, role: Role, name: String, extra: Vec<(&str, String)>) -> anyhow::Result<()> {
+        let bin = match role {
+            Role::Api => "cronshard-api",
+            Role::Scheduler => "cronshard-scheduler",
+            Role::Worker => "cronshard-worker",
+        };
+        let db_url = self.db.as_ref().context("the stack is shut down")?.url.clone();
+        let mut c = tokio::process::Command::new(self.args.bin_dir.join(bin));
+        c.env("DATABASE_URL", db_url)
+            .env("CLUSTER_NAME", &self.cluster)
+            .env("METRICS_ADDR", free_loopback_port()?.to_string())
+            .env("RUST_LOG", &self.args.stack_log)
+            .kill_on_drop(true);
+        match &self.args.stack_log_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)?;
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(dir.join(format!("{}-{name}.log", self.cluster)))?;
+                c.stdout(file.try_clone()?).stderr(file);
+            }
+            None => {
+                c.stdout(Stdio::null()).stderr(Stdio::null());
+            }
+        }
+        match role {
+            Role::Scheduler => c.env("NODE_ID", format!("{}-{name}", self.cluster)),
+            Role::Worker => c.env("WORKER_ID", format!("{}-{name}", self.cluster)),
+            Role::Api => &mut c,
+        };
+        for (k, v) in extra {
+            c.env(k, v);
+        }
+        let child = c.spawn().with_context(|| format!("starting {bin}"))?;
+        let pid = child.id().context("pid of a child just started")?;
+        self.procs.push(Proc { role, name, child, pid });
+        self.refresh_targets();
+        Ok(())
+    }
+
+    fn refresh_targets(&self) {
+        *self.targets.lock().expect("targets") = self.procs.iter().map(|p| (p.name.clone(), p.pid)).collect();
+    }
+
+    /// The live processes, kept current, for [`crate::procstat::Sampler`].
+    pub fn targets(&self) -> Targets {
+        self.targets.clone()
+    }
+
+    /// Names of the schedulers running now.
+    pub fn schedulers(&self) -> Vec<String> {
+        self.procs.iter().filter(|p| p.role == Role::Scheduler).map(|p| p.name.clone()).collect()
+    }
+
+    /// Starts one more scheduler (`scheduler-<n>`, a new node id).
+    pub fn add_scheduler(&mut self) -> anyhow::Result<String> {
+        let name = format!("scheduler-{}", self.next_scheduler);
+        self.next_scheduler += 1;
+        self.spawn(Role::Scheduler, name.clone(), Vec::new())?;
+        Ok(name)
+    }
+
+    /// Kills (SIGKILL) the scheduler named `name` and waits for it to exit.
+    pub async fn kill_scheduler(&mut self, name: &str) -> anyhow::Result<()> {
+        let i = self
+            .procs
+            .iter()
+            .position(|p| p.role == Role::Scheduler && p.name == name)
+            .with_context(|| format!("no running scheduler {name}"))?;
+        let mut p = self.procs.remove(i);
+        p.child.start_kill()?;
+        p.child.wait().await?;
+        self.refresh_targets();
+        Ok(())
+    }
+
+    /// Kills every scheduler (SIGKILL); returns their names for [`Self::restart_schedulers`].
+    pub async fn kill_all_schedulers(&mut self) -> anyhow::Result<Vec<String>> {
+        let names = self.schedulers();
+        for n in &names {
+            self.kill_scheduler(n).await?;
+        }
+        Ok(names)
+    }
+
+    /// Starts schedulers under the given names again (the same node ids).
+    pub fn restart_schedulers(&mut self, names: &[String]) -> anyhow::Result<()> {
+        for n in names {
+            self.spawn(Role::Scheduler, n.clone(), Vec::new())?;
+        }
+        Ok(())
+    }
+
+    /// Waits until `GET /v1/cluster` reports `n` live nodes.
+    pub async fn wait_live_nodes(&self, n: usize, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let live = async {
+                let v: Value =
+                    self.http.get(format!("{}/v1/cluster", self.api)).send().await.ok()?.json().await.ok()?;
+                v["live_nodes"].as_u64()
+            }
+            .await;
+            if live == Some(n as u64) {
+                return Ok(());
+            }
+            anyhow::ensure!(Instant::now() < deadline, "the cluster did not reach {n} live nodes (last: {live:?})");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Creates jobs through `POST /v1/jobs` with the configured number of
+    /// concurrent clients; returns them (in `bodies` order) and the seconds taken.
+    pub async fn create_jobs(&self, bodies: Vec<Value>) -> anyhow::Result<(Vec<CreatedJob>, f64)> {
+        let total = bodies.len();
+        let bodies = Arc::new(bodies);
+        let next = Arc::new(AtomicUsize::new(0));
+        let started = Instant::now();
+        let mut clients = Vec::new();
+        for _ in 0..self.args.concurrency.max(1) {
+            let (http, url, bodies, next) =
+                (self.http.clone(), format!("{}/v1/jobs", self.api), bodies.clone(), next.clone());
+            clients.push(tokio::spawn(async move {
+                let mut made = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= bodies.len() {
+                        return anyhow::Ok(made);
+                    }
+                    let r = http.post(&url).json(&bodies[i]).send().await?;
+                    let status = r.status();
+                    anyhow::ensure!(status == 201, "create answered {status}: {}", r.text().await.unwrap_or_default());
+                    let job: Value = r.json().await?;
+                    let id: Uuid = job["id"].as_str().context("id in the create response")?.parse()?;
+                    let created_at: DateTime<Utc> =
+                        job["created_at"].as_str().context("created_at in the create response")?.parse()?;
+                    let spec = common::job::JobSpec::from_json(&bodies[i])
+                        .map_err(|e| anyhow::anyhow!("a job body the API accepted does not validate: {e:?}"))?;
+                    made.push((i, CreatedJob { id, schedule: spec.compile(created_at)? }));
+                }
+            }));
+        }
+        let mut jobs = Vec::with_capacity(total);
+        for c in clients {
+            jobs.extend(c.await??);
+        }
+        let secs = started.elapsed().as_secs_f64();
+        jobs.sort_by_key(|(i, _)| *i);
+        Ok((jobs.into_iter().map(|(_, j)| j).collect(), secs))
+    }
+
+    /// `GET` on the API, as JSON.
+    pub async fn get_json(&self, path_and_query: &str) -> anyhow::Result<Value> {
+        let r = self.http.get(format!("{}{path_and_query}", self.api)).send().await?;
+        anyhow::ensure!(r.status() == 200, "GET {path_and_query} answered {}", r.status());
+        Ok(r.json().await?)
+    }
+
+    /// Kills every process and drops the database.
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        for p in &mut self.procs {
+            let _ = p.child.start_kill();
+            let _ = p.child.wait().await;
+        }
+        self.procs.clear();
+        if let Some(db) = self.db.take() {
+            db.drop_database().await?;
+        }
+        Ok(())
+    }
+}

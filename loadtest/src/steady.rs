@@ -1,0 +1,253 @@
+//! Steady load, and failover under steady load.
+//!
+//! M periodic jobs (interval and cron, created through the API) produce R
+//! fires/s: each job fires every `period`, and the jobs' phases are spread
+//! evenly over the period. Firing starts at a common instant T0 (every job's
+//! `start_at`); after a warm-up the measured window of D seconds begins.
+//! Every slot due in the window (from the jobs' schedules) is looked for at
+//! the receiver: misses, duplicates, lateness overall and per second, CPU
+//! and memory of every process.
+//!
+//! `failover` is the same load with two changes inside the window: one
+//! scheduler killed with SIGKILL, later a new one added; lateness is also
+//! given for each phase (before the kill, between kill and add, after add).
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde_json::{Value, json};
+
+use crate::measure::tally;
+use crate::receiver::Receiver;
+use crate::report::{OutArgs, Percentiles, Report, fmt_f, fmt_int};
+use crate::stack::{CreatedJob, Stack, StackArgs};
+
+/// The periodic load: how many fires per second, from how many jobs.
+#[derive(clap::Args, Clone, Debug)]
+pub struct LoadArgs {
+    /// Fires per second the jobs produce together.
+    #[arg(long, default_value_t = 100.0)]
+    pub rate: f64,
+    /// Each job fires once per period (jobs = rate × period).
+    #[arg(long, default_value_t = 5000)]
+    pub period_ms: u64,
+    /// Share of cron jobs (`S/k * * * * *`); needs a period of whole seconds
+    /// dividing 60, else every job is an interval job.
+    #[arg(long, default_value_t = 0.5)]
+    pub cron_share: f64,
+    /// Misfire policy of the jobs: fire_once, skip, fire_all, or mixed (a third each).
+    #[arg(long, default_value = "fire_once")]
+    pub misfire: String,
+}
+
+impl LoadArgs {
+    pub fn jobs(&self) -> usize {
+        (self.rate * self.period_ms as f64 / 1000.0).round().max(1.0) as usize
+    }
+
+    /// Job bodies firing from `t0` on; their slots follow from the schedules.
+    /// How many of the jobs are cron jobs.
+    pub fn cron_jobs(&self) -> usize {
+        let k = self.period_ms / 1000;
+        let cron_ok = self.period_ms.is_multiple_of(1000) && k >= 1 && 60u64.is_multiple_of(k);
+        if cron_ok { (self.jobs() as f64 * self.cron_share.clamp(0.0, 1.0)).round() as usize } else { 0 }
+    }
+
+    pub fn bodies(&self, hook: &str, t0: DateTime<Utc>) -> Vec<Value> {
+        let n = self.jobs();
+        let k = self.period_ms / 1000;
+        let n_cron = self.cron_jobs();
+        let n_interval = n - n_cron;
+        let policies = ["fire_once", "skip", "fire_all"];
+        (0..n)
+            .map(|i| {
+                let schedule = if i < n_cron {
+                    // Cron fires on whole seconds; phase = the starting second.
+                    json!({ "kind": "cron", "expr": format!("{}/{k} * * * * *", i as u64 % k), "timezone": "UTC",
+                            "start_at": common::execution::format_instant(t0) })
+                } else {
+                    let j = (i - n_cron) as u64;
+                    let phase = j * self.period_ms / n_interval.max(1) as u64;
+                    json!({ "kind": "interval", "every_ms": self.period_ms,
+                            "start_at": common::execution::format_instant(t0 + TimeDelta::milliseconds(phase as i64)) })
+                };
+                let misfire = if self.misfire == "mixed" { policies[i % 3] } else { self.misfire.as_str() };
+                json!({
+                    "name": format!("load-{i}"),
+                    "schedule": schedule,
+                    "target": { "kind": "http", "url": hook, "timeout_ms": 10_000 },
+                    "misfire": misfire,
+                })
+            })
+            .collect()
+    }
+}
+
+#[derive(clap::Args)]
+pub struct SteadyArgs {
+    #[command(flatten)]
+    pub load: LoadArgs,
+    /// Length of the measured window.
+    #[arg(long, default_value_t = 60)]
+    pub duration_secs: i64,
+    /// Firing before the measured window starts.
+    #[arg(long, default_value_t = 10)]
+    pub warmup_secs: i64,
+    /// Wait after the window for late deliveries before counting.
+    #[arg(long, default_value_t = 10)]
+    pub grace_secs: u64,
+    #[command(flatten)]
+    pub stack: StackArgs,
+    #[command(flatten)]
+    pub out: OutArgs,
+}
+
+#[derive(clap::Args)]
+pub struct FailoverArgs {
+    #[command(flatten)]
+    steady: SteadyArgs,
+    /// Seconds into the window when one scheduler is killed (SIGKILL).
+    #[arg(long, default_value_t = 20)]
+    kill_at_secs: i64,
+    /// Seconds into the window when a new scheduler is added.
+    #[arg(long, default_value_t = 40)]
+    add_at_secs: i64,
+}
+
+/// A started load: the stack, the jobs, T0 and the receiver.
+pub struct Running {
+    pub stack: Stack,
+    pub receiver: Receiver,
+    pub jobs: Vec<CreatedJob>,
+    pub t0: DateTime<Utc>,
+    pub create_secs: f64,
+}
+
+/// Starts the stack and creates the periodic jobs, firing from a T0 after creation.
+pub async fn start_load(label: &str, load: &LoadArgs, stack_args: &StackArgs) -> anyhow::Result<Running> {
+    let receiver = Receiver::loopback().await?;
+    let stack = Stack::start(label, stack_args).await?;
+    let n = load.jobs();
+    let t0 = common::execution::truncate_ms(Utc::now() + TimeDelta::seconds(8 + n as i64 / 300));
+    let (jobs, create_secs) = stack.create_jobs(load.bodies(&receiver.hook_url(), t0)).await?;
+    anyhow::ensure!(Utc::now() < t0, "creating {n} jobs took {create_secs:.1} s, past the start instant");
+    eprintln!("{label}: created {n} jobs in {create_secs:.1} s; firing from {}", common::execution::format_instant(t0));
+    Ok(Running { stack, receiver, jobs, t0, create_secs })
+}
+
+/// Sleeps until the wall clock reaches `at`.
+pub async fn sleep_until(at: DateTime<Utc>) {
+    let ms = (at - Utc::now()).num_milliseconds();
+    if ms > 0 {
+        tokio::time::sleep(Duration::from_millis(ms as u64)).await;
+    }
+}
+
+/// The rows describing the stack and the load.
+pub fn load_rows(report: &mut Report, jobs: usize, create_secs: f64, load: &LoadArgs, stack: &StackArgs) {
+    report.row("stack", format!("{} schedulers, {} workers", stack.schedulers, stack.workers));
+    report.row(
+        "jobs (period, cron jobs)",
+        format!("{} (every {} ms, {} cron)", fmt_int(jobs as i64), load.period_ms, fmt_int(load.cron_jobs() as i64)),
+    );
+    report.row("creates through the API", format!("{}/s", fmt_int((jobs as f64 / create_secs) as i64)));
+}
+
+pub async fn run_steady(args: SteadyArgs) -> anyhow::Result<()> {
+    run(args, None).await
+}
+
+pub async fn run_failover(args: FailoverArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        0 < args.kill_at_secs && args.kill_at_secs < args.add_at_secs && args.add_at_secs < args.steady.duration_secs,
+        "need 0 < --kill-at-secs < --add-at-secs < --duration-secs"
+    );
+    anyhow::ensure!(args.steady.stack.schedulers >= 2, "failover needs at least 2 schedulers");
+    run(args.steady, Some((args.kill_at_secs, args.add_at_secs))).await
+}
+
+async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<()> {
+    let (scenario, title) = match failover {
+        None => ("steady", format!("Steady: {} fires/s for {} s", fmt_f(args.load.rate), args.duration_secs)),
+        Some(_) => (
+            "failover",
+            format!(
+                "Failover: {} fires/s, kill one of {} schedulers, then add one",
+                fmt_f(args.load.rate),
+                args.stack.schedulers
+            ),
+        ),
+    };
+    let mut report = Report::new(scenario, format!("{scenario}-{}", args.load.rate), title.clone(), &args.out);
+    let mut running = start_load(scenario, &args.load, &args.stack).await?;
+    let from = running.t0 + TimeDelta::seconds(args.warmup_secs);
+    let to = from + TimeDelta::seconds(args.duration_secs);
+
+    sleep_until(from).await;
+    let sampler = crate::procstat::Sampler::start(running.stack.targets());
+    let mut events: Vec<(DateTime<Utc>, String)> = Vec::new();
+    if let Some((kill_at, add_at)) = failover {
+        sleep_until(from + TimeDelta::seconds(kill_at)).await;
+        let victim = running.stack.schedulers().first().cloned().unwrap_or_default();
+        let at = Utc::now();
+        running.stack.kill_scheduler(&victim).await?;
+        eprintln!("killed {victim}");
+        events.push((at, format!("kill -9 {victim}")));
+        sleep_until(from + TimeDelta::seconds(add_at)).await;
+        let at = Utc::now();
+        let added = running.stack.add_scheduler()?;
+        eprintln!("added {added}");
+        events.push((at, format!("add {added}")));
+    }
+    sleep_until(to).await;
+    let usage = sampler.stop().await;
+    tokio::time::sleep(Duration::from_secs(args.grace_secs)).await;
+    let got = running.receiver.snapshot();
+    let cluster = running.stack.get_json("/v1/cluster").await.ok();
+    let Running { stack, jobs, create_secs, .. } = running;
+    stack.shutdown().await?;
+
+    let t = tally(&jobs, from, to, &got);
+    load_rows(&mut report, jobs.len(), create_secs, &args.load, &args.stack);
+    let window = args.duration_secs as f64;
+    report.row(
+        "fires/s: target / due / delivered",
+        format!(
+            "{} / {} / {}",
+            fmt_f(args.load.rate),
+            fmt_f(t.expected as f64 / window),
+            fmt_f(t.delivered as f64 / window)
+        ),
+    );
+    report.row("measured window", format!("{} s after {} s of warm-up", args.duration_secs, args.warmup_secs));
+    t.rows(&mut report, "");
+    let mut series = t.series(from);
+    let worst = series.points.iter().map(|p| p.p99_ms).max();
+    report.row("worst one-second p99", worst.map(|w| format!("{} ms", fmt_int(w))).unwrap_or_else(|| "-".into()));
+    let mut phases = serde_json::Map::new();
+    if !events.is_empty() {
+        let bounds = [from, events[0].0, events[1].0, to];
+        for (i, name) in ["before the kill", "kill → add", "after the add"].iter().enumerate() {
+            let p = t.lateness_between(bounds[i], bounds[i + 1]);
+            report.row(format!("lateness {name}"), Percentiles::cell(p));
+            phases.insert(name.to_string(), serde_json::to_value(p)?);
+        }
+    }
+    for (at, label) in &events {
+        series.mark((*at - from).num_milliseconds() as f64 / 1000.0, label.clone());
+    }
+    crate::procstat::rows(&mut report, &usage);
+    report.plot(&args.out, &series, &format!("{title}: lateness per second"))?;
+    report.data("rate", args.load.rate);
+    report.data("period_ms", args.load.period_ms);
+    report.data("jobs", jobs.len());
+    report.data("window", json!({ "from": from, "to": to }));
+    report.data("tally", &t);
+    report.data("lateness", t.lateness());
+    report.data("phases", phases);
+    report.data("events", events.iter().map(|(at, l)| json!({ "at": at, "event": l })).collect::<Vec<_>>());
+    report.data("series", &series);
+    report.data("cluster_at_end", cluster);
+    report.finish(&args.out)?;
+    Ok(())
+}
