@@ -30,6 +30,8 @@ pub struct Tally {
     pub retried: usize,
     /// A few missed execution ids, for a look at the ledger.
     pub missed_examples: Vec<String>,
+    /// A few duplicated deliveries: (execution id, attempt, received at).
+    pub duplicate_examples: Vec<(String, u32, DateTime<Utc>)>,
     /// (scheduled at, lateness ms) of each expected slot's first delivery.
     #[serde(skip)]
     pub first: Vec<(DateTime<Utc>, i64)>,
@@ -95,6 +97,9 @@ pub fn tally(jobs: &[CreatedJob], from: DateTime<Utc>, to: DateTime<Utc>, delive
         }
         if !seen.insert(&d.execution_id) {
             t.duplicates += 1;
+            if t.duplicate_examples.len() < 5 {
+                t.duplicate_examples.push((d.execution_id.to_string(), d.attempt, d.received_at));
+            }
             continue;
         }
         match expected.get_mut(&*d.execution_id) {
@@ -138,6 +143,7 @@ mod tests {
         };
         let id = |s| common::execution::execution_id(job.id, at(s));
         // Window [0, 4): slots 0, 1, 2, 3; slot 2 missed, slot 1 twice, one stray id, slot 9 outside.
+        assert_eq!(job.slots(at(0) + TimeDelta::microseconds(1), at(2)), vec![at(1)]);
         let got = vec![
             d(0, &id(0), 1),
             d(1, &id(1), 1),

@@ -91,11 +91,12 @@ pub async fn run(args: RecoveryArgs) -> anyhow::Result<()> {
 
     sleep_until(down_at_planned).await;
     let sampler = crate::procstat::Sampler::start(running.stack.targets());
-    let down_at = Utc::now();
+    // Windows at millisecond precision, like every slot and the API's filters.
+    let down_at = common::execution::truncate_ms(Utc::now());
     let names = running.stack.kill_all_schedulers().await?;
     eprintln!("all schedulers killed: {names:?}");
     sleep_until(down_at + TimeDelta::seconds(args.outage_secs)).await;
-    let up_at = Utc::now();
+    let up_at = common::execution::truncate_ms(Utc::now());
     running.stack.restart_schedulers(&names)?;
     eprintln!("schedulers restarted");
 

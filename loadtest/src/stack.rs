@@ -94,7 +94,8 @@ impl CreatedJob {
     /// Every slot in `[from, to)`.
     pub fn slots(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<DateTime<Utc>> {
         let mut out = Vec::new();
-        let mut cursor = from - chrono::TimeDelta::milliseconds(1);
+        // `next_after` is strictly after: start just before `from`.
+        let mut cursor = from - chrono::TimeDelta::nanoseconds(1);
         while let Some(t) = self.schedule.next_after(cursor) {
             if t >= to {
                 break;
@@ -198,8 +199,11 @@ impl Stack {
         Ok(())
     }
 
+    /// The stack's processes plus this one (the load generator and its receiver).
     fn refresh_targets(&self) {
-        *self.targets.lock().expect("targets") = self.procs.iter().map(|p| (p.name.clone(), p.pid)).collect();
+        let mut t: Vec<(String, u32)> = self.procs.iter().map(|p| (p.name.clone(), p.pid)).collect();
+        t.push(("loadtest (this process)".into(), std::process::id()));
+        *self.targets.lock().expect("targets") = t;
     }
 
     /// The live processes, kept current, for [`crate::procstat::Sampler`].

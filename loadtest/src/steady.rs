@@ -189,12 +189,12 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
     if let Some((kill_at, add_at)) = failover {
         sleep_until(from + TimeDelta::seconds(kill_at)).await;
         let victim = running.stack.schedulers().first().cloned().unwrap_or_default();
-        let at = Utc::now();
+        let at = common::execution::truncate_ms(Utc::now());
         running.stack.kill_scheduler(&victim).await?;
         eprintln!("killed {victim}");
         events.push((at, format!("kill -9 {victim}")));
         sleep_until(from + TimeDelta::seconds(add_at)).await;
-        let at = Utc::now();
+        let at = common::execution::truncate_ms(Utc::now());
         let added = running.stack.add_scheduler()?;
         eprintln!("added {added}");
         events.push((at, format!("add {added}")));
