@@ -30,7 +30,10 @@
 #   --plots-dir DIR         where plots go                     [BENCH_PLOTS=docs/bench; quick: <results>/bench]
 #   --no-build              use the binaries as they are       [NO_BUILD=1]
 #
-# CARGO_TARGET_DIR is honoured (binaries in $CARGO_TARGET_DIR/release).
+# CARGO_TARGET_DIR is honoured (binaries in $CARGO_TARGET_DIR/release). Run
+# the suite on a quiet machine: another checkout building into the same target
+# directory during the run replaces the binaries under test, and anything else
+# using the cores makes the figures worse.
 # Services: deploy/scripts/services.sh ensure (reuses running ones).
 # A failing scenario does not stop the suite; it is listed as failed in the
 # document, with no figures. Exit status 1 if any scenario failed.
@@ -38,7 +41,6 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-SUITE_COMMAND="loadtest/run-suite.sh${*:+ $*}"
 
 QUICK=0
 SCHEDULERS=${SCHEDULERS:-3}
@@ -101,6 +103,13 @@ else
     : "${FAILOVER_SECS:=180}" "${RECOVERY_RATE:=200}" "${RECOVERY_OUTAGE_SECS:=120}" "${CEILING_MESSAGES:=100000}"
     WARMUP=15 GRACE=10 RECOVERY_BEFORE=30 RECOVERY_AFTER=300
 fi
+# The suite command with every setting explicit (flags and environment alike).
+QUICK_FLAG=''
+if ((QUICK)); then QUICK_FLAG=' --quick'; fi
+SUITE_COMMAND="loadtest/run-suite.sh$QUICK_FLAG --schedulers $SCHEDULERS --workers $WORKERS"
+SUITE_COMMAND+=" --herd-sizes $HERD_SIZES --steady-rate $STEADY_RATE --steady-secs $STEADY_SECS"
+SUITE_COMMAND+=" --failover-rate $FAILOVER_RATE --failover-secs $FAILOVER_SECS --recovery-rate $RECOVERY_RATE"
+SUITE_COMMAND+=" --recovery-outage-secs $RECOVERY_OUTAGE_SECS --ceiling-messages $CEILING_MESSAGES --only $ONLY"
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 : "${RESULTS_DIR:=$ROOT/.run/bench/$PRESET-$STAMP}"
 if ((QUICK)); then
