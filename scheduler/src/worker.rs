@@ -1,9 +1,11 @@
 //! The worker: consumes the main queue, holds each message until its due
 //! time, delivers it, and records the outcome in the ledger.
 //!
-//! Per message: parse → wait for `due_at` (never earlier, by this clock) →
-//! move the ledger row to `running` for this fire and attempt (duplicates and
-//! cancelled slots stop here) → deliver → on failure publish to the retry
+//! Per message: parse → move the ledger row to `running` for this fire and
+//! attempt (duplicates and cancelled slots stop here; a pre-armed message
+//! does this on arrival, "arming" its row) → wait for `due_at` (never
+//! earlier, by this clock) → for an armed row, verify it is still ours and
+//! still wanted (a read) → deliver → on failure publish to the retry
 //! queue of the next delay, or to the failed queue after the last retry →
 //! record the outcome → ack. The two ledger writes of concurrent messages
 //! are coalesced into multi-row statements (`batch`), so a burst of messages
@@ -94,13 +96,20 @@ struct Shared {
     publish: Channel,
     declared_retry_queues: Mutex<HashSet<u64>>,
     starts: Batcher<StartRequest, Start>,
+    verifies: Batcher<StartRequest, Start>,
     finishes: Batcher<FinishRequest, bool>,
 }
 
-/// Rows per ledger statement, and statements of each kind at once: enough to
-/// keep up with a burst, few enough to leave pool connections for the rest.
-const LEDGER_BATCH: usize = 1000;
-const LEDGER_STATEMENTS: usize = 4;
+/// Ledger statements at once and rows per statement. Few statements is the
+/// point: while one runs, the next requests queue up and the next statement
+/// takes them all, so a burst becomes a few large statements instead of many
+/// small ones competing for the database. Starts gate deliveries, so they
+/// get two (and smaller batches, so the first deliveries begin sooner);
+/// outcomes only gate acks, so they get one.
+const START_STATEMENTS: usize = 2;
+const START_BATCH: usize = 500;
+const FINISH_STATEMENTS: usize = 1;
+const FINISH_BATCH: usize = 2000;
 
 /// Runs until `token` is cancelled; reconnects to RabbitMQ with backoff.
 pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> anyhow::Result<()> {
@@ -156,14 +165,21 @@ async fn consume(
         declared_retry_queues: Mutex::new(HashSet::new()),
         starts: {
             let (pg, worker_id) = (pg.clone(), config.worker_id.clone());
-            Batcher::spawn(LEDGER_BATCH, LEDGER_STATEMENTS, move |requests| {
+            Batcher::spawn(START_BATCH, START_STATEMENTS, move |requests| {
                 let (pg, worker_id) = (pg.clone(), worker_id.clone());
                 async move { ledger::start_batch(&pg, &worker_id, requests).await }
             })
         },
+        verifies: {
+            let (pg, worker_id) = (pg.clone(), config.worker_id.clone());
+            Batcher::spawn(START_BATCH, START_STATEMENTS, move |requests| {
+                let (pg, worker_id) = (pg.clone(), worker_id.clone());
+                async move { ledger::verify_batch(&pg, &worker_id, requests).await }
+            })
+        },
         finishes: {
             let pg = pg.clone();
-            Batcher::spawn(LEDGER_BATCH, LEDGER_STATEMENTS, move |requests| {
+            Batcher::spawn(FINISH_BATCH, FINISH_STATEMENTS, move |requests| {
                 let pg = pg.clone();
                 async move { ledger::finish_batch(&pg, requests).await }
             })
@@ -194,6 +210,15 @@ async fn consume(
     let _ = consume_channel.close(200, "worker stopping".into()).await;
     let _ = connection.close(200, "worker stopping".into()).await;
     result
+}
+
+/// Times one stage of a message's way through the worker, so an operator can
+/// see where messages wait (ledger start, callback, outcome write, ack).
+async fn timed<T>(stage: &'static str, work: impl std::future::Future<Output = T>) -> T {
+    let started = std::time::Instant::now();
+    let out = work.await;
+    metrics::histogram!("cronshard_worker_stage_seconds", "stage" => stage).record(started.elapsed().as_secs_f64());
+    out
 }
 
 fn attempt_of(delivery: &Delivery) -> u32 {
@@ -250,18 +275,14 @@ async fn handle(shared: Arc<Shared>, delivery: Delivery, in_flight: Arc<Semaphor
         tracing::debug!(execution.id = %message.execution_id, attempt, x_death_retries = retries, "x-death disagrees with the attempt header; going by the header");
         metrics::counter!("cronshard_worker_x_death_mismatches_total").increment(1);
     }
-    // Pre-armed: hold the message until its due instant, never earlier.
-    let wait = (message.due_at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
-    tokio::select! {
-        _ = token.cancelled() => {
-            let _ = delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await;
-            return;
-        }
-        _ = tokio::time::sleep(wait) => {}
-    }
-    let result = process(&shared, &message, attempt, delivery.redelivered, &in_flight).await;
+    let result = process(&shared, &message, attempt, delivery.redelivered, &in_flight, &token).await;
     let outcome = match result {
-        Ok(()) => delivery.acker.ack(BasicAckOptions::default()).await.map(|_| ()),
+        Ok(Processed::Done) => timed("ack", delivery.acker.ack(BasicAckOptions::default())).await.map(|_| ()),
+        // Stopping: the message goes back for another worker, which may take
+        // the row over (it is a redelivery).
+        Ok(Processed::Stopping) => {
+            delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await.map(|_| ())
+        }
         Err(e) => {
             tracing::warn!(execution.id = %message.execution_id, error = %format!("{e:#}"), "processing failed; message returns to the queue");
             // Requeue after a pause so a database outage does not spin.
@@ -274,32 +295,60 @@ async fn handle(shared: Arc<Shared>, delivery: Delivery, in_flight: Arc<Semaphor
     }
 }
 
+enum Processed {
+    /// Delivered, or decided without delivery: ack.
+    Done,
+    /// The worker is stopping before the due instant: requeue.
+    Stopping,
+}
+
+/// Whether a start or verification lets the delivery go on; logs why not.
+fn go_on(m: &FireMessage, attempt: u32, start: Start) -> bool {
+    match start {
+        Start::Go => true,
+        Start::Duplicate => {
+            tracing::debug!(execution.id = %m.execution_id, attempt, "duplicate message dropped");
+            metrics::counter!("cronshard_worker_duplicates_total").increment(1);
+            false
+        }
+        Start::Cancelled(reason) => {
+            tracing::info!(execution.id = %m.execution_id, reason, "slot cancelled before delivery");
+            metrics::counter!("cronshard_worker_deliveries_total", "outcome" => "skipped").increment(1);
+            false
+        }
+    }
+}
+
 async fn process(
     shared: &Shared,
     m: &FireMessage,
     attempt: u32,
     redelivered: bool,
     in_flight: &Semaphore,
-) -> anyhow::Result<()> {
-    let start = StartRequest {
+    token: &CancellationToken,
+) -> anyhow::Result<Processed> {
+    let request = StartRequest {
         job_id: m.job_id,
         scheduled_at: m.scheduled_at,
         fire_id: m.fire_id,
         attempt: attempt as i32,
         redelivered,
+        due_at: m.due_at,
     };
-    match shared.starts.call(start).await? {
-        Start::Go => {}
-        Start::Duplicate => {
-            tracing::debug!(execution.id = %m.execution_id, attempt, "duplicate message dropped");
-            metrics::counter!("cronshard_worker_duplicates_total").increment(1);
-            return Ok(());
-        }
-        Start::Cancelled(reason) => {
-            tracing::info!(execution.id = %m.execution_id, reason, "slot cancelled before delivery");
-            metrics::counter!("cronshard_worker_deliveries_total", "outcome" => "skipped").increment(1);
-            return Ok(());
-        }
+    // A pre-armed message takes its row at once (arming), so that the burst
+    // at the due instant costs a read per slot instead of a row write.
+    if !go_on(m, attempt, timed("start", shared.starts.call(request.clone())).await?) {
+        return Ok(Processed::Done);
+    }
+    let armed_early = Utc::now() < m.due_at;
+    // Hold the message until its due instant, never earlier.
+    let wait = (m.due_at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+    tokio::select! {
+        _ = token.cancelled() => return Ok(Processed::Stopping),
+        _ = tokio::time::sleep(wait) => {}
+    }
+    if armed_early && !go_on(m, attempt, timed("verify", shared.verifies.call(request)).await?) {
+        return Ok(Processed::Done);
     }
     // The permit bounds callbacks in progress, not ledger work: a burst is
     // started in a few statements and then delivered as fast as targets allow.
@@ -347,12 +396,12 @@ async fn process(
             shared.finish(m, request).await?;
         }
     }
-    Ok(())
+    Ok(Processed::Done)
 }
 
 impl Shared {
     async fn finish(&self, m: &FireMessage, request: FinishRequest) -> anyhow::Result<()> {
-        if !self.finishes.call(request).await? {
+        if !timed("finish", self.finishes.call(request)).await? {
             // Another delivery of this attempt took the row back (this one
             // was presumed dead); its outcome stands.
             tracing::debug!(execution.id = %m.execution_id, "outcome not recorded: the row moved on");

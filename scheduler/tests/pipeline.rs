@@ -94,9 +94,14 @@ async fn deleting_or_pausing_a_job_cancels_its_prearmed_slot() {
     let paused = stack.create_job(once("paused")).await["id"].as_str().unwrap().to_owned();
     let kept = stack.create_job(once("kept")).await["id"].as_str().unwrap().to_owned();
 
-    // Within the lookahead the slots are claimed and published ahead of time.
+    // Within the lookahead the slots are claimed and published ahead of time,
+    // and the worker arms each row (takes it as `running`) on arrival; the
+    // cancellation below must still win, checked at the due instant.
     for id in [&deleted, &paused, &kept] {
-        wait_for("the slot to be pre-armed", Duration::from_secs(3), || async { stack.ledger(id, due).await }).await;
+        wait_for("the slot to be armed by the worker", Duration::from_secs(3), || async {
+            stack.ledger(id, due).await.filter(|r| r["status"] == "running" && r["worker_id"] == "worker-a")
+        })
+        .await;
     }
     assert!(Utc::now() < due, "the test machine is too slow to observe pre-arming");
     stack.delete_job(&deleted).await;
@@ -106,11 +111,19 @@ async fn deleting_or_pausing_a_job_cancels_its_prearmed_slot() {
         (!sink.received_on("kept").is_empty()).then_some(())
     })
     .await;
-    // The worker held every message until `due`; by now it has decided them all.
+    // At the due instant the worker finds the job deleted or paused and
+    // records the skip instead of delivering.
     for (id, reason) in [(&deleted, "deleted"), (&paused, "paused")] {
-        let row = stack.ledger(id, due).await.unwrap();
+        let row = wait_for("the cancelled slot to be recorded", Duration::from_secs(5), || async {
+            stack.ledger(id, due).await.filter(|r| r["status"] != "running")
+        })
+        .await;
         assert_eq!(row["status"], "skipped", "{row}");
         assert_eq!(row["reason"], reason, "{row}");
+        assert!(
+            row["history"].as_array().unwrap().iter().any(|e| e["event"] == "skipped" && e["reason"] == reason),
+            "{row}"
+        );
     }
     assert!(sink.received_on("deleted").is_empty());
     assert!(sink.received_on("paused").is_empty());
@@ -207,12 +220,20 @@ async fn a_burst_due_in_one_instant_is_delivered_once_each_through_batched_ledge
     let expected: std::collections::BTreeSet<String> = ids.iter().map(|id| format!("{id}@{}", at(due))).collect();
     support::assert_exactly_once(&got, &expected);
     assert!(got.iter().all(|r| r.received_at >= due), "a delivery came before its due instant");
+    // Outcomes are recorded just after the deliveries, in a few statements.
     let client = stack.pg.get().await.unwrap();
-    let rows = client
-        .query("SELECT status, attempts, count(*) FROM scheduled_jobs WHERE scheduled_at = $1 GROUP BY 1, 2", &[&due])
-        .await
-        .unwrap();
-    let summary: Vec<(String, i32, i64)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+    let summary = wait_for("every outcome recorded", Duration::from_secs(10), || async {
+        let rows = client
+            .query(
+                "SELECT status, attempts, count(*) FROM scheduled_jobs WHERE scheduled_at = $1 GROUP BY 1, 2",
+                &[&due],
+            )
+            .await
+            .unwrap();
+        let summary: Vec<(String, i32, i64)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+        summary.iter().all(|(status, _, _)| status != "running" && status != "pending").then_some(summary)
+    })
+    .await;
     assert_eq!(summary, [("succeeded".to_owned(), 1, JOBS as i64)]);
     let workers: i64 = client
         .query_one("SELECT count(DISTINCT worker_id) FROM scheduled_jobs WHERE scheduled_at = $1", &[&due])

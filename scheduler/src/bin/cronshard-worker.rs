@@ -51,7 +51,11 @@ async fn main() -> anyhow::Result<()> {
         // credentials, AWS_ENDPOINT_URL_SQS), read on the first SQS delivery.
         aws: None,
     };
-    let pg = common::db::pool(&args.service.database_url, args.service.database_pool_size)?;
+    let pg = common::db::pool_with_settings(
+        &args.service.database_url,
+        args.service.database_pool_size,
+        common::db::GENERIC_PLANS,
+    )?;
     let token = common::shutdown::token_on_signal();
     worker::run(config, pg, token).await
 }

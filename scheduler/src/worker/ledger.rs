@@ -31,6 +31,10 @@ pub struct StartRequest {
     pub fire_id: Uuid,
     pub attempt: i32,
     pub redelivered: bool,
+    /// When the message may be delivered. A row armed ahead of it records
+    /// this as `started_at`, so the stuck-`running` sweep counts from the
+    /// delivery, not from the arming.
+    pub due_at: DateTime<Utc>,
 }
 
 type Slot = (Uuid, DateTime<Utc>);
@@ -76,12 +80,13 @@ async fn start_round(client: &ClientWrapper, worker_id: &str, rows: &[&StartRequ
     let fire_ids: Vec<Uuid> = rows.iter().map(|r| r.fire_id).collect();
     let attempts: Vec<i32> = rows.iter().map(|r| r.attempt).collect();
     let redelivered: Vec<bool> = rows.iter().map(|r| r.redelivered).collect();
+    let due: Vec<DateTime<Utc>> = rows.iter().map(|r| r.due_at).collect();
     let stmt = client
         .prepare_cached(
             "UPDATE scheduled_jobs l SET status = 'running', attempts = b.attempt, worker_id = $6,
-                    started_at = now(), finished_at = NULL
-             FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[], $4::int[], $5::bool[])
-                  AS b(job_id, scheduled_at, fire_id, attempt, redelivered)
+                    started_at = greatest(now(), b.due_at), finished_at = NULL
+             FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[], $4::int[], $5::bool[], $7::timestamptz[])
+                  AS b(job_id, scheduled_at, fire_id, attempt, redelivered, due_at)
              WHERE l.job_id = b.job_id AND l.scheduled_at = b.scheduled_at AND l.fire_id = b.fire_id
                AND ((l.status IN ('pending', 'retrying') AND l.attempts = b.attempt - 1)
                     OR (l.status = 'running' AND l.attempts = b.attempt AND b.redelivered)
@@ -96,7 +101,7 @@ async fn start_round(client: &ClientWrapper, worker_id: &str, rows: &[&StartRequ
         )
         .await?;
     let started: HashSet<Slot> = client
-        .query(&stmt, &[&job_ids, &scheduled, &fire_ids, &attempts, &redelivered, &worker_id])
+        .query(&stmt, &[&job_ids, &scheduled, &fire_ids, &attempts, &redelivered, &worker_id, &due])
         .await?
         .iter()
         .map(|row| (row.get(0), row.get(1)))
@@ -106,19 +111,21 @@ async fn start_round(client: &ClientWrapper, worker_id: &str, rows: &[&StartRequ
         answers.push(if started.contains(&(r.job_id, r.scheduled_at)) {
             Start::Go
         } else {
-            explain_refusal(client, r).await?
+            explain_refusal(client, r, None).await?
         });
     }
     Ok(answers)
 }
 
-/// Finds out why a row could not be started, and records a cancellation on
-/// a row nobody will run now. Rare (duplicates, cancelled slots), so one
-/// query per row is fine.
-async fn explain_refusal(client: &Client, r: &StartRequest) -> anyhow::Result<Start> {
+/// Finds out why a row could not be started (`armed_by: None`) or, for a
+/// row this worker armed ahead (`armed_by: Some(worker)`), why it may not be
+/// delivered now; and records a cancellation on a row nobody will run. Rare
+/// (duplicates, cancelled slots), so one query per row is fine.
+async fn explain_refusal(client: &Client, r: &StartRequest, armed_by: Option<&str>) -> anyhow::Result<Start> {
     let row = client
         .query_opt(
-            "SELECT l.status, l.fire_id, j.id IS NULL OR j.deleted_at IS NOT NULL, coalesce(j.paused, false),
+            "SELECT l.status, l.fire_id, l.attempts, l.worker_id,
+                    j.id IS NULL OR j.deleted_at IS NOT NULL, coalesce(j.paused, false),
                     coalesce(j.version <> l.job_version, false)
              FROM scheduled_jobs l LEFT JOIN jobs j ON j.id = l.job_id
              WHERE l.job_id = $1 AND l.scheduled_at = $2",
@@ -126,15 +133,21 @@ async fn explain_refusal(client: &Client, r: &StartRequest) -> anyhow::Result<St
         )
         .await?;
     let Some(row) = row else { return Ok(Start::Duplicate) };
-    let (status, fire_id): (&str, Uuid) = (row.get(0), row.get(1));
-    if fire_id != r.fire_id || !matches!(status, "pending" | "retrying") {
+    let (status, fire_id, attempts, worker): (&str, Uuid, i32, Option<&str>) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
+    let still_ours = fire_id == r.fire_id
+        && match armed_by {
+            None => matches!(status, "pending" | "retrying"),
+            Some(me) => status == "running" && attempts == r.attempt && worker == Some(me),
+        };
+    if !still_ours {
         return Ok(Start::Duplicate);
     }
-    let reason = if row.get::<_, bool>(2) {
+    let reason = if row.get::<_, bool>(4) {
         "deleted"
-    } else if row.get::<_, bool>(3) {
+    } else if row.get::<_, bool>(5) {
         "paused"
-    } else if row.get::<_, bool>(4) {
+    } else if row.get::<_, bool>(6) {
         "superseded"
     } else {
         return Ok(Start::Duplicate);
@@ -144,11 +157,63 @@ async fn explain_refusal(client: &Client, r: &StartRequest) -> anyhow::Result<St
             "UPDATE scheduled_jobs SET status = 'skipped', reason = $4, finished_at = now(),
                     history = history || jsonb_build_array(jsonb_build_object(
                         'event', 'skipped', 'at', cronshard_instant(now()), 'reason', $4::text))
-             WHERE job_id = $1 AND scheduled_at = $2 AND fire_id = $3 AND status IN ('pending', 'retrying')",
-            &[&r.job_id, &r.scheduled_at, &r.fire_id, &reason],
+             WHERE job_id = $1 AND scheduled_at = $2 AND fire_id = $3
+               AND (($5::text IS NULL AND status IN ('pending', 'retrying'))
+                    OR (status = 'running' AND attempts = $6 AND worker_id = $5))",
+            &[&r.job_id, &r.scheduled_at, &r.fire_id, &reason, &armed_by, &r.attempt],
         )
         .await?;
     Ok(Start::Cancelled(reason))
+}
+
+/// At the due instant, for rows this worker armed ahead: is each still ours
+/// (nobody took it over) and still wanted (the job is live, unpaused and at
+/// the version that claimed the slot)? A read, not a write: the row already
+/// says `running` for this worker and attempt, so the burst at the due
+/// instant costs index lookups, not row versions. A delete or pause that
+/// committed before this read cancels the slot; one after it is ordered
+/// after the fire, just as with a start at the due instant.
+pub async fn verify_batch(pool: &Pool, worker_id: &str, requests: Vec<StartRequest>) -> anyhow::Result<Vec<Start>> {
+    let client = pool.get().await?;
+    let stmt = client
+        .prepare_cached(
+            "SELECT b.i FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[], $4::int[])
+                             WITH ORDINALITY AS b(job_id, scheduled_at, fire_id, attempt, i)
+             JOIN scheduled_jobs l ON l.job_id = b.job_id AND l.scheduled_at = b.scheduled_at
+             WHERE l.fire_id = b.fire_id AND l.attempts = b.attempt AND l.worker_id = $5
+               -- Not an index condition on purpose: the slot's own key is
+               -- the way in, never a scan of every running row.
+               AND (l.status = 'running') IS TRUE
+               AND (l.trigger = 'manual' OR EXISTS (
+                    SELECT 1 FROM jobs j WHERE j.id = l.job_id AND j.version = l.job_version
+                      AND j.deleted_at IS NULL AND NOT j.paused))",
+        )
+        .await?;
+    let column = |f: fn(&StartRequest) -> Uuid| -> Vec<Uuid> { requests.iter().map(f).collect() };
+    let ours: HashSet<i64> = client
+        .query(
+            &stmt,
+            &[
+                &column(|r| r.job_id),
+                &requests.iter().map(|r| r.scheduled_at).collect::<Vec<_>>(),
+                &column(|r| r.fire_id),
+                &requests.iter().map(|r| r.attempt).collect::<Vec<_>>(),
+                &worker_id,
+            ],
+        )
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let mut answers = Vec::with_capacity(requests.len());
+    for (i, r) in requests.iter().enumerate() {
+        answers.push(if ours.contains(&(i as i64 + 1)) {
+            Start::Go
+        } else {
+            explain_refusal(&client, r, Some(worker_id)).await?
+        });
+    }
+    Ok(answers)
 }
 
 /// One attempt's outcome.
