@@ -33,12 +33,22 @@ pub struct StackArgs {
     /// Worker processes.
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
-    /// Messages a worker may hold: pre-armed messages wait in it until due.
-    #[arg(long, default_value_t = 20_000)]
+    /// Messages a worker may hold: pre-armed messages wait in it until due,
+    /// so it must hold everything due within the lookahead (65,535 is the
+    /// broker's maximum).
+    #[arg(long, default_value_t = 65_535)]
     pub worker_prefetch: u32,
-    /// Deliveries a worker runs at once.
-    #[arg(long, default_value_t = 512)]
+    /// Deliveries a worker runs at once. The product's default (256) suits
+    /// slow callbacks; against one fast receiver, fewer keep-alive
+    /// connections reused are faster than hundreds opened at the due instant
+    /// (herd 10k p99: 512 → 1.0 s, 32 → 0.45 s on the 2-core machine).
+    #[arg(long, default_value_t = 32)]
     pub worker_max_in_flight: u32,
+    /// The schedulers' pre-arming lookahead (`LOOKAHEAD_MS`). Claiming,
+    /// publishing and arming 100,000 slots takes longer than the product's
+    /// 2 s default; what is not armed by the due instant competes with it.
+    #[arg(long, default_value_t = 30_000)]
+    pub scheduler_lookahead_ms: u64,
     /// Concurrent API clients creating the jobs.
     #[arg(long, default_value_t = 32)]
     pub concurrency: usize,
@@ -185,7 +195,9 @@ impl Stack {
             }
         }
         match role {
-            Role::Scheduler => c.env("NODE_ID", format!("{}-{name}", self.cluster)),
+            Role::Scheduler => c
+                .env("NODE_ID", format!("{}-{name}", self.cluster))
+                .env("LOOKAHEAD_MS", self.args.scheduler_lookahead_ms.to_string()),
             Role::Worker => c.env("WORKER_ID", format!("{}-{name}", self.cluster)),
             Role::Api => &mut c,
         };

@@ -98,6 +98,50 @@ struct Shared {
     starts: Batcher<StartRequest, Start>,
     verifies: Batcher<StartRequest, Start>,
     finishes: Batcher<FinishRequest, bool>,
+    due_backlog: Arc<DueBacklog>,
+}
+
+/// Messages past their due instant and not yet delivered. Outcome writes
+/// (and so acks) wait while there are any, for at most `OUTCOME_MAX_DEFER`:
+/// at the top of a burst the database and the broker serve the deliveries
+/// first, and the outcomes follow in a few large statements.
+#[derive(Default)]
+struct DueBacklog {
+    count: std::sync::atomic::AtomicUsize,
+    cleared: tokio::sync::Notify,
+}
+
+const OUTCOME_MAX_DEFER: Duration = Duration::from_secs(2);
+
+impl DueBacklog {
+    fn enter(self: &Arc<Self>) -> DueGuard {
+        self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        DueGuard(self.clone())
+    }
+
+    async fn cleared_or(&self, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let cleared = self.cleared.notified();
+            if self.count.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                return;
+            }
+            tokio::select! {
+                _ = cleared => {}
+                _ = tokio::time::sleep_until(deadline) => return,
+            }
+        }
+    }
+}
+
+struct DueGuard(Arc<DueBacklog>);
+
+impl Drop for DueGuard {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            self.0.cleared.notify_waiters();
+        }
+    }
 }
 
 /// Ledger statements at once and rows per statement. Few statements is the
@@ -156,6 +200,7 @@ async fn consume(
         )
         .await?;
     tracing::info!(worker.id = %config.worker_id, queue = %topology.main_queue, "consuming");
+    let due_backlog = Arc::new(DueBacklog::default());
     let shared = Arc::new(Shared {
         config: config.clone(),
         http,
@@ -178,12 +223,16 @@ async fn consume(
             })
         },
         finishes: {
-            let pg = pg.clone();
+            let (pg, backlog) = (pg.clone(), due_backlog.clone());
             Batcher::spawn(FINISH_BATCH, FINISH_STATEMENTS, move |requests| {
-                let pg = pg.clone();
-                async move { ledger::finish_batch(&pg, requests).await }
+                let (pg, backlog) = (pg.clone(), backlog.clone());
+                async move {
+                    backlog.cleared_or(OUTCOME_MAX_DEFER).await;
+                    ledger::finish_batch(&pg, requests).await
+                }
             })
         },
+        due_backlog,
     });
     let in_flight = Arc::new(Semaphore::new(config.max_in_flight));
     let tasks = TaskTracker::new();
@@ -347,6 +396,7 @@ async fn process(
         _ = token.cancelled() => return Ok(Processed::Stopping),
         _ = tokio::time::sleep(wait) => {}
     }
+    let due_guard = shared.due_backlog.enter();
     if armed_early && !go_on(m, attempt, timed("verify", shared.verifies.call(request)).await?) {
         return Ok(Processed::Done);
     }
@@ -368,6 +418,7 @@ async fn process(
         .record((Utc::now() - started).num_milliseconds() as f64 / 1000.0);
     metrics::histogram!("cronshard_worker_attempt").record(f64::from(attempt));
     drop(permit);
+    drop(due_guard);
     let policy = m.retry.unwrap_or(shared.config.retry_defaults);
     let done = |status, excerpt| FinishRequest::new(m, attempt, redelivered, status, excerpt);
     match outcome {
