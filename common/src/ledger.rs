@@ -6,6 +6,14 @@ use uuid::Uuid;
 
 use crate::message::FireMessage;
 
+/// How often a worker refreshes its row in `worker_heartbeats`.
+pub const WORKER_HEARTBEAT_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// SQL predicate (on a ledger row aliased `l`): its worker has not been
+/// seen for three heartbeats, so whatever it held `running` is lost.
+pub const WORKER_PRESUMED_GONE: &str = "NOT EXISTS (SELECT 1 FROM worker_heartbeats w
+    WHERE w.worker_id = l.worker_id AND w.seen_at > now() - interval '15 seconds')";
+
 /// The ledger rows that count towards a job's `max_runs` (SQL predicate):
 /// fired slots of its schedule, not manual triggers, skips or misses.
 pub const COUNTS_AS_RUN: &str = "trigger <> 'manual' AND status NOT IN ('skipped', 'missed')";

@@ -338,7 +338,8 @@ impl Dispatcher {
     }
 
     /// Delivers again, under the same execution id, rows left `running`
-    /// past their attempt timeout plus the grace: the worker died and its
+    /// past their attempt timeout plus the grace by a worker that is no
+    /// longer alive (no recent heartbeat): the worker died and its
     /// message was lost with a broker that kept nothing (a worker crash alone
     /// is handled sooner, by the broker's redelivery). The lost attempt
     /// counts; the recovered delivery is the next one.
@@ -351,11 +352,13 @@ impl Dispatcher {
         // sweep's to republish if the publish below fails.
         let rows = client
             .query(
+                &format!(
                 "WITH stuck AS (
                      SELECT l.job_id, l.scheduled_at FROM scheduled_jobs l JOIN jobs j ON j.id = l.job_id
                      WHERE l.status = 'running'
                        AND l.started_at < now() - make_interval(secs =>
                              coalesce((j.spec->'target'->>'timeout_ms')::double precision / 1000, 30) + $1)
+                       AND {worker_gone}
                      ORDER BY l.started_at LIMIT 500 FOR UPDATE OF l SKIP LOCKED)
                  UPDATE scheduled_jobs l SET status = 'pending', published_at = NULL, fired_at = now(),
                         error = format('attempt %s never finished (its worker and message were lost); delivering again', l.attempts),
@@ -365,6 +368,8 @@ impl Dispatcher {
                  FROM stuck WHERE l.job_id = stuck.job_id AND l.scheduled_at = stuck.scheduled_at
                  RETURNING l.job_id, l.scheduled_at, l.fire_id, l.execution_id, l.trigger, l.attempts,
                            (SELECT spec FROM jobs WHERE id = l.job_id) AS spec",
+                worker_gone = common::ledger::WORKER_PRESUMED_GONE
+            ),
                 &[&grace],
             )
             .await?;

@@ -101,33 +101,40 @@ struct Shared {
     due_backlog: Arc<DueBacklog>,
 }
 
-/// Messages past their due instant and not yet delivered. Outcome writes
-/// (and so acks) wait while there are any, for at most `OUTCOME_MAX_DEFER`:
-/// at the top of a burst the database and the broker serve the deliveries
-/// first, and the outcomes follow in a few large statements.
-#[derive(Default)]
+/// Messages past their due instant and not yet delivered. While more are
+/// due than can be in delivery at once (a burst: deliveries are queueing),
+/// outcome writes (and so acks) wait, for at most `OUTCOME_MAX_DEFER`, so
+/// that Postgres and the broker serve the deliveries first; the outcomes
+/// follow in a few large statements. Under steady load the backlog stays
+/// within the in-flight limit and outcomes are written at once.
 struct DueBacklog {
     count: std::sync::atomic::AtomicUsize,
-    cleared: tokio::sync::Notify,
+    /// Deliveries that can run at once (`max_in_flight`).
+    queueing_above: usize,
+    drained: tokio::sync::Notify,
 }
 
 const OUTCOME_MAX_DEFER: Duration = Duration::from_secs(2);
 
 impl DueBacklog {
+    fn new(queueing_above: usize) -> Self {
+        Self { count: Default::default(), queueing_above, drained: Default::default() }
+    }
+
     fn enter(self: &Arc<Self>) -> DueGuard {
         self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         DueGuard(self.clone())
     }
 
-    async fn cleared_or(&self, limit: Duration) {
+    async fn drained_or(&self, limit: Duration) {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
-            let cleared = self.cleared.notified();
-            if self.count.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            let drained = self.drained.notified();
+            if self.count.load(std::sync::atomic::Ordering::SeqCst) <= self.queueing_above {
                 return;
             }
             tokio::select! {
-                _ = cleared => {}
+                _ = drained => {}
                 _ = tokio::time::sleep_until(deadline) => return,
             }
         }
@@ -138,8 +145,8 @@ struct DueGuard(Arc<DueBacklog>);
 
 impl Drop for DueGuard {
     fn drop(&mut self) {
-        if self.0.count.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
-            self.0.cleared.notify_waiters();
+        if self.0.count.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == self.0.queueing_above + 1 {
+            self.0.drained.notify_waiters();
         }
     }
 }
@@ -156,7 +163,38 @@ const FINISH_STATEMENTS: usize = 1;
 const FINISH_BATCH: usize = 2000;
 
 /// Runs until `token` is cancelled; reconnects to RabbitMQ with backoff.
+/// Keeps this worker's row in `worker_heartbeats` fresh until `token` is
+/// cancelled, then deletes it. The stuck-`running` sweep leaves alone what a
+/// worker with a fresh heartbeat holds. A failed refresh is retried at the
+/// next beat; three in a row make the rows this worker holds recoverable.
+async fn heartbeat(pg: Pool, worker_id: String, token: CancellationToken) {
+    loop {
+        let beat = async {
+            pg.get()
+                .await?
+                .execute(
+                    "INSERT INTO worker_heartbeats (worker_id, seen_at) VALUES ($1, now())
+                     ON CONFLICT (worker_id) DO UPDATE SET seen_at = now()",
+                    &[&worker_id],
+                )
+                .await?;
+            anyhow::Ok(())
+        };
+        if let Err(e) = beat.await {
+            tracing::warn!(error = %format!("{e:#}"), "worker heartbeat failed");
+        }
+        tokio::select! {
+            _ = token.cancelled() => break,
+            _ = tokio::time::sleep(common::ledger::WORKER_HEARTBEAT_EVERY) => {}
+        }
+    }
+    if let Ok(client) = pg.get().await {
+        let _ = client.execute("DELETE FROM worker_heartbeats WHERE worker_id = $1", &[&worker_id]).await;
+    }
+}
+
 pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> anyhow::Result<()> {
+    let beats = tokio::spawn(heartbeat(pg.clone(), config.worker_id.clone(), token.clone()));
     let http = Arc::new(HttpDelivery::new(SsrfGuard::new(config.allow_cidrs.clone()), config.max_in_flight)?);
     let sqs = Arc::new(SqsDelivery::new(config.aws.clone()));
     let mut backoff = Duration::from_millis(200);
@@ -173,6 +211,7 @@ pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> an
             }
         }
     }
+    let _ = beats.await;
     Ok(())
 }
 
@@ -200,7 +239,7 @@ async fn consume(
         )
         .await?;
     tracing::info!(worker.id = %config.worker_id, queue = %topology.main_queue, "consuming");
-    let due_backlog = Arc::new(DueBacklog::default());
+    let due_backlog = Arc::new(DueBacklog::new(config.max_in_flight));
     let shared = Arc::new(Shared {
         config: config.clone(),
         http,
@@ -227,7 +266,7 @@ async fn consume(
             Batcher::spawn(FINISH_BATCH, FINISH_STATEMENTS, move |requests| {
                 let (pg, backlog) = (pg.clone(), backlog.clone());
                 async move {
-                    backlog.cleared_or(OUTCOME_MAX_DEFER).await;
+                    backlog.drained_or(OUTCOME_MAX_DEFER).await;
                     ledger::finish_batch(&pg, requests).await
                 }
             })
@@ -236,6 +275,11 @@ async fn consume(
     });
     let in_flight = Arc::new(Semaphore::new(config.max_in_flight));
     let tasks = TaskTracker::new();
+    // Ends with this connection: the broker requeues the unacked messages of
+    // a lost connection at once, so those still waiting here must not be
+    // delivered by this session (another worker, or the next session, has
+    // them now).
+    let session = token.child_token();
     let result = loop {
         tokio::select! {
             _ = token.cancelled() => break Ok(()),
@@ -243,8 +287,8 @@ async fn consume(
                 Some(Ok(delivery)) => {
                     let shared = shared.clone();
                     let in_flight = in_flight.clone();
-                    let token = token.clone();
-                    tasks.spawn(async move { handle(shared, delivery, in_flight, token).await });
+                    let session = session.clone();
+                    tasks.spawn(async move { handle(shared, delivery, in_flight, session).await });
                 }
                 Some(Err(e)) => break Err(e.into()),
                 None => break Err(anyhow::anyhow!("consumer cancelled by the broker")),
@@ -254,6 +298,7 @@ async fn consume(
     // Stop taking messages, let in-flight deliveries finish (waiting ones are
     // returned to the queue by `handle`), then close: the broker requeues
     // anything still unacked.
+    session.cancel();
     tasks.close();
     tasks.wait().await;
     let _ = consume_channel.close(200, "worker stopping".into()).await;
@@ -397,12 +442,12 @@ async fn process(
         _ = tokio::time::sleep(wait) => {}
     }
     let due_guard = shared.due_backlog.enter();
+    // The permit comes before the check, so that a slot found still wanted
+    // is delivered at once, not after a queue.
+    let permit = in_flight.acquire().await?;
     if armed_early && !go_on(m, attempt, timed("verify", shared.verifies.call(request)).await?) {
         return Ok(Processed::Done);
     }
-    // The permit bounds callbacks in progress, not ledger work: a burst is
-    // started in a few statements and then delivered as fast as targets allow.
-    let permit = in_flight.acquire().await?;
     let started = Utc::now();
     if attempt == 1 {
         metrics::histogram!("cronshard_worker_lateness_seconds")
@@ -514,5 +559,42 @@ impl Shared {
         );
         headers.insert("x-cronshard-failure-reason".into(), AMQPValue::LongString(reason.into()));
         self.publish_to(&self.topology.failed_queue, m, headers).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn outcomes_wait_only_while_deliveries_queue_and_never_past_the_limit() {
+        let backlog = Arc::new(DueBacklog::new(2));
+        let steady: Vec<DueGuard> = (0..2).map(|_| backlog.enter()).collect();
+        // Within the in-flight limit: no wait at all.
+        let started = tokio::time::Instant::now();
+        backlog.drained_or(OUTCOME_MAX_DEFER).await;
+        assert_eq!(started.elapsed(), Duration::ZERO);
+
+        // A burst: the wait ends when the backlog falls back to the limit.
+        let burst = backlog.enter();
+        let waiter = tokio::spawn({
+            let backlog = backlog.clone();
+            async move {
+                let started = tokio::time::Instant::now();
+                backlog.drained_or(OUTCOME_MAX_DEFER).await;
+                started.elapsed()
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiter.is_finished(), "outcomes must wait while deliveries queue");
+        drop(burst);
+        assert_eq!(waiter.await.unwrap(), Duration::from_millis(300));
+
+        // A burst that does not drain: the wait is bounded.
+        let stuck = backlog.enter();
+        let started = tokio::time::Instant::now();
+        backlog.drained_or(OUTCOME_MAX_DEFER).await;
+        assert_eq!(started.elapsed(), OUTCOME_MAX_DEFER);
+        drop((stuck, steady));
     }
 }

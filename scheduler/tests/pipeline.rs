@@ -401,6 +401,26 @@ async fn a_row_stuck_running_with_its_message_lost_is_delivered_again_under_the_
         )
         .await
         .unwrap();
+    // A slot held just as long by a worker that is alive (say, queued behind
+    // its in-flight limit in a burst): recovering it would deliver it twice.
+    // Its heartbeat is dated ahead so that it stays fresh for the whole test.
+    let held = truncate_ms(Utc::now() - TimeDelta::minutes(6));
+    client
+        .execute(
+            "INSERT INTO scheduled_jobs (job_id, scheduled_at, fire_id, execution_id, status, attempts, worker_id,
+                                         started_at, published_at, fired_at, job_version)
+             VALUES ($1, $2, $3, $4, 'running', 1, 'busy-worker', now() - interval '3 minutes', now(), now(), 1)",
+            &[&id, &held, &uuid::Uuid::now_v7(), &common::execution::execution_id(id, held)],
+        )
+        .await
+        .unwrap();
+    client
+        .execute(
+            "INSERT INTO worker_heartbeats (worker_id, seen_at) VALUES ('busy-worker', now() + interval '1 hour')",
+            &[],
+        )
+        .await
+        .unwrap();
     let mut cfg = stack.node_config("node-a");
     cfg.running_grace = Duration::from_secs(1);
     stack.start_node(cfg);
@@ -410,6 +430,10 @@ async fn a_row_stuck_running_with_its_message_lost_is_delivered_again_under_the_
     })
     .await;
     assert_eq!(row["attempts"], 2, "the lost attempt counts");
+    // The same sweep that recovered the lost row left the live worker's alone.
+    let kept = stack.ledger(&id.to_string(), held).await.unwrap();
+    assert_eq!((kept["status"].as_str(), kept["attempts"].as_i64()), (Some("running"), Some(1)), "{kept}");
+    assert!(sink.received_on("stuck").iter().all(|r| r.execution_id != common::execution::execution_id(id, held)));
     let got = sink.received_on("stuck");
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].execution_id, common::execution::execution_id(id, slot));
