@@ -48,6 +48,37 @@ pub fn pool_with_settings(database_url: &str, max_size: usize, settings: &[(&str
         .context("building the Postgres pool")
 }
 
+/// Runs `statement` again when Postgres chose it as a deadlock victim (it
+/// was rolled back, so nothing of it was applied), up to 3 tries. Multi-row
+/// ledger writes also take their rows in one order, `(job_id,
+/// scheduled_at)` (see `lock_order`), which makes deadlocks rare; this makes
+/// the rare one harmless instead of failing a whole batch.
+pub async fn retry_deadlock<T, F, Fut>(mut statement: F) -> Result<T, tokio_postgres::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+{
+    let mut tries = 1;
+    loop {
+        match statement().await {
+            Err(e) if tries < 3 && e.code() == Some(&tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED) => {
+                tracing::debug!(tries, "deadlock victim; running the statement again");
+                tries += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Indices of `keys` in ledger lock order: every multi-row write sends its
+/// rows sorted by `(job_id, scheduled_at)`, so two writers touching the same
+/// rows take their locks in the same order and cannot deadlock each other.
+pub fn lock_order<K: Ord>(keys: impl Iterator<Item = K>) -> Vec<usize> {
+    let mut keyed: Vec<(K, usize)> = keys.enumerate().map(|(i, k)| (k, i)).collect();
+    keyed.sort();
+    keyed.into_iter().map(|(_, i)| i).collect()
+}
+
 /// Opens one unpooled connection (for LISTEN and for migrations).
 pub async fn connect(database_url: &str) -> anyhow::Result<tokio_postgres::Client> {
     let (client, connection) = tokio_postgres::connect(database_url, NoTls).await?;
@@ -98,4 +129,18 @@ pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
         tracing::info!(migration = %m, "applied migration");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lock_order;
+
+    #[test]
+    fn lock_order_sorts_by_key_and_keeps_every_index_once() {
+        let keys = [(3, 'a'), (1, 'b'), (3, 'a'), (2, 'z'), (1, 'a')];
+        let order = lock_order(keys.iter().copied());
+        assert_eq!(order, [4, 1, 3, 0, 2]);
+        let sorted: Vec<_> = order.iter().map(|&i| keys[i]).collect();
+        assert!(sorted.windows(2).all(|w| w[0] <= w[1]));
+    }
 }

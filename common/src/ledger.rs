@@ -24,18 +24,21 @@ pub async fn mark_published(
     client: &impl deadpool_postgres::GenericClient,
     messages: &[&FireMessage],
 ) -> Result<u64, tokio_postgres::Error> {
-    let job_ids: Vec<Uuid> = messages.iter().map(|m| m.job_id).collect();
-    let times: Vec<DateTime<Utc>> = messages.iter().map(|m| m.scheduled_at).collect();
-    let fire_ids: Vec<Uuid> = messages.iter().map(|m| m.fire_id).collect();
-    client
-        .execute(
+    let order = crate::db::lock_order(messages.iter().map(|m| (m.job_id, m.scheduled_at)));
+    let job_ids: Vec<Uuid> = order.iter().map(|&i| messages[i].job_id).collect();
+    let times: Vec<DateTime<Utc>> = order.iter().map(|&i| messages[i].scheduled_at).collect();
+    let fire_ids: Vec<Uuid> = order.iter().map(|&i| messages[i].fire_id).collect();
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&job_ids, &times, &fire_ids];
+    crate::db::retry_deadlock(|| {
+        client.execute(
             "UPDATE scheduled_jobs s SET published_at = now()
              FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[]) AS p(job_id, scheduled_at, fire_id)
              WHERE s.job_id = p.job_id AND s.scheduled_at = p.scheduled_at AND s.fire_id = p.fire_id
                AND s.published_at IS NULL",
-            &[&job_ids, &times, &fire_ids],
+            &params,
         )
-        .await
+    })
+    .await
 }
 
 /// One entry of a ledger row's `history` (migrations/V3): `{"event", "at",

@@ -75,12 +75,14 @@ pub async fn start_batch(pool: &Pool, worker_id: &str, requests: Vec<StartReques
 }
 
 async fn start_round(client: &ClientWrapper, worker_id: &str, rows: &[&StartRequest]) -> anyhow::Result<Vec<Start>> {
-    let job_ids: Vec<Uuid> = rows.iter().map(|r| r.job_id).collect();
-    let scheduled: Vec<DateTime<Utc>> = rows.iter().map(|r| r.scheduled_at).collect();
-    let fire_ids: Vec<Uuid> = rows.iter().map(|r| r.fire_id).collect();
-    let attempts: Vec<i32> = rows.iter().map(|r| r.attempt).collect();
-    let redelivered: Vec<bool> = rows.iter().map(|r| r.redelivered).collect();
-    let due: Vec<DateTime<Utc>> = rows.iter().map(|r| r.due_at).collect();
+    let sorted: Vec<&StartRequest> =
+        common::db::lock_order(rows.iter().map(|r| (r.job_id, r.scheduled_at))).into_iter().map(|i| rows[i]).collect();
+    let job_ids: Vec<Uuid> = sorted.iter().map(|r| r.job_id).collect();
+    let scheduled: Vec<DateTime<Utc>> = sorted.iter().map(|r| r.scheduled_at).collect();
+    let fire_ids: Vec<Uuid> = sorted.iter().map(|r| r.fire_id).collect();
+    let attempts: Vec<i32> = sorted.iter().map(|r| r.attempt).collect();
+    let redelivered: Vec<bool> = sorted.iter().map(|r| r.redelivered).collect();
+    let due: Vec<DateTime<Utc>> = sorted.iter().map(|r| r.due_at).collect();
     let stmt = client
         .prepare_cached(
             "UPDATE scheduled_jobs l SET status = 'running', attempts = b.attempt, worker_id = $6,
@@ -100,8 +102,9 @@ async fn start_round(client: &ClientWrapper, worker_id: &str, rows: &[&StartRequ
              RETURNING l.job_id, l.scheduled_at",
         )
         .await?;
-    let started: HashSet<Slot> = client
-        .query(&stmt, &[&job_ids, &scheduled, &fire_ids, &attempts, &redelivered, &worker_id, &due])
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
+        [&job_ids, &scheduled, &fire_ids, &attempts, &redelivered, &worker_id, &due];
+    let started: HashSet<Slot> = common::db::retry_deadlock(|| client.query(&stmt, &params))
         .await?
         .iter()
         .map(|row| (row.get(0), row.get(1)))
@@ -279,23 +282,27 @@ pub async fn finish_batch(pool: &Pool, requests: Vec<FinishRequest>) -> anyhow::
              RETURNING l.job_id, l.scheduled_at, l.attempts",
         )
         .await?;
-    let col = |f: fn(&FinishRequest) -> Option<String>| -> Vec<Option<String>> { requests.iter().map(f).collect() };
-    let recorded: HashSet<(Uuid, DateTime<Utc>, i32)> = client
-        .query(
-            &stmt,
-            &[
-                &requests.iter().map(|r| r.job_id).collect::<Vec<_>>(),
-                &requests.iter().map(|r| r.scheduled_at).collect::<Vec<_>>(),
-                &requests.iter().map(|r| r.fire_id).collect::<Vec<_>>(),
-                &requests.iter().map(|r| r.attempt).collect::<Vec<_>>(),
-                &requests.iter().map(|r| r.status).collect::<Vec<_>>(),
-                &requests.iter().map(|r| r.http_status).collect::<Vec<_>>(),
-                &col(|r| r.sqs_message_id.clone()),
-                &col(|r| r.excerpt.clone()),
-                &col(|r| r.error.clone()),
-                &requests.iter().map(|r| r.redelivered).collect::<Vec<_>>(),
-            ],
-        )
+    let sorted: Vec<&FinishRequest> = common::db::lock_order(requests.iter().map(|r| (r.job_id, r.scheduled_at)))
+        .into_iter()
+        .map(|i| &requests[i])
+        .collect();
+    let col =
+        |f: fn(&FinishRequest) -> Option<String>| -> Vec<Option<String>> { sorted.iter().map(|r| f(r)).collect() };
+    let (job_ids, times, fire_ids, attempts, statuses, http_statuses, sqs_ids, excerpts, errors, redelivered) = (
+        sorted.iter().map(|r| r.job_id).collect::<Vec<_>>(),
+        sorted.iter().map(|r| r.scheduled_at).collect::<Vec<_>>(),
+        sorted.iter().map(|r| r.fire_id).collect::<Vec<_>>(),
+        sorted.iter().map(|r| r.attempt).collect::<Vec<_>>(),
+        sorted.iter().map(|r| r.status).collect::<Vec<_>>(),
+        sorted.iter().map(|r| r.http_status).collect::<Vec<_>>(),
+        col(|r| r.sqs_message_id.clone()),
+        col(|r| r.excerpt.clone()),
+        col(|r| r.error.clone()),
+        sorted.iter().map(|r| r.redelivered).collect::<Vec<_>>(),
+    );
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] =
+        [&job_ids, &times, &fire_ids, &attempts, &statuses, &http_statuses, &sqs_ids, &excerpts, &errors, &redelivered];
+    let recorded: HashSet<(Uuid, DateTime<Utc>, i32)> = common::db::retry_deadlock(|| client.query(&stmt, &params))
         .await?
         .iter()
         .map(|row| (row.get(0), row.get(1), row.get(2)))
