@@ -194,9 +194,10 @@ async fn heartbeat(pg: Pool, worker_id: String, token: CancellationToken) {
 }
 
 pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> anyhow::Result<()> {
-    let beats = tokio::spawn(heartbeat(pg.clone(), config.worker_id.clone(), token.clone()));
     let http = Arc::new(HttpDelivery::new(SsrfGuard::new(config.allow_cidrs.clone()), config.max_in_flight)?);
     let sqs = Arc::new(SqsDelivery::new(config.aws.clone()));
+    // Only a worker that can deliver says it is alive.
+    let beats = tokio::spawn(heartbeat(pg.clone(), config.worker_id.clone(), token.clone()));
     let mut backoff = Duration::from_millis(200);
     while !token.is_cancelled() {
         match consume(&config, &pg, http.clone(), sqs.clone(), &token).await {
