@@ -119,7 +119,9 @@ pub struct ExecutionWithHistory {
     /// What happened to the slot, oldest first. Each entry has `event`:
     /// `attempt` (`attempt`, `worker_id`, `started_at`, `finished_at`,
     /// `outcome`, `http_status`, `sqs_message_id`, `error`, `redelivered`),
-    /// `skipped` (`at`, `reason`), `recovered` (`at`) or `replay` (`at`).
+    /// `skipped` (`at`, `reason`), `recovered` (`at`), `released` (`at`,
+    /// `attempt`, `worker_id`: a worker gave back an attempt it did not
+    /// deliver) or `replay` (`at`).
     pub history: Vec<Object>,
 }
 

@@ -9,10 +9,24 @@ use crate::message::FireMessage;
 /// How often a worker refreshes its row in `worker_heartbeats`.
 pub const WORKER_HEARTBEAT_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Three heartbeats: a worker not seen for this long is presumed gone.
+macro_rules! worker_gone_after {
+    () => {
+        "interval '15 seconds'"
+    };
+}
+/// SQL interval literal: how long after its last heartbeat a worker is
+/// presumed gone.
+pub const WORKER_GONE_AFTER_SQL: &str = worker_gone_after!();
+
 /// SQL predicate (on a ledger row aliased `l`): its worker has not been
 /// seen for three heartbeats, so whatever it held `running` is lost.
-pub const WORKER_PRESUMED_GONE: &str = "NOT EXISTS (SELECT 1 FROM worker_heartbeats w
-    WHERE w.worker_id = l.worker_id AND w.seen_at > now() - interval '15 seconds')";
+pub const WORKER_PRESUMED_GONE: &str = concat!(
+    "NOT EXISTS (SELECT 1 FROM worker_heartbeats w
+    WHERE w.worker_id = l.worker_id AND w.seen_at > now() - ",
+    worker_gone_after!(),
+    ")"
+);
 
 /// The ledger rows that count towards a job's `max_runs` (SQL predicate):
 /// fired slots of its schedule, not manual triggers, skips or misses.
@@ -33,8 +47,10 @@ pub async fn mark_published(
         client.execute(
             "UPDATE scheduled_jobs s SET published_at = now()
              FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[]) AS p(job_id, scheduled_at, fire_id)
-             WHERE s.job_id = p.job_id AND s.scheduled_at = p.scheduled_at AND s.fire_id = p.fire_id
-               AND s.published_at IS NULL",
+             WHERE s.job_id = p.job_id AND s.scheduled_at = p.scheduled_at
+               -- Not an index condition (the unpublished index would
+               -- mean a scan of every unpublished row): the key leads.
+               AND (s.fire_id = p.fire_id AND s.published_at IS NULL) IS TRUE",
             &params,
         )
     })

@@ -13,3 +13,13 @@ pub fn init(format: LogFormat) {
         LogFormat::Text => registry.with(fmt::layer().with_target(false)).init(),
     }
 }
+
+/// Runs `work` and records how long it took in the histogram `name` under
+/// `stage`, so that an operator can see where the time goes (and where
+/// work waits).
+pub async fn timed<T>(name: &'static str, stage: &'static str, work: impl std::future::Future<Output = T>) -> T {
+    let started = std::time::Instant::now();
+    let out = work.await;
+    metrics::histogram!(name, "stage" => stage).record(started.elapsed().as_secs_f64());
+    out
+}

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use chrono::Utc;
 use futures::StreamExt;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeleteOptions};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use serde::Serialize;
 use serde_json::json;
@@ -141,10 +141,7 @@ pub async fn measure(args: &CeilingArgs) -> anyhow::Result<Ceiling> {
     let consumed_at = consume.await??;
     let seconds = consumed_at.duration_since(started).as_secs_f64();
 
-    for q in [&topology.main_queue, &topology.failed_queue] {
-        let _ = channel.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await;
-    }
-    let _ = channel.exchange_delete(topology.dlx.as_str().into(), Default::default()).await;
+    let _ = topology.delete(&channel).await;
     let _ = connection.close(200, "done".into()).await;
     Ok(Ceiling {
         messages: total,

@@ -332,13 +332,18 @@ impl Stack {
         Ok(r.json().await?)
     }
 
-    /// Kills every process and drops the database.
+    /// Kills every process, deletes the cluster's queues and drops the
+    /// database. Queues left behind keep their messages: a few runs' worth
+    /// once stalled the broker (and every later run on it) for a minute.
     pub async fn shutdown(mut self) -> anyhow::Result<()> {
         for p in &mut self.procs {
             let _ = p.child.start_kill();
             let _ = p.child.wait().await;
         }
         self.procs.clear();
+        let connection = common::amqp::connect(&common::testing::amqp_url(), "cronshard-loadtest cleanup").await?;
+        common::amqp::Topology::new(&self.cluster).delete(&connection.create_channel().await?).await?;
+        let _ = connection.close(200, "done".into()).await;
         if let Some(db) = self.db.take() {
             db.drop_database().await?;
         }

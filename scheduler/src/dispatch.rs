@@ -32,6 +32,12 @@ use common::redis::Keys;
 
 use common::publisher::Publisher;
 
+/// Times one step of the dispatcher: it does one thing at a time, so a slow
+/// step delays every slot behind it.
+async fn timed<T>(stage: &'static str, work: impl std::future::Future<Output = T>) -> T {
+    common::telemetry::timed("cronshard_dispatch_stage_seconds", stage, work).await
+}
+
 /// One due occurrence of a job, as the timer hands it over.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Slot {
@@ -99,16 +105,16 @@ impl Dispatcher {
         loop {
             tokio::select! {
                 work = batches.recv() => match work {
-                    Some(Work::Fire(slots)) => self.fire(slots, &token).await,
-                    Some(Work::Record(rows)) => self.record(rows).await,
+                    Some(Work::Fire(slots)) => timed("fire", self.fire(slots, &token)).await,
+                    Some(Work::Record(rows)) => timed("record", self.record(rows)).await,
                     None => break,
                 },
-                _ = verify_tick.tick(), if !token.is_cancelled() => self.verify_lost().await,
+                _ = verify_tick.tick(), if !token.is_cancelled() => timed("verify", self.verify_lost()).await,
                 _ = sweep.tick(), if !token.is_cancelled() => {
-                    if let Err(e) = self.sweep_outbox().await {
+                    if let Err(e) = timed("sweep", self.sweep_outbox()).await {
                         tracing::warn!(error = %e, "outbox sweep failed");
                     }
-                    if let Err(e) = self.recover_running().await {
+                    if let Err(e) = timed("recover", self.recover_running()).await {
                         tracing::warn!(error = %e, "recovering stuck running rows failed");
                     }
                 }
@@ -121,7 +127,7 @@ impl Dispatcher {
         if slots.is_empty() {
             return;
         }
-        let won = self.lock(&slots).await;
+        let won = timed("lock", self.lock(&slots)).await;
         let (mine, lost): (Vec<_>, Vec<_>) = slots.into_iter().zip(won).partition(|(_, won)| *won);
         metrics::counter!("cronshard_lock_wins_total").increment(mine.len() as u64);
         metrics::counter!("cronshard_lock_losses_total").increment(lost.len() as u64);
@@ -141,7 +147,7 @@ impl Dispatcher {
         }
         let mut backoff = Duration::from_millis(100);
         let claimed = loop {
-            match self.claim(slots).await {
+            match timed("claim", self.claim(slots)).await {
                 Ok(c) => break c,
                 Err(e) => {
                     tracing::warn!(error = %e, slots = slots.len(), "claiming slots failed; retrying");
@@ -166,7 +172,7 @@ impl Dispatcher {
         let messages: Vec<FireMessage> = claimed.into_iter().map(|c| c.message).collect();
         let mut backoff = Duration::from_millis(100);
         loop {
-            match self.publisher.publish(&messages).await {
+            match timed("publish", self.publisher.publish(&messages)).await {
                 Ok(()) => break,
                 Err(e) => {
                     tracing::warn!(error = %e, messages = messages.len(), "publishing failed; retrying");
@@ -186,7 +192,7 @@ impl Dispatcher {
             metrics::histogram!("cronshard_publish_lead_seconds").record(-lateness);
         }
         metrics::counter!("cronshard_fires_total").increment(messages.len() as u64);
-        if let Err(e) = self.mark_published(&messages).await {
+        if let Err(e) = timed("stamp", self.mark_published(&messages)).await {
             // Harmless: the sweep republishes and the worker drops the duplicate.
             tracing::warn!(error = %e, "stamping published_at failed");
         }

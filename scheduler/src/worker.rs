@@ -43,7 +43,7 @@ use common::message::{ATTEMPT_HEADER, FireMessage};
 
 use self::batch::Batcher;
 use self::http::HttpDelivery;
-use self::ledger::{FinishRequest, Start, StartRequest};
+use self::ledger::{FinishRequest, HeldSlot, Start, StartRequest};
 use self::sqs::SqsDelivery;
 use self::ssrf::SsrfGuard;
 
@@ -89,6 +89,7 @@ impl Outcome {
 
 struct Shared {
     config: WorkerConfig,
+    pg: Pool,
     http: Arc<HttpDelivery>,
     sqs: Arc<SqsDelivery>,
     topology: Topology,
@@ -99,6 +100,39 @@ struct Shared {
     verifies: Batcher<StartRequest, Start>,
     finishes: Batcher<FinishRequest, bool>,
     due_backlog: Arc<DueBacklog>,
+    holding: Arc<Holding>,
+}
+
+/// The slots (with attempt) that a task of this worker is handling. A row
+/// `running` under this worker's id with no entry here has no task: it is an
+/// orphan, which any copy of its message may take back and which
+/// `release_orphans` gives back; one with an entry must be left alone.
+/// Outlives broker sessions: a task of a lost session may still be giving
+/// its row back when the message returns.
+#[derive(Default)]
+struct Holding(std::sync::Mutex<HashSet<HeldSlot>>);
+
+/// A task's entry in `Holding`, removed when the task ends.
+struct Hold<'a> {
+    holding: &'a Holding,
+    slot: HeldSlot,
+}
+
+impl Holding {
+    /// None when another task of this worker handles the same attempt.
+    fn hold(&self, slot: HeldSlot) -> Option<Hold<'_>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(slot).then_some(Hold { holding: self, slot })
+    }
+
+    fn snapshot(&self) -> Vec<HeldSlot> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).iter().copied().collect()
+    }
+}
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        self.holding.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.slot);
+    }
 }
 
 /// Messages past their due instant and not yet delivered. While more are
@@ -161,14 +195,31 @@ const START_STATEMENTS: usize = 2;
 const START_BATCH: usize = 500;
 const FINISH_STATEMENTS: usize = 1;
 const FINISH_BATCH: usize = 2000;
+/// Channels the worker consumes on, sharing the prefetch.
+const CONSUMER_CHANNELS: usize = 8;
+/// Heartbeats between two orphan checks (a scan of this worker's `running`
+/// rows): 30 s.
+const ORPHAN_CHECK_EVERY: u64 = 6;
 
 /// Runs until `token` is cancelled; reconnects to RabbitMQ with backoff.
 /// Keeps this worker's row in `worker_heartbeats` fresh until `token` is
 /// cancelled, then deletes it. The stuck-`running` sweep leaves alone what a
 /// worker with a fresh heartbeat holds. A failed refresh is retried at the
 /// next beat; three in a row make the rows this worker holds recoverable.
-async fn heartbeat(pg: Pool, worker_id: String, token: CancellationToken) {
-    loop {
+/// At start and every `ORPHAN_CHECK_EVERY` beats it also gives back the rows
+/// under its id that no task of it handles.
+async fn heartbeat(pg: Pool, worker_id: String, holding: Arc<Holding>, token: CancellationToken) {
+    for beat_number in 0u64.. {
+        if beat_number % ORPHAN_CHECK_EVERY == 0 {
+            match ledger::release_orphans(&pg, &worker_id, holding.snapshot()).await {
+                Ok(0) => {}
+                Ok(rows) => {
+                    tracing::warn!(rows, "gave back rows running under this worker with no task on them");
+                    metrics::counter!("cronshard_worker_orphans_released_total").increment(rows);
+                }
+                Err(e) => tracing::warn!(error = %format!("{e:#}"), "releasing orphaned rows failed"),
+            }
+        }
         let beat = async {
             pg.get()
                 .await?
@@ -196,11 +247,15 @@ async fn heartbeat(pg: Pool, worker_id: String, token: CancellationToken) {
 pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> anyhow::Result<()> {
     let http = Arc::new(HttpDelivery::new(SsrfGuard::new(config.allow_cidrs.clone()), config.max_in_flight)?);
     let sqs = Arc::new(SqsDelivery::new(config.aws.clone()));
-    // Only a worker that can deliver says it is alive.
-    let beats = tokio::spawn(heartbeat(pg.clone(), config.worker_id.clone(), token.clone()));
+    let holding = Arc::new(Holding::default());
+    // Only a worker that can deliver says it is alive, and it stays so
+    // until its last delivery has ended: a worker presumed gone loses its
+    // `running` rows to redeliveries.
+    let beats_stop = CancellationToken::new();
+    let beats = tokio::spawn(heartbeat(pg.clone(), config.worker_id.clone(), holding.clone(), beats_stop.clone()));
     let mut backoff = Duration::from_millis(200);
     while !token.is_cancelled() {
-        match consume(&config, &pg, http.clone(), sqs.clone(), &token).await {
+        match consume(&config, &pg, http.clone(), sqs.clone(), holding.clone(), &token).await {
             Ok(()) => break,
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "worker lost RabbitMQ; reconnecting");
@@ -212,6 +267,7 @@ pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> an
             }
         }
     }
+    beats_stop.cancel();
     let _ = beats.await;
     Ok(())
 }
@@ -221,28 +277,45 @@ async fn consume(
     pg: &Pool,
     http: Arc<HttpDelivery>,
     sqs: Arc<SqsDelivery>,
+    holding: Arc<Holding>,
     token: &CancellationToken,
 ) -> anyhow::Result<()> {
     let connection = amqp::connect(&config.amqp_url, &format!("cronshard-worker {}", config.worker_id))
         .await
         .context("connecting to RabbitMQ")?;
     let topology = Topology::new(&config.cluster);
-    let consume_channel = connection.create_channel().await?;
-    topology.declare(&consume_channel).await?;
-    consume_channel.basic_qos(config.prefetch, BasicQosOptions::default()).await?;
     let publish = amqp::confirm_channel(&connection).await?;
-    let mut consumer = consume_channel
-        .basic_consume(
-            topology.main_queue.as_str().into(),
-            config.worker_id.as_str().into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
+    topology.declare(&publish).await?;
+    // The prefetch is split over several channels: a pre-armed message is
+    // acked at its due instant, not in the order it arrived, and RabbitMQ
+    // walks a channel's unacked list from the oldest to find it. One list
+    // of 45,000 made each such ack cost ~2 ms of the broker's time and
+    // stalled publishing for seconds (docs/benchmarks.md).
+    let channels = CONSUMER_CHANNELS.min(usize::from(config.prefetch)).max(1);
+    let per_channel = (usize::from(config.prefetch) / channels).max(1) as u16;
+    let mut consume_channels = Vec::with_capacity(channels);
+    let mut consumers = Vec::with_capacity(channels);
+    for i in 0..channels {
+        let channel = connection.create_channel().await?;
+        channel.basic_qos(per_channel, BasicQosOptions::default()).await?;
+        consumers.push(
+            channel
+                .basic_consume(
+                    topology.main_queue.as_str().into(),
+                    format!("{}#{i}", config.worker_id).as_str().into(),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                )
+                .await?,
+        );
+        consume_channels.push(channel);
+    }
+    let mut consumer = futures::stream::select_all(consumers);
     tracing::info!(worker.id = %config.worker_id, queue = %topology.main_queue, "consuming");
     let due_backlog = Arc::new(DueBacklog::new(config.max_in_flight));
     let shared = Arc::new(Shared {
         config: config.clone(),
+        pg: pg.clone(),
         http,
         sqs,
         topology,
@@ -273,6 +346,7 @@ async fn consume(
             })
         },
         due_backlog,
+        holding,
     });
     let in_flight = Arc::new(Semaphore::new(config.max_in_flight));
     let tasks = TaskTracker::new();
@@ -302,18 +376,17 @@ async fn consume(
     session.cancel();
     tasks.close();
     tasks.wait().await;
-    let _ = consume_channel.close(200, "worker stopping".into()).await;
+    for channel in consume_channels {
+        let _ = channel.close(200, "worker stopping".into()).await;
+    }
     let _ = connection.close(200, "worker stopping".into()).await;
     result
 }
 
-/// Times one stage of a message's way through the worker, so an operator can
-/// see where messages wait (ledger start, callback, outcome write, ack).
+/// Times one stage of a message's way through the worker (ledger start,
+/// verify, outcome write, ack).
 async fn timed<T>(stage: &'static str, work: impl std::future::Future<Output = T>) -> T {
-    let started = std::time::Instant::now();
-    let out = work.await;
-    metrics::histogram!("cronshard_worker_stage_seconds", "stage" => stage).record(started.elapsed().as_secs_f64());
-    out
+    common::telemetry::timed("cronshard_worker_stage_seconds", stage, work).await
 }
 
 fn attempt_of(delivery: &Delivery) -> u32 {
@@ -370,23 +443,59 @@ async fn handle(shared: Arc<Shared>, delivery: Delivery, in_flight: Arc<Semaphor
         tracing::debug!(execution.id = %message.execution_id, attempt, x_death_retries = retries, "x-death disagrees with the attempt header; going by the header");
         metrics::counter!("cronshard_worker_x_death_mismatches_total").increment(1);
     }
-    let result = process(&shared, &message, attempt, delivery.redelivered, &in_flight, &token).await;
+    let slot: HeldSlot = (message.job_id, message.scheduled_at, attempt as i32);
+    let Some(hold) = shared.holding.hold(slot) else {
+        // Another task here has this attempt (the copy of a lost session,
+        // still giving its row back): ask again shortly.
+        requeue_after(&delivery, ledger::BUSY_RECHECK_MIN, &token).await;
+        return;
+    };
+    let mut took_row = false;
+    let result = process(&shared, &message, attempt, delivery.redelivered, &in_flight, &token, &mut took_row).await;
+    if took_row && !matches!(result, Ok(Processed::Done)) {
+        // This worker will not deliver it: give the row back at once rather
+        // than make the message's next worker wait until this one is
+        // presumed gone (the orphan check covers a failure here).
+        match ledger::release(&shared.pg, &shared.config.worker_id, slot, message.fire_id).await {
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(execution.id = %message.execution_id, error = %format!("{e:#}"), "giving the row back failed; the orphan check will")
+            }
+        }
+    }
+    drop(hold);
     let outcome = match result {
         Ok(Processed::Done) => timed("ack", delivery.acker.ack(BasicAckOptions::default())).await.map(|_| ()),
-        // Stopping: the message goes back for another worker, which may take
-        // the row over (it is a redelivery).
+        // Stopping: the message goes back for another worker.
         Ok(Processed::Stopping) => {
             delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await.map(|_| ())
+        }
+        Ok(Processed::Busy(wait)) => {
+            metrics::counter!("cronshard_worker_busy_requeues_total").increment(1);
+            requeue_after(&delivery, wait, &token).await;
+            return;
         }
         Err(e) => {
             tracing::warn!(execution.id = %message.execution_id, error = %format!("{e:#}"), "processing failed; message returns to the queue");
             // Requeue after a pause so a database outage does not spin.
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await.map(|_| ())
+            requeue_after(&delivery, Duration::from_secs(1), &token).await;
+            return;
         }
     };
     if let Err(e) = outcome {
         tracing::warn!(execution.id = %message.execution_id, error = %e, "ack failed; the broker will redeliver");
+    }
+}
+
+/// Returns the message to the queue after `wait` (cut short when the
+/// worker stops), so that a message that cannot be decided yet does not spin.
+async fn requeue_after(delivery: &Delivery, wait: Duration, token: &CancellationToken) {
+    tokio::select! {
+        _ = token.cancelled() => {}
+        _ = tokio::time::sleep(wait) => {}
+    }
+    if let Err(e) = delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await {
+        tracing::warn!(error = %e, "requeue failed; the broker will redeliver");
     }
 }
 
@@ -395,6 +504,8 @@ enum Processed {
     Done,
     /// The worker is stopping before the due instant: requeue.
     Stopping,
+    /// Another live task holds the attempt: requeue after this long.
+    Busy(Duration),
 }
 
 /// Whether a start or verification lets the delivery go on; logs why not.
@@ -411,6 +522,8 @@ fn go_on(m: &FireMessage, attempt: u32, start: Start) -> bool {
             metrics::counter!("cronshard_worker_deliveries_total", "outcome" => "skipped").increment(1);
             false
         }
+        // Decided by the caller before it gets here.
+        Start::Busy(_) => false,
     }
 }
 
@@ -421,6 +534,7 @@ async fn process(
     redelivered: bool,
     in_flight: &Semaphore,
     token: &CancellationToken,
+    took_row: &mut bool,
 ) -> anyhow::Result<Processed> {
     let request = StartRequest {
         job_id: m.job_id,
@@ -432,9 +546,15 @@ async fn process(
     };
     // A pre-armed message takes its row at once (arming), so that the burst
     // at the due instant costs a read per slot instead of a row write.
-    if !go_on(m, attempt, timed("start", shared.starts.call(request.clone())).await?) {
+    let start = timed("start", shared.starts.call(request.clone())).await?;
+    if let Start::Busy(wait) = start {
+        tracing::debug!(execution.id = %m.execution_id, attempt, ?wait, "redelivered while a live worker holds the attempt; requeueing");
+        return Ok(Processed::Busy(wait));
+    }
+    if !go_on(m, attempt, start) {
         return Ok(Processed::Done);
     }
+    *took_row = true;
     let armed_early = Utc::now() < m.due_at;
     // Hold the message until its due instant, never earlier.
     let wait = (m.due_at - Utc::now()).to_std().unwrap_or(Duration::ZERO);

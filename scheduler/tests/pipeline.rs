@@ -84,11 +84,13 @@ async fn deleting_or_pausing_a_job_cancels_its_prearmed_slot() {
     let sink = Sink::start().await;
     let mut stack = Stack::start("cancel").await;
     let mut cfg = stack.node_config("node-a");
-    cfg.lookahead = Duration::from_secs(5);
+    cfg.lookahead = Duration::from_secs(10);
     stack.start_node(cfg);
     stack.start_worker(stack.worker_config("worker-a"));
 
-    let due = truncate_ms(Utc::now() + TimeDelta::seconds(3));
+    // Room for a loaded machine (tests run in parallel): the slots must be
+    // armed well before they are due.
+    let due = truncate_ms(Utc::now() + TimeDelta::seconds(6));
     let once = |name: &str| json!({ "name": name, "schedule": { "kind": "once", "at": at(due) }, "target": http_target(&sink.url(name)) });
     let deleted = stack.create_job(once("deleted")).await["id"].as_str().unwrap().to_owned();
     let paused = stack.create_job(once("paused")).await["id"].as_str().unwrap().to_owned();
@@ -98,7 +100,7 @@ async fn deleting_or_pausing_a_job_cancels_its_prearmed_slot() {
     // and the worker arms each row (takes it as `running`) on arrival; the
     // cancellation below must still win, checked at the due instant.
     for id in [&deleted, &paused, &kept] {
-        wait_for("the slot to be armed by the worker", Duration::from_secs(3), || async {
+        wait_for("the slot to be armed by the worker", Duration::from_secs(5), || async {
             stack.ledger(id, due).await.filter(|r| r["status"] == "running" && r["worker_id"] == "worker-a")
         })
         .await;
@@ -438,5 +440,142 @@ async fn a_row_stuck_running_with_its_message_lost_is_delivered_again_under_the_
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].execution_id, common::execution::execution_id(id, slot));
     assert_eq!(got[0].attempt, 2);
+    stack.stop().await;
+}
+
+/// A message comes back to the queue while the row of its attempt is still
+/// `running` under a worker that is alive (its batch failed, or it lost its
+/// broker session, and it may still be delivering): the copy is neither
+/// delivered nor dropped, but requeued until that worker gives the row back
+/// or is presumed gone; then it is delivered, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redelivery_waits_while_a_live_worker_holds_its_attempt_and_is_delivered_once_it_is_gone() {
+    use futures::StreamExt;
+    use lapin::options::{BasicConsumeOptions, BasicNackOptions};
+
+    let sink = Sink::start().await;
+    let mut stack = Stack::start("held").await;
+    let job = stack
+        .create_job(json!({
+            "name": "held",
+            "schedule": { "kind": "cron", "expr": "0 3 * * *", "timezone": "UTC" },
+            "target": http_target(&sink.url("held")),
+        }))
+        .await;
+    let id: uuid::Uuid = job["id"].as_str().unwrap().parse().unwrap();
+    let triggered = stack.post(&format!("/v1/jobs/{id}/trigger")).await;
+    let execution_id = triggered["execution_id"].as_str().unwrap().to_owned();
+
+    // Take the message off the queue as another worker would, and hold its
+    // row `running` under that worker with a fresh heartbeat.
+    let connection = common::amqp::connect(&common::testing::amqp_url(), "test other-worker").await.unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    let queue = common::amqp::Topology::new(&stack.cluster).main_queue;
+    let mut consumer = channel
+        .basic_consume(queue.as_str().into(), "other-worker".into(), BasicConsumeOptions::default(), Default::default())
+        .await
+        .unwrap();
+    let delivery = tokio::time::timeout(Duration::from_secs(10), consumer.next()).await.unwrap().unwrap().unwrap();
+    let client = stack.pg.get().await.unwrap();
+    let held = client
+        .execute(
+            "UPDATE scheduled_jobs SET status = 'running', attempts = 1, worker_id = 'other-worker', started_at = now()
+             WHERE job_id = $1 AND status = 'pending'",
+            &[&id],
+        )
+        .await
+        .unwrap();
+    assert_eq!(held, 1);
+    client
+        .execute("INSERT INTO worker_heartbeats (worker_id, seen_at) VALUES ('other-worker', now())", &[])
+        .await
+        .unwrap();
+    // Its copy goes back to the queue (redelivered) while it stays alive.
+    delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await.unwrap();
+    channel.close(200, "done".into()).await.unwrap();
+    stack.start_worker(stack.worker_config("worker-a"));
+
+    // Heartbeats keep the holder alive; the copy keeps coming back unused.
+    let alive_until = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < alive_until {
+        client
+            .execute("UPDATE worker_heartbeats SET seen_at = now() WHERE worker_id = 'other-worker'", &[])
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(sink.received_on("held").is_empty(), "delivered while a live worker held the attempt");
+    }
+    let row = stack.ledger(&id.to_string(), triggered_slot(&triggered)).await.unwrap();
+    assert_eq!((row["status"].as_str(), row["worker_id"].as_str()), (Some("running"), Some("other-worker")), "{row}");
+
+    // The holder stops beating: three beats later it is presumed gone and
+    // the copy takes the attempt over.
+    let got = wait_for("the delivery once the holder is gone", Duration::from_secs(30), || async {
+        sink.received_on("held").into_iter().next()
+    })
+    .await;
+    assert_eq!((got.execution_id.as_str(), got.attempt), (execution_id.as_str(), 1));
+    let row = wait_for("the outcome", Duration::from_secs(10), || async {
+        stack.ledger(&id.to_string(), triggered_slot(&triggered)).await.filter(|r| r["status"] == "succeeded")
+    })
+    .await;
+    assert_eq!(row["worker_id"], "worker-a");
+    assert_eq!(sink.received_on("held").len(), 1);
+    stack.stop().await;
+}
+
+fn triggered_slot(execution: &serde_json::Value) -> DateTime<Utc> {
+    execution["scheduled_at"].as_str().unwrap().parse().unwrap()
+}
+
+/// A worker restarted under the same id finds a row `running` under that
+/// id with no task on it (its previous life held it; the message is gone):
+/// it gives the row back, marked unpublished, and the outbox sweep delivers
+/// it again under the same execution id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_row_left_running_under_a_restarted_workers_id_is_given_back_and_delivered() {
+    let sink = Sink::start().await;
+    let mut stack = Stack::start("orphan").await;
+    let job = stack
+        .create_job(json!({
+            "name": "orphan",
+            "schedule": { "kind": "cron", "expr": "0 3 * * *", "timezone": "UTC" },
+            "target": http_target(&sink.url("orphan")),
+        }))
+        .await;
+    let id: uuid::Uuid = job["id"].as_str().unwrap().parse().unwrap();
+    let slot = truncate_ms(Utc::now() - TimeDelta::minutes(2));
+    let client = stack.pg.get().await.unwrap();
+    // The node first, and its day partitions: moving a row out of the
+    // default partition would race with the worker's check at start.
+    stack.start_node(stack.node_config("node-a"));
+    let partition = format!("scheduled_jobs_{}", slot.format("%Y%m%d"));
+    wait_for("today's ledger partition", Duration::from_secs(10), || async {
+        let found = client.query_opt("SELECT 1 FROM pg_class WHERE relname = $1", &[&partition]).await.unwrap();
+        found.map(|_| ())
+    })
+    .await;
+    client
+        .execute(
+            "INSERT INTO scheduled_jobs (job_id, scheduled_at, fire_id, execution_id, status, attempts, worker_id,
+                                         started_at, published_at, fired_at, job_version)
+             VALUES ($1, $2, $3, $4, 'running', 1, 'worker-a', now() - interval '1 minute', now(), now(), 1)",
+            &[&id, &slot, &uuid::Uuid::now_v7(), &common::execution::execution_id(id, slot)],
+        )
+        .await
+        .unwrap();
+    stack.start_worker(stack.worker_config("worker-a"));
+    let got = wait_for("the given-back row delivered", Duration::from_secs(20), || async {
+        sink.received_on("orphan").into_iter().next()
+    })
+    .await;
+    assert_eq!((got.execution_id, got.attempt), (common::execution::execution_id(id, slot), 1));
+    let row = wait_for("the outcome", Duration::from_secs(10), || async {
+        stack.ledger(&id.to_string(), slot).await.filter(|r| r["status"] == "succeeded")
+    })
+    .await;
+    let events: Vec<&str> = row["history"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(events, ["released", "attempt"], "{row}");
+    assert_eq!(sink.received_on("orphan").len(), 1);
     stack.stop().await;
 }

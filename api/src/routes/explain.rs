@@ -255,6 +255,12 @@ fn describe_entry(e: &Value) -> String {
             "recovered at {}: found stuck in running past its timeout, delivered again under the same execution id",
             s("at").unwrap_or("(unknown)")
         ),
+        Some("released") => format!(
+            "released at {} by worker {}: it took attempt {} but did not deliver it (it stopped or lost its broker session); the attempt goes to the next worker",
+            s("at").unwrap_or("(unknown)"),
+            s("worker_id").unwrap_or("(unknown)"),
+            e.get("attempt").map_or("?".to_owned(), Value::to_string)
+        ),
         Some("replay") => format!("replayed through the API at {}", s("at").unwrap_or("(unknown)")),
         _ => format!("event {e}"),
     }
@@ -599,5 +605,9 @@ mod tests {
         assert!(describe_entry(&json!({ "event": "skipped", "at": "t", "reason": "paused" })).contains("paused"));
         assert!(describe_entry(&json!({ "event": "replay", "at": "t" })).starts_with("replayed"));
         assert!(describe_entry(&json!({ "event": "recovered", "at": "t" })).starts_with("recovered"));
+        assert!(
+            describe_entry(&json!({ "event": "released", "at": "t", "worker_id": "w", "attempt": 1 }))
+                .starts_with("released at t by worker w: it took attempt 1")
+        );
     }
 }
