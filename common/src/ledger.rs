@@ -43,18 +43,19 @@ pub async fn mark_published(
     let times: Vec<DateTime<Utc>> = order.iter().map(|&i| messages[i].scheduled_at).collect();
     let fire_ids: Vec<Uuid> = order.iter().map(|&i| messages[i].fire_id).collect();
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&job_ids, &times, &fire_ids];
-    crate::db::retry_deadlock(|| {
-        client.execute(
+    // Prepared once per connection: parsing and planning it on each call
+    // cost more than running it.
+    let statement = client
+        .prepare_cached(
             "UPDATE scheduled_jobs s SET published_at = now()
              FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[]) AS p(job_id, scheduled_at, fire_id)
              WHERE s.job_id = p.job_id AND s.scheduled_at = p.scheduled_at
                -- Not an index condition (the unpublished index would
                -- mean a scan of every unpublished row): the key leads.
                AND (s.fire_id = p.fire_id AND s.published_at IS NULL) IS TRUE",
-            &params,
         )
-    })
-    .await
+        .await?;
+    crate::db::retry_deadlock(|| client.execute(&statement, &params)).await
 }
 
 /// One entry of a ledger row's `history` (migrations/V3): `{"event", "at",

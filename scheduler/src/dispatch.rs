@@ -112,10 +112,10 @@ impl Dispatcher {
                 _ = verify_tick.tick(), if !token.is_cancelled() => timed("verify", self.verify_lost()).await,
                 _ = sweep.tick(), if !token.is_cancelled() => {
                     if let Err(e) = timed("sweep", self.sweep_outbox()).await {
-                        tracing::warn!(error = %e, "outbox sweep failed");
+                        tracing::warn!(error = %format!("{e:#}"), "outbox sweep failed");
                     }
                     if let Err(e) = timed("recover", self.recover_running()).await {
-                        tracing::warn!(error = %e, "recovering stuck running rows failed");
+                        tracing::warn!(error = %format!("{e:#}"), "recovering stuck running rows failed");
                     }
                 }
             }
@@ -150,7 +150,7 @@ impl Dispatcher {
             match timed("claim", self.claim(slots)).await {
                 Ok(c) => break c,
                 Err(e) => {
-                    tracing::warn!(error = %e, slots = slots.len(), "claiming slots failed; retrying");
+                    tracing::warn!(error = %format!("{e:#}"), slots = slots.len(), "claiming slots failed; retrying");
                     metrics::counter!("cronshard_claim_retries_total").increment(1);
                     // On shutdown the other owner (or our restart) covers these.
                     if token.is_cancelled() && backoff > Duration::from_secs(2) {
@@ -175,7 +175,7 @@ impl Dispatcher {
             match timed("publish", self.publisher.publish(&messages)).await {
                 Ok(()) => break,
                 Err(e) => {
-                    tracing::warn!(error = %e, messages = messages.len(), "publishing failed; retrying");
+                    tracing::warn!(error = %format!("{e:#}"), messages = messages.len(), "publishing failed; retrying");
                     metrics::counter!("cronshard_publish_retries_total").increment(1);
                     // Claimed rows stay pending: the outbox sweep of any node republishes them.
                     if token.is_cancelled() && backoff > Duration::from_secs(2) {
@@ -194,7 +194,7 @@ impl Dispatcher {
         metrics::counter!("cronshard_fires_total").increment(messages.len() as u64);
         if let Err(e) = timed("stamp", self.mark_published(&messages)).await {
             // Harmless: the sweep republishes and the worker drops the duplicate.
-            tracing::warn!(error = %e, "stamping published_at failed");
+            tracing::warn!(error = %format!("{e:#}"), "stamping published_at failed");
         }
     }
 
@@ -209,13 +209,13 @@ impl Dispatcher {
                     return;
                 }
                 Err(e) if attempt < 20 => {
-                    tracing::warn!(error = %e, "recording misfire decisions failed; retrying");
+                    tracing::warn!(error = %format!("{e:#}"), "recording misfire decisions failed; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
                 Err(e) => {
                     // The next load of these jobs decides the same slots again.
-                    tracing::error!(error = %e, rows = rows.len(), "giving up recording misfire decisions");
+                    tracing::error!(error = %format!("{e:#}"), rows = rows.len(), "giving up recording misfire decisions");
                     return;
                 }
             }
@@ -267,7 +267,7 @@ impl Dispatcher {
             .await;
             match result {
                 Ok(won) => return won,
-                Err(e) => tracing::warn!(error = %e, "Redis lock failed on a shard; trying the next"),
+                Err(e) => tracing::warn!(error = %format!("{e:#}"), "Redis lock failed on a shard; trying the next"),
             }
         }
         tracing::warn!("no Redis shard reachable for locks; the ledger claim decides");
@@ -293,7 +293,7 @@ impl Dispatcher {
             let spec: JobSpec = match serde_json::from_value(row.get("spec")) {
                 Ok(s) => s,
                 Err(e) => {
-                    tracing::error!(job.id = %job_id, error = %e, "claimed a job whose spec does not parse");
+                    tracing::error!(job.id = %job_id, error = %format!("{e:#}"), "claimed a job whose spec does not parse");
                     continue;
                 }
             };
@@ -336,7 +336,7 @@ impl Dispatcher {
                 self.publish(claimed, &token).await;
             }
             Err(e) => {
-                tracing::warn!(error = %e, "verifying lost slots failed; will retry");
+                tracing::warn!(error = %format!("{e:#}"), "verifying lost slots failed; will retry");
                 let retry_at = now + TimeDelta::seconds(1);
                 self.verify.extend(due.into_iter().map(|s| (retry_at, s)));
             }

@@ -89,7 +89,7 @@ fn parse(row: &Row) -> JobRow {
             Ok(spec) => Some(spec),
             Err(e) => {
                 // Only the API writes specs, after validation; never crash a node over one row.
-                tracing::error!(job.id = %id, error = %e, "stored job spec does not parse; ignoring job");
+                tracing::error!(job.id = %id, error = %format!("{e:#}"), "stored job spec does not parse; ignoring job");
                 None
             }
         }
@@ -218,7 +218,7 @@ pub async fn run(
                     return;
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "change feed poll failed; retrying"),
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "change feed poll failed; retrying"),
         }
     }
 }
@@ -258,7 +258,7 @@ async fn listen(database_url: String, wake: mpsc::Sender<()>, token: Cancellatio
         }
         .await;
         if let Err(e) = result {
-            tracing::warn!(error = %e, "job change LISTEN connection lost; reconnecting");
+            tracing::warn!(error = %format!("{e:#}"), "job change LISTEN connection lost; reconnecting");
             tokio::select! {
                 _ = token.cancelled() => return,
                 _ = tokio::time::sleep(backoff) => {}

@@ -102,7 +102,7 @@ impl Membership {
                 _ = token.cancelled() => break,
                 _ = beat.tick() => match self.beat().await {
                     Ok(_) => metrics::gauge!("cronshard_heartbeat_last_success_timestamp_seconds").set(Utc::now().timestamp() as f64),
-                    Err(e) => tracing::warn!(node.id = %self.node_id, error = %e, "heartbeat failed on every Redis shard"),
+                    Err(e) => tracing::warn!(node.id = %self.node_id, error = %format!("{e:#}"), "heartbeat failed on every Redis shard"),
                 },
                 _ = refresh.tick() => {
                     if let Some(live) = self.live_set().await {

@@ -171,7 +171,7 @@ impl State {
         let schedule = match spec.compile(row.created_at) {
             Ok(s) => s,
             Err(e) => {
-                tracing::error!(job.id = %row.id, error = %e, "stored schedule does not compile; ignoring job");
+                tracing::error!(job.id = %row.id, error = %format!("{e:#}"), "stored schedule does not compile; ignoring job");
                 return;
             }
         };
@@ -299,7 +299,7 @@ impl Node {
             owned_jobs: owned_jobs.clone(),
         };
         if let Err(e) = membership.beat().await {
-            tracing::warn!(error = %e, "first heartbeat failed; starting alone until Redis answers");
+            tracing::warn!(error = %format!("{e:#}"), "first heartbeat failed; starting alone until Redis answers");
         }
         let initial_members = membership.live_set().await.unwrap_or_else(|| vec![cfg.node_id.clone()]);
         tracing::info!(node.id = %cfg.node_id, members = ?initial_members, "joining cluster");
@@ -318,7 +318,7 @@ impl Node {
                     match feed::initial_load(&pool, lookback, &tx).await {
                         Ok(xmin) => break xmin,
                         Err(e) => {
-                            tracing::warn!(error = %e, "loading jobs failed; retrying");
+                            tracing::warn!(error = %format!("{e:#}"), "loading jobs failed; retrying");
                             tokio::select! {
                                 _ = t.cancelled() => return,
                                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -448,7 +448,7 @@ async fn fetch_gained(pool: PgPool, ids: Vec<Uuid>, lookback: Duration, out: mps
                     break;
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "fetching gained jobs failed; retrying");
+                    tracing::warn!(error = %format!("{e:#}"), "fetching gained jobs failed; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
@@ -472,7 +472,7 @@ async fn maintain_partitions(database_url: String, every: Duration, retention: R
         }
         .await;
         if let Err(e) = result {
-            tracing::warn!(error = %e, "ledger partition maintenance failed");
+            tracing::warn!(error = %format!("{e:#}"), "ledger partition maintenance failed");
         }
     }
 }

@@ -196,7 +196,7 @@ const START_BATCH: usize = 500;
 const FINISH_STATEMENTS: usize = 1;
 const FINISH_BATCH: usize = 2000;
 /// Channels the worker consumes on, sharing the prefetch.
-const CONSUMER_CHANNELS: usize = 8;
+const CONSUMER_CHANNELS: usize = 32;
 /// Heartbeats between two orphan checks (a scan of this worker's `running`
 /// rows): 30 s.
 const ORPHAN_CHECK_EVERY: u64 = 6;

@@ -83,7 +83,11 @@ async fn main() -> anyhow::Result<()> {
         Retention { ahead_days: args.ledger_partitions_ahead_days, retention_days: args.ledger_retention_days };
     let node = Node {
         config,
-        pg: common::db::pool(&args.service.database_url, args.service.database_pool_size)?,
+        pg: common::db::pool_with_settings(
+            &args.service.database_url,
+            args.service.database_pool_size,
+            common::db::GENERIC_PLANS,
+        )?,
         redis: common::redis::pools(&args.service.redis_urls)?,
     };
     let token = common::shutdown::token_on_signal();
