@@ -51,7 +51,7 @@ impl Topology {
                 FieldTable::default(),
             )
             .await?;
-        channel.queue_declare(self.failed_queue.as_str().into(), durable, classic_v2()).await?;
+        channel.queue_declare(self.failed_queue.as_str().into(), durable, FieldTable::default()).await?;
         channel
             .queue_bind(
                 self.failed_queue.as_str().into(),
@@ -61,7 +61,7 @@ impl Topology {
                 FieldTable::default(),
             )
             .await?;
-        let mut args = classic_v2();
+        let mut args = FieldTable::default();
         args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString(self.dlx.as_str().into()));
         args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(self.failed_queue.as_str().into()));
         channel.queue_declare(self.main_queue.as_str().into(), durable, args).await?;
@@ -81,7 +81,7 @@ impl Topology {
     /// Declares the retry queue for one delay and returns its name.
     pub async fn declare_retry_queue(&self, channel: &Channel, delay_ms: u64) -> lapin::Result<String> {
         let name = self.retry_queue(delay_ms);
-        let mut args = classic_v2();
+        let mut args = FieldTable::default();
         args.insert("x-message-ttl".into(), AMQPValue::LongLongInt(delay_ms as i64));
         args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
         args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(self.main_queue.as_str().into()));
@@ -92,18 +92,6 @@ impl Topology {
             .await?;
         Ok(name)
     }
-}
-
-/// Queue arguments selecting the version-2 classic queue index. The main
-/// queue holds every pre-armed message until its due instant (tens of
-/// thousands at a few thousand fires/s); the version-1 index embeds such
-/// small persistent messages in a journal whose flushes stalled the broker,
-/// publishers and consumers alike, for 15 s at a time in the steady
-/// benchmark (RabbitMQ 3.10). Version 2 is the default from 3.12 on.
-fn classic_v2() -> FieldTable {
-    let mut args = FieldTable::default();
-    args.insert("x-queue-version".into(), AMQPValue::LongInt(2));
-    args
 }
 
 /// A channel in publisher-confirm mode.

@@ -195,6 +195,9 @@ const START_STATEMENTS: usize = 2;
 const START_BATCH: usize = 500;
 const FINISH_STATEMENTS: usize = 1;
 const FINISH_BATCH: usize = 2000;
+/// How long a failed outcome write is retried before the message is handed
+/// back (and so delivered again).
+const OUTCOME_RETRY_FOR: Duration = Duration::from_secs(30);
 /// Channels the worker consumes on, sharing the prefetch.
 const CONSUMER_CHANNELS: usize = 32;
 /// Heartbeats between two orphan checks (a scan of this worker's `running`
@@ -618,7 +621,24 @@ async fn process(
 
 impl Shared {
     async fn finish(&self, m: &FireMessage, request: FinishRequest) -> anyhow::Result<()> {
-        if !timed("finish", self.finishes.call(request)).await? {
+        // The callback has been made: a failed write is tried again for a
+        // while rather than handing the message back, which would deliver
+        // it a second time.
+        let give_up_at = std::time::Instant::now() + OUTCOME_RETRY_FOR;
+        let mut backoff = Duration::from_millis(100);
+        let recorded = loop {
+            match timed("finish", self.finishes.call(request.clone())).await {
+                Ok(recorded) => break recorded,
+                Err(e) if std::time::Instant::now() + backoff < give_up_at => {
+                    tracing::warn!(execution.id = %m.execution_id, error = %format!("{e:#}"), "recording the outcome failed; trying again");
+                    metrics::counter!("cronshard_worker_outcome_retries_total").increment(1);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        if !recorded {
             // Another delivery of this attempt took the row back (this one
             // was presumed dead); its outcome stands.
             tracing::debug!(execution.id = %m.execution_id, "outcome not recorded: the row moved on");
