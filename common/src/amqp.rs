@@ -78,6 +78,14 @@ impl Topology {
         channel.exchange_delete(self.dlx.as_str().into(), Default::default()).await
     }
 
+    /// Connects to `amqp_url` and deletes this cluster's queues (`delete`).
+    pub async fn delete_at(&self, amqp_url: &str) -> anyhow::Result<()> {
+        let connection = connect(amqp_url, "cronshard cleanup").await?;
+        let deleted = self.delete(&connection.create_channel().await?).await;
+        let _ = connection.close(200, "done".into()).await;
+        Ok(deleted?)
+    }
+
     /// Declares the retry queue for one delay and returns its name.
     pub async fn declare_retry_queue(&self, channel: &Channel, delay_ms: u64) -> lapin::Result<String> {
         let name = self.retry_queue(delay_ms);

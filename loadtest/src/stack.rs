@@ -341,9 +341,7 @@ impl Stack {
             let _ = p.child.wait().await;
         }
         self.procs.clear();
-        let connection = common::amqp::connect(&common::testing::amqp_url(), "cronshard-loadtest cleanup").await?;
-        common::amqp::Topology::new(&self.cluster).delete(&connection.create_channel().await?).await?;
-        let _ = connection.close(200, "done".into()).await;
+        common::amqp::Topology::new(&self.cluster).delete_at(&common::testing::amqp_url()).await?;
         if let Some(db) = self.db.take() {
             db.drop_database().await?;
         }

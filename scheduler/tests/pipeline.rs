@@ -394,28 +394,12 @@ async fn a_row_stuck_running_with_its_message_lost_is_delivered_again_under_the_
     // A slot whose worker died mid-attempt and whose message the broker lost.
     let slot = truncate_ms(Utc::now() - TimeDelta::minutes(5));
     let client = stack.pg.get().await.unwrap();
-    client
-        .execute(
-            "INSERT INTO scheduled_jobs (job_id, scheduled_at, fire_id, execution_id, status, attempts, worker_id,
-                                         started_at, published_at, fired_at, job_version)
-             VALUES ($1, $2, $3, $4, 'running', 1, 'lost-worker', now() - interval '3 minutes', now(), now(), 1)",
-            &[&id, &slot, &uuid::Uuid::now_v7(), &common::execution::execution_id(id, slot)],
-        )
-        .await
-        .unwrap();
+    insert_running_row(&client, id, slot, "lost-worker", "3 minutes").await;
     // A slot held just as long by a worker that is alive (say, queued behind
     // its in-flight limit in a burst): recovering it would deliver it twice.
     // Its heartbeat is dated ahead so that it stays fresh for the whole test.
     let held = truncate_ms(Utc::now() - TimeDelta::minutes(6));
-    client
-        .execute(
-            "INSERT INTO scheduled_jobs (job_id, scheduled_at, fire_id, execution_id, status, attempts, worker_id,
-                                         started_at, published_at, fired_at, job_version)
-             VALUES ($1, $2, $3, $4, 'running', 1, 'busy-worker', now() - interval '3 minutes', now(), now(), 1)",
-            &[&id, &held, &uuid::Uuid::now_v7(), &common::execution::execution_id(id, held)],
-        )
-        .await
-        .unwrap();
+    insert_running_row(&client, id, held, "busy-worker", "3 minutes").await;
     client
         .execute(
             "INSERT INTO worker_heartbeats (worker_id, seen_at) VALUES ('busy-worker', now() + interval '1 hour')",
@@ -555,15 +539,7 @@ async fn a_row_left_running_under_a_restarted_workers_id_is_given_back_and_deliv
         found.map(|_| ())
     })
     .await;
-    client
-        .execute(
-            "INSERT INTO scheduled_jobs (job_id, scheduled_at, fire_id, execution_id, status, attempts, worker_id,
-                                         started_at, published_at, fired_at, job_version)
-             VALUES ($1, $2, $3, $4, 'running', 1, 'worker-a', now() - interval '1 minute', now(), now(), 1)",
-            &[&id, &slot, &uuid::Uuid::now_v7(), &common::execution::execution_id(id, slot)],
-        )
-        .await
-        .unwrap();
+    insert_running_row(&client, id, slot, "worker-a", "1 minute").await;
     stack.start_worker(stack.worker_config("worker-a"));
     let got = wait_for("the given-back row delivered", Duration::from_secs(20), || async {
         sink.received_on("orphan").into_iter().next()
@@ -578,4 +554,25 @@ async fn a_row_left_running_under_a_restarted_workers_id_is_given_back_and_deliv
     assert_eq!(events, ["released", "attempt"], "{row}");
     assert_eq!(sink.received_on("orphan").len(), 1);
     stack.stop().await;
+}
+
+/// A ledger row for attempt 1 of `slot`, `running` under `worker` since
+/// `started_ago` (an SQL interval) and published: what a worker leaves
+/// behind when it stops mid-attempt.
+async fn insert_running_row(
+    client: &tokio_postgres::Client,
+    id: uuid::Uuid,
+    slot: DateTime<Utc>,
+    worker: &str,
+    started_ago: &str,
+) {
+    client
+        .execute(
+            "INSERT INTO scheduled_jobs (job_id, scheduled_at, fire_id, execution_id, status, attempts, worker_id,
+                                         started_at, published_at, fired_at, job_version)
+             VALUES ($1, $2, $3, $4, 'running', 1, $5, now() - $6::text::interval, now(), now(), 1)",
+            &[&id, &slot, &uuid::Uuid::now_v7(), &common::execution::execution_id(id, slot), &worker, &started_ago],
+        )
+        .await
+        .unwrap();
 }

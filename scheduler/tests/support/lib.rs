@@ -240,12 +240,7 @@ impl Stack {
             let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
         }
         // The broker is shared by every run: leave nothing behind.
-        if let Ok(connection) = common::amqp::connect(&common::testing::amqp_url(), "test cleanup").await {
-            if let Ok(channel) = connection.create_channel().await {
-                let _ = common::amqp::Topology::new(&self.cluster).delete(&channel).await;
-            }
-            let _ = connection.close(200, "done".into()).await;
-        }
+        let _ = common::amqp::Topology::new(&self.cluster).delete_at(&common::testing::amqp_url()).await;
     }
 }
 
