@@ -85,6 +85,9 @@ pub struct Execution {
     pub scheduler_node: Option<String>,
     pub worker_id: Option<String>,
     pub fired_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// When the broker confirmed the message. Stays null when a worker had
+    /// already started the row by then (the stamp only serves the outbox
+    /// sweep, which looks at pending rows).
     pub published_at: Option<chrono::DateTime<chrono::Utc>>,
     pub started_at: Option<chrono::DateTime<chrono::Utc>>,
     pub finished_at: Option<chrono::DateTime<chrono::Utc>>,

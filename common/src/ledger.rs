@@ -33,7 +33,10 @@ pub const WORKER_PRESUMED_GONE: &str = concat!(
 pub const COUNTS_AS_RUN: &str = "trigger <> 'manual' AND status NOT IN ('skipped', 'missed')";
 
 /// Stamps `published_at` on the rows of confirmed messages, in one
-/// statement. A row re-claimed under another fire id since is left alone.
+/// statement. A row re-claimed under another fire id since is left alone,
+/// and so is one a worker has already started: only `pending` rows are the
+/// outbox sweep's, and skipping the others saves a row version per slot
+/// whenever the worker is first (a pre-armed message often is).
 pub async fn mark_published(
     client: &impl deadpool_postgres::GenericClient,
     messages: &[&FireMessage],
@@ -52,7 +55,7 @@ pub async fn mark_published(
              WHERE s.job_id = p.job_id AND s.scheduled_at = p.scheduled_at
                -- Not an index condition (the unpublished index would
                -- mean a scan of every unpublished row): the key leads.
-               AND (s.fire_id = p.fire_id AND s.published_at IS NULL) IS TRUE",
+               AND (s.fire_id = p.fire_id AND s.published_at IS NULL AND s.status = 'pending') IS TRUE",
         )
         .await?;
     crate::db::retry_deadlock(|| client.execute(&statement, &params)).await

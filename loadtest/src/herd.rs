@@ -76,6 +76,7 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let usage = sampler.stop().await;
     let got = receiver.snapshot();
+    let ledger = stack.ledger_by_status().await?;
     stack.shutdown().await?;
 
     let t = tally(&jobs, due, due + TimeDelta::milliseconds(1), &got);
@@ -96,6 +97,9 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
         ),
     );
     t.rows(&mut report, "");
+    for (status, n) in &ledger {
+        report.row(format!("  ledger: {status}"), fmt_int(*n));
+    }
     let first = t.first_received.iter().min().copied();
     let last = t.first_received.iter().max().copied();
     let mut drain = None;
@@ -125,6 +129,7 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     report.data("worker_prefetch", args.stack.worker_prefetch);
     report.data("creates_per_second", (args.jobs as f64 / create_secs).round());
     report.data("tally", &t);
+    report.data("ledger_by_status", &ledger);
     report.data("lateness", t.lateness());
     report.data("earliest_ms", first.map(|f| (f - due).num_milliseconds()));
     report.data("last_delivery_after_due_ms", last.map(|l| (l - due).num_milliseconds()));

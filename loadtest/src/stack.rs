@@ -65,6 +65,10 @@ pub struct StackArgs {
     /// (default: discarded).
     #[arg(long)]
     pub stack_log_dir: Option<PathBuf>,
+    /// Keep the run's database at the end (its name is printed), to read
+    /// the ledger of a run that went wrong.
+    #[arg(long)]
+    pub keep_db: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -332,6 +336,16 @@ impl Stack {
         Ok(r.json().await?)
     }
 
+    /// Ledger rows by status, read from the database directly (a whole-table
+    /// count is no API call): where the slots that were not delivered are.
+    pub async fn ledger_by_status(&self) -> anyhow::Result<Vec<(String, i64)>> {
+        let db = self.db.as_ref().context("the stack is shut down")?;
+        let client = common::db::connect(&db.url).await?;
+        let rows =
+            client.query("SELECT status, count(*) FROM scheduled_jobs GROUP BY status ORDER BY status", &[]).await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
     /// Kills every process, deletes the cluster's queues and drops the
     /// database. Queues left behind keep their messages: a few runs' worth
     /// once stalled the broker (and every later run on it) for a minute.
@@ -343,7 +357,11 @@ impl Stack {
         self.procs.clear();
         common::amqp::Topology::new(&self.cluster).delete_at(&common::testing::amqp_url()).await?;
         if let Some(db) = self.db.take() {
-            db.drop_database().await?;
+            if self.args.keep_db {
+                eprintln!("kept the database {} (--keep-db)", db.url);
+            } else {
+                db.drop_database().await?;
+            }
         }
         Ok(())
     }

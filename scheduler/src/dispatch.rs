@@ -32,11 +32,26 @@ use common::redis::Keys;
 
 use common::publisher::Publisher;
 
+/// SQL predicate on a ledger row `l`: skipped when an older version of its
+/// job had armed it, so the job at `$version` may claim the slot again.
+macro_rules! retakeable_by {
+    ($version:literal) => {
+        concat!("(l.status = 'skipped' AND l.reason IN ('superseded', 'paused') AND l.job_version < ", $version, ")")
+    };
+}
+
 /// Times one step of the dispatcher: it does one thing at a time, so a slow
 /// step delays every slot behind it.
 async fn timed<T>(stage: &'static str, work: impl std::future::Future<Output = T>) -> T {
     common::telemetry::timed("cronshard_dispatch_stage_seconds", stage, work).await
 }
+
+/// Slots claimed, published and stamped together. A claimed row waits for
+/// its stamp until its whole chunk is published, and the outbox sweep of
+/// every node republishes a row unstamped for `outbox_grace` (10 s): a
+/// 10,000-slot batch published at the broker's pace during a herd took
+/// longer than that, and ~900 rows per 100,000 went out twice.
+const CLAIM_CHUNK: usize = 1_000;
 
 /// One due occurrence of a job, as the timer hands it over.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,7 +153,9 @@ impl Dispatcher {
             self.verify.push_back((verify_at(&slot), slot));
         }
         let mine: Vec<Slot> = mine.into_iter().map(|(s, _)| s).collect();
-        self.claim_and_publish(&mine, token).await;
+        for chunk in mine.chunks(CLAIM_CHUNK) {
+            self.claim_and_publish(chunk, token).await;
+        }
     }
 
     async fn claim_and_publish(&mut self, slots: &[Slot], token: &CancellationToken) {
@@ -275,7 +292,13 @@ impl Dispatcher {
     }
 
     /// Inserts ledger rows for the slots; returns those this node inserted.
+    /// Slots go in lock order: a conflicting row is locked as it is met.
     async fn claim(&self, slots: &[Slot]) -> anyhow::Result<Vec<Claimed>> {
+        if slots.is_empty() {
+            return Ok(Vec::new());
+        }
+        let order = common::db::lock_order(slots.iter().map(|s| (s.job_id, s.scheduled_at)));
+        let slots: Vec<&Slot> = order.into_iter().map(|i| &slots[i]).collect();
         let client = self.pg.get().await?;
         let job_ids: Vec<Uuid> = slots.iter().map(|s| s.job_id).collect();
         let times: Vec<DateTime<Utc>> = slots.iter().map(|s| s.scheduled_at).collect();
@@ -320,10 +343,14 @@ impl Dispatcher {
         if due.is_empty() {
             return;
         }
-        // Claiming is idempotent: slots the winner did claim simply conflict.
         let token = CancellationToken::new();
         let before = due.len();
-        match self.claim(&due).await {
+        let claimed = async {
+            let unclaimed = unclaimed(&self.pg, due.clone()).await?;
+            // Claiming is idempotent: a slot the winner claims meanwhile simply conflicts.
+            self.claim(&unclaimed).await
+        };
+        match claimed.await {
             Ok(claimed) => {
                 if !claimed.is_empty() {
                     tracing::warn!(
@@ -435,10 +462,41 @@ impl Dispatcher {
     }
 }
 
+/// The slots the claim could still insert or re-take: no ledger row, or
+/// one skipped for an older version. A read, because the claim's `ON
+/// CONFLICT DO UPDATE` locks every conflicting row even where its `WHERE`
+/// declines the update: claiming every lost slot (half of all slots,
+/// with two owners) cost a row lock each, on rows the workers were
+/// writing at that moment, and deadlocked with them.
+pub async fn unclaimed(pg: &PgPool, slots: Vec<Slot>) -> anyhow::Result<Vec<Slot>> {
+    if slots.is_empty() {
+        return Ok(slots);
+    }
+    let client = pg.get().await?;
+    let stmt = client
+        .prepare_cached(concat!(
+            "SELECT b.i FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[])
+                             WITH ORDINALITY AS b(job_id, scheduled_at, job_version, i)
+             WHERE NOT EXISTS (
+                 SELECT 1 FROM scheduled_jobs l WHERE l.job_id = b.job_id AND l.scheduled_at = b.scheduled_at
+                   AND ",
+            retakeable_by!("b.job_version"),
+            " IS NOT TRUE)"
+        ))
+        .await?;
+    let job_ids: Vec<Uuid> = slots.iter().map(|s| s.job_id).collect();
+    let times: Vec<DateTime<Utc>> = slots.iter().map(|s| s.scheduled_at).collect();
+    let versions: Vec<i64> = slots.iter().map(|s| s.job_version).collect();
+    let open: std::collections::HashSet<i64> =
+        client.query(&stmt, &[&job_ids, &times, &versions]).await?.iter().map(|row| row.get(0)).collect();
+    Ok(slots.into_iter().enumerate().filter(|(i, _)| open.contains(&(*i as i64 + 1))).map(|(_, s)| s).collect())
+}
+
 /// The claim: insert each slot of a job that still exists, is not paused and
 /// has the version the timer used; re-take a row only when it was skipped
 /// because an older version of the job had pre-armed it.
-const CLAIM_SQL: &str = "
+const CLAIM_SQL: &str = concat!(
+    "
 WITH slots AS (
     SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[], $4::uuid[], $5::text[], $6::text[])
         AS s(job_id, scheduled_at, job_version, fire_id, execution_id, trigger)
@@ -452,8 +510,11 @@ WITH slots AS (
         SET fire_id = EXCLUDED.fire_id, status = 'pending', scheduler_node = EXCLUDED.scheduler_node,
             fired_at = EXCLUDED.fired_at, job_version = EXCLUDED.job_version, published_at = NULL,
             reason = NULL, finished_at = NULL
-        WHERE l.status = 'skipped' AND l.reason IN ('superseded', 'paused') AND l.job_version < EXCLUDED.job_version
+        WHERE ",
+    retakeable_by!("EXCLUDED.job_version"),
+    "
     RETURNING l.job_id, l.scheduled_at, l.fire_id, l.execution_id, l.trigger
 )
 SELECT c.job_id, c.scheduled_at, c.fire_id, c.execution_id, c.trigger, j.spec
-FROM claimed c JOIN jobs j ON j.id = c.job_id";
+FROM claimed c JOIN jobs j ON j.id = c.job_id"
+);

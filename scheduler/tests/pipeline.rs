@@ -576,3 +576,61 @@ async fn insert_running_row(
         .await
         .unwrap();
 }
+
+/// The lost-lock check must only read: the claim's `ON CONFLICT DO UPDATE`
+/// locks each conflicting row, so claiming slots the lock winner already
+/// claimed waited on (and deadlocked with) the workers writing those rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checking_lost_slots_reads_without_waiting_on_row_locks_and_finds_only_claimable_ones() {
+    use scheduler::dispatch::{Slot, unclaimed};
+    let db = common::testing::TestDb::new().await.unwrap();
+    let pool = common::db::pool(&db.url, 2).unwrap();
+    let client = common::db::connect(&db.url).await.unwrap();
+    let job = uuid::Uuid::now_v7();
+    client.execute("INSERT INTO jobs (id, name, spec, version) VALUES ($1, 'lost', '{}', 2)", &[&job]).await.unwrap();
+    let t0 = truncate_ms(Utc::now());
+    let slot = |secs: i64| Slot {
+        job_id: job,
+        scheduled_at: t0 + TimeDelta::seconds(secs),
+        job_version: 2,
+        trigger: common::message::Trigger::Schedule,
+    };
+    // 0: claimed by the winner and being delivered; 1: nobody claimed it;
+    // 2: skipped when version 1 had armed it (version 2 may re-take it);
+    // 3: skipped because it was deleted (final).
+    for (secs, status, reason, version) in
+        [(0, "running", None, 2i64), (2, "skipped", Some("superseded"), 1), (3, "skipped", Some("deleted"), 2)]
+    {
+        let at = t0 + TimeDelta::seconds(secs);
+        client
+            .execute(
+                "INSERT INTO scheduled_jobs (job_id, scheduled_at, fire_id, execution_id, status, reason, job_version)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                &[
+                    &job,
+                    &at,
+                    &uuid::Uuid::now_v7(),
+                    &common::execution::execution_id(job, at),
+                    &status,
+                    &reason,
+                    &version,
+                ],
+            )
+            .await
+            .unwrap();
+    }
+    // A worker's write in progress on slot 0's row.
+    let mut holder = common::db::connect(&db.url).await.unwrap();
+    let tx = holder.transaction().await.unwrap();
+    tx.execute("SELECT 1 FROM scheduled_jobs WHERE job_id = $1 AND scheduled_at = $2 FOR UPDATE", &[&job, &t0])
+        .await
+        .unwrap();
+
+    let open = tokio::time::timeout(Duration::from_secs(5), unclaimed(&pool, (0..4).map(slot).collect()))
+        .await
+        .expect("the check waited on a row lock")
+        .unwrap();
+    let open: Vec<i64> = open.iter().map(|s| (s.scheduled_at - t0).num_seconds()).collect();
+    assert_eq!(open, [1, 2]);
+    tx.rollback().await.unwrap();
+}

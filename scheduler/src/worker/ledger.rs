@@ -277,7 +277,9 @@ pub async fn release(pool: &Pool, worker_id: &str, slot: HeldSlot, fire_id: Uuid
         .await?
         .execute(
             &format!(
-                "UPDATE scheduled_jobs l SET {RELEASED}
+                // The broker requeues the message: the row has one out, and
+                // the outbox sweep must not publish another.
+                "UPDATE scheduled_jobs l SET {RELEASED}, published_at = coalesce(l.published_at, now())
                  WHERE l.job_id = $1 AND l.scheduled_at = $2 AND l.fire_id = $3 AND l.attempts = $4
                    AND l.status = 'running' AND l.worker_id = $5"
             ),
