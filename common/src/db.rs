@@ -16,11 +16,27 @@ pub fn pool(database_url: &str, max_size: usize) -> anyhow::Result<Pool> {
     pool_with_settings(database_url, max_size, &[])
 }
 
-/// Session settings for hot paths that run one statement shape over the
-/// partitioned ledger. A custom plan is re-planned against every day
-/// partition on each execution (2–4 ms, far more than running it); the
-/// generic plan prunes partitions at run time just as well.
-pub const GENERIC_PLANS: &[(&str, &str)] = &[("plan_cache_mode", "force_generic_plan")];
+/// Session settings for the scheduler's and the worker's pools, whose hot
+/// statements look rows up by key over the partitioned ledger, from arrays.
+///
+/// - Generic plans: a custom plan is re-planned against every day partition
+///   on each execution (2–4 ms, far more than running it); the generic plan
+///   prunes partitions at run time just as well.
+/// - No sequential scans, hash or merge joins: a generic plan made while a
+///   partition was new (never analyzed: a new database, or the day that just
+///   began) hash-joined a sequential scan of every partition with the array.
+///   That read whole partitions per statement until autovacuum analyzed
+///   them, and it visited rows in heap order instead of the sorted order of
+///   the array, so two multi-row writers deadlocked (see `lock_order`). With
+///   these off every hot statement is a nested loop of key lookups in array
+///   order, whatever the statistics. A statement with no usable index still
+///   scans; it is only costed as a last resort.
+pub const HOT_PATH_SETTINGS: &[(&str, &str)] = &[
+    ("plan_cache_mode", "force_generic_plan"),
+    ("enable_seqscan", "off"),
+    ("enable_hashjoin", "off"),
+    ("enable_mergejoin", "off"),
+];
 
 /// A pool whose connections start with `settings` (`-c name=value`), added
 /// to any options the URL already carries.

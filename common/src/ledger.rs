@@ -28,6 +28,25 @@ pub const WORKER_PRESUMED_GONE: &str = concat!(
     ")"
 );
 
+/// SQL predicate: job `$id` exists at version `$version`, not deleted and
+/// not paused; what a slot is checked against when it is claimed, armed and
+/// delivered. The conditions past the key are wrapped in `IS TRUE` so that
+/// the primary key is the only index the planner can use: from thin
+/// statistics (a new database, a table that grew since it was analyzed) it
+/// chose the partial index of live jobs, a scan of every live job per slot.
+#[macro_export]
+macro_rules! job_is_live {
+    ($id:literal, $version:literal) => {
+        concat!(
+            "EXISTS (SELECT 1 FROM jobs j WHERE j.id = ",
+            $id,
+            " AND (j.version = ",
+            $version,
+            " AND j.deleted_at IS NULL AND NOT j.paused) IS TRUE)"
+        )
+    };
+}
+
 /// The ledger rows that count towards a job's `max_runs` (SQL predicate):
 /// fired slots of its schedule, not manual triggers, skips or misses.
 pub const COUNTS_AS_RUN: &str = "trigger <> 'manual' AND status NOT IN ('skipped', 'missed')";

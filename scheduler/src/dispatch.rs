@@ -388,7 +388,10 @@ impl Dispatcher {
                 &format!(
                 "WITH stuck AS (
                      SELECT l.job_id, l.scheduled_at FROM scheduled_jobs l JOIN jobs j ON j.id = l.job_id
-                     WHERE l.status = 'running'
+                     -- A row starts at or after its slot: the bound on
+                     -- `scheduled_at` is an index range that skips the armed
+                     -- rows (tens of thousands under load) before the join.
+                     WHERE l.status = 'running' AND l.scheduled_at < now() - make_interval(secs => $1)
                        AND l.started_at < now() - make_interval(secs =>
                              coalesce((j.spec->'target'->>'timeout_ms')::double precision / 1000, 30) + $1)
                        AND {worker_gone}
@@ -504,8 +507,9 @@ WITH slots AS (
     INSERT INTO scheduled_jobs AS l
         (job_id, scheduled_at, fire_id, execution_id, trigger, status, scheduler_node, fired_at, job_version)
     SELECT s.job_id, s.scheduled_at, s.fire_id, s.execution_id, s.trigger, 'pending', $7, now(), s.job_version
-    FROM slots s JOIN jobs j ON j.id = s.job_id
-    WHERE j.version = s.job_version AND j.deleted_at IS NULL AND NOT j.paused
+    FROM slots s WHERE ",
+    common::job_is_live!("s.job_id", "s.job_version"),
+    "
     ON CONFLICT (job_id, scheduled_at) DO UPDATE
         SET fire_id = EXCLUDED.fire_id, status = 'pending', scheduler_node = EXCLUDED.scheduler_node,
             fired_at = EXCLUDED.fired_at, job_version = EXCLUDED.job_version, published_at = NULL,

@@ -86,7 +86,7 @@ async fn main() -> anyhow::Result<()> {
         pg: common::db::pool_with_settings(
             &args.service.database_url,
             args.service.database_pool_size,
-            common::db::GENERIC_PLANS,
+            common::db::HOT_PATH_SETTINGS,
         )?,
         redis: common::redis::pools(&args.service.redis_urls)?,
     };

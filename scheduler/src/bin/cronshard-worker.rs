@@ -54,7 +54,7 @@ async fn main() -> anyhow::Result<()> {
     let pg = common::db::pool_with_settings(
         &args.service.database_url,
         args.service.database_pool_size,
-        common::db::GENERIC_PLANS,
+        common::db::HOT_PATH_SETTINGS,
     )?;
     let token = common::shutdown::token_on_signal();
     worker::run(config, pg, token).await

@@ -119,11 +119,10 @@ async fn start_round(client: &ClientWrapper, worker_id: &str, rows: &[&StartRequ
                     -- records `retrying`; a short delay can bring attempt n in
                     -- between. An attempt n exists only once n-1 has failed.
                     OR (l.status = 'running' AND l.attempts = b.attempt - 1 AND b.attempt > 1))
-               AND (l.trigger = 'manual' OR EXISTS (
-                    SELECT 1 FROM jobs j WHERE j.id = l.job_id AND j.version = l.job_version
-                      AND j.deleted_at IS NULL AND NOT j.paused))) IS TRUE
+               AND (l.trigger = 'manual' OR {job_is_live})) IS TRUE
              RETURNING l.job_id, l.scheduled_at",
-            worker_gone = common::ledger::WORKER_PRESUMED_GONE
+            worker_gone = common::ledger::WORKER_PRESUMED_GONE,
+            job_is_live = common::job_is_live!("l.job_id", "l.job_version"),
         ))
         .await?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
@@ -223,17 +222,17 @@ async fn explain_refusal(client: &Client, r: &StartRequest, armed_by: Option<&st
 pub async fn verify_batch(pool: &Pool, worker_id: &str, requests: Vec<StartRequest>) -> anyhow::Result<Vec<Start>> {
     let client = pool.get().await?;
     let stmt = client
-        .prepare_cached(
+        .prepare_cached(concat!(
             "SELECT b.i FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[], $4::int[])
                              WITH ORDINALITY AS b(job_id, scheduled_at, fire_id, attempt, i)
              JOIN scheduled_jobs l ON l.job_id = b.job_id AND l.scheduled_at = b.scheduled_at
              WHERE l.fire_id = b.fire_id AND l.attempts = b.attempt AND l.worker_id = $5
                -- `IS TRUE`: see SLOT_KEY_ONLY.
                AND (l.status = 'running') IS TRUE
-               AND (l.trigger = 'manual' OR EXISTS (
-                    SELECT 1 FROM jobs j WHERE j.id = l.job_id AND j.version = l.job_version
-                      AND j.deleted_at IS NULL AND NOT j.paused))",
-        )
+               AND (l.trigger = 'manual' OR ",
+            common::job_is_live!("l.job_id", "l.job_version"),
+            ")"
+        ))
         .await?;
     let column = |f: fn(&StartRequest) -> Uuid| -> Vec<Uuid> { requests.iter().map(f).collect() };
     let ours: HashSet<i64> = client
@@ -311,6 +310,9 @@ pub async fn release_orphans(pool: &Pool, worker_id: &str, held: Vec<HeldSlot>) 
             &format!(
                 "UPDATE scheduled_jobs l SET {RELEASED}, published_at = NULL
                  WHERE l.status = 'running' AND l.worker_id = $1
+                   -- A row starts at or after its slot: an index range on
+                   -- the slot skips the rows armed ahead.
+                   AND l.scheduled_at < now() - make_interval(secs => $5)
                    AND l.started_at < now() - make_interval(secs => $5)
                    AND NOT EXISTS (SELECT 1 FROM unnest($2::uuid[], $3::timestamptz[], $4::int[]) AS h(job_id, scheduled_at, attempt)
                                    WHERE h.job_id = l.job_id AND h.scheduled_at = l.scheduled_at AND h.attempt = l.attempts)"
