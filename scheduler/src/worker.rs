@@ -572,10 +572,10 @@ async fn process(
     let due_guard = shared.due_backlog.enter();
     // The check comes before the in-flight permit: every message due in a
     // burst asks at once, so the checks go in a few large statements. (With
-    // the permit first, only `max_in_flight` could ask at a time: many tiny
-    // statements, each holding a permit for a round trip; herd 10k drained
-    // at ~12,000/s.) A delete after the check is ordered after the fire,
-    // as one after the due instant should be.
+    // the permit first, only `max_in_flight` could ask at a time: a 10,000
+    // herd made 1,381 tiny statements instead of 25, each holding a permit
+    // for a round trip.) A delete after the check is ordered after the
+    // fire, as one after the due instant should be.
     if armed_early && !go_on(m, attempt, timed("verify", shared.verifies.call(request)).await?) {
         return Ok(Processed::Done);
     }
