@@ -241,9 +241,7 @@ impl Dispatcher {
 
     async fn try_record(&self, rows: &[Recorded]) -> anyhow::Result<u64> {
         let client = self.pg.get().await?;
-        let job_ids: Vec<Uuid> = rows.iter().map(|r| r.slot.job_id).collect();
-        let times: Vec<DateTime<Utc>> = rows.iter().map(|r| r.slot.scheduled_at).collect();
-        let versions: Vec<i64> = rows.iter().map(|r| r.slot.job_version).collect();
+        let (job_ids, times, versions) = key_columns(rows.iter().map(|r| &r.slot));
         let fire_ids: Vec<Uuid> = rows.iter().map(|_| Uuid::now_v7()).collect();
         let exec_ids: Vec<String> = rows.iter().map(|r| execution_id(r.slot.job_id, r.slot.scheduled_at)).collect();
         let statuses: Vec<&str> = rows.iter().map(|r| r.status).collect();
@@ -300,9 +298,7 @@ impl Dispatcher {
         let order = common::db::lock_order(slots.iter().map(|s| (s.job_id, s.scheduled_at)));
         let slots: Vec<&Slot> = order.into_iter().map(|i| &slots[i]).collect();
         let client = self.pg.get().await?;
-        let job_ids: Vec<Uuid> = slots.iter().map(|s| s.job_id).collect();
-        let times: Vec<DateTime<Utc>> = slots.iter().map(|s| s.scheduled_at).collect();
-        let versions: Vec<i64> = slots.iter().map(|s| s.job_version).collect();
+        let (job_ids, times, versions) = key_columns(slots.iter().copied());
         let fire_ids: Vec<Uuid> = slots.iter().map(|_| Uuid::now_v7()).collect();
         let exec_ids: Vec<String> = slots.iter().map(|s| execution_id(s.job_id, s.scheduled_at)).collect();
         let triggers: Vec<&str> = slots.iter().map(|s| s.trigger.as_str()).collect();
@@ -465,6 +461,18 @@ impl Dispatcher {
     }
 }
 
+/// The `$1` (job ids), `$2` (slot times) and `$3` (job versions) arrays of
+/// the statements that take slots.
+fn key_columns<'a>(slots: impl Iterator<Item = &'a Slot>) -> (Vec<Uuid>, Vec<DateTime<Utc>>, Vec<i64>) {
+    let mut columns = (Vec::new(), Vec::new(), Vec::new());
+    for s in slots {
+        columns.0.push(s.job_id);
+        columns.1.push(s.scheduled_at);
+        columns.2.push(s.job_version);
+    }
+    columns
+}
+
 /// The slots the claim could still insert or re-take: no ledger row, or
 /// one skipped for an older version. A read, because the claim's `ON
 /// CONFLICT DO UPDATE` locks every conflicting row even where its `WHERE`
@@ -487,9 +495,7 @@ pub async fn unclaimed(pg: &PgPool, slots: Vec<Slot>) -> anyhow::Result<Vec<Slot
             " IS NOT TRUE)"
         ))
         .await?;
-    let job_ids: Vec<Uuid> = slots.iter().map(|s| s.job_id).collect();
-    let times: Vec<DateTime<Utc>> = slots.iter().map(|s| s.scheduled_at).collect();
-    let versions: Vec<i64> = slots.iter().map(|s| s.job_version).collect();
+    let (job_ids, times, versions) = key_columns(slots.iter());
     let open: std::collections::HashSet<i64> =
         client.query(&stmt, &[&job_ids, &times, &versions]).await?.iter().map(|row| row.get(0)).collect();
     Ok(slots.into_iter().enumerate().filter(|(i, _)| open.contains(&(*i as i64 + 1))).map(|(_, s)| s).collect())
