@@ -8,7 +8,7 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection};
 
 use crate::amqp::{self, Topology};
-use crate::message::{ATTEMPT_HEADER, FireMessage};
+use crate::message::{ATTEMPT_HEADER, BUNDLE_CONTENT_TYPE, FireMessage, bundle};
 
 pub struct Publisher {
     url: String,
@@ -34,8 +34,9 @@ impl Publisher {
         Ok(&self.link.as_ref().expect("link set above").1)
     }
 
-    /// Publishes all messages to the main queue (as first attempts) and
-    /// waits for every confirm. Streams the publishes and then awaits the
+    /// Publishes all messages to the main queue (as first attempts), in
+    /// bundles of slots due close together (`message::bundle`), and waits
+    /// for every confirm. Streams the publishes and then awaits the
     /// confirms, so a batch costs one round trip, not one per message.
     pub async fn publish(&mut self, messages: &[FireMessage]) -> anyhow::Result<()> {
         let batch: Vec<(&FireMessage, u32)> = messages.iter().map(|m| (m, 1)).collect();
@@ -55,15 +56,19 @@ impl Publisher {
     async fn publish_inner(&mut self, messages: &[(&FireMessage, u32)]) -> anyhow::Result<()> {
         let routing_key = self.topology.main_queue.clone();
         let channel = self.channel().await?;
-        let mut confirms = Vec::with_capacity(messages.len());
-        for (message, attempt) in messages {
-            let payload = serde_json::to_vec(message)?;
+        let groups = bundle(messages);
+        let mut confirms = Vec::with_capacity(groups.len());
+        for (group, attempt) in groups {
+            let (payload, content_type) = match group.as_slice() {
+                [one] => (serde_json::to_vec(one)?, "application/json"),
+                many => (serde_json::to_vec(many)?, BUNDLE_CONTENT_TYPE),
+            };
             let mut headers = FieldTable::default();
-            headers.insert(ATTEMPT_HEADER.into(), AMQPValue::LongInt(*attempt as i32));
+            headers.insert(ATTEMPT_HEADER.into(), AMQPValue::LongInt(attempt as i32));
             let properties = BasicProperties::default()
                 .with_delivery_mode(2)
-                .with_content_type("application/json".into())
-                .with_message_id(message.execution_id.as_str().into())
+                .with_content_type(content_type.into())
+                .with_message_id(group[0].execution_id.as_str().into())
                 .with_headers(headers);
             let confirm = channel
                 .basic_publish(

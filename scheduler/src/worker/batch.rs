@@ -4,8 +4,10 @@
 //! Postgres round trip each would cap delivery at a few thousand per second.
 //! Callers submit one item and await its answer; a collector task takes
 //! whatever is queued (up to `max_batch`) as soon as one of `concurrency`
-//! slots is free, so a lone request goes out at once (no timer, no added
-//! latency) while a burst turns into a few large statements.
+//! slots is free, so a lone request goes out at once (no added latency)
+//! while a burst turns into a few large statements. Where a little latency
+//! costs nothing (outcome writes), a `linger` gathers a steady trickle of
+//! requests into one statement too.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -20,7 +22,8 @@ pub struct Batcher<T, R> {
 
 impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
     /// `run` gets a batch and must answer one result per item, in order.
-    pub fn spawn<F, Fut>(max_batch: usize, concurrency: usize, run: F) -> Self
+    /// A batch waits up to `linger` after its first item for more.
+    pub fn spawn<F, Fut>(max_batch: usize, concurrency: usize, linger: std::time::Duration, run: F) -> Self
     where
         F: Fn(Vec<T>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = anyhow::Result<Vec<R>>> + Send + 'static,
@@ -35,10 +38,15 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
                 let Ok(slot) = slots.clone().acquire_owned().await else { return };
                 let Some(first) = rx.recv().await else { return };
                 let mut items = vec![first];
+                let gather_until = tokio::time::Instant::now() + linger;
                 while items.len() < max_batch {
                     match rx.try_recv() {
                         Ok(item) => items.push(item),
-                        Err(_) => break,
+                        Err(_) if linger.is_zero() => break,
+                        Err(_) => match tokio::time::timeout_at(gather_until, rx.recv()).await {
+                            Ok(Some(item)) => items.push(item),
+                            Ok(None) | Err(_) => break,
+                        },
                     }
                 }
                 let run = run.clone();
@@ -82,6 +90,7 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
+    use std::time::Duration;
 
     use super::*;
 
@@ -89,7 +98,7 @@ mod tests {
     async fn a_burst_becomes_few_batches_and_each_caller_gets_its_own_answer() {
         let sizes = Arc::new(Mutex::new(Vec::new()));
         let seen = sizes.clone();
-        let batcher = Arc::new(Batcher::spawn(64, 2, move |items: Vec<u32>| {
+        let batcher = Arc::new(Batcher::spawn(64, 2, Duration::ZERO, move |items: Vec<u32>| {
             seen.lock().unwrap().push(items.len());
             async move {
                 tokio::task::yield_now().await;
@@ -114,15 +123,41 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_batch_fails_every_caller_in_it() {
-        let batcher =
-            Batcher::spawn(8, 1, |_: Vec<u32>| async { anyhow::bail!("database down") as anyhow::Result<Vec<u32>> });
+        let batcher = Batcher::spawn(8, 1, Duration::ZERO, |_: Vec<u32>| async {
+            anyhow::bail!("database down") as anyhow::Result<Vec<u32>>
+        });
         let err = batcher.call(1).await.unwrap_err();
         assert!(err.to_string().contains("database down"), "{err}");
     }
 
     #[tokio::test]
     async fn a_wrong_answer_count_is_an_error_not_a_mismatch() {
-        let batcher = Batcher::spawn(8, 1, |_: Vec<u32>| async { Ok(Vec::<u32>::new()) });
+        let batcher = Batcher::spawn(8, 1, Duration::ZERO, |_: Vec<u32>| async { Ok(Vec::<u32>::new()) });
         assert!(batcher.call(1).await.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lingering_batch_gathers_a_trickle_and_goes_when_the_linger_ends() {
+        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let seen = sizes.clone();
+        let batcher = Arc::new(Batcher::spawn(64, 1, Duration::from_millis(20), move |items: Vec<u32>| {
+            seen.lock().unwrap().push(items.len());
+            async move { Ok(items) }
+        }));
+        let started = tokio::time::Instant::now();
+        let calls: Vec<_> = (0..3u32)
+            .map(|i| {
+                let b = batcher.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(5 * u64::from(i))).await;
+                    b.call(i).await.unwrap()
+                })
+            })
+            .collect();
+        for (i, c) in calls.into_iter().enumerate() {
+            assert_eq!(c.await.unwrap(), i as u32);
+        }
+        assert_eq!(*sizes.lock().unwrap(), vec![3], "requests 5 ms apart go in one batch");
+        assert_eq!(started.elapsed(), Duration::from_millis(20), "the batch goes when the linger ends");
     }
 }
