@@ -24,8 +24,9 @@ pub const ATTEMPT_HEADER: &str = "x-cronshard-attempt";
 /// The worker still delivers each slot at its own due instant.
 pub const BUNDLE_CONTENT_TYPE: &str = "application/vnd.cronshard.bundle+json";
 /// Most slots in one bundle: a bundle is acked only when its last slot is
-/// done, and a redelivered bundle brings every slot of it back.
-pub const BUNDLE_MAX: usize = 100;
+/// done, a redelivered bundle brings every slot of it back, and a burst must
+/// still make enough messages to spread over every worker's consumers.
+pub const BUNDLE_MAX: usize = 25;
 /// Widest spread of due instants in one bundle: its ack waits for the last.
 pub const BUNDLE_WINDOW: chrono::TimeDelta = chrono::TimeDelta::seconds(1);
 

@@ -206,8 +206,13 @@ const OUTCOME_LINGER: Duration = Duration::from_millis(20);
 /// How long a failed outcome write is retried before the message is handed
 /// back (and so delivered again).
 const OUTCOME_RETRY_FOR: Duration = Duration::from_secs(30);
-/// Channels the worker consumes on, sharing the prefetch.
-const CONSUMER_CHANNELS: usize = 32;
+/// Channels the worker consumes on, sharing the prefetch. RabbitMQ hands
+/// messages to consumers in turn, in the order they registered: with 32 per
+/// worker, the first 32 messages of a burst all went to the worker that
+/// registered first, and with slots in bundles a burst is a few dozen
+/// messages. Bundles also shortened the unacked lists that the channels
+/// were there to split (see below), so 4 are enough.
+const CONSUMER_CHANNELS: usize = 4;
 /// Heartbeats between two orphan checks (a scan of this worker's `running`
 /// rows): 30 s.
 const ORPHAN_CHECK_EVERY: u64 = 6;
