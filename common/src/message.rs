@@ -31,17 +31,15 @@ pub const BUNDLE_MAX: usize = 25;
 pub const BUNDLE_WINDOW: chrono::TimeDelta = chrono::TimeDelta::seconds(1);
 
 /// Groups messages (each with its attempt) into the AMQP messages that carry
-/// them: in due order, the same attempt, at most `BUNDLE_MAX` per group and
-/// due within `BUNDLE_WINDOW` of the group's first.
-pub fn bundle<'a>(messages: &[(&'a FireMessage, u32)]) -> Vec<(Vec<&'a FireMessage>, u32)> {
+/// them: in due order, the same attempt, at most `max` per group and due
+/// within `BUNDLE_WINDOW` of the group's first.
+pub fn bundle<'a>(messages: &[(&'a FireMessage, u32)], max: usize) -> Vec<(Vec<&'a FireMessage>, u32)> {
     let mut sorted = messages.to_vec();
     sorted.sort_by_key(|(m, attempt)| (*attempt, m.due_at));
     let mut groups: Vec<(Vec<&FireMessage>, u32)> = Vec::new();
     for (m, attempt) in sorted {
         match groups.last_mut() {
-            Some((group, a))
-                if *a == attempt && group.len() < BUNDLE_MAX && m.due_at - group[0].due_at < BUNDLE_WINDOW =>
-            {
+            Some((group, a)) if *a == attempt && group.len() < max && m.due_at - group[0].due_at < BUNDLE_WINDOW => {
                 group.push(m)
             }
             _ => groups.push((vec![m], attempt)),
@@ -151,7 +149,7 @@ mod tests {
         let messages: Vec<FireMessage> = [1_500, 0, 999, 1_000, 5_000].into_iter().map(message).collect();
         let mut input: Vec<(&FireMessage, u32)> = messages.iter().map(|m| (m, 1)).collect();
         input.push((&messages[1], 2));
-        let groups = bundle(&input);
+        let groups = bundle(&input, BUNDLE_MAX);
         let dues = |g: &Vec<&FireMessage>| {
             g.iter().map(|m| m.due_at.timestamp_millis() - 1_800_000_000_000).collect::<Vec<_>>()
         };
@@ -160,7 +158,7 @@ mod tests {
 
         let many: Vec<FireMessage> = (0..BUNDLE_MAX as i64 + 1).map(|_| message(0)).collect();
         let sizes: Vec<usize> =
-            bundle(&many.iter().map(|m| (m, 1)).collect::<Vec<_>>()).iter().map(|(g, _)| g.len()).collect();
+            bundle(&many.iter().map(|m| (m, 1)).collect::<Vec<_>>(), BUNDLE_MAX).iter().map(|(g, _)| g.len()).collect();
         assert_eq!(sizes, vec![BUNDLE_MAX, 1]);
     }
 

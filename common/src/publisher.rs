@@ -8,18 +8,25 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection};
 
 use crate::amqp::{self, Topology};
-use crate::message::{ATTEMPT_HEADER, BUNDLE_CONTENT_TYPE, FireMessage, bundle};
+use crate::message::{ATTEMPT_HEADER, BUNDLE_CONTENT_TYPE, BUNDLE_MAX, FireMessage, bundle};
 
 pub struct Publisher {
     url: String,
     name: String,
     topology: Topology,
     link: Option<(Connection, Channel)>,
+    bundle_max: usize,
 }
 
 impl Publisher {
     pub fn new(url: String, name: String, topology: Topology) -> Self {
-        Self { url, name, topology, link: None }
+        Self { url, name, topology, link: None, bundle_max: BUNDLE_MAX }
+    }
+
+    /// One fire per AMQP message: the broker's per-message ceiling
+    /// (`cronshard-loadtest ceiling`) is measured with these.
+    pub fn unbundled(self) -> Self {
+        Self { bundle_max: 1, ..self }
     }
 
     async fn channel(&mut self) -> anyhow::Result<&Channel> {
@@ -55,8 +62,8 @@ impl Publisher {
 
     async fn publish_inner(&mut self, messages: &[(&FireMessage, u32)]) -> anyhow::Result<()> {
         let routing_key = self.topology.main_queue.clone();
+        let groups = bundle(messages, self.bundle_max);
         let channel = self.channel().await?;
-        let groups = bundle(messages);
         let mut confirms = Vec::with_capacity(groups.len());
         for (group, attempt) in groups {
             let (payload, content_type) = match group.as_slice() {

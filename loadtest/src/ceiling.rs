@@ -1,7 +1,8 @@
 //! The broker ceiling: the physical limit fires/s is compared with. N real
 //! fire messages (a serialized `FireMessage` of the same size as a herd
 //! fire) are published with confirms by the scheduler's own publisher
-//! (`common::publisher`, streamed confirms in batches) while a consumer on
+//! (`common::publisher`, streamed confirms in batches, one fire per AMQP
+//! message: the schedulers' bundles carry up to 25) while a consumer on
 //! the same broker takes them with manual acks, as a worker does. No
 //! scheduler, no worker, no database: only RabbitMQ and this process.
 //!
@@ -132,7 +133,8 @@ pub async fn measure(args: &CeilingArgs) -> anyhow::Result<Ceiling> {
         args.amqp_url.clone(),
         "cronshard-loadtest ceiling publisher".into(),
         topology.clone(),
-    );
+    )
+    .unbundled();
     let started = Instant::now();
     for chunk in messages.chunks(args.ceiling_batch.max(1)) {
         publisher.publish(chunk).await?;
