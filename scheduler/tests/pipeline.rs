@@ -508,6 +508,120 @@ async fn a_redelivery_waits_while_a_live_worker_holds_its_attempt_and_is_deliver
     stack.stop().await;
 }
 
+/// A bundle is requeued whole while one of its slots cannot be decided (its
+/// row is held by a live worker): the other slot is delivered once, and the
+/// copies of it that come back with the requeued bundle are dropped; the
+/// held slot is delivered once its holder is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_requeued_bundle_delivers_each_of_its_slots_once() {
+    use futures::StreamExt;
+    use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions};
+
+    let sink = Sink::start().await;
+    let mut stack = Stack::start("bundle").await;
+    let mut triggered = Vec::new();
+    for name in ["held", "free"] {
+        let job = stack
+            .create_job(json!({
+                "name": name,
+                "schedule": { "kind": "cron", "expr": "0 3 * * *", "timezone": "UTC" },
+                "target": http_target(&sink.url(name)),
+            }))
+            .await;
+        let id: uuid::Uuid = job["id"].as_str().unwrap().parse().unwrap();
+        triggered.push((id, stack.post(&format!("/v1/jobs/{id}/trigger")).await));
+    }
+
+    // Take both single messages off the queue and publish them again as one
+    // bundle, as a scheduler does with slots due together.
+    let connection = common::amqp::connect(&common::testing::amqp_url(), "test bundler").await.unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    let topology = common::amqp::Topology::new(&stack.cluster);
+    let mut consumer = channel
+        .basic_consume(
+            topology.main_queue.as_str().into(),
+            "bundler".into(),
+            BasicConsumeOptions::default(),
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let mut messages = Vec::new();
+    while messages.len() < 2 {
+        let delivery = tokio::time::timeout(Duration::from_secs(10), consumer.next()).await.unwrap().unwrap().unwrap();
+        messages.extend(common::message::parse_body(&delivery.data).unwrap());
+        delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
+    }
+    channel.close(200, "done".into()).await.unwrap();
+
+    // The `held` slot's row is `running` under another worker that is alive.
+    let (held_id, _) = &triggered[0];
+    let client = stack.pg.get().await.unwrap();
+    client
+        .execute(
+            "UPDATE scheduled_jobs SET status = 'running', attempts = 1, worker_id = 'other-worker', started_at = now()
+             WHERE job_id = $1 AND status = 'pending'",
+            &[held_id],
+        )
+        .await
+        .unwrap();
+    client
+        .execute("INSERT INTO worker_heartbeats (worker_id, seen_at) VALUES ('other-worker', now())", &[])
+        .await
+        .unwrap();
+    let mut publisher =
+        common::publisher::Publisher::new(common::testing::amqp_url(), "test bundler".into(), topology.clone());
+    publisher.publish(&messages).await.unwrap();
+    // The bundle comes back to the queue (redelivered), as the holder's copy
+    // would after its batch failed: a fresh copy would be a duplicate publish.
+    let channel = connection.create_channel().await.unwrap();
+    let mut consumer = channel
+        .basic_consume(
+            topology.main_queue.as_str().into(),
+            "holder".into(),
+            BasicConsumeOptions::default(),
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let delivery = tokio::time::timeout(Duration::from_secs(10), consumer.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(common::message::parse_body(&delivery.data).unwrap().len(), 2, "one AMQP message carries both slots");
+    delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await.unwrap();
+    channel.close(200, "done".into()).await.unwrap();
+    stack.start_worker(stack.worker_config("worker-a"));
+
+    // The free slot goes out; the bundle keeps coming back for the held one.
+    wait_for("the free slot delivered", Duration::from_secs(10), || async {
+        (!sink.received_on("free").is_empty()).then_some(())
+    })
+    .await;
+    let alive_until = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < alive_until {
+        client
+            .execute("UPDATE worker_heartbeats SET seen_at = now() WHERE worker_id = 'other-worker'", &[])
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(sink.received_on("held").is_empty(), "delivered while a live worker held the attempt");
+    }
+    assert_eq!(sink.received_on("free").len(), 1, "the requeued bundle delivered its free slot again");
+
+    // The holder stops beating: the held slot is delivered, once.
+    wait_for("the held slot once its holder is gone", Duration::from_secs(30), || async {
+        (!sink.received_on("held").is_empty()).then_some(())
+    })
+    .await;
+    for (name, (id, execution)) in ["held", "free"].into_iter().zip(&triggered) {
+        let row = wait_for("the outcome", Duration::from_secs(10), || async {
+            stack.ledger(&id.to_string(), triggered_slot(execution)).await.filter(|r| r["status"] == "succeeded")
+        })
+        .await;
+        assert_eq!(row["worker_id"], "worker-a", "{name}: {row}");
+        assert_eq!(sink.received_on(name).len(), 1, "{name} delivered more than once");
+    }
+    stack.stop().await;
+}
+
 fn triggered_slot(execution: &serde_json::Value) -> DateTime<Utc> {
     execution["scheduled_at"].as_str().unwrap().parse().unwrap()
 }
