@@ -135,19 +135,19 @@ impl Dispatcher {
                         // its last wake, often a few slots; what queued up while
                         // the last batch was out goes together, for the same
                         // round trips.
-                        let mut after = None;
+                        let mut records_after = None;
                         while slots.len() < CLAIM_CHUNK {
                             match batches.try_recv() {
                                 Ok(Work::Fire(more)) => slots.extend(more),
-                                Ok(other) => {
-                                    after = Some(other);
+                                Ok(Work::Record(rows)) => {
+                                    records_after = Some(rows);
                                     break;
                                 }
                                 Err(_) => break,
                             }
                         }
                         timed("fire", self.fire(slots, &token)).await;
-                        if let Some(Work::Record(rows)) = after {
+                        if let Some(rows) = records_after {
                             timed("record", self.record(rows)).await;
                         }
                     }

@@ -435,7 +435,7 @@ async fn a_row_stuck_running_with_its_message_lost_is_delivered_again_under_the_
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_redelivery_waits_while_a_live_worker_holds_its_attempt_and_is_delivered_once_it_is_gone() {
     use futures::StreamExt;
-    use lapin::options::{BasicConsumeOptions, BasicNackOptions};
+    use lapin::options::BasicNackOptions;
 
     let sink = Sink::start().await;
     let mut stack = Stack::start("held").await;
@@ -453,42 +453,17 @@ async fn a_redelivery_waits_while_a_live_worker_holds_its_attempt_and_is_deliver
     // Take the message off the queue as another worker would, and hold its
     // row `running` under that worker with a fresh heartbeat.
     let connection = common::amqp::connect(&common::testing::amqp_url(), "test other-worker").await.unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    let queue = common::amqp::Topology::new(&stack.cluster).main_queue;
-    let mut consumer = channel
-        .basic_consume(queue.as_str().into(), "other-worker".into(), BasicConsumeOptions::default(), Default::default())
-        .await
-        .unwrap();
+    let (channel, mut consumer) = main_queue_consumer(&connection, &stack.cluster, "other-worker").await;
     let delivery = tokio::time::timeout(Duration::from_secs(10), consumer.next()).await.unwrap().unwrap().unwrap();
     let client = stack.pg.get().await.unwrap();
-    let held = client
-        .execute(
-            "UPDATE scheduled_jobs SET status = 'running', attempts = 1, worker_id = 'other-worker', started_at = now()
-             WHERE job_id = $1 AND status = 'pending'",
-            &[&id],
-        )
-        .await
-        .unwrap();
-    assert_eq!(held, 1);
-    client
-        .execute("INSERT INTO worker_heartbeats (worker_id, seen_at) VALUES ('other-worker', now())", &[])
-        .await
-        .unwrap();
+    hold_under_live_other_worker(&client, id).await;
     // Its copy goes back to the queue (redelivered) while it stays alive.
     delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await.unwrap();
     channel.close(200, "done".into()).await.unwrap();
     stack.start_worker(stack.worker_config("worker-a"));
 
     // Heartbeats keep the holder alive; the copy keeps coming back unused.
-    let alive_until = std::time::Instant::now() + Duration::from_secs(5);
-    while std::time::Instant::now() < alive_until {
-        client
-            .execute("UPDATE worker_heartbeats SET seen_at = now() WHERE worker_id = 'other-worker'", &[])
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert!(sink.received_on("held").is_empty(), "delivered while a live worker held the attempt");
-    }
+    keep_other_worker_alive_and_assert_nothing_on(&client, &sink, "held").await;
     let row = stack.ledger(&id.to_string(), triggered_slot(&triggered)).await.unwrap();
     assert_eq!((row["status"].as_str(), row["worker_id"].as_str()), (Some("running"), Some("other-worker")), "{row}");
 
@@ -515,7 +490,7 @@ async fn a_redelivery_waits_while_a_live_worker_holds_its_attempt_and_is_deliver
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_requeued_bundle_delivers_each_of_its_slots_once() {
     use futures::StreamExt;
-    use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions};
+    use lapin::options::{BasicAckOptions, BasicNackOptions};
 
     let sink = Sink::start().await;
     let mut stack = Stack::start("bundle").await;
@@ -535,17 +510,7 @@ async fn a_requeued_bundle_delivers_each_of_its_slots_once() {
     // Take both single messages off the queue and publish them again as one
     // bundle, as a scheduler does with slots due together.
     let connection = common::amqp::connect(&common::testing::amqp_url(), "test bundler").await.unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    let topology = common::amqp::Topology::new(&stack.cluster);
-    let mut consumer = channel
-        .basic_consume(
-            topology.main_queue.as_str().into(),
-            "bundler".into(),
-            BasicConsumeOptions::default(),
-            Default::default(),
-        )
-        .await
-        .unwrap();
+    let (channel, mut consumer) = main_queue_consumer(&connection, &stack.cluster, "bundler").await;
     let mut messages = Vec::new();
     while messages.len() < 2 {
         let delivery = tokio::time::timeout(Duration::from_secs(10), consumer.next()).await.unwrap().unwrap().unwrap();
@@ -557,33 +522,13 @@ async fn a_requeued_bundle_delivers_each_of_its_slots_once() {
     // The `held` slot's row is `running` under another worker that is alive.
     let (held_id, _) = &triggered[0];
     let client = stack.pg.get().await.unwrap();
-    client
-        .execute(
-            "UPDATE scheduled_jobs SET status = 'running', attempts = 1, worker_id = 'other-worker', started_at = now()
-             WHERE job_id = $1 AND status = 'pending'",
-            &[held_id],
-        )
-        .await
-        .unwrap();
-    client
-        .execute("INSERT INTO worker_heartbeats (worker_id, seen_at) VALUES ('other-worker', now())", &[])
-        .await
-        .unwrap();
-    let mut publisher =
-        common::publisher::Publisher::new(common::testing::amqp_url(), "test bundler".into(), topology.clone());
+    hold_under_live_other_worker(&client, *held_id).await;
+    let topology = common::amqp::Topology::new(&stack.cluster);
+    let mut publisher = common::publisher::Publisher::new(common::testing::amqp_url(), "test bundler".into(), topology);
     publisher.publish(&messages).await.unwrap();
     // The bundle comes back to the queue (redelivered), as the holder's copy
     // would after its batch failed: a fresh copy would be a duplicate publish.
-    let channel = connection.create_channel().await.unwrap();
-    let mut consumer = channel
-        .basic_consume(
-            topology.main_queue.as_str().into(),
-            "holder".into(),
-            BasicConsumeOptions::default(),
-            Default::default(),
-        )
-        .await
-        .unwrap();
+    let (channel, mut consumer) = main_queue_consumer(&connection, &stack.cluster, "holder").await;
     let delivery = tokio::time::timeout(Duration::from_secs(10), consumer.next()).await.unwrap().unwrap().unwrap();
     assert_eq!(common::message::parse_body(&delivery.data).unwrap().len(), 2, "one AMQP message carries both slots");
     delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await.unwrap();
@@ -595,15 +540,7 @@ async fn a_requeued_bundle_delivers_each_of_its_slots_once() {
         (!sink.received_on("free").is_empty()).then_some(())
     })
     .await;
-    let alive_until = std::time::Instant::now() + Duration::from_secs(5);
-    while std::time::Instant::now() < alive_until {
-        client
-            .execute("UPDATE worker_heartbeats SET seen_at = now() WHERE worker_id = 'other-worker'", &[])
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert!(sink.received_on("held").is_empty(), "delivered while a live worker held the attempt");
-    }
+    keep_other_worker_alive_and_assert_nothing_on(&client, &sink, "held").await;
     assert_eq!(sink.received_on("free").len(), 1, "the requeued bundle delivered its free slot again");
 
     // The holder stops beating: the held slot is delivered, once.
@@ -620,6 +557,52 @@ async fn a_requeued_bundle_delivers_each_of_its_slots_once() {
         assert_eq!(sink.received_on(name).len(), 1, "{name} delivered more than once");
     }
     stack.stop().await;
+}
+
+/// A consumer on the cluster's main queue, on a channel of its own, as
+/// another worker would have.
+async fn main_queue_consumer(
+    connection: &lapin::Connection,
+    cluster: &str,
+    tag: &str,
+) -> (lapin::Channel, lapin::Consumer) {
+    let channel = connection.create_channel().await.unwrap();
+    let queue = common::amqp::Topology::new(cluster).main_queue;
+    let consumer =
+        channel.basic_consume(queue.as_str().into(), tag.into(), Default::default(), Default::default()).await.unwrap();
+    (channel, consumer)
+}
+
+/// Holds the job's pending row `running` under `other-worker`, with a
+/// fresh heartbeat: a live worker delivering it.
+async fn hold_under_live_other_worker(client: &tokio_postgres::Client, job_id: uuid::Uuid) {
+    let held = client
+        .execute(
+            "UPDATE scheduled_jobs SET status = 'running', attempts = 1, worker_id = 'other-worker', started_at = now()
+             WHERE job_id = $1 AND status = 'pending'",
+            &[&job_id],
+        )
+        .await
+        .unwrap();
+    assert_eq!(held, 1);
+    client
+        .execute("INSERT INTO worker_heartbeats (worker_id, seen_at) VALUES ('other-worker', now())", &[])
+        .await
+        .unwrap();
+}
+
+/// Keeps `other-worker` beating for 5 s, asserting meanwhile that nothing
+/// reaches the sink under `name`; the beats stop when it returns.
+async fn keep_other_worker_alive_and_assert_nothing_on(client: &tokio_postgres::Client, sink: &Sink, name: &str) {
+    let alive_until = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < alive_until {
+        client
+            .execute("UPDATE worker_heartbeats SET seen_at = now() WHERE worker_id = 'other-worker'", &[])
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(sink.received_on(name).is_empty(), "delivered while a live worker held the attempt");
+    }
 }
 
 fn triggered_slot(execution: &serde_json::Value) -> DateTime<Utc> {
