@@ -18,6 +18,8 @@ macro_rules! worker_gone_after {
 /// SQL interval literal: how long after its last heartbeat a worker is
 /// presumed gone.
 pub const WORKER_GONE_AFTER_SQL: &str = worker_gone_after!();
+/// The same, for the worker's own reckoning (a test keeps the two equal).
+pub const WORKER_GONE_AFTER: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// SQL predicate (on a ledger row aliased `l`): its worker has not been
 /// seen for three heartbeats, so whatever it held `running` is lost.
@@ -89,4 +91,14 @@ pub fn history_entry(event: &str, at: DateTime<Utc>, fields: Value) -> Value {
         entry.extend(fields);
     }
     entry
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sql_and_the_duration_of_presumed_gone_agree() {
+        assert_eq!(WORKER_GONE_AFTER_SQL, format!("interval '{} seconds'", WORKER_GONE_AFTER.as_secs()));
+    }
 }

@@ -331,6 +331,13 @@ impl Node {
             });
         }
 
+        // Before anything is claimed: a slot claimed into the default
+        // partition is moved when its day's partition is created, and a
+        // worker's statement waiting on the row then misses it.
+        // Bounded: an unreachable database must not hold the node back.
+        let _ =
+            tokio::time::timeout(Duration::from_secs(10), maintain_partitions_once(&cfg.database_url, cfg.retention))
+                .await;
         tokio::spawn(maintain_partitions(
             cfg.database_url.clone(),
             cfg.maintenance_interval,
@@ -471,20 +478,24 @@ async fn fetch_gained(pool: PgPool, ids: Vec<Uuid>, lookback: Duration, out: mps
 
 /// Keeps ledger partitions created ahead and dropped after the retention.
 async fn maintain_partitions(database_url: String, every: Duration, retention: Retention, token: CancellationToken) {
-    let mut tick = tokio::time::interval(every);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = token.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let result = async {
-            let mut client = common::db::connect(&database_url).await?;
-            partitions::maintain(&mut client, Utc::now(), retention).await
-        }
-        .await;
-        if let Err(e) = result {
-            tracing::warn!(error = %format!("{e:#}"), "ledger partition maintenance failed");
-        }
+        maintain_partitions_once(&database_url, retention).await;
+    }
+}
+
+async fn maintain_partitions_once(database_url: &str, retention: Retention) {
+    let result = async {
+        let mut client = common::db::connect(database_url).await?;
+        partitions::maintain(&mut client, Utc::now(), retention).await
+    }
+    .await;
+    if let Err(e) = result {
+        tracing::warn!(error = %format!("{e:#}"), "ledger partition maintenance failed");
     }
 }

@@ -43,7 +43,7 @@ use common::message::{ATTEMPT_HEADER, FireMessage};
 
 use self::batch::Batcher;
 use self::http::HttpDelivery;
-use self::ledger::{FinishRequest, HeldSlot, Start, StartRequest};
+use self::ledger::{FinishRequest, HeldSlot, JobsSeen, Start, StartRequest, VerifyRequest};
 use self::sqs::SqsDelivery;
 use self::ssrf::SsrfGuard;
 
@@ -96,11 +96,30 @@ struct Shared {
     /// Confirm-mode channel for retry and failed messages.
     publish: Channel,
     declared_retry_queues: Mutex<HashSet<u64>>,
-    starts: Batcher<StartRequest, Start>,
-    verifies: Batcher<StartRequest, Start>,
+    starts: Batcher<StartRequest, (Start, JobsSeen)>,
+    verifies: Batcher<VerifyRequest, Start>,
     finishes: Batcher<FinishRequest, bool>,
     due_backlog: Arc<DueBacklog>,
     holding: Arc<Holding>,
+}
+
+/// When this worker's last successful heartbeat went out. While it is
+/// recent, no other worker can presume this one gone and take its rows.
+#[derive(Default)]
+struct LastBeat(std::sync::Mutex<Option<std::time::Instant>>);
+
+impl LastBeat {
+    /// Recorded before the beat is sent: the row's `seen_at` is no earlier.
+    fn record(&self, sent: std::time::Instant) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(sent);
+    }
+
+    /// A beat went out within the last two beat periods, so at least one
+    /// period remains before anyone may presume this worker gone.
+    fn fresh(&self) -> bool {
+        let recent = common::ledger::WORKER_GONE_AFTER - common::ledger::WORKER_HEARTBEAT_EVERY;
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_some_and(|sent| sent.elapsed() < recent)
+    }
 }
 
 /// The slots (with attempt) that a task of this worker is handling. A row
@@ -224,7 +243,13 @@ const ORPHAN_CHECK_EVERY: u64 = 6;
 /// next beat; three in a row make the rows this worker holds recoverable.
 /// At start and every `ORPHAN_CHECK_EVERY` beats it also gives back the rows
 /// under its id that no task of it handles.
-async fn heartbeat(pg: Pool, worker_id: String, holding: Arc<Holding>, token: CancellationToken) {
+async fn heartbeat(
+    pg: Pool,
+    worker_id: String,
+    holding: Arc<Holding>,
+    last_beat: Arc<LastBeat>,
+    token: CancellationToken,
+) {
     for beat_number in 0u64.. {
         if beat_number % ORPHAN_CHECK_EVERY == 0 {
             match ledger::release_orphans(&pg, &worker_id, holding.snapshot()).await {
@@ -236,6 +261,7 @@ async fn heartbeat(pg: Pool, worker_id: String, holding: Arc<Holding>, token: Ca
                 Err(e) => tracing::warn!(error = %format!("{e:#}"), "releasing orphaned rows failed"),
             }
         }
+        let sent = std::time::Instant::now();
         let beat = async {
             pg.get()
                 .await?
@@ -247,8 +273,9 @@ async fn heartbeat(pg: Pool, worker_id: String, holding: Arc<Holding>, token: Ca
                 .await?;
             anyhow::Ok(())
         };
-        if let Err(e) = beat.await {
-            tracing::warn!(error = %format!("{e:#}"), "worker heartbeat failed");
+        match beat.await {
+            Ok(()) => last_beat.record(sent),
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "worker heartbeat failed"),
         }
         tokio::select! {
             _ = token.cancelled() => break,
@@ -264,14 +291,21 @@ pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> an
     let http = Arc::new(HttpDelivery::new(SsrfGuard::new(config.allow_cidrs.clone()), config.max_in_flight)?);
     let sqs = Arc::new(SqsDelivery::new(config.aws.clone()));
     let holding = Arc::new(Holding::default());
+    let last_beat = Arc::new(LastBeat::default());
     // Only a worker that can deliver says it is alive, and it stays so
     // until its last delivery has ended: a worker presumed gone loses its
     // `running` rows to redeliveries.
     let beats_stop = CancellationToken::new();
-    let beats = tokio::spawn(heartbeat(pg.clone(), config.worker_id.clone(), holding.clone(), beats_stop.clone()));
+    let beats = tokio::spawn(heartbeat(
+        pg.clone(),
+        config.worker_id.clone(),
+        holding.clone(),
+        last_beat.clone(),
+        beats_stop.clone(),
+    ));
     let mut backoff = Duration::from_millis(200);
     while !token.is_cancelled() {
-        match consume(&config, &pg, http.clone(), sqs.clone(), holding.clone(), &token).await {
+        match consume(&config, &pg, http.clone(), sqs.clone(), holding.clone(), last_beat.clone(), &token).await {
             Ok(()) => break,
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "worker lost RabbitMQ; reconnecting");
@@ -294,6 +328,7 @@ async fn consume(
     http: Arc<HttpDelivery>,
     sqs: Arc<SqsDelivery>,
     holding: Arc<Holding>,
+    last_beat: Arc<LastBeat>,
     token: &CancellationToken,
 ) -> anyhow::Result<()> {
     let connection = amqp::connect(&config.amqp_url, &format!("cronshard-worker {}", config.worker_id))
@@ -348,7 +383,8 @@ async fn consume(
             let (pg, worker_id) = (pg.clone(), config.worker_id.clone());
             Batcher::spawn(START_BATCH, START_STATEMENTS, Duration::ZERO, move |requests| {
                 let (pg, worker_id) = (pg.clone(), worker_id.clone());
-                async move { ledger::verify_batch(&pg, &worker_id, requests).await }
+                let heartbeat_fresh = last_beat.fresh();
+                async move { ledger::verify_batch(&pg, &worker_id, heartbeat_fresh, requests).await }
             })
         },
         finishes: {
@@ -600,8 +636,8 @@ async fn process(
         due_at: m.due_at,
     };
     // A pre-armed message takes its row at once (arming), so that the burst
-    // at the due instant costs a read per slot instead of a row write.
-    let start = timed("start", shared.starts.call(request.clone())).await?;
+    // at the due instant costs reads, not row writes.
+    let (start, jobs_seen) = timed("start", shared.starts.call(request.clone())).await?;
     if let Start::Busy(wait) = start {
         tracing::debug!(execution.id = %m.execution_id, attempt, ?wait, "redelivered while a live worker holds the attempt; requeueing");
         return Ok(Processed::Busy(wait));
@@ -624,7 +660,9 @@ async fn process(
     // herd made 1,381 tiny statements instead of 25, each holding a permit
     // for a round trip.) A delete after the check is ordered after the
     // fire, as one after the due instant should be.
-    if armed_early && !go_on(m, attempt, timed("verify", shared.verifies.call(request)).await?) {
+    if armed_early
+        && !go_on(m, attempt, timed("verify", shared.verifies.call(VerifyRequest { row: request, jobs_seen })).await?)
+    {
         return Ok(Processed::Done);
     }
     let permit = in_flight.acquire().await?;
@@ -781,6 +819,20 @@ mod tests {
         assert!(refused, "a second task must not hold the same attempt");
         assert!(still_held, "the refused hold must not remove the first task's entry");
         assert!(released, "the entry goes when its task ends");
+    }
+
+    #[test]
+    fn a_heartbeat_is_fresh_for_one_beat_less_than_others_wait_before_presuming_the_worker_gone() {
+        let last_beat = LastBeat::default();
+        assert!(!last_beat.fresh(), "no beat yet");
+        last_beat.record(std::time::Instant::now());
+        assert!(last_beat.fresh());
+        let margin = common::ledger::WORKER_HEARTBEAT_EVERY;
+        let ago = |d: Duration| std::time::Instant::now().checked_sub(d).expect("uptime");
+        last_beat.record(ago(common::ledger::WORKER_GONE_AFTER - margin - Duration::from_millis(100)));
+        assert!(last_beat.fresh());
+        last_beat.record(ago(common::ledger::WORKER_GONE_AFTER - margin));
+        assert!(!last_beat.fresh(), "within one beat of being presumed gone");
     }
 
     #[tokio::test(start_paused = true)]

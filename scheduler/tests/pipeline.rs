@@ -132,6 +132,88 @@ async fn deleting_or_pausing_a_job_cancels_its_prearmed_slot() {
     stack.stop().await;
 }
 
+/// The check at the due instant of rows a worker armed ahead. With a fresh
+/// heartbeat nobody can have taken a row over, so only the slots of jobs
+/// changed since the arming are looked up (and a deleted job's slot is
+/// cancelled); with a stale one every row is looked up, and a row taken
+/// over is not this worker's to deliver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn armed_rows_are_checked_by_their_jobs_changes_while_the_heartbeat_is_fresh_and_row_by_row_otherwise() {
+    use scheduler::worker::ledger::{self, Start, StartRequest, VerifyRequest};
+
+    let sink = Sink::start().await;
+    let mut stack = Stack::start("verify").await;
+    let mut cfg = stack.node_config("node-a");
+    cfg.lookahead = Duration::from_secs(30);
+    stack.start_node(cfg);
+    // No worker: the slots are claimed and published, and this test arms them.
+    let due = truncate_ms(Utc::now() + TimeDelta::seconds(20));
+    let mut ids = Vec::new();
+    for name in ["kept", "taken", "deleted"] {
+        let job = stack
+            .create_job(json!({ "name": name, "schedule": { "kind": "once", "at": at(due) }, "target": http_target(&sink.url(name)) }))
+            .await;
+        ids.push(job["id"].as_str().unwrap().parse::<uuid::Uuid>().unwrap());
+    }
+    let client = stack.pg.get().await.unwrap();
+    let mut requests = Vec::new();
+    for id in &ids {
+        let fire_id: uuid::Uuid = wait_for("the slot to be claimed", Duration::from_secs(10), || async {
+            client
+                .query_opt("SELECT fire_id FROM scheduled_jobs WHERE job_id = $1 AND status = 'pending'", &[id])
+                .await
+                .unwrap()
+                .map(|row| row.get(0))
+        })
+        .await;
+        requests.push(StartRequest {
+            job_id: *id,
+            scheduled_at: due,
+            fire_id,
+            attempt: 1,
+            redelivered: false,
+            due_at: due,
+        });
+    }
+    // Transactions of other tests share the server's xids: an older one
+    // still open would make the jobs look changed after the arming.
+    wait_for("transactions older than the jobs to end", Duration::from_secs(10), || async {
+        client
+            .query_one(
+                "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint > max(change_xid) FROM jobs WHERE id = ANY($1)",
+                &[&ids],
+            )
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+            .then_some(())
+    })
+    .await;
+    let armed = ledger::start_batch(&stack.pg, "worker-t", requests.clone()).await.unwrap();
+    assert!(armed.iter().all(|(start, _)| *start == Start::Go), "{armed:?}");
+    let verify = |fresh: bool| {
+        let batch: Vec<VerifyRequest> = requests
+            .iter()
+            .zip(&armed)
+            .map(|(row, (_, jobs_seen))| VerifyRequest { row: row.clone(), jobs_seen: *jobs_seen })
+            .collect();
+        let pool = stack.pg.clone();
+        async move { ledger::verify_batch(&pool, "worker-t", fresh, batch).await.unwrap() }
+    };
+    assert_eq!(verify(true).await, [Start::Go, Start::Go, Start::Go], "nothing changed since the arming");
+
+    // A takeover (possible only once this worker is presumed gone) and a
+    // delete. The fresh heartbeat rules the takeover out, so only the
+    // deleted job's row is looked up; without it, every row is.
+    client.execute("UPDATE scheduled_jobs SET worker_id = 'worker-u' WHERE job_id = $1", &[&ids[1]]).await.unwrap();
+    stack.delete_job(&ids[2].to_string()).await;
+    assert_eq!(verify(true).await, [Start::Go, Start::Go, Start::Cancelled("deleted")]);
+    let row = stack.ledger(&ids[2].to_string(), due).await.unwrap();
+    assert_eq!((row["status"].as_str(), row["reason"].as_str()), (Some("skipped"), Some("deleted")), "{row}");
+    assert_eq!(verify(false).await, [Start::Go, Start::Duplicate, Start::Duplicate]);
+    stack.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_callback_failing_three_times_is_retried_after_1_2_and_4_seconds_then_succeeds() {
     let sink = Sink::start().await;
