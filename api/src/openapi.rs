@@ -70,6 +70,16 @@ pub enum ExecutionStatus {
     Missed,
 }
 
+/// The statuses a replay takes.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplayableStatus {
+    Failed,
+    Pending,
+    Retrying,
+    Running,
+}
+
 /// One execution: a ledger row of `scheduled_jobs`.
 #[derive(Serialize, ToSchema)]
 pub struct Execution {
@@ -144,6 +154,9 @@ pub struct SlotExplanation {
 /// The body of a bulk replay; every field is optional.
 #[derive(Serialize, ToSchema)]
 pub struct ReplayRequest {
+    /// Which executions: `failed` (the default), or those no process holds:
+    /// `pending` once due, `retrying`, `running` on a worker presumed gone.
+    pub status: Option<ReplayableStatus>,
     pub job_id: Option<Uuid>,
     /// Scheduled at or after (inclusive).
     pub from: Option<chrono::DateTime<chrono::Utc>>,
@@ -299,6 +312,7 @@ impl Modify for Tweaks {
         crate::routes::explain::Explanation,
         crate::routes::explain::Verdict,
         ReplayRequest,
+        ReplayableStatus,
         ReplayResult,
         NextFires,
         FireTime,

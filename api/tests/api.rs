@@ -1665,6 +1665,61 @@ async fn a_jobs_executions_filter_by_status_and_time() {
     }
 }
 
+/// Replay repairs what no process holds: a due `pending` row, a `retrying`
+/// row, a `running` row of a worker presumed gone; it refuses a row a live
+/// worker runs, a pending row not due yet and a succeeded one, naming why.
+#[tokio::test]
+async fn replay_takes_stuck_rows_no_process_holds_and_refuses_held_ones() {
+    let app = TestApp::start("replaystuck").await;
+    let pg = app.sql().await;
+    let id = app.create_id(&example_job()).await;
+    let base = now_ms() - TimeDelta::hours(1);
+    let at = |k: i64| base + TimeDelta::minutes(k);
+    let rows = [
+        (0, "pending"),
+        (1, "retrying"),
+        (2, "running"), // worker-7 has no heartbeat: presumed gone
+        (3, "running"), // held by a live worker (below)
+        (4, "succeeded"),
+        (5, "failed"),
+    ];
+    for (k, status) in rows {
+        insert_row(&pg, &id, at(k), status, 1, None, None, json!([])).await;
+    }
+    insert_row(&pg, &id, now_ms() + TimeDelta::hours(1), "pending", 0, None, None, json!([])).await;
+    pg.execute(
+        "UPDATE scheduled_jobs SET worker_id = 'live-worker' WHERE job_id = $1 AND scheduled_at = $2",
+        &[&Uuid::parse_str(&id).unwrap(), &at(3)],
+    )
+    .await
+    .unwrap();
+    pg.execute("INSERT INTO worker_heartbeats (worker_id) VALUES ('live-worker')", &[]).await.unwrap();
+
+    for k in [0, 1, 2] {
+        let r = app.post_empty(&format!("/v1/executions/{id}/{}/replay", enc(&ts(at(k))))).await;
+        assert_eq!(r.status, 202, "slot {k}: {}", r.text);
+        assert_eq!(r.json()["status"], "pending");
+        assert_eq!(r.json()["reason"], "replay");
+    }
+    for (k, status) in [(3, "running"), (4, "succeeded")] {
+        let r = app.post_empty(&format!("/v1/executions/{id}/{}/replay", enc(&ts(at(k))))).await;
+        assert_problem(&r, 409);
+        assert!(r.text.contains(&format!("the execution is {status}")), "{}", r.text);
+    }
+    let future = now_ms() + TimeDelta::hours(1);
+    assert_problem(&app.post_empty(&format!("/v1/executions/{id}/{}/replay", enc(&ts(future)))).await, 409);
+
+    // Bulk replay by status: the failed row by default, nothing else.
+    let r = app.post_json("/v1/executions/replay", &json!({ "job_id": id, "status": "running" })).await;
+    assert_eq!(r.status, 202, "{}", r.text);
+    assert_eq!(r.json()["replayed"], json!(0), "the live worker's row stays: {}", r.text);
+    let r = app.post_json("/v1/executions/replay", &json!({ "job_id": id })).await;
+    assert_eq!(r.json()["replayed"], json!(1));
+    assert_eq!(r.json()["items"][0]["scheduled_at"], json!(ts(at(5))));
+    let r = app.post_json("/v1/executions/replay", &json!({ "status": "succeeded" })).await;
+    assert_invalid(&r, &["status"]);
+}
+
 #[tokio::test]
 async fn replay_appends_to_the_rows_history() {
     let app = TestApp::start("replayhist").await;

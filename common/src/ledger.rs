@@ -31,27 +31,96 @@ pub const WORKER_PRESUMED_GONE: &str = concat!(
 );
 
 /// SQL predicate: job `$id` exists at version `$version`, not deleted and
-/// not paused; what a slot is checked against when it is claimed, armed and
-/// delivered. The conditions past the key are wrapped in `IS TRUE` so that
-/// the primary key is the only index the planner can use: from thin
-/// statistics (a new database, a table that grew since it was analyzed) it
-/// chose the partial index of live jobs, a scan of every live job per slot.
+/// not paused, and that version came into force at or before `$at`: what a
+/// slot is checked against when it is claimed. A version never claims a slot
+/// due before it was made (that slot belongs to the version then in force,
+/// or to a paused period). The conditions past the key are wrapped in `IS
+/// TRUE` so that the primary key is the only index the planner can use: from
+/// thin statistics (a new database, a table that grew since it was analyzed)
+/// it chose the partial index of live jobs, a scan of every live job per slot.
 #[macro_export]
-macro_rules! job_is_live {
-    ($id:literal, $version:literal) => {
+macro_rules! claimable_by {
+    ($id:literal, $version:literal, $at:literal) => {
         concat!(
             "EXISTS (SELECT 1 FROM jobs j WHERE j.id = ",
             $id,
             " AND (j.version = ",
             $version,
-            " AND j.deleted_at IS NULL AND NOT j.paused) IS TRUE)"
+            " AND j.deleted_at IS NULL AND NOT j.paused AND j.updated_at <= ",
+            $at,
+            ") IS TRUE)"
         )
+    };
+}
+
+/// SQL predicate on a ledger row `l`: its slot is still wanted, so a worker
+/// may deliver it. A change to a job applies to the slots due at or after
+/// the instant it was made (`job_changes.valid_from`), so a scheduled slot
+/// is wanted while the version in force at its due instant is the one that
+/// claimed it and was live (not paused). Deleting a job stops everything it
+/// has not delivered yet, retries and manual fires included. A manual fire
+/// or an operator's replay is not a slot of the schedule: only the delete
+/// stops it. The conditions past each key are wrapped in `IS TRUE` for the
+/// reason given at `claimable_by`.
+#[macro_export]
+macro_rules! slot_wanted {
+    () => {
+        "(EXISTS (SELECT 1 FROM jobs j WHERE j.id = l.job_id AND (j.deleted_at IS NULL) IS TRUE)
+          AND (l.trigger = 'manual' OR l.reason = 'replay'
+               OR (SELECT (c.version = l.job_version AND c.state = 'live') IS TRUE FROM job_changes c
+                   WHERE c.job_id = l.job_id AND (c.valid_from <= l.scheduled_at) IS TRUE
+                   ORDER BY c.version DESC LIMIT 1)))"
+    };
+}
+
+/// SQL expression on a ledger row `l`: why its slot is no longer wanted
+/// (`deleted`, `paused` or `superseded`), NULL while it is. The one place
+/// that names the reason a worker records when it cancels a slot.
+pub const UNWANTED_REASON: &str = "(SELECT CASE
+        WHEN j.id IS NULL OR j.deleted_at IS NOT NULL THEN 'deleted'
+        WHEN l.trigger = 'manual' OR l.reason = 'replay' THEN NULL
+        WHEN c.state = 'live' AND c.version = l.job_version THEN NULL
+        WHEN c.state = 'paused' THEN 'paused'
+        WHEN c.state = 'deleted' THEN 'deleted'
+        ELSE 'superseded' END
+    FROM (SELECT 1) AS one
+    LEFT JOIN jobs j ON j.id = l.job_id
+    LEFT JOIN LATERAL (SELECT c.version, c.state FROM job_changes c
+                       WHERE c.job_id = l.job_id AND c.valid_from <= l.scheduled_at
+                       ORDER BY c.version DESC LIMIT 1) c ON true)";
+
+/// SQL predicate on a ledger row `l`: skipped because a change made before
+/// its due instant took it from the version that had claimed it (the API
+/// cancels such pending rows at once, a worker an armed one at the due
+/// instant), so the version in force at `$version` may claim the slot
+/// again. The claim itself only ever takes a slot due at or after its
+/// version came into force, which keeps a slot of a paused period paused.
+#[macro_export]
+macro_rules! retakeable_by {
+    ($version:literal) => {
+        concat!("(l.status = 'skipped' AND l.reason IN ('superseded', 'paused') AND l.job_version < ", $version, ")")
+    };
+}
+
+/// SQL predicate on a ledger row `l`: not final, and claimed under an older
+/// version than `$version`: whoever claims the slot for `$version` waits
+/// for it to be delivered or cancelled, then re-takes it if it was cancelled.
+#[macro_export]
+macro_rules! held_by_older_version {
+    ($version:literal) => {
+        concat!("(l.status IN ('pending', 'running', 'retrying') AND l.job_version < ", $version, ")")
     };
 }
 
 /// The ledger rows that count towards a job's `max_runs` (SQL predicate):
 /// fired slots of its schedule, not manual triggers, skips or misses.
-pub const COUNTS_AS_RUN: &str = "trigger <> 'manual' AND status NOT IN ('skipped', 'missed')";
+#[macro_export]
+macro_rules! counts_as_run {
+    () => {
+        "trigger <> 'manual' AND status NOT IN ('skipped', 'missed')"
+    };
+}
+pub const COUNTS_AS_RUN: &str = counts_as_run!();
 
 /// Stamps `published_at` on the rows of confirmed messages, in one
 /// statement. A row re-claimed under another fire id since is left alone,

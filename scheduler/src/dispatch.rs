@@ -32,14 +32,6 @@ use common::redis::Keys;
 
 use common::publisher::Publisher;
 
-/// SQL predicate on a ledger row `l`: skipped when an older version of its
-/// job had armed it, so the job at `$version` may claim the slot again.
-macro_rules! retakeable_by {
-    ($version:literal) => {
-        concat!("(l.status = 'skipped' AND l.reason IN ('superseded', 'paused') AND l.job_version < ", $version, ")")
-    };
-}
-
 /// Times one step of the dispatcher: it does one thing at a time, so a slow
 /// step delays every slot behind it.
 async fn timed<T>(stage: &'static str, work: impl std::future::Future<Output = T>) -> T {
@@ -52,6 +44,16 @@ async fn timed<T>(stage: &'static str, work: impl std::future::Future<Output = T
 /// 10,000-slot batch published at the broker's pace during a herd took
 /// longer than that, and ~900 rows per 100,000 went out twice.
 const CLAIM_CHUNK: usize = 1_000;
+
+/// A slot held by a row of an older version is asked about again this long
+/// after its due instant: the worker holding the row decides it at the due
+/// instant (delivered, or cancelled for the version in force).
+const RECHECK_AFTER_DUE: TimeDelta = TimeDelta::milliseconds(300);
+/// And then this often while the row is still not final.
+const RECHECK_EVERY: TimeDelta = TimeDelta::milliseconds(500);
+/// For at most this long after the slot: by then a row still held is not
+/// being moved by anyone, and the stranded-row sweep moves it on.
+const RECHECK_FOR: TimeDelta = TimeDelta::minutes(30);
 
 /// One due occurrence of a job, as the timer hands it over.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,6 +91,9 @@ pub struct DispatchConfig {
     /// A row `running` longer than its attempt timeout plus this is
     /// recovered: its worker and its message are gone.
     pub running_grace: Duration,
+    /// A `pending` row this long past its due instant and its publish, or a
+    /// `retrying` row this long past its next attempt, is stranded.
+    pub stranded_after: Duration,
 }
 
 pub struct Dispatcher {
@@ -96,7 +101,8 @@ pub struct Dispatcher {
     pub pg: PgPool,
     pub redis: Vec<RedisPool>,
     pub publisher: Publisher,
-    /// Slots whose lock another node won, oldest first.
+    /// Slots to ask about again, and when: those whose lock another node
+    /// won, and those held by a row of an older version.
     verify: VecDeque<(DateTime<Utc>, Slot)>,
     /// Published messages whose rows get `published_at` once `STAMP_AFTER`
     /// has passed, oldest first.
@@ -168,6 +174,9 @@ impl Dispatcher {
                     if let Err(e) = timed("recover", self.recover_running()).await {
                         tracing::warn!(error = %format!("{e:#}"), "recovering stuck running rows failed");
                     }
+                    if let Err(e) = timed("stranded", self.sweep_stranded()).await {
+                        tracing::warn!(error = %format!("{e:#}"), "sweeping stranded ledger rows failed");
+                    }
                 }
             }
         }
@@ -214,7 +223,35 @@ impl Dispatcher {
                 }
             }
         };
-        metrics::counter!("cronshard_claim_conflicts_total").increment((slots.len() - claimed.len()) as u64);
+        let conflicts = slots.len() - claimed.len();
+        metrics::counter!("cronshard_claim_conflicts_total").increment(conflicts as u64);
+        if conflicts > 0 {
+            // A row of an older version (armed before an edit, a pause and a
+            // resume) is decided by its worker at the due instant; if it is
+            // cancelled, the slot is this version's to take. Without a second
+            // look it was lost.
+            let taken: std::collections::HashSet<(Uuid, DateTime<Utc>)> =
+                claimed.iter().map(|c| (c.message.job_id, c.message.scheduled_at)).collect();
+            let conflicted: Vec<Slot> =
+                slots.iter().filter(|s| !taken.contains(&(s.job_id, s.scheduled_at))).cloned().collect();
+            match check_slots(&self.pg, &conflicted).await {
+                Ok(states) => {
+                    let waiting = conflicted
+                        .into_iter()
+                        .zip(states)
+                        .filter(|(_, state)| *state == SlotState::HeldByOlderVersion)
+                        .map(|(s, _)| s)
+                        .collect();
+                    self.wait_for_older_versions(waiting, Utc::now());
+                }
+                Err(e) => {
+                    // Asked again with the lost slots; the claim is idempotent.
+                    tracing::warn!(error = %format!("{e:#}"), "checking conflicting slots failed; will retry");
+                    let at = Utc::now() + RECHECK_EVERY;
+                    self.verify.extend(conflicted.into_iter().map(|s| (at, s)));
+                }
+            }
+        }
         self.publish(claimed, token).await;
     }
 
@@ -381,33 +418,42 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// Claims lost slots that nobody claimed (the lock winner died first).
+    /// Re-checks the slots this node did not claim: those whose lock another
+    /// node won (claimed here if the winner died before claiming), and those
+    /// held by a row of an older version (re-taken here once that row is
+    /// cancelled; left alone once it is delivered).
     async fn verify_lost(&mut self) {
         let now = Utc::now();
-        let mut due = Vec::new();
-        while self.verify.front().is_some_and(|(at, _)| *at <= now) {
-            due.extend(self.verify.pop_front().map(|(_, s)| s));
-        }
+        // Not in order of `at` (lost slots wait longer than re-checks), and
+        // at most a few batches long: a scan is enough.
+        let (due, waiting): (Vec<_>, Vec<_>) = self.verify.drain(..).partition(|(at, _)| *at <= now);
+        self.verify = waiting.into();
+        let due: Vec<Slot> = due.into_iter().map(|(_, s)| s).collect();
         if due.is_empty() {
             return;
         }
         let token = CancellationToken::new();
         let before = due.len();
-        let claimed = async {
-            let unclaimed = unclaimed(&self.pg, due.clone()).await?;
+        let checked = async {
+            let states = check_slots(&self.pg, &due).await?;
+            let (mut open, mut waiting) = (Vec::new(), Vec::new());
+            for (slot, state) in due.iter().zip(states) {
+                match state {
+                    SlotState::Open => open.push(slot.clone()),
+                    SlotState::HeldByOlderVersion => waiting.push(slot.clone()),
+                    SlotState::Settled => {}
+                }
+            }
             // Claiming is idempotent: a slot the winner claims meanwhile simply conflicts.
-            self.claim(&unclaimed).await
+            anyhow::Ok((self.claim(&open).await?, waiting))
         };
-        match claimed.await {
-            Ok(claimed) => {
+        match checked.await {
+            Ok((claimed, waiting)) => {
                 if !claimed.is_empty() {
-                    tracing::warn!(
-                        slots = claimed.len(),
-                        checked = before,
-                        "claimed slots whose lock winner never did"
-                    );
+                    tracing::warn!(slots = claimed.len(), checked = before, "claimed slots nobody else had");
                     metrics::counter!("cronshard_takeover_claims_total").increment(claimed.len() as u64);
                 }
+                self.wait_for_older_versions(waiting, now);
                 self.publish(claimed, &token).await;
             }
             Err(e) => {
@@ -415,6 +461,21 @@ impl Dispatcher {
                 let retry_at = now + TimeDelta::seconds(1);
                 self.verify.extend(due.into_iter().map(|s| (retry_at, s)));
             }
+        }
+    }
+
+    /// Asks again about slots held by a row of an older version, shortly
+    /// after their due instant (when the worker holding the row decides it)
+    /// and then every `RECHECK_EVERY`, for at most `RECHECK_FOR` after the
+    /// slot; a row still not final then is the stranded-row sweep's.
+    fn wait_for_older_versions(&mut self, slots: Vec<Slot>, now: DateTime<Utc>) {
+        for slot in slots {
+            if now - slot.scheduled_at > RECHECK_FOR {
+                tracing::warn!(job.id = %slot.job_id, slot = %slot.scheduled_at, "gave up waiting for an older version's row");
+                continue;
+            }
+            let at = (slot.scheduled_at + RECHECK_AFTER_DUE).max(now + RECHECK_EVERY);
+            self.verify.push_back((at, slot));
         }
     }
 
@@ -474,6 +535,66 @@ impl Dispatcher {
         Ok(messages.len())
     }
 
+    /// Moves on ledger rows that no process is going to move: a `pending`
+    /// row whose message went out (`published_at`) and was due more than
+    /// `stranded_after` ago, or a `retrying` row whose next attempt was due
+    /// more than `stranded_after` ago. Their message is gone (a broker that
+    /// lost it, a queue deleted) or was dropped (a message that did not
+    /// match its row: the bug class this sweep exists for). Each is
+    /// published again under its execution id and fire id as the attempt
+    /// its row expects, which a worker starts or, for a slot no longer
+    /// wanted, records as skipped; a copy that meets another is dropped by
+    /// the start rule. Counted in `cronshard_ledger_stranded_total`: any
+    /// count is a finding (docs/operations.md names the alert).
+    pub async fn sweep_stranded(&mut self) -> anyhow::Result<usize> {
+        let after = self.config.stranded_after.as_secs_f64();
+        let mut client = self.pg.get().await?;
+        let tx = client.transaction().await?;
+        let rows = tx
+            .query(
+                "WITH stranded AS (
+                     SELECT l.job_id, l.scheduled_at FROM scheduled_jobs l
+                     WHERE l.status IN ('pending', 'retrying')
+                       AND ((l.status = 'pending'
+                             AND greatest(l.scheduled_at, l.published_at) < now() - make_interval(secs => $1))
+                         OR (l.status = 'retrying'
+                             AND coalesce(l.next_attempt_at, l.finished_at + interval '1 hour')
+                                 < now() - make_interval(secs => $1)))
+                     ORDER BY l.scheduled_at LIMIT 1000 FOR UPDATE OF l SKIP LOCKED)
+                 UPDATE scheduled_jobs l SET published_at = now(),
+                        next_attempt_at = CASE WHEN l.status = 'retrying' THEN now() END,
+                        history = l.history || jsonb_build_array(jsonb_build_object(
+                            'event', 'stranded', 'at', cronshard_instant(now()), 'status', l.status,
+                            'attempts', l.attempts))
+                 FROM stranded WHERE l.job_id = stranded.job_id AND l.scheduled_at = stranded.scheduled_at
+                 RETURNING l.job_id, l.scheduled_at, l.fire_id, l.execution_id, l.trigger, l.attempts, l.status,
+                           (SELECT spec FROM jobs WHERE id = l.job_id) AS spec",
+                &[&after],
+            )
+            .await?;
+        let mut messages = Vec::with_capacity(rows.len());
+        let mut attempts = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let Ok(spec) = serde_json::from_value::<JobSpec>(row.get("spec")) else { continue };
+            let status: &str = row.get("status");
+            metrics::counter!("cronshard_ledger_stranded_total", "status" => status.to_owned()).increment(1);
+            attempts.push(row.get::<_, i32>("attempts") as u32 + 1);
+            messages.push(FireMessage::for_row(row, spec, Utc::now()));
+        }
+        if !messages.is_empty() {
+            let batch: Vec<(&FireMessage, u32)> = messages.iter().zip(attempts.iter().copied()).collect();
+            self.publisher.publish_attempts(&batch).await?;
+            let examples: Vec<&str> = messages.iter().take(5).map(|m| m.execution_id.as_str()).collect();
+            tracing::warn!(
+                rows = messages.len(),
+                ?examples,
+                "moved on stranded ledger rows (nothing was going to move them)"
+            );
+        }
+        tx.commit().await?;
+        Ok(messages.len())
+    }
+
     /// Republishes claimed rows whose publish was never confirmed.
     pub async fn sweep_outbox(&mut self) -> anyhow::Result<usize> {
         let grace = TimeDelta::from_std(self.config.outbox_grace)?;
@@ -525,32 +646,55 @@ fn key_columns<'a>(slots: impl Iterator<Item = &'a Slot>) -> (Vec<Uuid>, Vec<Dat
     columns
 }
 
-/// The slots the claim could still insert or re-take: no ledger row, or
-/// one skipped for an older version. A read, because the claim's `ON
-/// CONFLICT DO UPDATE` locks every conflicting row even where its `WHERE`
-/// declines the update: claiming every lost slot (half of all slots,
-/// with two owners) cost a row lock each, on rows the workers were
-/// writing at that moment, and deadlocked with them.
-pub async fn unclaimed(pg: &PgPool, slots: Vec<Slot>) -> anyhow::Result<Vec<Slot>> {
+/// Where a slot stands for a claimer, as `check_slots` reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotState {
+    /// No ledger row, or one the claimer may re-take: claim it.
+    Open,
+    /// A row of an older version of the job that is not final yet (a worker
+    /// holds it armed, or its message is on its way): once delivered it
+    /// stands; once cancelled it is the claimer's to re-take. Ask again.
+    HeldByOlderVersion,
+    /// Claimed, delivered or decided for good: nothing to do.
+    Settled,
+}
+
+/// Reads where each slot stands. A read, because the claim's `ON CONFLICT
+/// DO UPDATE` locks every conflicting row even where its `WHERE` declines
+/// the update: claiming every lost slot (half of all slots, with two
+/// owners) cost a row lock each, on rows the workers were writing at that
+/// moment, and deadlocked with them.
+pub async fn check_slots(pg: &PgPool, slots: &[Slot]) -> anyhow::Result<Vec<SlotState>> {
     if slots.is_empty() {
-        return Ok(slots);
+        return Ok(Vec::new());
     }
     let client = pg.get().await?;
     let stmt = client
         .prepare_cached(concat!(
-            "SELECT b.i FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[])
-                             WITH ORDINALITY AS b(job_id, scheduled_at, job_version, i)
-             WHERE NOT EXISTS (
-                 SELECT 1 FROM scheduled_jobs l WHERE l.job_id = b.job_id AND l.scheduled_at = b.scheduled_at
-                   AND ",
-            retakeable_by!("b.job_version"),
-            " IS NOT TRUE)"
+            "SELECT b.i, CASE WHEN ",
+            common::held_by_older_version!("b.job_version"),
+            " IS TRUE THEN 1 ELSE 2 END
+             FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[])
+                  WITH ORDINALITY AS b(job_id, scheduled_at, job_version, i)
+             JOIN scheduled_jobs l ON l.job_id = b.job_id AND l.scheduled_at = b.scheduled_at
+             WHERE ",
+            common::retakeable_by!("b.job_version"),
+            " IS NOT TRUE"
         ))
         .await?;
     let (job_ids, times, versions) = key_columns(slots.iter());
-    let open: std::collections::HashSet<i64> =
-        client.query(&stmt, &[&job_ids, &times, &versions]).await?.iter().map(|row| row.get(0)).collect();
-    Ok(slots.into_iter().enumerate().filter(|(i, _)| open.contains(&(*i as i64 + 1))).map(|(_, s)| s).collect())
+    let mut states = vec![SlotState::Open; slots.len()];
+    for row in client.query(&stmt, &[&job_ids, &times, &versions]).await? {
+        let (i, state): (i64, i32) = (row.get(0), row.get(1));
+        states[i as usize - 1] = if state == 1 { SlotState::HeldByOlderVersion } else { SlotState::Settled };
+    }
+    Ok(states)
+}
+
+/// The slots the claim could still insert or re-take.
+pub async fn unclaimed(pg: &PgPool, slots: Vec<Slot>) -> anyhow::Result<Vec<Slot>> {
+    let states = check_slots(pg, &slots).await?;
+    Ok(slots.into_iter().zip(states).filter(|(_, state)| *state == SlotState::Open).map(|(s, _)| s).collect())
 }
 
 /// The claim: insert each slot of a job that still exists, is not paused and
@@ -566,14 +710,22 @@ WITH slots AS (
         (job_id, scheduled_at, fire_id, execution_id, trigger, status, scheduler_node, fired_at, job_version)
     SELECT s.job_id, s.scheduled_at, s.fire_id, s.execution_id, s.trigger, 'pending', $7, now(), s.job_version
     FROM slots s WHERE ",
-    common::job_is_live!("s.job_id", "s.job_version"),
+    common::claimable_by!("s.job_id", "s.job_version", "s.scheduled_at"),
     "
     ON CONFLICT (job_id, scheduled_at) DO UPDATE
+        -- A re-take starts the slot afresh: every field a delivery or a
+        -- cancellation wrote goes, or the first message (attempt 1) would
+        -- meet a row that already counts an attempt and be dropped.
         SET fire_id = EXCLUDED.fire_id, status = 'pending', scheduler_node = EXCLUDED.scheduler_node,
             fired_at = EXCLUDED.fired_at, job_version = EXCLUDED.job_version, published_at = NULL,
-            reason = NULL, finished_at = NULL
+            reason = NULL, finished_at = NULL, attempts = 0, worker_id = NULL, started_at = NULL,
+            http_status = NULL, sqs_message_id = NULL, response_excerpt = NULL, error = NULL,
+            next_attempt_at = NULL,
+            history = l.history || jsonb_build_array(jsonb_build_object(
+                'event', 'retaken', 'at', cronshard_instant(now()), 'version', EXCLUDED.job_version,
+                'from_version', l.job_version, 'reason', l.reason))
         WHERE ",
-    retakeable_by!("EXCLUDED.job_version"),
+    common::retakeable_by!("EXCLUDED.job_version"),
     "
     RETURNING l.job_id, l.scheduled_at, l.fire_id, l.execution_id, l.trigger
 )

@@ -33,6 +33,10 @@ pub struct JobRow {
     pub spec: Option<JobSpec>,
     /// Slots already fired, counted only for jobs with `max_runs`.
     pub runs: u64,
+    /// Of those, the slots due at or after this version came into force:
+    /// the node takes slots from then on and counts each it takes, so the
+    /// ones it will take again must not count twice.
+    pub runs_since_change: Vec<DateTime<Utc>>,
     /// Set when the job is (re)loaded rather than changed: its latest slot in
     /// the ledger within the misfire lookback, so the node can find slots
     /// nobody fired while the job had no live owner.
@@ -58,11 +62,20 @@ async fn fill_history(
     }
     let since = Utc::now() - chrono::TimeDelta::from_std(lookback)?;
     // Pruned to the partitions inside the lookback.
+    // A row of an older version that is not final, or was cancelled for the
+    // version now in force, is not taken care of: the slot is this
+    // version's to claim (or re-take) once that row is decided.
     let last: std::collections::HashMap<Uuid, DateTime<Utc>> = client
         .query(
-            "SELECT job_id, max(scheduled_at) FROM scheduled_jobs
-             WHERE job_id = ANY($1) AND scheduled_at >= $2 AND trigger <> 'manual'
-             GROUP BY job_id",
+            concat!(
+                "SELECT l.job_id, max(l.scheduled_at) FROM scheduled_jobs l JOIN jobs j ON j.id = l.job_id
+                 WHERE l.job_id = ANY($1) AND l.scheduled_at >= $2 AND l.trigger <> 'manual'
+                   AND NOT (",
+                common::held_by_older_version!("j.version"),
+                " OR ",
+                common::retakeable_by!("j.version"),
+                ") GROUP BY l.job_id"
+            ),
             &[&ids, &since],
         )
         .await?
@@ -101,6 +114,7 @@ fn parse(row: &Row) -> JobRow {
         updated_at: row.get::<_, Option<DateTime<Utc>>>(6).unwrap_or_default(),
         spec,
         runs: 0,
+        runs_since_change: Vec::new(),
         history: None,
     }
 }
@@ -113,21 +127,26 @@ async fn count_runs(client: &impl deadpool_postgres::GenericClient, rows: &mut [
     if ids.is_empty() {
         return Ok(());
     }
-    let counts: std::collections::HashMap<Uuid, i64> = client
+    let counts: std::collections::HashMap<Uuid, (i64, Vec<DateTime<Utc>>)> = client
         .query(
             &format!(
-                "SELECT job_id, count(*) FROM scheduled_jobs
-                 WHERE job_id = ANY($1) AND {} GROUP BY job_id",
+                "SELECT l.job_id, count(*),
+                        coalesce(array_agg(l.scheduled_at) FILTER (WHERE l.scheduled_at >= j.updated_at), '{{}}')
+                 FROM scheduled_jobs l JOIN jobs j ON j.id = l.job_id
+                 WHERE l.job_id = ANY($1) AND {} GROUP BY l.job_id",
                 common::ledger::COUNTS_AS_RUN
             ),
             &[&ids],
         )
         .await?
         .iter()
-        .map(|r| (r.get(0), r.get(1)))
+        .map(|r| (r.get(0), (r.get(1), r.get(2))))
         .collect();
     for row in rows.iter_mut() {
-        row.runs = counts.get(&row.id).copied().unwrap_or(0) as u64;
+        if let Some((runs, since_change)) = counts.get(&row.id) {
+            row.runs = *runs as u64;
+            row.runs_since_change = since_change.clone();
+        }
     }
     Ok(())
 }

@@ -61,6 +61,9 @@ pub struct NodeConfig {
     /// A ledger row `running` longer than its attempt timeout plus this is
     /// delivered again.
     pub running_grace: Duration,
+    /// A ledger row not moved this long past when it should have been is
+    /// moved on by the stranded-row sweep.
+    pub stranded_after: Duration,
     pub maintenance_interval: Duration,
     pub retention: Retention,
 }
@@ -87,6 +90,7 @@ impl NodeConfig {
             verify_after: Duration::from_secs(5),
             outbox_grace: Duration::from_secs(10),
             running_grace: Duration::from_secs(60),
+            stranded_after: Duration::from_secs(60),
             maintenance_interval: Duration::from_secs(3600),
             retention: Retention::default(),
         }
@@ -179,7 +183,9 @@ impl State {
         // makes that safe); older ones belong to the misfire policy. Slots
         // before the last change (an update, a resume) belonged to the
         // previous version.
-        let changed_at = (row.created_at - TimeDelta::milliseconds(1)).max(row.updated_at - TimeDelta::milliseconds(1));
+        // This version is in force from `updated_at` on: it takes the slots
+        // due at or after it (those before belong to the previous version).
+        let changed_at = row.created_at.max(row.updated_at) - TimeDelta::microseconds(1);
         let mut from = changed_at.max(now - self.misfire_threshold);
         let mut owned = Owned { runs: row.runs, max_runs: spec.schedule.max_runs, schedule, generation: 0 };
         if let Some(history) = row.history {
@@ -214,6 +220,9 @@ impl State {
                 from = from.max(last);
             }
         }
+        // The slots after `from` are counted as `take_due` takes them.
+        let counted_again = row.runs_since_change.iter().filter(|t| **t > from).count() as u64;
+        owned.runs = owned.runs.saturating_sub(counted_again);
         if let Some(next) = owned.next_after(from) {
             owned.generation = self.heap.push(row.id, next);
         }
@@ -354,6 +363,7 @@ impl Node {
                 verify_after: cfg.verify_after,
                 outbox_grace: cfg.outbox_grace,
                 running_grace: cfg.running_grace,
+                stranded_after: cfg.stranded_after,
             },
             self.pg.clone(),
             self.redis.clone(),

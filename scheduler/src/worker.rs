@@ -694,8 +694,10 @@ async fn process(
         }
         Outcome::Failure { http_status, error, excerpt, retryable } => {
             let retries_used = attempt - 1;
+            let mut next_attempt_at = None;
             let status = if retryable && retries_used < policy.max_retries {
                 let delay = policy.delay_ms(attempt);
+                next_attempt_at = Some(Utc::now() + chrono::TimeDelta::milliseconds(delay as i64));
                 shared.publish_retry(m, attempt + 1, delay).await?;
                 tracing::warn!(execution.id = %m.execution_id, attempt, error = %error, retry_in_ms = delay, "delivery failed; retry scheduled");
                 "retrying"
@@ -705,8 +707,12 @@ async fn process(
                 "failed"
             };
             metrics::counter!("cronshard_worker_deliveries_total", "outcome" => status).increment(1);
-            let request =
-                FinishRequest { http_status: http_status.map(i32::from), error: Some(error), ..done(status, excerpt) };
+            let request = FinishRequest {
+                http_status: http_status.map(i32::from),
+                error: Some(error),
+                next_attempt_at,
+                ..done(status, excerpt)
+            };
             shared.finish(m, request).await?;
         }
     }

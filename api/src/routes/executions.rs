@@ -216,14 +216,27 @@ pub async fn all(State(state): State<AppState>, QueryParams(q): QueryParams<AllQ
     Ok(Json(json!({ "items": items, "next_cursor": next_cursor })))
 }
 
-/// Rows a replay may take: only what finished without success.
-const REPLAYABLE: [&str; 1] = ["failed"];
+/// Statuses a replay may take: what failed, and what no process holds:
+/// a `pending` row of a due slot, a `retrying` row, a `running` row whose
+/// worker is presumed gone. A fresh fire id makes any copy still on its way
+/// a duplicate that workers drop, so a replay never delivers twice.
+const REPLAYABLE: [&str; 4] = ["failed", "pending", "retrying", "running"];
 
-/// Moves the selected failed rows back to `pending` under a fresh fire id,
-/// keeping the execution id and the attempt count, and publishes them as
-/// their next attempt. Returns the replayed rows.
+/// SQL predicate on a ledger row `l` in one of `REPLAYABLE`: no process
+/// holds it.
+fn replayable_row() -> String {
+    format!(
+        "((l.status <> 'pending' OR l.scheduled_at <= now()) AND (l.status <> 'running' OR {}))",
+        common::ledger::WORKER_PRESUMED_GONE
+    )
+}
+
+/// Moves the selected rows back to `pending` under a fresh fire id, keeping
+/// the execution id and the attempt count, and publishes them as their next
+/// attempt. Returns the replayed rows.
 async fn replay_where(
     state: &AppState,
+    statuses: &[&str],
     job_id: Option<uuid::Uuid>,
     from: Option<DateTime<Utc>>,
     to: Option<DateTime<Utc>>,
@@ -234,17 +247,18 @@ async fn replay_where(
     let tx = client.transaction().await?;
     let rows = tx
         .query(
-            "WITH picked AS (
+            &format!("WITH picked AS (
                  SELECT l.job_id, l.scheduled_at FROM scheduled_jobs l JOIN jobs j ON j.id = l.job_id AND j.deleted_at IS NULL
-                 WHERE l.status = ANY($1) AND ($2::uuid IS NULL OR l.job_id = $2)
+                 WHERE l.status = ANY($1) AND {replayable} AND ($2::uuid IS NULL OR l.job_id = $2)
                    AND ($3::timestamptz IS NULL OR l.scheduled_at >= $3) AND ($4::timestamptz IS NULL OR l.scheduled_at < $4)
                  ORDER BY l.scheduled_at LIMIT $5 FOR UPDATE OF l SKIP LOCKED)
              UPDATE scheduled_jobs l SET status = 'pending', fire_id = gen_random_uuid(), published_at = NULL,
-                    finished_at = NULL, reason = 'replay', fired_at = now(), scheduler_node = 'api',
-                    job_version = (SELECT version FROM jobs WHERE id = l.job_id), history = l.history || $6::jsonb
+                    finished_at = NULL, next_attempt_at = NULL, reason = 'replay', fired_at = now(),
+                    scheduler_node = 'api', job_version = (SELECT version FROM jobs WHERE id = l.job_id),
+                    history = l.history || $6::jsonb
              FROM picked WHERE l.job_id = picked.job_id AND l.scheduled_at = picked.scheduled_at
-             RETURNING l.*",
-            &[&REPLAYABLE.to_vec(), &job_id, &from, &to, &max, &entry],
+             RETURNING l.*", replayable = replayable_row()),
+            &[&statuses.to_vec(), &job_id, &from, &to, &max, &entry],
         )
         .await?;
     let messages = crate::routes::jobs::fire_messages(&tx, &rows).await?;
@@ -277,7 +291,7 @@ pub fn parse_slot(job: &str, at: &str) -> ApiResult<(uuid::Uuid, DateTime<Utc>)>
         crate::openapi::BadRequest,
         crate::openapi::Unauthorized,
         (status = 404, description = "No such execution", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The execution is not failed, or its job is deleted", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The execution is held by a process (running on a live worker, pending before its slot) or already succeeded or decided, or its job is deleted", body = crate::openapi::Problem, content_type = "application/problem+json"),
         crate::openapi::ValidationFailed,
         crate::openapi::InternalError,
     ),
@@ -289,7 +303,8 @@ pub async fn replay_one(
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     let (job_id, at) = parse_slot(&job, &at)?;
     let replayed =
-        replay_where(&state, Some(job_id), Some(at), Some(at + chrono::TimeDelta::microseconds(1)), 1).await?;
+        replay_where(&state, &REPLAYABLE, Some(job_id), Some(at), Some(at + chrono::TimeDelta::microseconds(1)), 1)
+            .await?;
     match replayed.into_iter().next() {
         Some(row) => Ok((StatusCode::ACCEPTED, Json(row))),
         None => {
@@ -300,7 +315,8 @@ pub async fn replay_one(
             Err(match row {
                 None => ApiError::NotFound(format!("no execution of job {job_id} scheduled at {}", format_instant(at))),
                 Some(r) => ApiError::Conflict(format!(
-                    "the execution is {}; only failed executions of existing jobs are replayed",
+                    "the execution is {}; replay takes executions of existing jobs that failed, or that no \
+                     process holds: pending once due, retrying, or running on a worker presumed gone",
                     r.get::<_, &str>(0)
                 )),
             })
@@ -308,8 +324,10 @@ pub async fn replay_one(
     }
 }
 
-/// `POST /v1/executions/replay` with `{job_id?, from?, to?, limit?}`: replays
-/// failed executions in bulk (oldest first, at most `limit`, default 100).
+/// `POST /v1/executions/replay` with `{status?, job_id?, from?, to?, limit?}`:
+/// replays executions in bulk (oldest first, at most `limit`, default 100)
+/// in one status (default `failed`; `pending`, `retrying` and `running`
+/// take only rows no process holds).
 #[utoipa::path(
     post,
     path = "/v1/executions/replay",
@@ -331,8 +349,8 @@ pub async fn replay_many(
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     let obj = body.as_object().ok_or_else(|| field("", "the request body must be a JSON object"))?;
     for key in obj.keys() {
-        if !["job_id", "from", "to", "limit"].contains(&key.as_str()) {
-            return Err(field(key, "unknown field; expected one of: job_id, from, to, limit"));
+        if !["status", "job_id", "from", "to", "limit"].contains(&key.as_str()) {
+            return Err(field(key, "unknown field; expected one of: status, job_id, from, to, limit"));
         }
     }
     let text = |k: &str| -> ApiResult<Option<&str>> {
@@ -341,6 +359,13 @@ pub async fn replay_many(
             Some(Value::String(s)) => Ok(Some(s.as_str())),
             Some(_) => Err(field(k, "must be a string")),
         }
+    };
+    let status = match text("status")? {
+        None => "failed",
+        Some(s) => REPLAYABLE
+            .into_iter()
+            .find(|r| *r == s)
+            .ok_or_else(|| field("status", format!("must be one of {}", REPLAYABLE.join(", "))))?,
     };
     let job_id = parse_job_id(text("job_id")?)?;
     let from = parse_time(text("from")?, "from")?;
@@ -352,6 +377,6 @@ pub async fn replay_many(
             _ => return Err(field("limit", "must be an integer from 1 to 1000")),
         },
     };
-    let replayed = replay_where(&state, job_id, from, to, limit).await?;
+    let replayed = replay_where(&state, &[status], job_id, from, to, limit).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({ "replayed": replayed.len(), "items": replayed }))))
 }

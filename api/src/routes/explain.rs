@@ -207,12 +207,11 @@ fn human(d: TimeDelta) -> String {
 /// Why a slot was skipped or missed, from the row's `reason`.
 fn reason_text(reason: Option<&str>) -> String {
     match reason {
-        Some("paused") => "the job was paused before a worker started it".to_owned(),
-        Some("deleted") => "the job was deleted before a worker started it".to_owned(),
-        Some("superseded") => {
-            "the job was changed before a worker started it (the new version's claim decides about this slot)"
-                .to_owned()
-        }
+        Some("paused") => "the job was paused at its due instant".to_owned(),
+        Some("deleted") => "the job was deleted before a worker delivered it".to_owned(),
+        Some("superseded") => "the job was changed before this slot was due, and the version in force at the \
+             slot does not fire at this instant (when it does, it re-takes the slot)"
+            .to_owned(),
         Some(r) if r.starts_with("misfire policy") => {
             format!("no scheduler could fire it on time (the cluster or the job's owners were down), and the job's {r}")
         }
@@ -251,6 +250,18 @@ fn describe_entry(e: &Value) -> String {
             line
         }
         Some("skipped") => format!("skipped at {}: {}", s("at").unwrap_or("(unknown)"), reason_text(s("reason"))),
+        Some("retaken") => format!(
+            "re-taken at {} by version {} of the job (a change made before the slot had cancelled the claim of version {}): claimed afresh",
+            s("at").unwrap_or("(unknown)"),
+            e.get("version").map_or("?".to_owned(), Value::to_string),
+            e.get("from_version").map_or("?".to_owned(), Value::to_string)
+        ),
+        Some("stranded") => format!(
+            "found stranded at {} ({} with {} attempt(s), not moved by any process past its bound): published again under the same execution id",
+            s("at").unwrap_or("(unknown)"),
+            s("status").unwrap_or("?"),
+            e.get("attempts").map_or("?".to_owned(), Value::to_string)
+        ),
         Some("recovered") => format!(
             "recovered at {}: found stuck in running past its timeout, delivered again under the same execution id",
             s("at").unwrap_or("(unknown)")
@@ -354,6 +365,14 @@ fn of_row(r: &Row, now: DateTime<Utc>) -> Explanation {
                 show(at)
             ),
         ),
+        "skipped" if attempts > 0 && !has_attempts => (
+            Verdict::Skipped,
+            format!(
+                "It did not fire: worker {worker} held it ready for its due instant, and it was cancelled before \
+                 delivery because {}.",
+                reason_text(reason.as_deref())
+            ),
+        ),
         "skipped" => {
             (Verdict::Skipped, format!("It did not fire: skipped because {}.", reason_text(reason.as_deref())))
         }
@@ -365,8 +384,11 @@ fn of_row(r: &Row, now: DateTime<Utc>) -> Explanation {
             ),
         ),
     };
-    let fired =
-        attempts > 0 || matches!(verdict, Verdict::Running | Verdict::Retrying | Verdict::Succeeded | Verdict::Failed);
+    // An armed row counts an attempt before its due instant; a cancellation
+    // then (the row says `skipped`) means no callback was ever made.
+    let fired = has_attempts
+        || matches!(verdict, Verdict::Running | Verdict::Retrying | Verdict::Succeeded | Verdict::Failed)
+        || (attempts > 0 && history.is_empty() && verdict != Verdict::Skipped);
     Explanation { verdict, fired, summary, details, previous_fire_at: None, next_fire_at: None }
 }
 

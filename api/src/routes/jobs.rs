@@ -1,9 +1,11 @@
 //! `/v1/jobs`: create, read, list, replace, delete, pause, resume, preview.
 //!
 //! Every mutation bumps `version` (the change feed and the fire lock key on
-//! it) and, in the same transaction, marks the job's pre-armed `pending`
-//! ledger rows `skipped`, so a slot already handed to a worker is cancelled
-//! exactly: the worker only delivers a row it can still move to `running`.
+//! it); the new version is in force from the instant it was made, for the
+//! slots due from then on. In the same transaction the job's claimed
+//! `pending` rows of those slots are marked `skipped` (see `cancel_claimed`),
+//! so a slot already handed to a worker is cancelled exactly: the worker
+//! only delivers a row it can still move to `running`.
 
 use axum::Json;
 use axum::extract::State;
@@ -23,14 +25,27 @@ use crate::error::{ApiError, ApiResult, field};
 use crate::extract::{JobIdPath, JsonBody, QueryParams};
 use crate::{AppState, idempotency};
 
-const JOB_COLUMNS: &str = "id, version, spec, paused, created_at, updated_at";
+/// A job's columns, and for a job with `max_runs` the runs it has used
+/// (`runs`, NULL otherwise): once they are used up it has no next fire.
+const JOB_COLUMNS: &str = concat!(
+    "id, version, spec, paused, created_at, updated_at,
+     CASE WHEN spec->'schedule'->'max_runs' IS NOT NULL
+          THEN (SELECT count(*) FROM scheduled_jobs s WHERE s.job_id = jobs.id AND ",
+    common::counts_as_run!(),
+    ") END AS runs"
+);
 
 pub fn job_json(row: &Row, now: DateTime<Utc>) -> ApiResult<Value> {
     let id: Uuid = row.get("id");
     let spec: JobSpec = serde_json::from_value(row.get("spec"))?;
     let paused: bool = row.get("paused");
     let created_at: DateTime<Utc> = row.get("created_at");
-    let next_fire_at = if paused { None } else { spec.compile(created_at).ok().and_then(|s| s.next_after(now)) };
+    let runs_used_up = match (spec.schedule.max_runs, row.get::<_, Option<i64>>("runs")) {
+        (Some(max), Some(runs)) => runs as u64 >= max,
+        _ => false,
+    };
+    let next_fire_at =
+        if paused || runs_used_up { None } else { spec.compile(created_at).ok().and_then(|s| s.next_after(now)) };
     let mut body = serde_json::to_value(&spec)?;
     body["paused"] = json!(paused);
     body["id"] = json!(id);
@@ -322,17 +337,126 @@ fn if_match(headers: &HeaderMap) -> ApiResult<Option<i64>> {
         .map_err(|_| ApiError::BadRequest(format!("If-Match must be a job version such as \"3\", got {text:?}")))
 }
 
-/// Cancels pre-armed slots of a job (inside the caller's transaction),
-/// noting the skip in each row's history.
-async fn skip_pending(tx: &impl deadpool_postgres::GenericClient, id: Uuid, reason: &str) -> ApiResult<u64> {
+/// Cancels the job's claimed rows that a change takes away, inside the
+/// change's transaction (after the `UPDATE` of `jobs`). A change applies to
+/// the slots due at or after the instant its version came into force, so a
+/// replace or a pause cancels the `pending` rows of those slots (`superseded`
+/// or `paused`; the version in force at the slot may claim it again) and
+/// leaves earlier slots to the version they were claimed under. A delete
+/// stops everything not yet delivered, retries and manual fires included.
+/// Rows a worker already holds (armed ahead, `running`) are its to decide
+/// at the due instant: it reads the same rule.
+async fn cancel_claimed(tx: &impl deadpool_postgres::GenericClient, id: Uuid, reason: &str) -> ApiResult<u64> {
     let entry = json!([common::ledger::history_entry("skipped", Utc::now(), json!({ "reason": reason }))]);
     Ok(tx
         .execute(
-            "UPDATE scheduled_jobs SET status = 'skipped', reason = $2, finished_at = now(), history = history || $3::jsonb
-             WHERE job_id = $1 AND status = 'pending'",
+            "UPDATE scheduled_jobs l SET status = 'skipped', reason = $2, finished_at = now(),
+                    history = l.history || $3::jsonb
+             WHERE l.job_id = $1
+               AND CASE WHEN $2 = 'deleted' THEN l.status IN ('pending', 'retrying')
+                        ELSE l.status = 'pending' AND l.trigger <> 'manual' AND l.reason IS DISTINCT FROM 'replay'
+                             AND l.scheduled_at >= (SELECT updated_at FROM jobs WHERE id = $1) END",
             &[&id, &reason, &entry],
         )
         .await?)
+}
+
+/// Most rows a resume writes for the slots of the paused period (the
+/// latest ones), as the scheduler's misfire decisions are bounded.
+const PAUSED_ROWS_MAX: usize = 1_000;
+
+/// When a paused job is made live again (inside the change's transaction,
+/// after the `UPDATE`): records the slots of the paused period as `skipped`
+/// with reason `paused`, so the ledger and explain still say what became of
+/// them. The period runs from the first paused version in the current run
+/// of paused versions to the version now in force; its slots are those of
+/// the definition the job had while paused (`before`). A slot that already
+/// has a row keeps it.
+async fn record_paused_period(
+    tx: &impl deadpool_postgres::GenericClient,
+    id: Uuid,
+    before: &JobSpec,
+    created_at: DateTime<Utc>,
+    paused_version: i64,
+) -> ApiResult<u64> {
+    let period = tx
+        .query_one(
+            "SELECT (SELECT c.valid_from FROM job_changes c
+                     WHERE c.job_id = $1 AND c.version > coalesce(
+                         (SELECT max(p.version) FROM job_changes p WHERE p.job_id = $1 AND p.state <> 'paused'), 0)
+                     ORDER BY c.version LIMIT 1),
+                    (SELECT updated_at FROM jobs WHERE id = $1)",
+            &[&id],
+        )
+        .await?;
+    let (Some(from), until): (Option<DateTime<Utc>>, DateTime<Utc>) = (period.get(0), period.get(1)) else {
+        return Ok(0);
+    };
+    let Ok(schedule) = before.compile(created_at) else { return Ok(0) };
+    let mut slots = std::collections::VecDeque::new();
+    let mut cursor = from - TimeDelta::microseconds(1);
+    while let Some(t) = schedule.next_after(cursor).filter(|t| *t < until) {
+        if slots.len() == PAUSED_ROWS_MAX {
+            slots.pop_front();
+        }
+        slots.push_back(t);
+        cursor = t;
+    }
+    if slots.is_empty() {
+        return Ok(0);
+    }
+    let times: Vec<DateTime<Utc>> = slots.into_iter().collect();
+    let fire_ids: Vec<Uuid> = times.iter().map(|_| Uuid::now_v7()).collect();
+    let exec_ids: Vec<String> = times.iter().map(|t| common::execution::execution_id(id, *t)).collect();
+    let entry = json!([common::ledger::history_entry("skipped", Utc::now(), json!({ "reason": "paused" }))]);
+    Ok(tx
+        .execute(
+            "INSERT INTO scheduled_jobs (job_id, scheduled_at, fire_id, execution_id, status, reason, scheduler_node,
+                                         finished_at, job_version, history)
+             SELECT $1, t.at, t.fire_id, t.execution_id, 'skipped', 'paused', 'api', now(), $5, $6::jsonb
+             FROM unnest($2::timestamptz[], $3::uuid[], $4::text[]) AS t(at, fire_id, execution_id)
+             ON CONFLICT (job_id, scheduled_at) DO NOTHING",
+            &[&id, &times, &fire_ids, &exec_ids, &paused_version, &entry],
+        )
+        .await?)
+}
+
+/// The job as it was before a change, locked for the change's transaction.
+struct Before {
+    version: i64,
+    paused: bool,
+    spec: JobSpec,
+    created_at: DateTime<Utc>,
+}
+
+async fn lock_for_change(tx: &impl deadpool_postgres::GenericClient, id: Uuid) -> ApiResult<Before> {
+    let row = tx
+        .query_opt(
+            "SELECT version, paused, spec, created_at FROM jobs WHERE id = $1 AND deleted_at IS NULL FOR UPDATE",
+            &[&id],
+        )
+        .await?
+        .ok_or_else(|| not_found(id))?;
+    Ok(Before {
+        version: row.get(0),
+        paused: row.get(1),
+        spec: serde_json::from_value(row.get(2))?,
+        created_at: row.get(3),
+    })
+}
+
+/// The ledger's side of a change from `before` to `paused` (the new state).
+async fn settle_change(
+    tx: &impl deadpool_postgres::GenericClient,
+    id: Uuid,
+    before: &Before,
+    paused: bool,
+) -> ApiResult<()> {
+    cancel_claimed(tx, id, if paused { "paused" } else { "superseded" }).await?;
+    if before.paused && !paused {
+        record_paused_period(tx, id, &before.spec, before.created_at, before.version).await?;
+    }
+    Ok(())
 }
 
 #[utoipa::path(
@@ -366,15 +490,11 @@ pub async fn replace(
     let spec = validated(&body)?;
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
-    let current: i64 = tx
-        .query_opt("SELECT version FROM jobs WHERE id = $1 AND deleted_at IS NULL FOR UPDATE", &[&id])
-        .await?
-        .ok_or_else(|| not_found(id))?
-        .get(0);
+    let before = lock_for_change(&tx, id).await?;
     if let Some(expected) = expected
-        && expected != current
+        && expected != before.version
     {
-        return Err(ApiError::PreconditionFailed(format!("job {id} is at version {current}, not {expected}")));
+        return Err(ApiError::PreconditionFailed(format!("job {id} is at version {}, not {expected}", before.version)));
     }
     let row = tx
         .query_one(
@@ -382,7 +502,7 @@ pub async fn replace(
             &[&id, &spec.name, &serde_json::to_value(&spec)?, &spec.paused],
         )
         .await?;
-    skip_pending(&tx, id, "superseded").await?;
+    settle_change(&tx, id, &before, spec.paused).await?;
     tx.commit().await?;
     Ok(with_etag(StatusCode::OK, job_json(&row, Utc::now())?))
 }
@@ -415,7 +535,7 @@ pub async fn delete(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> 
     if n == 0 {
         return Err(not_found(id));
     }
-    let skipped = skip_pending(&tx, id, "deleted").await?;
+    let skipped = cancel_claimed(&tx, id, "deleted").await?;
     tx.commit().await?;
     tracing::info!(job.id = %id, cancelled_slots = skipped, "job deleted");
     Ok(StatusCode::NO_CONTENT)
@@ -424,19 +544,17 @@ pub async fn delete(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> 
 async fn set_paused(state: &AppState, id: Uuid, paused: bool) -> ApiResult<Response> {
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
+    let before = lock_for_change(&tx, id).await?;
     let row = tx
-        .query_opt(
+        .query_one(
             &format!(
                 "UPDATE jobs SET paused = $2, spec = jsonb_set(spec, '{{paused}}', to_jsonb($2::boolean)), version = version + 1
-                 WHERE id = $1 AND deleted_at IS NULL RETURNING {JOB_COLUMNS}"
+                 WHERE id = $1 RETURNING {JOB_COLUMNS}"
             ),
             &[&id, &paused],
         )
-        .await?
-        .ok_or_else(|| not_found(id))?;
-    if paused {
-        skip_pending(&tx, id, "paused").await?;
-    }
+        .await?;
+    settle_change(&tx, id, &before, paused).await?;
     tx.commit().await?;
     Ok(with_etag(StatusCode::OK, job_json(&row, Utc::now())?))
 }

@@ -44,6 +44,11 @@ struct Args {
     /// Cluster-wide late fires per second while catching up on misfires.
     #[arg(long, env = "CATCHUP_RATE", default_value_t = 500)]
     catchup_rate: u32,
+    /// Seconds after which a ledger row that should have moved (a published
+    /// `pending` row past its due instant, a `retrying` row past its next
+    /// attempt) counts as stranded and is published again.
+    #[arg(long, env = "STRANDED_AFTER_SECS", default_value_t = 60)]
+    stranded_after_secs: u64,
     /// Days of ledger history kept.
     #[arg(long, env = "LEDGER_RETENTION_DAYS", default_value_t = 45)]
     ledger_retention_days: u32,
@@ -79,6 +84,7 @@ async fn main() -> anyhow::Result<()> {
     config.misfire_threshold = Duration::from_millis(args.misfire_threshold_ms);
     config.misfire_lookback = Duration::from_secs(args.misfire_lookback_secs);
     config.catchup_rate = args.catchup_rate.max(1);
+    config.stranded_after = Duration::from_secs(args.stranded_after_secs.max(1));
     config.retention =
         Retention { ahead_days: args.ledger_partitions_ahead_days, retention_days: args.ledger_retention_days };
     let node = Node {

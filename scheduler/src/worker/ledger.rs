@@ -176,11 +176,11 @@ async fn start_rows(
                     -- records `retrying`; a short delay can bring attempt n in
                     -- between. An attempt n exists only once n-1 has failed.
                     OR (l.status = 'running' AND l.attempts = b.attempt - 1 AND b.attempt > 1))
-               AND (l.trigger = 'manual' OR {job_is_live})) IS TRUE
-             -- The statement's own snapshot: what `job_is_live` was judged on.
+               ) IS TRUE AND {slot_wanted}
+             -- The statement's own snapshot: what `slot_wanted` was judged on.
              RETURNING l.job_id, l.scheduled_at, pg_snapshot_xmin(pg_current_snapshot())::text::bigint",
             worker_gone = common::ledger::WORKER_PRESUMED_GONE,
-            job_is_live = common::job_is_live!("l.job_id", "l.job_version"),
+            slot_wanted = common::slot_wanted!(),
         ))
         .await?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
@@ -197,13 +197,12 @@ async fn explain_refusal(client: &Client, r: &StartRequest, armed_by: Option<&st
     let row = client
         .query_opt(
             &format!(
-                "SELECT l.status, l.fire_id, l.attempts, l.worker_id,
-                        j.id IS NULL OR j.deleted_at IS NOT NULL, coalesce(j.paused, false),
-                        coalesce(j.version <> l.job_version, false),
+                "SELECT l.status, l.fire_id, l.attempts, l.worker_id, {unwanted},
                         extract(epoch FROM (SELECT w.seen_at FROM worker_heartbeats w WHERE w.worker_id = l.worker_id)
                                            + {gone_after} - now())::float8
-                 FROM scheduled_jobs l LEFT JOIN jobs j ON j.id = l.job_id
+                 FROM scheduled_jobs l
                  WHERE l.job_id = $1 AND l.scheduled_at = $2",
+                unwanted = common::ledger::UNWANTED_REASON,
                 gone_after = common::ledger::WORKER_GONE_AFTER_SQL
             ),
             &[&r.job_id, &r.scheduled_at],
@@ -216,7 +215,7 @@ async fn explain_refusal(client: &Client, r: &StartRequest, armed_by: Option<&st
     // row: the holder's own copy may be this one, returned to the queue. (A
     // gone holder's row the statement did not take belongs to a cancelled
     // job; the stuck-`running` sweep settles it.)
-    let holder_alive_for = row.get::<_, Option<f64>>(7).unwrap_or(0.0);
+    let holder_alive_for = row.get::<_, Option<f64>>(5).unwrap_or(0.0);
     if armed_by.is_none()
         && r.redelivered
         && status == "running"
@@ -235,14 +234,12 @@ async fn explain_refusal(client: &Client, r: &StartRequest, armed_by: Option<&st
     if !still_ours {
         return Ok(Start::Duplicate);
     }
-    let reason = if row.get::<_, bool>(4) {
-        "deleted"
-    } else if row.get::<_, bool>(5) {
-        "paused"
-    } else if row.get::<_, bool>(6) {
-        "superseded"
-    } else {
-        return Ok(Start::Duplicate);
+    let reason = match row.get::<_, Option<&str>>(4) {
+        Some("deleted") => "deleted",
+        Some("paused") => "paused",
+        Some(_) => "superseded",
+        // Wanted, yet not startable by this message: a stale copy.
+        None => return Ok(Start::Duplicate),
     };
     client
         .execute(
@@ -301,9 +298,8 @@ pub async fn verify_batch(
              WHERE l.fire_id = b.fire_id AND l.attempts = b.attempt AND l.worker_id = $5
                -- `IS TRUE`: see SLOT_KEY_ONLY.
                AND (l.status = 'running') IS TRUE
-               AND (l.trigger = 'manual' OR ",
-            common::job_is_live!("l.job_id", "l.job_version"),
-            ")"
+               AND ",
+            common::slot_wanted!()
         ))
         .await?;
     let rows: Vec<&StartRequest> = to_check.iter().map(|&i| &requests[i].row).collect();
@@ -425,6 +421,8 @@ pub struct FinishRequest {
     pub excerpt: Option<String>,
     pub error: Option<String>,
     pub redelivered: bool,
+    /// For `retrying`: when the next attempt is due (the retry's delay).
+    pub next_attempt_at: Option<DateTime<Utc>>,
 }
 
 /// Records outcomes, each only on a row its attempt is still running, and
@@ -450,6 +448,7 @@ impl FinishRequest {
             excerpt: (!excerpt.is_empty()).then_some(excerpt),
             error: None,
             redelivered,
+            next_attempt_at: None,
         }
     }
 }
@@ -477,16 +476,16 @@ async fn finish_rows(
         .prepare_cached(
             "UPDATE scheduled_jobs l SET status = b.status, finished_at = now(), http_status = b.http_status,
                     sqs_message_id = coalesce(b.sqs_message_id, l.sqs_message_id),
-                    response_excerpt = b.excerpt, error = b.error,
+                    response_excerpt = b.excerpt, error = b.error, next_attempt_at = b.next_attempt_at,
                     history = l.history || jsonb_build_array(jsonb_build_object(
                         'event', 'attempt', 'attempt', b.attempt, 'worker_id', l.worker_id,
                         'started_at', cronshard_instant(l.started_at), 'finished_at', cronshard_instant(now()),
                         'outcome', b.status, 'http_status', b.http_status, 'sqs_message_id', b.sqs_message_id,
                         'error', b.error, 'redelivered', b.redelivered))
              FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[], $4::int[], $5::text[], $6::int[],
-                         $7::text[], $8::text[], $9::text[], $10::bool[])
+                         $7::text[], $8::text[], $9::text[], $10::bool[], $11::timestamptz[])
                   AS b(job_id, scheduled_at, fire_id, attempt, status, http_status, sqs_message_id, excerpt,
-                       error, redelivered)
+                       error, redelivered, next_attempt_at)
              WHERE l.job_id = b.job_id AND l.scheduled_at = b.scheduled_at
                -- `IS TRUE`: see SLOT_KEY_ONLY.
                AND (l.fire_id = b.fire_id AND l.attempts = b.attempt AND l.status = 'running') IS TRUE
@@ -499,6 +498,7 @@ async fn finish_rows(
         .collect();
     let col =
         |f: fn(&FinishRequest) -> Option<String>| -> Vec<Option<String>> { sorted.iter().map(|r| f(r)).collect() };
+    let next_attempts: Vec<Option<DateTime<Utc>>> = sorted.iter().map(|r| r.next_attempt_at).collect();
     let (job_ids, times, fire_ids, attempts, statuses, http_statuses, sqs_ids, excerpts, errors, redelivered) = (
         sorted.iter().map(|r| r.job_id).collect::<Vec<_>>(),
         sorted.iter().map(|r| r.scheduled_at).collect::<Vec<_>>(),
@@ -511,8 +511,19 @@ async fn finish_rows(
         col(|r| r.error.clone()),
         sorted.iter().map(|r| r.redelivered).collect::<Vec<_>>(),
     );
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] =
-        [&job_ids, &times, &fire_ids, &attempts, &statuses, &http_statuses, &sqs_ids, &excerpts, &errors, &redelivered];
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
+        &job_ids,
+        &times,
+        &fire_ids,
+        &attempts,
+        &statuses,
+        &http_statuses,
+        &sqs_ids,
+        &excerpts,
+        &errors,
+        &redelivered,
+        &next_attempts,
+    ];
     Ok(common::db::retry_deadlock(|| client.query(&stmt, &params))
         .await?
         .iter()
