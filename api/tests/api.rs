@@ -1686,7 +1686,8 @@ async fn replay_takes_stuck_rows_no_process_holds_and_refuses_held_ones() {
     for (k, status) in rows {
         insert_row(&pg, &id, at(k), status, 1, None, None, json!([])).await;
     }
-    insert_row(&pg, &id, now_ms() + TimeDelta::hours(1), "pending", 0, None, None, json!([])).await;
+    let future = now_ms() + TimeDelta::hours(1);
+    insert_row(&pg, &id, future, "pending", 0, None, None, json!([])).await;
     pg.execute(
         "UPDATE scheduled_jobs SET worker_id = 'live-worker' WHERE job_id = $1 AND scheduled_at = $2",
         &[&Uuid::parse_str(&id).unwrap(), &at(3)],
@@ -1706,7 +1707,6 @@ async fn replay_takes_stuck_rows_no_process_holds_and_refuses_held_ones() {
         assert_problem(&r, 409);
         assert!(r.text.contains(&format!("the execution is {status}")), "{}", r.text);
     }
-    let future = now_ms() + TimeDelta::hours(1);
     assert_problem(&app.post_empty(&format!("/v1/executions/{id}/{}/replay", enc(&ts(future)))).await, 409);
 
     // Bulk replay by status: the failed row by default, nothing else.

@@ -32,14 +32,29 @@ pub const BUNDLE_WINDOW: chrono::TimeDelta = chrono::TimeDelta::seconds(1);
 
 /// Groups messages (each with its attempt) into the AMQP messages that carry
 /// them: in due order, the same attempt, at most `max` per group and due
-/// within `BUNDLE_WINDOW` of the group's first.
+/// within `BUNDLE_WINDOW` of the group's first. A job's misfire catch-up
+/// slots (all past due) go together in one group, oldest first, whatever
+/// their number: the worker delivers them one after the other, so the
+/// receiver sees them in scheduled order (`fire_all`), which separate
+/// messages on concurrent consumers could not promise.
 pub fn bundle<'a>(messages: &[(&'a FireMessage, u32)], max: usize) -> Vec<(Vec<&'a FireMessage>, u32)> {
     let mut sorted = messages.to_vec();
-    sorted.sort_by_key(|(m, attempt)| (*attempt, m.due_at));
+    let catch_up_of = |m: &FireMessage| (m.trigger == Trigger::Misfire).then_some(m.job_id);
+    sorted.sort_by_key(|(m, attempt)| (*attempt, catch_up_of(m), m.due_at));
     let mut groups: Vec<(Vec<&FireMessage>, u32)> = Vec::new();
     for (m, attempt) in sorted {
         match groups.last_mut() {
-            Some((group, a)) if *a == attempt && group.len() < max && m.due_at - group[0].due_at < BUNDLE_WINDOW => {
+            Some((group, a))
+                if *a == attempt
+                    && match catch_up_of(m) {
+                        Some(job) => catch_up_of(group[0]) == Some(job),
+                        None => {
+                            catch_up_of(group[0]).is_none()
+                                && group.len() < max
+                                && m.due_at - group[0].due_at < BUNDLE_WINDOW
+                        }
+                    } =>
+            {
                 group.push(m)
             }
             _ => groups.push((vec![m], attempt)),
@@ -160,6 +175,28 @@ mod tests {
         let sizes: Vec<usize> =
             bundle(&many.iter().map(|m| (m, 1)).collect::<Vec<_>>(), BUNDLE_MAX).iter().map(|(g, _)| g.len()).collect();
         assert_eq!(sizes, vec![BUNDLE_MAX, 1]);
+    }
+
+    #[test]
+    fn a_jobs_catch_up_slots_travel_together_oldest_first_whatever_their_number() {
+        let job = Uuid::now_v7();
+        let catch_up: Vec<FireMessage> = (0..BUNDLE_MAX as i64 * 2)
+            .rev()
+            .map(|k| {
+                let mut m = message(k * 60_000);
+                m.job_id = job;
+                m.trigger = Trigger::Misfire;
+                m
+            })
+            .collect();
+        let other = message(0);
+        let mut input: Vec<(&FireMessage, u32)> = catch_up.iter().map(|m| (m, 1)).collect();
+        input.push((&other, 1));
+        let groups = bundle(&input, BUNDLE_MAX);
+        assert_eq!(groups.len(), 2, "one group for the catch-up, one for the scheduled slot");
+        let run = groups.iter().find(|(g, _)| g[0].job_id == job).unwrap();
+        assert_eq!(run.0.len(), BUNDLE_MAX * 2);
+        assert!(run.0.windows(2).all(|w| w[0].due_at < w[1].due_at), "oldest first");
     }
 
     #[test]

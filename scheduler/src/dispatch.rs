@@ -555,7 +555,8 @@ impl Dispatcher {
                 "WITH stranded AS (
                      SELECT l.job_id, l.scheduled_at FROM scheduled_jobs l
                      WHERE l.status IN ('pending', 'retrying')
-                       AND ((l.status = 'pending'
+                       -- An unpublished `pending` row is the outbox sweep's.
+                       AND ((l.status = 'pending' AND l.published_at IS NOT NULL
                              AND greatest(l.scheduled_at, l.published_at) < now() - make_interval(secs => $1))
                          OR (l.status = 'retrying'
                              AND coalesce(l.next_attempt_at, l.finished_at + interval '1 hour')

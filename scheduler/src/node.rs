@@ -395,6 +395,7 @@ impl Node {
         // pipeline nine tenths of it.
         let hand_over_tick = (lookahead / 10).min(TimeDelta::milliseconds(100));
         let mut handed_over = Utc::now() - hand_over_tick;
+        let mut catchup_credit: i64 = 0;
         let mut catchup_tick = tokio::time::interval(Duration::from_millis(100));
         catchup_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -444,9 +445,20 @@ impl Node {
                     }
                 }
                 _ = catchup_tick.tick(), if !state.catchup.is_empty() => {
-                    // The cluster-wide rate, shared by the live nodes.
+                    // The cluster-wide rate, shared by the live nodes. A job's
+                    // catch-up run is handed over whole (it is published as
+                    // one ordered bundle); what it takes beyond this tick's
+                    // share is paid back by the next ticks.
                     let per_tick = (cfg.catchup_rate as usize / 10 / state.members.len().max(1)).max(1);
-                    let n = per_tick.min(state.catchup.len());
+                    catchup_credit = (catchup_credit + per_tick as i64).min(per_tick as i64);
+                    if catchup_credit <= 0 {
+                        continue;
+                    }
+                    let mut n = (catchup_credit as usize).min(state.catchup.len());
+                    while n < state.catchup.len() && state.catchup[n].job_id == state.catchup[n - 1].job_id {
+                        n += 1;
+                    }
+                    catchup_credit -= n as i64;
                     let slots: Vec<Slot> = state.catchup.drain(..n).collect();
                     if batch_tx.send(Work::Fire(slots)).await.is_err() {
                         break;

@@ -39,7 +39,7 @@ use tokio_util::task::TaskTracker;
 
 use common::amqp::{self, Topology};
 use common::job::{RetryPolicy, Target};
-use common::message::{ATTEMPT_HEADER, FireMessage};
+use common::message::{ATTEMPT_HEADER, FireMessage, Trigger};
 
 use self::batch::Batcher;
 use self::http::HttpDelivery;
@@ -501,10 +501,32 @@ async fn handle(shared: Arc<Shared>, delivery: Delivery, in_flight: Arc<Semaphor
         tracing::debug!(execution.id = %messages[0].execution_id, attempt, x_death_retries = retries, "x-death disagrees with the attempt header; going by the header");
         metrics::counter!("cronshard_worker_x_death_mismatches_total").increment(1);
     }
-    let settles = futures::future::join_all(
-        messages.iter().map(|m| handle_slot(&shared, m, attempt, delivery.redelivered, &in_flight, &token)),
-    )
-    .await;
+    // Slots go their own ways at once, except a job's misfire catch-up
+    // slots, which the scheduler bundles oldest first: those are delivered
+    // one after the other, so the receiver sees them in scheduled order.
+    let mut runs: Vec<Vec<&FireMessage>> = Vec::new();
+    for m in &messages {
+        match runs.iter_mut().find(|run| {
+            m.trigger == Trigger::Misfire && run[0].trigger == Trigger::Misfire && run[0].job_id == m.job_id
+        }) {
+            Some(run) => run.push(m),
+            None => runs.push(vec![m]),
+        }
+    }
+    let settles: Vec<Settle> = futures::future::join_all(runs.into_iter().map(|run| {
+        let (shared, in_flight, token) = (&shared, &in_flight, &token);
+        async move {
+            let mut settles = Vec::with_capacity(run.len());
+            for m in run {
+                settles.push(handle_slot(shared, m, attempt, delivery.redelivered, in_flight, token).await);
+            }
+            settles
+        }
+    }))
+    .await
+    .into_iter()
+    .flatten()
+    .collect();
     match settles.into_iter().fold(Settle::Ack, Settle::and) {
         Settle::Ack => {
             if let Err(e) = timed("ack", delivery.acker.ack(BasicAckOptions::default())).await {

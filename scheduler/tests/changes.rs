@@ -25,8 +25,7 @@ async fn sleep_until(t: DateTime<Utc>) {
 }
 
 async fn put_job(stack: &Stack, id: &str, body: &Value) {
-    let response = stack.http.put(format!("{}/v1/jobs/{id}", stack.api)).json(body).send().await.unwrap();
-    assert_eq!(response.status(), 200, "PUT: {}", response.text().await.unwrap());
+    stack.put(&format!("/v1/jobs/{id}"), body).await;
 }
 
 /// The bug: a slot armed by a worker under version v, then the job changed
@@ -181,15 +180,7 @@ async fn paused_slots_are_recorded_and_max_runs_survive_an_edit() {
     for t in &skipped {
         assert!(!delivered.contains(&at(*t)), "a paused slot {t} was delivered");
     }
-    let explained: Value = stack
-        .http
-        .get(format!("{}/v1/jobs/{job}/executions/{}", stack.api, at(skipped[0])))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let explained = stack.get(&format!("/v1/jobs/{job}/executions/{}", at(skipped[0]))).await;
     assert_eq!(explained["explanation"]["verdict"], "skipped", "{explained}");
     assert_eq!(explained["explanation"]["fired"], false, "{explained}");
     assert!(explained["explanation"]["summary"].as_str().unwrap().contains("paused"), "{explained}");
@@ -202,8 +193,7 @@ async fn paused_slots_are_recorded_and_max_runs_survive_an_edit() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let runs = sink.received_on("limited-v1").len() + sink.received_on("limited-v2").len();
     assert_eq!(runs, 4, "max_runs 4 across an edit");
-    let got: Value =
-        stack.http.get(format!("{}/v1/jobs/{limited}", stack.api)).send().await.unwrap().json().await.unwrap();
+    let got = stack.get(&format!("/v1/jobs/{limited}")).await;
     assert_eq!(got["next_fire_at"], Value::Null, "a job with its runs used up has no next fire: {got}");
     stack.stop().await;
 }

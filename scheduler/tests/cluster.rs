@@ -309,9 +309,20 @@ async fn after_two_minutes_with_every_node_down_missed_slots_follow_each_misfire
         }
         // What fired late reached the receiver once, under the slot's own execution id.
         let received = sink.received_on(policy);
-        for t in fired {
-            let eid = common::execution::execution_id(id.parse().unwrap(), t);
+        for t in &fired {
+            let eid = common::execution::execution_id(id.parse().unwrap(), *t);
             assert_eq!(received.iter().filter(|r| r.execution_id == eid).count(), 1, "{policy}: {eid}");
+        }
+        if policy == "fire_all" {
+            // Caught up in scheduled order: the receiver saw them oldest first.
+            let late: Vec<String> = received
+                .iter()
+                .filter(|r| fired.iter().any(|t| r.scheduled_at == common::execution::format_instant(*t)))
+                .map(|r| r.scheduled_at.clone())
+                .collect();
+            let mut in_order = late.clone();
+            in_order.sort();
+            assert_eq!(late, in_order, "fire_all delivers the missed slots in scheduled order");
         }
     }
     drop(nodes);

@@ -737,7 +737,8 @@ async fn a_row_left_running_under_a_restarted_workers_id_is_given_back_and_deliv
 
 /// A ledger row for attempt 1 of `slot`, `running` under `worker` since
 /// `started_ago` (an SQL interval) and published: what a worker leaves
-/// behind when it stops mid-attempt.
+/// behind when it stops mid-attempt. The job's version is dated back a day,
+/// so that it was in force at the (past) slot, as for a job that existed then.
 async fn insert_running_row(
     client: &tokio_postgres::Client,
     id: uuid::Uuid,
@@ -745,6 +746,10 @@ async fn insert_running_row(
     worker: &str,
     started_ago: &str,
 ) {
+    client
+        .execute("UPDATE job_changes SET valid_from = valid_from - interval '1 day' WHERE job_id = $1", &[&id])
+        .await
+        .unwrap();
     client
         .execute(
             "INSERT INTO scheduled_jobs (job_id, scheduled_at, fire_id, execution_id, status, attempts, worker_id,

@@ -212,6 +212,18 @@ impl Stack {
         response.json().await.unwrap()
     }
 
+    pub async fn get(&self, path: &str) -> Value {
+        let response = self.http.get(format!("{}{path}", self.api)).send().await.unwrap();
+        assert!(response.status().is_success(), "GET {path}: {}", response.status());
+        response.json().await.unwrap()
+    }
+
+    pub async fn put(&self, path: &str, body: &Value) -> Value {
+        let response = self.http.put(format!("{}{path}", self.api)).json(body).send().await.unwrap();
+        assert!(response.status().is_success(), "PUT {path}: {}", response.status());
+        response.json().await.unwrap()
+    }
+
     /// The ledger row of one slot as JSON (status, attempts, reason, ...).
     pub async fn ledger(&self, job_id: &str, scheduled_at: DateTime<Utc>) -> Option<Value> {
         let client = self.pg.get().await.unwrap();
