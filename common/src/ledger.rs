@@ -30,25 +30,33 @@ pub const WORKER_PRESUMED_GONE: &str = concat!(
     ")"
 );
 
-/// SQL predicate: job `$id` exists at version `$version`, not deleted and
-/// not paused, and that version came into force at or before `$at`: what a
-/// slot is checked against when it is claimed. A version never claims a slot
-/// due before it was made (that slot belongs to the version then in force,
-/// or to a paused period). The conditions past the key are wrapped in `IS
-/// TRUE` so that the primary key is the only index the planner can use: from
-/// thin statistics (a new database, a table that grew since it was analyzed)
-/// it chose the partial index of live jobs, a scan of every live job per slot.
+/// SQL predicate: version `$version` of job `$id` is the one in force at
+/// `$at` (the newest whose `valid_from` is at or before it, `job_changes`),
+/// that version is live (not paused), and the job is not deleted: what a
+/// slot is checked against when it is claimed. A node that has not heard of
+/// a change made before the slot cannot claim it with a stale definition; a
+/// version never claims a slot due before it was made (that slot belongs to
+/// the version then in force, or to a paused period); and a change made
+/// after the slot does not stop the version in force at it from claiming
+/// (or re-taking) it. The conditions past each key are wrapped in `IS
+/// TRUE` so that the primary key is the only index the planner can use:
+/// from thin statistics (a new database, a table that grew since it was
+/// analyzed) it chose the partial index of live jobs, a scan of every live
+/// job per slot.
 #[macro_export]
 macro_rules! claimable_by {
     ($id:literal, $version:literal, $at:literal) => {
         concat!(
-            "EXISTS (SELECT 1 FROM jobs j WHERE j.id = ",
+            "(EXISTS (SELECT 1 FROM jobs j WHERE j.id = ",
             $id,
-            " AND (j.version = ",
+            " AND (j.deleted_at IS NULL) IS TRUE)
+              AND (SELECT (c.version = ",
             $version,
-            " AND j.deleted_at IS NULL AND NOT j.paused AND j.updated_at <= ",
+            " AND c.state = 'live') IS TRUE FROM job_changes c WHERE c.job_id = ",
+            $id,
+            " AND (c.valid_from <= ",
             $at,
-            ") IS TRUE)"
+            ") IS TRUE ORDER BY c.version DESC LIMIT 1))"
         )
     };
 }
@@ -65,11 +73,13 @@ macro_rules! claimable_by {
 #[macro_export]
 macro_rules! slot_wanted {
     () => {
-        "(EXISTS (SELECT 1 FROM jobs j WHERE j.id = l.job_id AND (j.deleted_at IS NULL) IS TRUE)
-          AND (l.trigger = 'manual' OR l.reason = 'replay'
-               OR (SELECT (c.version = l.job_version AND c.state = 'live') IS TRUE FROM job_changes c
-                   WHERE c.job_id = l.job_id AND (c.valid_from <= l.scheduled_at) IS TRUE
-                   ORDER BY c.version DESC LIMIT 1)))"
+        concat!(
+            "(((l.trigger = 'manual' OR l.reason = 'replay')
+               AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = l.job_id AND (j.deleted_at IS NULL) IS TRUE))
+              OR ",
+            $crate::claimable_by!("l.job_id", "l.job_version", "l.scheduled_at"),
+            ")"
+        )
     };
 }
 

@@ -13,6 +13,8 @@
 //! - `steady`: periodic jobs at R fires/s for D seconds.
 //! - `failover`: steady load while a scheduler is killed and another added.
 //! - `recovery`: every scheduler down for K seconds, then back.
+//! - `churn`: jobs changed, paused, resumed, deleted, triggered and replayed
+//!   near their slots while schedulers die; every slot judged against a model.
 //! - `ceiling`: the broker's publish-with-confirms + consume rate, no scheduler.
 //! - `report`: renders result files into `docs/benchmarks.md`.
 //!
@@ -24,6 +26,7 @@
 mod api_bench;
 mod benchdb;
 mod ceiling;
+mod churn;
 mod deliver;
 mod doc;
 mod herd;
@@ -68,6 +71,8 @@ enum Command {
     Failover(steady::FailoverArgs),
     /// Every scheduler down for K seconds, then back: catch-up and ledger outcomes.
     Recovery(recovery::RecoveryArgs),
+    /// Jobs changed near their slots while nodes die: every slot judged against a model.
+    Churn(churn::ChurnArgs),
     /// Broker ceiling: fire messages published with confirms and consumed, no scheduler.
     Ceiling(ceiling::CeilingCmd),
     /// Render result files into the generated section of docs/benchmarks.md.
@@ -87,6 +92,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Failover(args) => steady::run_failover(args).await,
         Command::Recovery(args) => recovery::run(args).await,
         Command::Ceiling(args) => ceiling::run(args).await,
+        Command::Churn(args) => churn::run(args).await,
         Command::Report(args) => doc::run(args),
     }
 }

@@ -1,7 +1,9 @@
 //! The one HTTP callback receiver of every scenario (and of the `sink`
 //! subcommand). Each request to `/hook` or `/hook/...` is answered `200` and
-//! recorded with its `X-Cronshard-*` headers and the instant it arrived;
-//! `GET /deliveries` returns the records as JSON.
+//! recorded with its `X-Cronshard-*` headers, its path and the instant it
+//! arrived; `GET /deliveries` returns the records as JSON. A receiver made
+//! with [`Receiver::loopback_failing`] answers `500` instead to paths
+//! containing `/fail/` (the `churn` scenario's failing jobs).
 //!
 //! Lateness is `received_at − scheduled_at`, both read on this machine's
 //! clock: the receiver runs on the same host as the stack.
@@ -37,11 +39,21 @@ impl Delivery {
     }
 }
 
+/// What arrived, in arrival order. Paths are kept beside the deliveries
+/// (same index) so `Delivery` keeps the fields other scenarios build it from.
+#[derive(Default)]
+struct Records {
+    deliveries: Vec<Delivery>,
+    paths: Vec<Box<str>>,
+}
+
 #[derive(Clone)]
 struct Shared {
-    deliveries: Arc<Mutex<Vec<Delivery>>>,
+    records: Arc<Mutex<Records>>,
     /// Print each delivery as a JSON line on stdout (the `sink` subcommand).
     log: bool,
+    /// Answer `500` to paths containing `/fail/`.
+    fail_paths: bool,
 }
 
 /// A running receiver; clones share the same records.
@@ -71,12 +83,15 @@ async fn hook(State(shared): State<Shared>, uri: Uri, headers: HeaderMap) -> Sta
         });
         println!("{line}");
     }
-    shared.deliveries.lock().expect("receiver lock").push(d);
-    StatusCode::OK
+    let mut records = shared.records.lock().expect("receiver lock");
+    records.deliveries.push(d);
+    records.paths.push(uri.path().into());
+    drop(records);
+    if shared.fail_paths && uri.path().contains("/fail/") { StatusCode::INTERNAL_SERVER_ERROR } else { StatusCode::OK }
 }
 
 async fn deliveries(State(shared): State<Shared>) -> Json<Vec<Delivery>> {
-    Json(shared.deliveries.lock().expect("receiver lock").clone())
+    Json(shared.records.lock().expect("receiver lock").deliveries.clone())
 }
 
 impl Receiver {
@@ -87,7 +102,16 @@ impl Receiver {
         log: bool,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<(Self, tokio::task::JoinHandle<std::io::Result<()>>)> {
-        let shared = Shared { deliveries: Arc::default(), log };
+        Self::start_with(listen, log, false, shutdown).await
+    }
+
+    async fn start_with(
+        listen: SocketAddr,
+        log: bool,
+        fail_paths: bool,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<(Self, tokio::task::JoinHandle<std::io::Result<()>>)> {
+        let shared = Shared { records: Arc::default(), log, fail_paths };
         let app = Router::new()
             .route("/hook", any(hook))
             .route("/hook/{*rest}", any(hook))
@@ -105,17 +129,31 @@ impl Receiver {
         Ok(receiver)
     }
 
+    /// Like [`Self::loopback`], but paths containing `/fail/` are answered
+    /// `500`, so jobs aimed at them fail.
+    pub async fn loopback_failing() -> anyhow::Result<Self> {
+        let (receiver, _server) =
+            Self::start_with(([127, 0, 0, 1], 0).into(), false, true, std::future::pending()).await?;
+        Ok(receiver)
+    }
+
     /// The callback URL to put in a job's target.
     pub fn hook_url(&self) -> String {
         format!("http://{}/hook", self.addr)
     }
 
     pub fn count(&self) -> usize {
-        self.shared.deliveries.lock().expect("receiver lock").len()
+        self.shared.records.lock().expect("receiver lock").deliveries.len()
     }
 
     /// A copy of every delivery so far, in arrival order.
     pub fn snapshot(&self) -> Vec<Delivery> {
-        self.shared.deliveries.lock().expect("receiver lock").clone()
+        self.shared.records.lock().expect("receiver lock").deliveries.clone()
+    }
+
+    /// Every delivery so far with its request path, in arrival order.
+    pub fn snapshot_with_paths(&self) -> Vec<(Delivery, Box<str>)> {
+        let records = self.shared.records.lock().expect("receiver lock");
+        records.deliveries.iter().cloned().zip(records.paths.iter().cloned()).collect()
     }
 }
