@@ -24,7 +24,9 @@
 #   --recovery-rate R       recovery fires/s                   [RECOVERY_RATE=200]
 #   --recovery-outage-secs K  all schedulers down for K s      [RECOVERY_OUTAGE_SECS=120]
 #   --ceiling-messages N    broker ceiling messages            [CEILING_MESSAGES=100000]
-#   --only LIST             run only these of: ceiling,herd,steady,failover,recovery [ONLY]
+#   --churn-jobs N          churn: jobs changed near their slots [CHURN_JOBS=60]
+#   --churn-secs D          churn: seconds of changes            [CHURN_SECS=180]
+#   --only LIST             run only these of: ceiling,herd,steady,failover,recovery,churn [ONLY]
 #   --results DIR           result files                       [RESULTS_DIR=.run/bench/<time>]
 #   --doc PATH              document to fill in                [BENCH_DOC=docs/benchmarks.md; quick: <results>/benchmarks.md]
 #   --plots-dir DIR         where plots go                     [BENCH_PLOTS=docs/bench; quick: <results>/bench]
@@ -53,7 +55,9 @@ FAILOVER_SECS=${FAILOVER_SECS:-}
 RECOVERY_RATE=${RECOVERY_RATE:-}
 RECOVERY_OUTAGE_SECS=${RECOVERY_OUTAGE_SECS:-}
 CEILING_MESSAGES=${CEILING_MESSAGES:-}
-ONLY=${ONLY:-ceiling,herd,steady,failover,recovery}
+CHURN_JOBS=${CHURN_JOBS:-}
+CHURN_SECS=${CHURN_SECS:-}
+ONLY=${ONLY:-ceiling,herd,steady,failover,recovery,churn}
 RESULTS_DIR=${RESULTS_DIR:-}
 BENCH_DOC=${BENCH_DOC:-}
 BENCH_PLOTS=${BENCH_PLOTS:-}
@@ -77,6 +81,8 @@ while (($#)); do
         --recovery-rate) RECOVERY_RATE=$2 && shift ;;
         --recovery-outage-secs) RECOVERY_OUTAGE_SECS=$2 && shift ;;
         --ceiling-messages) CEILING_MESSAGES=$2 && shift ;;
+        --churn-jobs) CHURN_JOBS=$2 && shift ;;
+        --churn-secs) CHURN_SECS=$2 && shift ;;
         --only) ONLY=$2 && shift ;;
         --results) RESULTS_DIR=$2 && shift ;;
         --doc) BENCH_DOC=$2 && shift ;;
@@ -96,11 +102,13 @@ if ((QUICK)); then
     PRESET=quick
     : "${HERD_SIZES:=500}" "${STEADY_RATE:=50}" "${STEADY_SECS:=20}" "${FAILOVER_RATE:=50}" "${FAILOVER_SECS:=36}"
     : "${RECOVERY_RATE:=20}" "${RECOVERY_OUTAGE_SECS:=20}" "${CEILING_MESSAGES:=10000}"
+    : "${CHURN_JOBS:=12}" "${CHURN_SECS:=35}"
     WARMUP=5 GRACE=5 RECOVERY_BEFORE=10 RECOVERY_AFTER=60
 else
     PRESET=full
     : "${HERD_SIZES:=10000,50000,100000}" "${STEADY_RATE:=2000}" "${STEADY_SECS:=600}" "${FAILOVER_RATE:=2000}"
     : "${FAILOVER_SECS:=180}" "${RECOVERY_RATE:=200}" "${RECOVERY_OUTAGE_SECS:=120}" "${CEILING_MESSAGES:=100000}"
+    : "${CHURN_JOBS:=60}" "${CHURN_SECS:=180}"
     WARMUP=15 GRACE=10 RECOVERY_BEFORE=30 RECOVERY_AFTER=300
 fi
 # The suite command with every setting explicit (flags and environment alike).
@@ -109,7 +117,8 @@ if ((QUICK)); then QUICK_FLAG=' --quick'; fi
 SUITE_COMMAND="loadtest/run-suite.sh$QUICK_FLAG --schedulers $SCHEDULERS --workers $WORKERS"
 SUITE_COMMAND+=" --herd-sizes $HERD_SIZES --steady-rate $STEADY_RATE --steady-secs $STEADY_SECS"
 SUITE_COMMAND+=" --failover-rate $FAILOVER_RATE --failover-secs $FAILOVER_SECS --recovery-rate $RECOVERY_RATE"
-SUITE_COMMAND+=" --recovery-outage-secs $RECOVERY_OUTAGE_SECS --ceiling-messages $CEILING_MESSAGES --only $ONLY"
+SUITE_COMMAND+=" --recovery-outage-secs $RECOVERY_OUTAGE_SECS --ceiling-messages $CEILING_MESSAGES"
+SUITE_COMMAND+=" --churn-jobs $CHURN_JOBS --churn-secs $CHURN_SECS --only $ONLY"
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 : "${RESULTS_DIR:=$ROOT/.run/bench/$PRESET-$STAMP}"
 if ((QUICK)); then
@@ -189,6 +198,9 @@ fi
 if want recovery; then
     run recovery recovery --rate "$RECOVERY_RATE" --outage-secs "$RECOVERY_OUTAGE_SECS" \
         --before-secs "$RECOVERY_BEFORE" --after-secs "$RECOVERY_AFTER" --misfire mixed "${common[@]}"
+fi
+if want churn; then
+    run churn churn --jobs "$CHURN_JOBS" --seconds "$CHURN_SECS" "${common[@]}"
 fi
 
 # ---------------------------------------------------------------- document

@@ -115,8 +115,21 @@ pub struct FireMessage {
 }
 
 impl FireMessage {
+    /// The message a ledger row expects next, with its attempt. A `pending`
+    /// or `retrying` row that has counted `attempts` is started only by
+    /// attempt `attempts + 1` of its fire id (the worker's start rule), so
+    /// every path that publishes a row (claim, re-take, outbox, stranded and
+    /// stuck-`running` sweeps, trigger, replay) takes both from the row here:
+    /// none can publish an attempt its row would refuse. A re-take once
+    /// published attempt 1 to a row that had counted one, and the worker
+    /// dropped it as a duplicate for ever. The row must carry `attempts`.
+    pub fn next_for_row(row: &tokio_postgres::Row, spec: JobSpec, due_at: DateTime<Utc>) -> (Self, u32) {
+        let attempt = row.get::<_, i32>("attempts").max(0) as u32 + 1;
+        (Self::for_row(row, spec, due_at), attempt)
+    }
+
     /// The message for one ledger row of `spec`'s job.
-    pub fn for_row(row: &tokio_postgres::Row, spec: JobSpec, due_at: DateTime<Utc>) -> Self {
+    fn for_row(row: &tokio_postgres::Row, spec: JobSpec, due_at: DateTime<Utc>) -> Self {
         FireMessage {
             v: FIRE_MESSAGE_VERSION,
             fire_id: row.get("fire_id"),

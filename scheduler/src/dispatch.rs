@@ -119,6 +119,7 @@ const STAMP_AFTER: Duration = Duration::from_secs(1);
 /// A claimed row, ready to publish.
 struct Claimed {
     message: FireMessage,
+    attempt: u32,
 }
 
 impl Dispatcher {
@@ -259,10 +260,12 @@ impl Dispatcher {
         if claimed.is_empty() {
             return;
         }
+        let attempts: Vec<u32> = claimed.iter().map(|c| c.attempt).collect();
         let messages: Vec<FireMessage> = claimed.into_iter().map(|c| c.message).collect();
+        let batch: Vec<(&FireMessage, u32)> = messages.iter().zip(attempts).collect();
         let mut backoff = Duration::from_millis(100);
         loop {
-            match timed("publish", self.publisher.publish(&messages)).await {
+            match timed("publish", self.publisher.publish_attempts(&batch)).await {
                 Ok(()) => break,
                 Err(e) => {
                     tracing::warn!(error = %format!("{e:#}"), messages = messages.len(), "publishing failed; retrying");
@@ -406,7 +409,8 @@ impl Dispatcher {
                 }
             };
             let scheduled_at: DateTime<Utc> = row.get("scheduled_at");
-            claimed.push(Claimed { message: FireMessage::for_row(&row, spec, scheduled_at) });
+            let (message, attempt) = FireMessage::next_for_row(&row, spec, scheduled_at);
+            claimed.push(Claimed { message, attempt });
         }
         Ok(claimed)
     }
@@ -522,8 +526,9 @@ impl Dispatcher {
         let mut attempts = Vec::with_capacity(rows.len());
         for row in &rows {
             let Ok(spec) = serde_json::from_value::<JobSpec>(row.get("spec")) else { continue };
-            attempts.push(row.get::<_, i32>("attempts") as u32 + 1);
-            messages.push(FireMessage::for_row(row, spec, Utc::now()));
+            let (message, attempt) = FireMessage::next_for_row(row, spec, Utc::now());
+            attempts.push(attempt);
+            messages.push(message);
         }
         if !messages.is_empty() {
             tracing::warn!(rows = messages.len(), "recovered rows stuck in running");
@@ -579,8 +584,9 @@ impl Dispatcher {
             let Ok(spec) = serde_json::from_value::<JobSpec>(row.get("spec")) else { continue };
             let status: &str = row.get("status");
             metrics::counter!("cronshard_ledger_stranded_total", "status" => status.to_owned()).increment(1);
-            attempts.push(row.get::<_, i32>("attempts") as u32 + 1);
-            messages.push(FireMessage::for_row(row, spec, Utc::now()));
+            let (message, attempt) = FireMessage::next_for_row(row, spec, Utc::now());
+            attempts.push(attempt);
+            messages.push(message);
         }
         if !messages.is_empty() {
             let batch: Vec<(&FireMessage, u32)> = messages.iter().zip(attempts.iter().copied()).collect();
@@ -616,8 +622,9 @@ impl Dispatcher {
             for row in &rows {
                 let Ok(spec) = serde_json::from_value::<JobSpec>(row.get("spec")) else { continue };
                 let scheduled_at: DateTime<Utc> = row.get("scheduled_at");
-                attempts.push(row.get::<_, i32>("attempts") as u32 + 1);
-                out.push(FireMessage::for_row(row, spec, scheduled_at));
+                let (message, attempt) = FireMessage::next_for_row(row, spec, scheduled_at);
+                attempts.push(attempt);
+                out.push(message);
             }
             if !out.is_empty() {
                 let batch: Vec<(&FireMessage, u32)> = out.iter().zip(attempts.iter().copied()).collect();
@@ -728,8 +735,8 @@ WITH slots AS (
         WHERE ",
     common::retakeable_by!("EXCLUDED.job_version"),
     "
-    RETURNING l.job_id, l.scheduled_at, l.fire_id, l.execution_id, l.trigger
+    RETURNING l.job_id, l.scheduled_at, l.fire_id, l.execution_id, l.trigger, l.attempts
 )
-SELECT c.job_id, c.scheduled_at, c.fire_id, c.execution_id, c.trigger, j.spec
+SELECT c.job_id, c.scheduled_at, c.fire_id, c.execution_id, c.trigger, c.attempts, j.spec
 FROM claimed c JOIN jobs j ON j.id = c.job_id"
 );

@@ -686,8 +686,7 @@ pub async fn fire_messages(
             specs.get(&job_id).cloned().ok_or_else(|| ApiError::Internal(anyhow::anyhow!("job {job_id} vanished")))?;
         let spec: JobSpec = serde_json::from_value(spec)?;
         // Due now: a manual fire or a replay is not held back.
-        let message = FireMessage::for_row(row, spec, Utc::now());
-        out.push((message, row.get::<_, i32>("attempts") as u32 + 1));
+        out.push(FireMessage::next_for_row(row, spec, Utc::now()));
     }
     Ok(out)
 }
