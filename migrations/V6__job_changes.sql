@@ -7,11 +7,14 @@
 -- v (both changes came after it: deliver) or to v+1 (cancel, and let the
 -- version in force re-take it).
 --   state  'live' | 'paused' | 'deleted': what the version does with its slots
+--   spec   the version's definition: whether it fires at a slot whose claim
+--          an older version made is decided with it
 CREATE TABLE job_changes (
     job_id      uuid        NOT NULL,
     version     bigint      NOT NULL,
     valid_from  timestamptz NOT NULL,
     state       text        NOT NULL CHECK (state IN ('live', 'paused', 'deleted')),
+    spec        jsonb       NOT NULL,
     PRIMARY KEY (job_id, version)
 );
 
@@ -19,10 +22,10 @@ CREATE TABLE job_changes (
 CREATE FUNCTION jobs_record_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' OR NEW.version <> OLD.version THEN
-        INSERT INTO job_changes (job_id, version, valid_from, state)
+        INSERT INTO job_changes (job_id, version, valid_from, state, spec)
         VALUES (NEW.id, NEW.version, coalesce(NEW.updated_at, now()),
                 CASE WHEN NEW.deleted_at IS NOT NULL THEN 'deleted'
-                     WHEN NEW.paused THEN 'paused' ELSE 'live' END)
+                     WHEN NEW.paused THEN 'paused' ELSE 'live' END, NEW.spec)
         ON CONFLICT (job_id, version) DO NOTHING;
     END IF;
     RETURN NULL;
@@ -31,9 +34,9 @@ END $$;
 CREATE TRIGGER jobs_record_change AFTER INSERT OR UPDATE ON jobs
     FOR EACH ROW EXECUTE FUNCTION jobs_record_change();
 
-INSERT INTO job_changes (job_id, version, valid_from, state)
+INSERT INTO job_changes (job_id, version, valid_from, state, spec)
 SELECT id, version, updated_at,
-       CASE WHEN deleted_at IS NOT NULL THEN 'deleted' WHEN paused THEN 'paused' ELSE 'live' END
+       CASE WHEN deleted_at IS NOT NULL THEN 'deleted' WHEN paused THEN 'paused' ELSE 'live' END, spec
 FROM jobs
 ON CONFLICT DO NOTHING;
 
@@ -54,3 +57,9 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
+
+-- Rows cancelled because a change came before their slot: the version in
+-- force at the slot re-takes them. The sweep that makes sure it did (when
+-- the owners that were to do it died) reads them through this index.
+CREATE INDEX scheduled_jobs_cancelled_by_change ON scheduled_jobs (scheduled_at)
+    WHERE status = 'skipped' AND reason IN ('superseded', 'paused');

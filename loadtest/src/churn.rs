@@ -907,6 +907,14 @@ fn expectations(world: &World, start: DateTime<Utc>, end: DateTime<Utc>) -> BTre
             out.insert(m.execution_id.clone(), e);
         }
     }
+    // A failed manual fire may be replayed too: each accepted replay adds one.
+    for (id, e) in out.iter_mut() {
+        if let Some(&(min, max)) = replays.get(id.as_str()) {
+            e.min += min;
+            e.max += max;
+            e.replays += max;
+        }
+    }
     for job in &world.jobs {
         let mut slots = BTreeSet::new();
         let mut seen: Vec<&CompiledSchedule> = Vec::new();

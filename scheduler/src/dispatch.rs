@@ -54,6 +54,12 @@ const RECHECK_EVERY: TimeDelta = TimeDelta::milliseconds(500);
 /// For at most this long after the slot: by then a row still held is not
 /// being moved by anyone, and the stranded-row sweep moves it on.
 const RECHECK_FOR: TimeDelta = TimeDelta::minutes(30);
+/// A row cancelled by a change this long ago and not re-taken by the
+/// version in force is the `sweep_unretaken`'s: the owners' re-checks take
+/// it within a second when they are alive.
+const UNRETAKEN_GRACE: Duration = Duration::from_secs(5);
+/// How far back `sweep_unretaken` looks (an index range on the slot).
+const UNRETAKEN_LOOKBACK: Duration = Duration::from_secs(3600);
 
 /// One due occurrence of a job, as the timer hands it over.
 #[derive(Debug, Clone, PartialEq)]
@@ -177,6 +183,9 @@ impl Dispatcher {
                     }
                     if let Err(e) = timed("stranded", self.sweep_stranded()).await {
                         tracing::warn!(error = %format!("{e:#}"), "sweeping stranded ledger rows failed");
+                    }
+                    if let Err(e) = timed("unretaken", self.sweep_unretaken()).await {
+                        tracing::warn!(error = %format!("{e:#}"), "re-taking cancelled slots failed");
                     }
                 }
             }
@@ -600,6 +609,72 @@ impl Dispatcher {
         }
         tx.commit().await?;
         Ok(messages.len())
+    }
+
+    /// Re-takes slots that a change cancelled and nobody re-took: a row
+    /// `skipped` (`superseded`, `paused`) under an older version than the
+    /// one in force at its slot, when that version is live and fires there.
+    /// Normally the owners' claims re-take such a row within a second (see
+    /// `wait_for_older_versions`); this catches what they did not, because
+    /// they died or restarted meanwhile, or the version in force is no
+    /// longer the job's current one (a change after the slot). Counted as
+    /// stranded (`status="skipped"`). A row whose version in force does
+    /// not fire at its slot is marked decided for that version, so that it
+    /// is not read again.
+    pub async fn sweep_unretaken(&mut self) -> anyhow::Result<usize> {
+        let client = self.pg.get().await?;
+        let rows = client
+            .query(
+                "SELECT l.job_id, l.scheduled_at, l.trigger, c.version, c.spec, j.created_at
+                 FROM scheduled_jobs l
+                 JOIN jobs j ON j.id = l.job_id AND j.deleted_at IS NULL
+                 CROSS JOIN LATERAL (SELECT c.version, c.state, c.spec FROM job_changes c
+                                     WHERE c.job_id = l.job_id AND c.valid_from <= l.scheduled_at
+                                     ORDER BY c.version DESC LIMIT 1) c
+                 WHERE l.status = 'skipped' AND l.reason IN ('superseded', 'paused')
+                   AND l.scheduled_at > now() - make_interval(secs => $2)
+                   AND l.finished_at < now() - make_interval(secs => $1)
+                   AND c.state = 'live' AND c.version > l.job_version
+                 ORDER BY l.scheduled_at LIMIT 1000",
+                &[&UNRETAKEN_GRACE.as_secs_f64(), &UNRETAKEN_LOOKBACK.as_secs_f64()],
+            )
+            .await?;
+        let (mut slots, mut decided) = (Vec::new(), Vec::new());
+        for row in &rows {
+            let slot = Slot {
+                job_id: row.get(0),
+                scheduled_at: row.get(1),
+                job_version: row.get(3),
+                trigger: Trigger::parse(row.get(2)),
+            };
+            let fires = serde_json::from_value::<JobSpec>(row.get(4))
+                .ok()
+                .and_then(|spec| spec.compile(row.get(5)).ok())
+                .is_some_and(|schedule| schedule.fires_at(slot.scheduled_at));
+            if fires { slots.push(slot) } else { decided.push(slot) }
+        }
+        if !decided.is_empty() {
+            let (job_ids, times, versions) = key_columns(decided.iter());
+            client
+                .execute(
+                    "UPDATE scheduled_jobs l SET job_version = d.version
+                     FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[]) AS d(job_id, scheduled_at, version)
+                     WHERE l.job_id = d.job_id AND l.scheduled_at = d.scheduled_at
+                       AND (l.status = 'skipped' AND l.job_version < d.version) IS TRUE",
+                    &[&job_ids, &times, &versions],
+                )
+                .await?;
+        }
+        drop(client);
+        let claimed = self.claim(&slots).await?;
+        if !claimed.is_empty() {
+            metrics::counter!("cronshard_ledger_stranded_total", "status" => "skipped").increment(claimed.len() as u64);
+            let examples: Vec<&str> = claimed.iter().take(5).map(|c| c.message.execution_id.as_str()).collect();
+            tracing::warn!(slots = claimed.len(), ?examples, "re-took slots a change had cancelled and nobody re-took");
+        }
+        let n = claimed.len();
+        self.publish(claimed, &CancellationToken::new()).await;
+        Ok(n)
     }
 
     /// Republishes claimed rows whose publish was never confirmed.

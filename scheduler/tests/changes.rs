@@ -198,10 +198,12 @@ async fn paused_slots_are_recorded_and_max_runs_survive_an_edit() {
     stack.stop().await;
 }
 
-/// The invariant's sweep: a row no process will move (here made by hand in
+/// The invariant's sweeps: a row no process will move (here made by hand in
 /// the shape the lost-slot bug left: `pending`, published, one attempt
 /// counted) is found, published again as the attempt it expects, delivered
-/// once, and counted in `cronshard_ledger_stranded_total`.
+/// once; a slot a change cancelled whose re-take died with its owners is
+/// re-taken by the version in force; both are counted in
+/// `cronshard_ledger_stranded_total`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stranded_row_is_found_moved_on_and_counted() {
     let sink = Sink::start().await;
@@ -230,6 +232,43 @@ async fn a_stranded_row_is_found_moved_on_and_counted() {
                                          scheduler_node, fired_at, published_at, job_version)
              VALUES ($1, $2, $3, $4, 'manual', 'pending', 1, 'lost', $2, $2, $5)",
             &[&id, &slot, &uuid::Uuid::now_v7(), &common::execution::execution_id(id, slot), &version],
+        )
+        .await
+        .unwrap();
+
+    // A slot a change cancelled (version 1 had claimed it, version 2 was in
+    // force at it and fires there) whose re-take died with its owners.
+    let every_second = stack
+        .create_job(json!({ "name": "unretaken", "schedule": { "kind": "cron", "expr": "* * * * * *" },
+                            "target": http_target(&sink.url("unretaken")) }))
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cron = json!({ "name": "unretaken", "schedule": { "kind": "cron", "expr": "* * * * * *" },
+                       "target": http_target(&sink.url("unretaken-v2")) });
+    stack.put(&format!("/v1/jobs/{every_second}"), &cron).await;
+    let cancelled_job: uuid::Uuid = every_second.parse().unwrap();
+    let cancelled_slot =
+        chrono::DurationRound::duration_trunc(Utc::now() - TimeDelta::minutes(3), TimeDelta::seconds(1)).unwrap();
+    client
+        .execute(
+            "UPDATE job_changes SET valid_from = valid_from - interval '1 day' WHERE job_id = $1",
+            &[&cancelled_job],
+        )
+        .await
+        .unwrap();
+    client
+        .execute(
+            "INSERT INTO scheduled_jobs (job_id, scheduled_at, fire_id, execution_id, status, reason, attempts,
+                                         scheduler_node, fired_at, finished_at, job_version)
+             VALUES ($1, $2, $3, $4, 'skipped', 'superseded', 1, 'dead', $2, now() - interval '10 seconds', 1)",
+            &[
+                &cancelled_job,
+                &cancelled_slot,
+                &uuid::Uuid::now_v7(),
+                &common::execution::execution_id(cancelled_job, cancelled_slot),
+            ],
         )
         .await
         .unwrap();
@@ -264,6 +303,30 @@ async fn a_stranded_row_is_found_moved_on_and_counted() {
     .await;
     assert!(scraped.trim_end().ends_with(" 1"), "{scraped}");
     assert_eq!(sink.received_on("stranded").len(), 1, "delivered once");
+
+    let retaken = common::execution::execution_id(cancelled_job, cancelled_slot);
+    wait_for("the cancelled slot to be re-taken and delivered", Duration::from_secs(30), || async {
+        sink.received_on("unretaken-v2").iter().any(|r| r.execution_id == retaken).then_some(())
+    })
+    .await;
+    let row = wait_for("the re-taken row to succeed", Duration::from_secs(10), || async {
+        stack.ledger(&every_second, cancelled_slot).await.filter(|r| r["status"] == "succeeded")
+    })
+    .await;
+    assert_eq!(row["attempts"], 1, "{row}");
+    assert!(row["history"].as_array().unwrap().iter().any(|e| e["event"] == "retaken"), "{row}");
+    wait_for("the metric to count the re-take", Duration::from_secs(10), || async {
+        let text = reqwest::get(format!("http://{metrics}/metrics")).await.ok()?.text().await.ok()?;
+        text.lines()
+            .any(|l| {
+                l.starts_with("cronshard_ledger_stranded_total")
+                    && l.contains("status=\"skipped\"")
+                    && l.trim_end().ends_with(" 1")
+            })
+            .then_some(())
+    })
+    .await;
+    assert_eq!(sink.received().iter().filter(|r| r.execution_id == retaken).count(), 1, "re-taken once");
     let _ = scheduler.kill().await;
     let _ = worker.kill().await;
     stack.stop().await;
