@@ -349,13 +349,15 @@ impl Dispatcher {
         let reasons: Vec<&str> = rows.iter().map(|r| r.reason.as_str()).collect();
         let n = client
             .execute(
-                "INSERT INTO scheduled_jobs
+                concat!(r#"INSERT INTO scheduled_jobs
                      (job_id, scheduled_at, fire_id, execution_id, trigger, status, reason, scheduler_node, finished_at, job_version)
                  SELECT s.job_id, s.scheduled_at, s.fire_id, s.execution_id, 'misfire', s.status, s.reason, $8, now(), s.job_version
                  FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[], $4::uuid[], $5::text[], $6::text[], $7::text[])
                       AS s(job_id, scheduled_at, job_version, fire_id, execution_id, status, reason)
-                 JOIN jobs j ON j.id = s.job_id AND j.version = s.job_version AND j.deleted_at IS NULL
-                 ON CONFLICT (job_id, scheduled_at) DO NOTHING",
+                 WHERE "#,
+                common::claimable_by!("s.job_id", "s.job_version", "s.scheduled_at"),
+                r#"
+                 ON CONFLICT (job_id, scheduled_at) DO NOTHING"#),
                 &[&job_ids, &times, &versions, &fire_ids, &exec_ids, &statuses, &reasons, &self.config.node_id],
             )
             .await?;

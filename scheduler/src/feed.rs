@@ -31,6 +31,8 @@ pub struct JobRow {
     pub updated_at: DateTime<Utc>,
     /// `None` when the job is deleted or paused: it must not fire.
     pub spec: Option<JobSpec>,
+    /// The job is deleted: it is forgotten, nothing of it fires again.
+    pub deleted: bool,
     /// Slots already fired, counted only for jobs with `max_runs`.
     pub runs: u64,
     /// Of those, the slots due at or after this version came into force:
@@ -43,24 +45,62 @@ pub struct JobRow {
     pub history: Option<History>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct History {
     pub last_slot: Option<DateTime<Utc>>,
     /// Slots before this were not looked at.
     pub looked_back_to: DateTime<Utc>,
+    /// The job's earlier live versions in force within the lookback, oldest
+    /// first: their slots that nobody fired (the job had no live owner
+    /// while they were in force) are caught up under them.
+    pub past: Vec<PastVersion>,
 }
 
-/// Fills `history` for every row with a live spec, in one query.
+/// A live version that is no longer the job's current one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PastVersion {
+    pub version: i64,
+    /// In force from this instant (inclusive) until `until` (exclusive).
+    pub valid_from: DateTime<Utc>,
+    pub until: DateTime<Utc>,
+    pub spec: JobSpec,
+}
+
+/// Fills `history` for every row of a job not deleted (paused ones too: a
+/// version before the pause may have slots to catch up), in two queries.
 async fn fill_history(
     client: &impl deadpool_postgres::GenericClient,
     rows: &mut [JobRow],
     lookback: Duration,
 ) -> anyhow::Result<()> {
-    let ids: Vec<Uuid> = rows.iter().filter(|r| r.spec.is_some()).map(|r| r.id).collect();
+    let ids: Vec<Uuid> = rows.iter().filter(|r| !r.deleted).map(|r| r.id).collect();
     if ids.is_empty() {
         return Ok(());
     }
     let since = Utc::now() - chrono::TimeDelta::from_std(lookback)?;
+    // Each version with the instant the next one replaced it; the live ones
+    // that ended inside the lookback.
+    let mut past: std::collections::HashMap<Uuid, Vec<PastVersion>> = std::collections::HashMap::new();
+    for r in client
+        .query(
+            "SELECT job_id, version, valid_from, until, spec FROM (
+                 SELECT c.job_id, c.version, c.valid_from, c.state, c.spec,
+                        lead(c.valid_from) OVER (PARTITION BY c.job_id ORDER BY c.version) AS until
+                 FROM job_changes c WHERE c.job_id = ANY($1)) v
+             WHERE v.state = 'live' AND v.until IS NOT NULL AND v.until > $2
+             ORDER BY job_id, version",
+            &[&ids, &since],
+        )
+        .await?
+    {
+        let Ok(spec) = serde_json::from_value::<JobSpec>(r.get(4)) else { continue };
+        past.entry(r.get(0)).or_default().push(PastVersion {
+            version: r.get(1),
+            valid_from: r.get(2),
+            until: r.get(3),
+            spec,
+        });
+    }
     // Pruned to the partitions inside the lookback.
     // A row of an older version that is not final, or was cancelled for the
     // version now in force, is not taken care of: the slot is this
@@ -82,8 +122,12 @@ async fn fill_history(
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
-    for row in rows.iter_mut().filter(|r| r.spec.is_some()) {
-        row.history = Some(History { last_slot: last.get(&row.id).copied(), looked_back_to: since });
+    for row in rows.iter_mut().filter(|r| !r.deleted) {
+        row.history = Some(History {
+            last_slot: last.get(&row.id).copied(),
+            looked_back_to: since,
+            past: past.remove(&row.id).unwrap_or_default(),
+        });
     }
     Ok(())
 }
@@ -113,6 +157,7 @@ fn parse(row: &Row) -> JobRow {
         created_at: row.get(2),
         updated_at: row.get::<_, Option<DateTime<Utc>>>(6).unwrap_or_default(),
         spec,
+        deleted,
         runs: 0,
         runs_since_change: Vec::new(),
         history: None,
@@ -174,7 +219,9 @@ pub async fn initial_load(pool: &Pool, lookback: Duration, out: &mpsc::Sender<Ve
         .await?;
     let xmin: i64 = tx.query_one("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint", &[]).await?.get(0);
     let mut after = Uuid::nil();
-    let query = format!("{SELECT} WHERE deleted_at IS NULL AND NOT paused AND id > $1 ORDER BY id LIMIT $2");
+    // Paused jobs too: a node must know them to own them (a version before
+    // the pause may have slots to catch up) and to notice a resume.
+    let query = format!("{SELECT} WHERE deleted_at IS NULL AND id > $1 ORDER BY id LIMIT $2");
     loop {
         let rows = tx.query(&query, &[&after, &PAGE]).await?;
         let Some(last) = rows.last() else { break };

@@ -151,17 +151,30 @@ impl State {
     }
 
     fn apply(&mut self, row: JobRow, now: DateTime<Utc>) {
-        let Some(spec) = row.spec else {
+        if row.deleted {
             self.disown(row.id);
             self.jobs.remove(&row.id);
             return;
-        };
+        }
         // A re-read of a row we already applied (the feed may repeat rows).
         let current = self.jobs.get(&row.id);
         if current.is_some_and(|k| k.version > row.version) {
             return;
         }
         let unchanged = current.is_some_and(|k| k.version == row.version && k.owned.is_some());
+        if let Some(history) = &row.history
+            && !unchanged
+            && self.is_owner(row.id)
+        {
+            self.catch_up_past_versions(&row, history, now);
+        }
+        let Some(spec) = row.spec else {
+            // Paused: known (so that a membership change can hand it over
+            // and its history be read), never scheduled.
+            self.disown(row.id);
+            self.jobs.insert(row.id, Known { version: row.version, owned: None });
+            return;
+        };
         if !self.is_owner(row.id) {
             self.disown(row.id);
             self.jobs.insert(row.id, Known { version: row.version, owned: None });
@@ -228,6 +241,47 @@ impl State {
         }
         self.owned_count += 1;
         self.jobs.insert(row.id, Known { version: row.version, owned: Some(Box::new(owned)) });
+    }
+
+    /// The slots of the job's earlier live versions that nobody fired and no
+    /// ledger row covers (after `last_slot`): the job had no live owner
+    /// while those versions were in force (both owners died, and it was
+    /// changed before their heartbeats expired). Each is decided under the
+    /// version in force at it: fired if less late than the misfire
+    /// threshold, else by that version's misfire policy.
+    fn catch_up_past_versions(&mut self, row: &JobRow, history: &feed::History, now: DateTime<Utc>) {
+        let covered = history.looked_back_to.max(history.last_slot.unwrap_or(DateTime::<Utc>::MIN_UTC));
+        let misfired_before = now - self.misfire_threshold;
+        for past in &history.past {
+            let Ok(schedule) = past.spec.compile(row.created_at) else { continue };
+            let since = covered.max(past.valid_from - TimeDelta::microseconds(1));
+            let until = past.until - TimeDelta::microseconds(1);
+            if since >= until {
+                continue;
+            }
+            let slot = |at, trigger| Slot { job_id: row.id, scheduled_at: at, job_version: past.version, trigger };
+            if since < misfired_before {
+                let d = misfire::decide(
+                    &schedule,
+                    past.spec.misfire,
+                    past.spec.misfire_cap,
+                    since,
+                    until.min(misfired_before),
+                    self.misfire_record_max,
+                );
+                self.catchup.extend(d.fire.into_iter().map(|at| slot(at, Trigger::Misfire)));
+                self.records.extend(d.record.into_iter().map(|(at, status, reason)| Recorded {
+                    slot: slot(at, Trigger::Misfire),
+                    status,
+                    reason,
+                }));
+            }
+            let mut cursor = since.max(misfired_before);
+            while let Some(at) = schedule.next_after(cursor).filter(|at| *at <= until) {
+                self.catchup.push_back(slot(at, Trigger::Schedule));
+                cursor = at;
+            }
+        }
     }
 
     /// Recomputes ownership for the new live set; returns the jobs gained,

@@ -331,3 +331,45 @@ async fn a_stranded_row_is_found_moved_on_and_counted() {
     let _ = worker.kill().await;
     stack.stop().await;
 }
+
+/// The slots of versions that were in force while the job had no live owner
+/// (here: no node at all) are caught up under those versions once an owner
+/// loads the job, even though the job is paused by then; before, only the
+/// current version's slots were looked at, and a paused job not at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slots_of_versions_replaced_while_no_owner_was_alive_are_caught_up() {
+    let sink = Sink::start().await;
+    let mut stack = Stack::start("past-versions").await;
+    let t0 = chrono::DurationRound::duration_trunc(Utc::now() + TimeDelta::seconds(1), TimeDelta::seconds(1)).unwrap();
+    let every_second = |path: &str| {
+        json!({ "name": "past", "schedule": { "kind": "interval", "every_ms": 1000, "start_at": at(t0) },
+                "target": http_target(&sink.url(path)) })
+    };
+    let id = stack.create_job(every_second("past-v1")).await["id"].as_str().unwrap().to_owned();
+    sleep_until(t0 + TimeDelta::milliseconds(2500)).await;
+    stack.put(&format!("/v1/jobs/{id}"), &every_second("past-v2")).await;
+    sleep_until(t0 + TimeDelta::milliseconds(5500)).await;
+    stack.post(&format!("/v1/jobs/{id}/pause")).await;
+    let paused_at = Utc::now();
+
+    stack.start_node(stack.node_config("node-a"));
+    stack.start_worker(stack.worker_config("worker-a"));
+    let job: uuid::Uuid = id.parse().unwrap();
+    let expected: Vec<String> =
+        (0..=5).map(|k| common::execution::execution_id(job, t0 + TimeDelta::seconds(k))).collect();
+    wait_for("the slots of both earlier versions", Duration::from_secs(20), || async {
+        let got = sink.received();
+        expected.iter().all(|e| got.iter().any(|r| &r.execution_id == e)).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for e in &expected {
+        assert_eq!(sink.received().iter().filter(|r| &r.execution_id == e).count(), 1, "{e} delivered once");
+    }
+    assert!(
+        sink.received().iter().all(|r| r.scheduled_at < at(paused_at)),
+        "nothing of the paused period fired: {:?}",
+        sink.received()
+    );
+    stack.stop().await;
+}
