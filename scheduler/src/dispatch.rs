@@ -625,19 +625,28 @@ impl Dispatcher {
     /// is not read again.
     pub async fn sweep_unretaken(&mut self) -> anyhow::Result<usize> {
         let client = self.pg.get().await?;
+        // A version with `max_runs` re-takes a slot only while the job's runs
+        // before it leave room (the ledger counts runs across versions).
         let rows = client
             .query(
-                "SELECT l.job_id, l.scheduled_at, l.trigger, c.version, c.spec, j.created_at
-                 FROM scheduled_jobs l
-                 JOIN jobs j ON j.id = l.job_id AND j.deleted_at IS NULL
-                 CROSS JOIN LATERAL (SELECT c.version, c.state, c.spec FROM job_changes c
-                                     WHERE c.job_id = l.job_id AND c.valid_from <= l.scheduled_at
-                                     ORDER BY c.version DESC LIMIT 1) c
-                 WHERE l.status = 'skipped' AND l.reason IN ('superseded', 'paused')
-                   AND l.scheduled_at > now() - make_interval(secs => $2)
-                   AND l.finished_at < now() - make_interval(secs => $1)
-                   AND c.state = 'live' AND c.version > l.job_version
-                 ORDER BY l.scheduled_at LIMIT 1000",
+                concat!(
+                    "SELECT l.job_id, l.scheduled_at, l.trigger, c.version, c.spec, j.created_at,
+                            c.spec #>> '{schedule,max_runs}' IS NULL
+                            OR (SELECT count(*) FROM scheduled_jobs r
+                                WHERE r.job_id = l.job_id AND r.scheduled_at < l.scheduled_at AND ",
+                    common::counts_as_run!(),
+                    ") < (c.spec #>> '{schedule,max_runs}')::bigint AS runs_left
+                     FROM scheduled_jobs l
+                     JOIN jobs j ON j.id = l.job_id AND j.deleted_at IS NULL
+                     CROSS JOIN LATERAL (SELECT c.version, c.state, c.spec FROM job_changes c
+                                         WHERE c.job_id = l.job_id AND c.valid_from <= l.scheduled_at
+                                         ORDER BY c.version DESC LIMIT 1) c
+                     WHERE l.status = 'skipped' AND l.reason IN ('superseded', 'paused')
+                       AND l.scheduled_at > now() - make_interval(secs => $2)
+                       AND l.finished_at < now() - make_interval(secs => $1)
+                       AND c.state = 'live' AND c.version > l.job_version
+                     ORDER BY l.scheduled_at LIMIT 1000"
+                ),
                 &[&UNRETAKEN_GRACE.as_secs_f64(), &UNRETAKEN_LOOKBACK.as_secs_f64()],
             )
             .await?;
@@ -649,10 +658,12 @@ impl Dispatcher {
                 job_version: row.get(3),
                 trigger: Trigger::parse(row.get(2)),
             };
-            let fires = serde_json::from_value::<JobSpec>(row.get(4))
-                .ok()
-                .and_then(|spec| spec.compile(row.get(5)).ok())
-                .is_some_and(|schedule| schedule.fires_at(slot.scheduled_at));
+            let runs_left: bool = row.get(6);
+            let fires = runs_left
+                && serde_json::from_value::<JobSpec>(row.get(4))
+                    .ok()
+                    .and_then(|spec| spec.compile(row.get(5)).ok())
+                    .is_some_and(|schedule| schedule.fires_at(slot.scheduled_at));
             if fires { slots.push(slot) } else { decided.push(slot) }
         }
         if !decided.is_empty() {

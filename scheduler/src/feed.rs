@@ -164,11 +164,16 @@ fn parse(row: &Row) -> JobRow {
     }
 }
 
-/// Fills `runs` for the rows whose job has a `max_runs`, in one query.
-/// Counts what the ledger still holds (its retention bounds the history).
+/// Fills `runs` for the rows whose job has a `max_runs`, now or in an
+/// earlier version still to catch up (call after `fill_history`), in one
+/// query. Counts what the ledger still holds (its retention bounds the
+/// history).
 async fn count_runs(client: &impl deadpool_postgres::GenericClient, rows: &mut [JobRow]) -> anyhow::Result<()> {
-    let ids: Vec<Uuid> =
-        rows.iter().filter(|r| r.spec.as_ref().is_some_and(|s| s.schedule.max_runs.is_some())).map(|r| r.id).collect();
+    let has_max_runs = |r: &JobRow| {
+        r.spec.as_ref().is_some_and(|s| s.schedule.max_runs.is_some())
+            || r.history.as_ref().is_some_and(|h| h.past.iter().any(|p| p.spec.schedule.max_runs.is_some()))
+    };
+    let ids: Vec<Uuid> = rows.iter().filter(|r| has_max_runs(r)).map(|r| r.id).collect();
     if ids.is_empty() {
         return Ok(());
     }
@@ -202,8 +207,8 @@ pub async fn fetch(pool: &Pool, ids: &[Uuid], lookback: Duration) -> anyhow::Res
     let ids = ids.to_vec();
     let mut rows: Vec<JobRow> =
         client.query(&format!("{SELECT} WHERE id = ANY($1)"), &[&ids]).await?.iter().map(parse).collect();
-    count_runs(&client, &mut rows).await?;
     fill_history(&client, &mut rows, lookback).await?;
+    count_runs(&client, &mut rows).await?;
     Ok(rows)
 }
 
@@ -228,8 +233,8 @@ pub async fn initial_load(pool: &Pool, lookback: Duration, out: &mpsc::Sender<Ve
         after = last.get(0);
         let full = rows.len() as i64 == PAGE;
         let mut page: Vec<JobRow> = rows.iter().map(parse).collect();
-        count_runs(&tx, &mut page).await?;
         fill_history(&tx, &mut page, lookback).await?;
+        count_runs(&tx, &mut page).await?;
         if out.send(page).await.is_err() {
             break;
         }

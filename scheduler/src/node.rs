@@ -162,11 +162,13 @@ impl State {
             return;
         }
         let unchanged = current.is_some_and(|k| k.version == row.version && k.owned.is_some());
+        // Runs the ledger holds plus the earlier versions' slots caught up now.
+        let mut runs = row.runs;
         if let Some(history) = &row.history
             && !unchanged
             && self.is_owner(row.id)
         {
-            self.catch_up_past_versions(&row, history, now);
+            runs += self.catch_up_past_versions(&row, history, now);
         }
         let Some(spec) = row.spec else {
             // Paused: known (so that a membership change can hand it over
@@ -200,12 +202,12 @@ impl State {
         // due at or after it (those before belong to the previous version).
         let changed_at = row.created_at.max(row.updated_at) - TimeDelta::microseconds(1);
         let mut from = changed_at.max(now - self.misfire_threshold);
-        let mut owned = Owned { runs: row.runs, max_runs: spec.schedule.max_runs, schedule, generation: 0 };
+        let mut owned = Owned { runs, max_runs: spec.schedule.max_runs, schedule, generation: 0 };
         if let Some(history) = row.history {
             let since =
                 changed_at.max(history.looked_back_to).max(history.last_slot.unwrap_or(DateTime::<Utc>::MIN_UTC));
             if since < from {
-                let d = misfire::decide(
+                let mut d = misfire::decide(
                     &owned.schedule,
                     spec.misfire,
                     spec.misfire_cap,
@@ -213,6 +215,7 @@ impl State {
                     from,
                     self.misfire_record_max,
                 );
+                d.fire.truncate(runs_left(owned.max_runs, owned.runs));
                 if !d.fire.is_empty() || !d.record.is_empty() || d.unrecorded > 0 {
                     tracing::info!(job.id = %row.id, policy = ?spec.misfire, fire = d.fire.len(), recorded = d.record.len(), unrecorded = d.unrecorded, "misfired slots found");
                     metrics::counter!("cronshard_misfire_unrecorded_total").increment(d.unrecorded);
@@ -248,11 +251,16 @@ impl State {
     /// while those versions were in force (both owners died, and it was
     /// changed before their heartbeats expired). Each is decided under the
     /// version in force at it: fired if less late than the misfire
-    /// threshold, else by that version's misfire policy.
-    fn catch_up_past_versions(&mut self, row: &JobRow, history: &feed::History, now: DateTime<Utc>) {
+    /// threshold, else by that version's misfire policy. Every slot fired
+    /// counts towards the `max_runs` of the version it fires under (the
+    /// ledger's runs come first: these slots are later than all of them).
+    /// Returns how many slots it fired.
+    fn catch_up_past_versions(&mut self, row: &JobRow, history: &feed::History, now: DateTime<Utc>) -> u64 {
         let covered = history.looked_back_to.max(history.last_slot.unwrap_or(DateTime::<Utc>::MIN_UTC));
         let misfired_before = now - self.misfire_threshold;
+        let mut runs = row.runs;
         for past in &history.past {
+            let max_runs = past.spec.schedule.max_runs;
             let Ok(schedule) = past.spec.compile(row.created_at) else { continue };
             let since = covered.max(past.valid_from - TimeDelta::microseconds(1));
             let until = past.until - TimeDelta::microseconds(1);
@@ -261,7 +269,7 @@ impl State {
             }
             let slot = |at, trigger| Slot { job_id: row.id, scheduled_at: at, job_version: past.version, trigger };
             if since < misfired_before {
-                let d = misfire::decide(
+                let mut d = misfire::decide(
                     &schedule,
                     past.spec.misfire,
                     past.spec.misfire_cap,
@@ -269,6 +277,8 @@ impl State {
                     until.min(misfired_before),
                     self.misfire_record_max,
                 );
+                d.fire.truncate(runs_left(max_runs, runs));
+                runs += d.fire.len() as u64;
                 self.catchup.extend(d.fire.into_iter().map(|at| slot(at, Trigger::Misfire)));
                 self.records.extend(d.record.into_iter().map(|(at, status, reason)| Recorded {
                     slot: slot(at, Trigger::Misfire),
@@ -277,11 +287,15 @@ impl State {
                 }));
             }
             let mut cursor = since.max(misfired_before);
-            while let Some(at) = schedule.next_after(cursor).filter(|at| *at <= until) {
+            while runs_left(max_runs, runs) > 0
+                && let Some(at) = schedule.next_after(cursor).filter(|at| *at <= until)
+            {
                 self.catchup.push_back(slot(at, Trigger::Schedule));
+                runs += 1;
                 cursor = at;
             }
         }
+        runs - row.runs
     }
 
     /// Recomputes ownership for the new live set; returns the jobs gained,
@@ -332,9 +346,14 @@ impl State {
     }
 }
 
+/// How many more slots a job with `max_runs` may run after `runs`.
+fn runs_left(max_runs: Option<u64>, runs: u64) -> usize {
+    max_runs.map_or(usize::MAX, |max| max.saturating_sub(runs) as usize)
+}
+
 impl Owned {
     fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        if self.max_runs.is_some_and(|max| self.runs >= max) {
+        if runs_left(self.max_runs, self.runs) == 0 {
             return None;
         }
         self.schedule.next_after(t)
@@ -573,5 +592,100 @@ async fn maintain_partitions_once(database_url: &str, retention: Retention) {
     .await;
     if let Err(e) = result {
         tracing::warn!(error = %format!("{e:#}"), "ledger partition maintenance failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use common::job::JobSpec;
+    use feed::{History, PastVersion};
+
+    fn t(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn state() -> State {
+        State {
+            node_id: "n0".into(),
+            rf: 2,
+            misfire_threshold: TimeDelta::seconds(30),
+            misfire_record_max: 100,
+            catchup: VecDeque::new(),
+            records: Vec::new(),
+            members: vec!["n0".into()],
+            jobs: HashMap::new(),
+            owned_count: 0,
+            heap: TimerHeap::default(),
+        }
+    }
+
+    fn every_two_seconds(max_runs: u64) -> JobSpec {
+        serde_json::from_value(serde_json::json!({
+            "name": "j",
+            "schedule": {"kind": "cron", "expr": "*/2 * * * * *", "timezone": "UTC", "max_runs": max_runs},
+            "target": {"kind": "http", "url": "http://127.0.0.1:1/", "method": "POST", "timeout_ms": 1000},
+        }))
+        .unwrap()
+    }
+
+    /// A job whose version 1 (in force 12:00:00–12:00:20) fired its slots up
+    /// to 12:00:06 before its owners died, reloaded at 12:00:22 under version
+    /// 2 with the ledger holding `runs` runs.
+    fn reloaded(runs: u64) -> JobRow {
+        let spec = every_two_seconds(4);
+        JobRow {
+            id: Uuid::from_u128(7),
+            version: 2,
+            created_at: t("2026-01-01T11:59:59Z"),
+            updated_at: t("2026-01-01T12:00:20Z"),
+            spec: Some(spec.clone()),
+            deleted: false,
+            runs,
+            runs_since_change: Vec::new(),
+            history: Some(History {
+                last_slot: Some(t("2026-01-01T12:00:06Z")),
+                looked_back_to: t("2026-01-01T11:00:00Z"),
+                past: vec![PastVersion {
+                    version: 1,
+                    valid_from: t("2026-01-01T12:00:00Z"),
+                    until: t("2026-01-01T12:00:20Z"),
+                    spec,
+                }],
+            }),
+        }
+    }
+
+    #[test]
+    fn catch_up_of_earlier_versions_stops_at_max_runs() {
+        let now = t("2026-01-01T12:00:22Z");
+        for (runs, caught_up) in [(0, 4), (2, 2), (4, 0)] {
+            let mut state = state();
+            let row = reloaded(runs);
+            let id = row.id;
+            state.apply(row, now);
+            let slots: Vec<_> = state.catchup.iter().map(|s| (s.scheduled_at, s.job_version)).collect();
+            let expected: Vec<_> =
+                (0..caught_up).map(|i| (t("2026-01-01T12:00:08Z") + TimeDelta::seconds(2 * i), 1)).collect();
+            assert_eq!(slots, expected, "ledger holds {runs} runs");
+            // Every run is used up: version 2 never fires.
+            let owned = state.jobs[&id].owned.as_ref().expect("owned");
+            assert_eq!((owned.runs, owned.generation), (4, 0), "ledger holds {runs} runs");
+        }
+    }
+
+    #[test]
+    fn catch_up_of_earlier_versions_without_max_runs_fires_every_slot() {
+        let now = t("2026-01-01T12:00:22Z");
+        let mut state = state();
+        let mut row = reloaded(0);
+        let mut spec = every_two_seconds(4);
+        spec.schedule.max_runs = None;
+        row.spec = Some(spec.clone());
+        row.history.as_mut().unwrap().past[0].spec = spec;
+        state.apply(row, now);
+        // 12:00:08 to 12:00:18 under version 1; version 2 takes 12:00:20 on.
+        assert_eq!(state.catchup.len(), 6);
+        assert_eq!(state.next_deadline(), Some(t("2026-01-01T12:00:20Z")));
     }
 }
