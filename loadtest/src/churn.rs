@@ -20,7 +20,8 @@
 //! - a paused, deleted or unscheduled slot is not delivered, and a paused
 //!   slot's ledger row says `skipped` / `paused`; a delete also stops what
 //!   the job has not delivered yet, so a slot due within [`DELETE_REACH`]
-//!   before it may go undelivered;
+//!   before it (or [`DELETE_REACH_AFTER_KILL`] when a scheduler was killed
+//!   shortly before the slot) may go undelivered;
 //! - a failing job's slot arrives 1 + (accepted replays) times, a trigger once;
 //! - no ledger row of the phase is left unfinished (stranded).
 //!
@@ -256,6 +257,8 @@ struct World {
     jobs: Vec<JobModel>,
     ops: Vec<OpRecord>,
     manual: Vec<Manual>,
+    /// When a scheduler was killed -9.
+    kills: Vec<DateTime<Utc>>,
 }
 
 /// What an operator is about to do.
@@ -779,7 +782,8 @@ async fn drive(args: &ChurnArgs, seed: u64, receiver: &Receiver, stack: &mut Sta
         o.await?;
     }
     let Ok(ctx) = Arc::try_unwrap(ctx) else { anyhow::bail!("an operator outlived the op phase") };
-    let world = ctx.world.into_inner().expect("world");
+    let mut world = ctx.world.into_inner().expect("world");
+    world.kills = nodes.iter().filter(|(_, e)| e.starts_with("kill")).map(|(at, _)| *at).collect();
     eprintln!("churn: op phase over ({} ops); settling", world.ops.len());
 
     // Settled: nothing unfinished at or before the end, and every execution
@@ -824,6 +828,13 @@ async fn drive(args: &ChurnArgs, seed: u64, receiver: &Receiver, stack: &mut Sta
 /// re-taken after an earlier change), and so cancelled by it.
 const DELETE_REACH: TimeDelta = TimeDelta::seconds(5);
 
+/// After a kill -9 the dead node counts as live until its heartbeat expires
+/// (30 s TTL, plus a membership refresh): a slot that only it would have
+/// re-taken waits for the new owners, or for the re-take sweep (5 s grace,
+/// 10 s period). A delete in that time may cancel it.
+const DELETE_REACH_AFTER_KILL: TimeDelta = TimeDelta::seconds(50);
+const KILL_SHADOW: TimeDelta = TimeDelta::seconds(35);
+
 /// What one execution id may receive.
 #[derive(Clone, Debug)]
 struct Expect {
@@ -847,7 +858,13 @@ struct Expect {
 
 /// The expectation of slot `t` of `job`, plus `replays` (min, max) accepted
 /// replays of it. Slots before the op phase are only held to "at most once".
-fn expect_slot(job: &JobModel, t: DateTime<Utc>, start: DateTime<Utc>, replays: (u32, u32)) -> Expect {
+fn expect_slot(
+    job: &JobModel,
+    t: DateTime<Utc>,
+    start: DateTime<Utc>,
+    kills: &[DateTime<Utc>],
+    replays: (u32, u32),
+) -> Expect {
     let (lo, hi) = job.possible(t);
     let defs = &job.defs[lo..=hi];
     let (mut min, max) = if t < start {
@@ -862,7 +879,12 @@ fn expect_slot(job: &JobModel, t: DateTime<Utc>, start: DateTime<Utc>, replays: 
     }
     // A delete stops whatever the job has not delivered yet: a slot due
     // shortly before it (a late or re-taken delivery) may be cancelled by it.
-    if job.delete_sent().is_some_and(|d| t > d - DELETE_REACH) {
+    let reach = if kills.iter().any(|k| *k <= t && t - *k < KILL_SHADOW) {
+        DELETE_REACH_AFTER_KILL
+    } else {
+        DELETE_REACH
+    };
+    if job.delete_sent().is_some_and(|d| t > d - reach) {
         min = 0;
     }
     let paused = t >= start && defs.iter().all(|d| d.paused && !d.deleted && d.schedule.fires_at(t));
@@ -936,7 +958,7 @@ fn expectations(world: &World, start: DateTime<Utc>, end: DateTime<Utc>) -> BTre
         }
         for t in slots.into_iter().filter(|t| job.judged(*t)) {
             let id = execution_id(job.id, t);
-            let e = expect_slot(job, t, start, replays.get(id.as_str()).copied().unwrap_or_default());
+            let e = expect_slot(job, t, start, &world.kills, replays.get(id.as_str()).copied().unwrap_or_default());
             if e.max > 0 || e.paused {
                 out.insert(id, e);
             }
@@ -1061,7 +1083,7 @@ fn judge(
         match (parsed, job) {
             (Some((_, t, false)), Some(job)) => {
                 if t <= end && job.judged(t) {
-                    exp.insert(id.to_string(), expect_slot(job, t, start, (0, 0)));
+                    exp.insert(id.to_string(), expect_slot(job, t, start, &world.kills, (0, 0)));
                 }
             }
             (Some((_, _, true)), Some(job)) if !job.judged(ds[0].0.received_at) => {}
@@ -1428,7 +1450,7 @@ mod tests {
             deleted: false,
             unknown_from: None,
         };
-        World { jobs: vec![job], ops: Vec::new(), manual: Vec::new() }
+        World { jobs: vec![job], ops: Vec::new(), manual: Vec::new(), kills: Vec::new() }
     }
 
     #[test]

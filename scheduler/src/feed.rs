@@ -48,6 +48,10 @@ pub struct JobRow {
 #[derive(Debug, Clone, PartialEq)]
 pub struct History {
     pub last_slot: Option<DateTime<Utc>>,
+    /// The earliest slot whose row an older version still holds (not final)
+    /// or a change cancelled for the version now in force: this version
+    /// decides it, so the timer starts there.
+    pub unsettled_from: Option<DateTime<Utc>>,
     /// Slots before this were not looked at.
     pub looked_back_to: DateTime<Utc>,
     /// The job's earlier live versions in force within the lookback, oldest
@@ -104,27 +108,33 @@ async fn fill_history(
     // Pruned to the partitions inside the lookback.
     // A row of an older version that is not final, or was cancelled for the
     // version now in force, is not taken care of: the slot is this
-    // version's to claim (or re-take) once that row is decided.
-    let last: std::collections::HashMap<Uuid, DateTime<Utc>> = client
+    // version's to claim (or re-take) once that row is decided. The earliest
+    // such slot is where the new owner's timer must start, even when a later
+    // slot is already claimed (a previous owner claims ahead).
+    let slots: std::collections::HashMap<Uuid, (Option<DateTime<Utc>>, Option<DateTime<Utc>>)> = client
         .query(
             concat!(
-                "SELECT l.job_id, max(l.scheduled_at) FROM scheduled_jobs l JOIN jobs j ON j.id = l.job_id
-                 WHERE l.job_id = ANY($1) AND l.scheduled_at >= $2 AND l.trigger <> 'manual'
-                   AND NOT (",
+                "SELECT l.job_id, max(l.scheduled_at) FILTER (WHERE NOT unsettled),
+                        min(l.scheduled_at) FILTER (WHERE unsettled)
+                 FROM (SELECT l.job_id, l.scheduled_at, (",
                 common::held_by_older_version!("j.version"),
                 " OR ",
                 common::retakeable_by!("j.version"),
-                ") GROUP BY l.job_id"
+                ") AS unsettled
+                       FROM scheduled_jobs l JOIN jobs j ON j.id = l.job_id
+                       WHERE l.job_id = ANY($1) AND l.scheduled_at >= $2 AND l.trigger <> 'manual') l
+                 GROUP BY l.job_id"
             ),
             &[&ids, &since],
         )
         .await?
         .iter()
-        .map(|r| (r.get(0), r.get(1)))
+        .map(|r| (r.get(0), (r.get(1), r.get(2))))
         .collect();
     for row in rows.iter_mut().filter(|r| !r.deleted) {
         row.history = Some(History {
-            last_slot: last.get(&row.id).copied(),
+            last_slot: slots.get(&row.id).and_then(|s| s.0),
+            unsettled_from: slots.get(&row.id).and_then(|s| s.1),
             looked_back_to: since,
             past: past.remove(&row.id).unwrap_or_default(),
         });

@@ -231,9 +231,13 @@ impl State {
                 }));
             }
             // Slots up to the last one in the ledger are taken care of (a
-            // gained job was fired by its previous owners until now).
+            // gained job was fired by its previous owners until now), except
+            // from the first one an older version holds or a change cancelled:
+            // the timer takes those again (a claim of a settled slot is a
+            // harmless conflict).
             if let Some(last) = history.last_slot {
-                from = from.max(last);
+                let settled_to = history.unsettled_from.map_or(last, |u| last.min(u - TimeDelta::microseconds(1)));
+                from = from.max(settled_to);
             }
         }
         // The slots after `from` are counted as `take_due` takes them.
@@ -645,6 +649,7 @@ mod tests {
             runs_since_change: Vec::new(),
             history: Some(History {
                 last_slot: Some(t("2026-01-01T12:00:06Z")),
+                unsettled_from: None,
                 looked_back_to: t("2026-01-01T11:00:00Z"),
                 past: vec![PastVersion {
                     version: 1,
@@ -687,5 +692,30 @@ mod tests {
         // 12:00:08 to 12:00:18 under version 1; version 2 takes 12:00:20 on.
         assert_eq!(state.catchup.len(), 6);
         assert_eq!(state.next_deadline(), Some(t("2026-01-01T12:00:20Z")));
+    }
+
+    /// A node gains a job 200 ms before a slot whose row an older version
+    /// holds armed, while the previous owner already claimed later slots:
+    /// its timer starts at that slot (to re-take it once cancelled), not
+    /// after the last claimed one.
+    #[test]
+    fn a_gained_job_starts_at_the_first_slot_an_older_version_holds() {
+        let now = t("2026-01-01T12:00:21.800Z");
+        let mut state = state();
+        let mut row = reloaded(0);
+        let mut spec = every_two_seconds(4);
+        spec.schedule.max_runs = None;
+        row.spec = Some(spec);
+        let history = row.history.as_mut().unwrap();
+        history.past.clear();
+        history.last_slot = Some(t("2026-01-01T12:00:30Z"));
+        history.unsettled_from = Some(t("2026-01-01T12:00:22Z"));
+        state.apply(row.clone(), now);
+        assert_eq!(state.next_deadline(), Some(t("2026-01-01T12:00:22Z")));
+        // With nothing unsettled, the slots up to the last claimed are done.
+        row.history.as_mut().unwrap().unsettled_from = None;
+        let mut state = self::state();
+        state.apply(row, now);
+        assert_eq!(state.next_deadline(), Some(t("2026-01-01T12:00:32Z")));
     }
 }
