@@ -879,11 +879,8 @@ fn expect_slot(
     }
     // A delete stops whatever the job has not delivered yet: a slot due
     // shortly before it (a late or re-taken delivery) may be cancelled by it.
-    let reach = if kills.iter().any(|k| *k <= t && t - *k < KILL_SHADOW) {
-        DELETE_REACH_AFTER_KILL
-    } else {
-        DELETE_REACH
-    };
+    let reach =
+        if kills.iter().any(|k| *k <= t && t - *k < KILL_SHADOW) { DELETE_REACH_AFTER_KILL } else { DELETE_REACH };
     if job.delete_sent().is_some_and(|d| t > d - reach) {
         min = 0;
     }
