@@ -70,6 +70,8 @@ pub struct PastVersion {
     pub spec: JobSpec,
 }
 
+type Slot = DateTime<Utc>;
+
 /// Fills `history` for every row of a job not deleted (paused ones too: a
 /// version before the pause may have slots to catch up), in two queries.
 async fn fill_history(
@@ -111,7 +113,7 @@ async fn fill_history(
     // version's to claim (or re-take) once that row is decided. The earliest
     // such slot is where the new owner's timer must start, even when a later
     // slot is already claimed (a previous owner claims ahead).
-    let slots: std::collections::HashMap<Uuid, (Option<DateTime<Utc>>, Option<DateTime<Utc>>)> = client
+    let slots: std::collections::HashMap<Uuid, (Option<Slot>, Option<Slot>)> = client
         .query(
             concat!(
                 "SELECT l.job_id, max(l.scheduled_at) FILTER (WHERE NOT unsettled),
