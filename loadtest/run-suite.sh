@@ -97,7 +97,7 @@ while (($#)); do
     shift
 done
 
-# Presets: the full suite (the targets of issue 6) and a quick smoke run.
+# Presets: the full suite (the load targets of docs/benchmarks.md) and a quick smoke run.
 if ((QUICK)); then
     PRESET=quick
     : "${HERD_SIZES:=500}" "${STEADY_RATE:=50}" "${STEADY_SECS:=20}" "${FAILOVER_RATE:=50}" "${FAILOVER_SECS:=36}"

@@ -1,8 +1,8 @@
 //! The cronshard REST API (v1): a router over Postgres (jobs and the ledger)
 //! and Redis (cluster state). `router` is all routes in one table; `serve`
-//! runs it with graceful shutdown. See API.md for the contract; the OpenAPI
-//! document generated from the handlers is served at `/openapi.json`, with
-//! Swagger UI at `/docs`.
+//! runs it with graceful shutdown. The contract is the OpenAPI document
+//! generated from the handlers, served at `/openapi.json` with Swagger UI at
+//! `/docs`; docs/decisions.md records the choices behind it.
 
 pub mod error;
 pub mod extract;

@@ -1,6 +1,7 @@
-//! The REST API (API.md, "REST") against the real server in-process, on the
-//! real Postgres and Redis. Each test gets its own database (`TestDb`), its
-//! own cluster name (Redis key prefix) and its own server on an ephemeral port.
+//! The REST API (every `/v1` route of `api::router`) against the real server
+//! in-process, on the real Postgres and Redis. Each test gets its own database
+//! (`TestDb`), its own cluster name (Redis key prefix) and its own server on an
+//! ephemeral port.
 
 use std::sync::Arc;
 
@@ -219,7 +220,7 @@ fn cron_job(name: &str, expr: &str, timezone: &str) -> Value {
     })
 }
 
-/// The job of API.md's example.
+/// A typical job: a daily cron report in a European time zone, delivered by HTTP.
 fn example_job() -> Value {
     json!({
       "name": "daily-sales-report",
@@ -1144,7 +1145,7 @@ async fn unknown_routes_are_404_problems() {
     }
 }
 
-/// Errors are problem+json (API.md) — also a method a route does not have.
+/// Errors are problem+json (RFC 9457) — also a method a route does not have.
 #[tokio::test]
 async fn a_wrong_method_is_a_405_problem() {
     let app = TestApp::start("405").await;
@@ -1154,7 +1155,7 @@ async fn a_wrong_method_is_a_405_problem() {
     assert!(r.header("allow").is_some(), "405 without Allow");
 }
 
-/// Errors are problem+json (API.md) — also a query string that cannot be parsed.
+/// Errors are problem+json (RFC 9457) — also a query string that cannot be parsed.
 #[tokio::test]
 async fn a_malformed_query_string_is_a_problem() {
     let app = TestApp::start("query").await;

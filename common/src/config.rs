@@ -1,6 +1,6 @@
 //! Configuration shared by every binary. Each value is a flag that falls back
-//! to an environment variable (the names in API.md) and then to a default that
-//! works against a local stack.
+//! to an environment variable (the names are listed in README.md,
+//! "Configuration") and then to a default that works against a local stack.
 
 use clap::{Args, ValueEnum};
 

@@ -7,7 +7,7 @@
 //! - how many of them were delivered, how late, and the catch-up rate
 //!   (late deliveries per second from the restart to the last of them);
 //! - unaccounted slots: neither delivered nor recorded as `skipped`/`missed`
-//!   (the design says nothing is silently dropped: this should be 0);
+//!   (nothing may be silently dropped: this should be 0);
 //! - misses and duplicates of the normal slots before the outage and after
 //!   the restart.
 //!
