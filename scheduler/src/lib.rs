@@ -5,8 +5,9 @@
 //!   live set (union over shards) → a watch channel;
 //! - **feed**: full load, then LISTEN/NOTIFY plus an xid-watermark poll →
 //!   job changes;
-//! - **core**: ownership by rendezvous hashing (RF 2) → a min-heap of owned
-//!   jobs → due slots in batches, `lookahead` ahead of time;
+//! - **core** (`core.rs`, no I/O): ownership by rendezvous hashing (RF 2) →
+//!   a min-heap of owned jobs → due slots in batches, `lookahead` ahead of
+//!   time, and the catch-up of misfires and earlier versions;
 //! - **dispatcher**: Redis lock → ledger claim → publish with confirms; also
 //!   verifies slots whose lock it lost and sweeps the outbox;
 //! - **maintenance**: ledger day partitions.
@@ -14,6 +15,7 @@
 //! The worker (`worker.rs`) consumes the main queue, holds each message until
 //! its due time, delivers it and records the outcome.
 
+pub mod core;
 pub mod dispatch;
 pub mod feed;
 pub mod membership;

@@ -1,0 +1,628 @@
+//! The node's core: which jobs it owns, when each fires next, and what to
+//! catch up. A state machine without I/O: time is passed in, job rows come
+//! from the feed, members from the membership loop, and due slots, misfire
+//! decisions and catch-up runs go out to the dispatcher. `node.rs` wires it
+//! to those loops.
+
+use std::collections::{HashMap, VecDeque};
+
+use chrono::{DateTime, TimeDelta, Utc};
+use uuid::Uuid;
+
+use common::message::Trigger;
+use common::schedule::CompiledSchedule;
+
+use crate::dispatch::{Recorded, Slot};
+use crate::feed::{self, JobRow};
+use crate::misfire;
+use crate::ownership;
+use crate::timer::{Generation, TimerHeap};
+
+/// What the node knows about every live job, owned or not: its version, so
+/// a membership change is recomputed locally and only the jobs this node
+/// gains are fetched from the database. Owned state is boxed so a job this
+/// node does not own costs one small table entry.
+struct Known {
+    version: i64,
+    owned: Option<Box<Owned>>,
+}
+
+/// A job this node owns.
+struct Owned {
+    schedule: CompiledSchedule,
+    runs: u64,
+    max_runs: Option<u64>,
+    /// Its live timer entry; 0 = not scheduled (it never fires again).
+    generation: Generation,
+}
+
+pub struct Core {
+    node_id: String,
+    rf: usize,
+    misfire_threshold: TimeDelta,
+    misfire_record_max: usize,
+    /// Misfired slots waiting for the catch-up rate limiter.
+    catchup: VecDeque<Slot>,
+    /// Misfire decisions not yet handed to the dispatcher.
+    records: Vec<Recorded>,
+    members: Vec<String>,
+    jobs: HashMap<Uuid, Known>,
+    owned_count: usize,
+    heap: TimerHeap,
+}
+
+/// Whether `generation` is `job`'s live timer entry.
+fn is_live(jobs: &HashMap<Uuid, Known>, job: Uuid, generation: Generation) -> bool {
+    jobs.get(&job).and_then(|k| k.owned.as_ref()).is_some_and(|o| o.generation == generation)
+}
+
+impl Core {
+    pub fn new(
+        node_id: String,
+        replication_factor: usize,
+        misfire_threshold: TimeDelta,
+        misfire_record_max: usize,
+        members: Vec<String>,
+    ) -> Self {
+        Self {
+            node_id,
+            rf: replication_factor.max(1),
+            misfire_threshold,
+            misfire_record_max,
+            catchup: VecDeque::new(),
+            records: Vec::new(),
+            members,
+            jobs: HashMap::new(),
+            owned_count: 0,
+            heap: TimerHeap::default(),
+        }
+    }
+
+    pub fn owned_count(&self) -> usize {
+        self.owned_count
+    }
+
+    pub fn members(&self) -> &[String] {
+        &self.members
+    }
+
+    /// Misfire decisions (skipped / missed slots) to record.
+    pub fn take_records(&mut self) -> Vec<Recorded> {
+        std::mem::take(&mut self.records)
+    }
+
+    pub fn has_catchup(&self) -> bool {
+        !self.catchup.is_empty()
+    }
+
+    /// Up to `budget` caught-up slots, oldest first, and then the rest of the
+    /// last job's run: a job's run is published as one ordered bundle, so it
+    /// is never split. Empty when `budget` is 0.
+    pub fn take_catchup(&mut self, budget: usize) -> Vec<Slot> {
+        let mut n = budget.min(self.catchup.len());
+        if n == 0 {
+            return Vec::new();
+        }
+        while n < self.catchup.len() && self.catchup[n].job_id == self.catchup[n - 1].job_id {
+            n += 1;
+        }
+        self.catchup.drain(..n).collect()
+    }
+
+    fn is_owner(&self, job: Uuid) -> bool {
+        ownership::is_owner(&self.node_id, job, &self.members, self.rf)
+    }
+
+    /// Stops owning `id` (it stays known).
+    fn disown(&mut self, id: Uuid) {
+        if let Some(owned) = self.jobs.get_mut(&id).and_then(|k| k.owned.take()) {
+            self.owned_count -= 1;
+            if owned.generation != 0 {
+                self.heap.forgot();
+            }
+        }
+    }
+
+    pub fn apply(&mut self, row: JobRow, now: DateTime<Utc>) {
+        if row.deleted {
+            self.disown(row.id);
+            self.jobs.remove(&row.id);
+            return;
+        }
+        // A re-read of a row we already applied (the feed may repeat rows).
+        let current = self.jobs.get(&row.id);
+        if current.is_some_and(|k| k.version > row.version) {
+            return;
+        }
+        let unchanged = current.is_some_and(|k| k.version == row.version && k.owned.is_some());
+        // Runs the ledger holds plus the earlier versions' slots caught up now.
+        let mut runs = row.runs;
+        if let Some(history) = &row.history
+            && !unchanged
+            && self.is_owner(row.id)
+        {
+            runs += self.catch_up_past_versions(&row, history, now);
+        }
+        let Some(spec) = row.spec else {
+            // Paused: known (so that a membership change can hand it over
+            // and its history be read), never scheduled.
+            self.disown(row.id);
+            self.jobs.insert(row.id, Known { version: row.version, owned: None });
+            return;
+        };
+        if !self.is_owner(row.id) {
+            self.disown(row.id);
+            self.jobs.insert(row.id, Known { version: row.version, owned: None });
+            return;
+        }
+        if unchanged {
+            return;
+        }
+        self.disown(row.id);
+        self.jobs.insert(row.id, Known { version: row.version, owned: None });
+        let schedule = match spec.compile(row.created_at) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(job.id = %row.id, error = %format!("{e:#}"), "stored schedule does not compile; ignoring job");
+                return;
+            }
+        };
+        // Slots less late than the misfire threshold still fire (the claim
+        // makes that safe); older ones belong to the misfire policy. Slots
+        // before the last change (an update, a resume) belonged to the
+        // previous version.
+        // This version is in force from `updated_at` on: it takes the slots
+        // due at or after it (those before belong to the previous version).
+        let changed_at = row.created_at.max(row.updated_at) - TimeDelta::microseconds(1);
+        let mut from = changed_at.max(now - self.misfire_threshold);
+        let mut owned = Owned { runs, max_runs: spec.schedule.max_runs, schedule, generation: 0 };
+        if let Some(history) = row.history {
+            let since =
+                changed_at.max(history.looked_back_to).max(history.last_slot.unwrap_or(DateTime::<Utc>::MIN_UTC));
+            if since < from {
+                let mut d = misfire::decide(
+                    &owned.schedule,
+                    spec.misfire,
+                    spec.misfire_cap,
+                    since,
+                    from,
+                    self.misfire_record_max,
+                );
+                d.fire.truncate(runs_left(owned.max_runs, owned.runs));
+                if !d.fire.is_empty() || !d.record.is_empty() || d.unrecorded > 0 {
+                    tracing::info!(job.id = %row.id, policy = ?spec.misfire, fire = d.fire.len(), recorded = d.record.len(), unrecorded = d.unrecorded, "misfired slots found");
+                    metrics::counter!("cronshard_misfire_unrecorded_total").increment(d.unrecorded);
+                }
+                let slot =
+                    |at| Slot { job_id: row.id, scheduled_at: at, job_version: row.version, trigger: Trigger::Misfire };
+                owned.runs += d.fire.len() as u64;
+                self.catchup.extend(d.fire.into_iter().map(slot));
+                self.records.extend(d.record.into_iter().map(|(at, status, reason)| Recorded {
+                    slot: slot(at),
+                    status,
+                    reason,
+                }));
+            }
+            // Slots up to the last one in the ledger are taken care of (a
+            // gained job was fired by its previous owners until now), except
+            // from the first one an older version holds or a change cancelled:
+            // the timer takes those again (a claim of a settled slot is a
+            // harmless conflict).
+            if let Some(last) = history.last_slot {
+                let settled_to = history.unsettled_from.map_or(last, |u| last.min(u - TimeDelta::microseconds(1)));
+                from = from.max(settled_to);
+            }
+        }
+        // The slots after `from` are counted as `take_due` takes them.
+        let counted_again = row.runs_since_change.iter().filter(|t| **t > from).count() as u64;
+        owned.runs = owned.runs.saturating_sub(counted_again);
+        if let Some(next) = owned.next_after(from) {
+            owned.generation = self.heap.push(row.id, next);
+        }
+        self.owned_count += 1;
+        self.jobs.insert(row.id, Known { version: row.version, owned: Some(Box::new(owned)) });
+    }
+
+    /// The slots of the job's earlier live versions that nobody fired and no
+    /// ledger row covers (after `last_slot`): the job had no live owner
+    /// while those versions were in force (both owners died, and it was
+    /// changed before their heartbeats expired). Each is decided under the
+    /// version in force at it: fired if less late than the misfire
+    /// threshold, else by that version's misfire policy. Every slot fired
+    /// counts towards the `max_runs` of the version it fires under (the
+    /// ledger's runs come first: these slots are later than all of them).
+    /// Returns how many slots it fired.
+    fn catch_up_past_versions(&mut self, row: &JobRow, history: &feed::History, now: DateTime<Utc>) -> u64 {
+        let covered = history.looked_back_to.max(history.last_slot.unwrap_or(DateTime::<Utc>::MIN_UTC));
+        let misfired_before = now - self.misfire_threshold;
+        let mut runs = row.runs;
+        for past in &history.past {
+            let max_runs = past.spec.schedule.max_runs;
+            let Ok(schedule) = past.spec.compile(row.created_at) else { continue };
+            let since = covered.max(past.valid_from - TimeDelta::microseconds(1));
+            let until = past.until - TimeDelta::microseconds(1);
+            if since >= until {
+                continue;
+            }
+            let slot = |at, trigger| Slot { job_id: row.id, scheduled_at: at, job_version: past.version, trigger };
+            if since < misfired_before {
+                let mut d = misfire::decide(
+                    &schedule,
+                    past.spec.misfire,
+                    past.spec.misfire_cap,
+                    since,
+                    until.min(misfired_before),
+                    self.misfire_record_max,
+                );
+                d.fire.truncate(runs_left(max_runs, runs));
+                runs += d.fire.len() as u64;
+                self.catchup.extend(d.fire.into_iter().map(|at| slot(at, Trigger::Misfire)));
+                self.records.extend(d.record.into_iter().map(|(at, status, reason)| Recorded {
+                    slot: slot(at, Trigger::Misfire),
+                    status,
+                    reason,
+                }));
+            }
+            let mut cursor = since.max(misfired_before);
+            while runs_left(max_runs, runs) > 0
+                && let Some(at) = schedule.next_after(cursor).filter(|at| *at <= until)
+            {
+                self.catchup.push_back(slot(at, Trigger::Schedule));
+                runs += 1;
+                cursor = at;
+            }
+        }
+        runs - row.runs
+    }
+
+    /// Recomputes ownership for the new live set; returns the jobs gained,
+    /// which the caller fetches and feeds back through `apply`.
+    pub fn rebalance(&mut self, members: Vec<String>) -> Vec<Uuid> {
+        self.members = members;
+        let (mut lost, mut gained) = (Vec::new(), Vec::new());
+        for (id, known) in &self.jobs {
+            match (known.owned.is_some(), self.is_owner(*id)) {
+                (true, false) => lost.push(*id),
+                (false, true) => gained.push(*id),
+                _ => {}
+            }
+        }
+        for id in &lost {
+            self.disown(*id);
+        }
+        tracing::info!(node.id = %self.node_id, lost = lost.len(), gained = gained.len(), owned = self.owned_count, "ownership recomputed");
+        gained
+    }
+
+    pub fn next_deadline(&mut self) -> Option<DateTime<Utc>> {
+        let jobs = &self.jobs;
+        self.heap.peek(|job, g| is_live(jobs, job, g))
+    }
+
+    /// Pops every slot due by `horizon` (up to `max`) and re-arms its job.
+    pub fn take_due(&mut self, horizon: DateTime<Utc>, max: usize) -> Vec<Slot> {
+        let mut slots = Vec::new();
+        while slots.len() < max {
+            let jobs = &self.jobs;
+            let Some((id, at)) = self.heap.pop_due(horizon, |job, g| is_live(jobs, job, g)) else { break };
+            let Some(known) = self.jobs.get_mut(&id) else { continue };
+            let Some(owned) = known.owned.as_mut() else { continue };
+            slots.push(Slot { job_id: id, scheduled_at: at, job_version: known.version, trigger: Trigger::Schedule });
+            owned.runs += 1;
+            owned.generation = match owned.next_after(at) {
+                Some(next) => self.heap.push(id, next),
+                None => 0,
+            };
+        }
+        slots
+    }
+
+    pub fn compact_timer(&mut self) {
+        let jobs = &self.jobs;
+        self.heap.compact_if_bloated(|job, g| is_live(jobs, job, g));
+    }
+}
+
+/// How many more slots a job with `max_runs` may run after `runs`.
+fn runs_left(max_runs: Option<u64>, runs: u64) -> usize {
+    max_runs.map_or(usize::MAX, |max| max.saturating_sub(runs) as usize)
+}
+
+impl Owned {
+    fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        if runs_left(self.max_runs, self.runs) == 0 {
+            return None;
+        }
+        self.schedule.next_after(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use common::job::JobSpec;
+    use feed::{History, PastVersion};
+
+    fn t(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn state() -> Core {
+        Core {
+            node_id: "n0".into(),
+            rf: 2,
+            misfire_threshold: TimeDelta::seconds(30),
+            misfire_record_max: 100,
+            catchup: VecDeque::new(),
+            records: Vec::new(),
+            members: vec!["n0".into()],
+            jobs: HashMap::new(),
+            owned_count: 0,
+            heap: TimerHeap::default(),
+        }
+    }
+
+    fn every_two_seconds(max_runs: u64) -> JobSpec {
+        serde_json::from_value(serde_json::json!({
+            "name": "j",
+            "schedule": {"kind": "cron", "expr": "*/2 * * * * *", "timezone": "UTC", "max_runs": max_runs},
+            "target": {"kind": "http", "url": "http://127.0.0.1:1/", "method": "POST", "timeout_ms": 1000},
+        }))
+        .unwrap()
+    }
+
+    /// A job whose version 1 (in force 12:00:00–12:00:20) fired its slots up
+    /// to 12:00:06 before its owners died, reloaded at 12:00:22 under version
+    /// 2 with the ledger holding `runs` runs.
+    fn reloaded(runs: u64) -> JobRow {
+        let spec = every_two_seconds(4);
+        JobRow {
+            id: Uuid::from_u128(7),
+            version: 2,
+            created_at: t("2026-01-01T11:59:59Z"),
+            updated_at: t("2026-01-01T12:00:20Z"),
+            spec: Some(spec.clone()),
+            deleted: false,
+            runs,
+            runs_since_change: Vec::new(),
+            history: Some(History {
+                last_slot: Some(t("2026-01-01T12:00:06Z")),
+                unsettled_from: None,
+                looked_back_to: t("2026-01-01T11:00:00Z"),
+                past: vec![PastVersion {
+                    version: 1,
+                    valid_from: t("2026-01-01T12:00:00Z"),
+                    until: t("2026-01-01T12:00:20Z"),
+                    spec,
+                }],
+            }),
+        }
+    }
+
+    #[test]
+    fn catch_up_of_earlier_versions_stops_at_max_runs() {
+        let now = t("2026-01-01T12:00:22Z");
+        for (runs, caught_up) in [(0, 4), (2, 2), (4, 0)] {
+            let mut state = state();
+            let row = reloaded(runs);
+            let id = row.id;
+            state.apply(row, now);
+            let slots: Vec<_> = state.catchup.iter().map(|s| (s.scheduled_at, s.job_version)).collect();
+            let expected: Vec<_> =
+                (0..caught_up).map(|i| (t("2026-01-01T12:00:08Z") + TimeDelta::seconds(2 * i), 1)).collect();
+            assert_eq!(slots, expected, "ledger holds {runs} runs");
+            // Every run is used up: version 2 never fires.
+            let owned = state.jobs[&id].owned.as_ref().expect("owned");
+            assert_eq!((owned.runs, owned.generation), (4, 0), "ledger holds {runs} runs");
+        }
+    }
+
+    #[test]
+    fn catch_up_of_earlier_versions_without_max_runs_fires_every_slot() {
+        let now = t("2026-01-01T12:00:22Z");
+        let mut state = state();
+        let mut row = reloaded(0);
+        let mut spec = every_two_seconds(4);
+        spec.schedule.max_runs = None;
+        row.spec = Some(spec.clone());
+        row.history.as_mut().unwrap().past[0].spec = spec;
+        state.apply(row, now);
+        // 12:00:08 to 12:00:18 under version 1; version 2 takes 12:00:20 on.
+        assert_eq!(state.catchup.len(), 6);
+        assert_eq!(state.next_deadline(), Some(t("2026-01-01T12:00:20Z")));
+    }
+
+    /// A node gains a job 200 ms before a slot whose row an older version
+    /// holds armed, while the previous owner already claimed later slots:
+    /// its timer starts at that slot (to re-take it once cancelled), not
+    /// after the last claimed one.
+    #[test]
+    fn a_gained_job_starts_at_the_first_slot_an_older_version_holds() {
+        let now = t("2026-01-01T12:00:21.800Z");
+        let mut state = state();
+        let mut row = reloaded(0);
+        let mut spec = every_two_seconds(4);
+        spec.schedule.max_runs = None;
+        row.spec = Some(spec);
+        let history = row.history.as_mut().unwrap();
+        history.past.clear();
+        history.last_slot = Some(t("2026-01-01T12:00:30Z"));
+        history.unsettled_from = Some(t("2026-01-01T12:00:22Z"));
+        state.apply(row.clone(), now);
+        assert_eq!(state.next_deadline(), Some(t("2026-01-01T12:00:22Z")));
+        // With nothing unsettled, the slots up to the last claimed are done.
+        row.history.as_mut().unwrap().unsettled_from = None;
+        let mut state = self::state();
+        state.apply(row, now);
+        assert_eq!(state.next_deadline(), Some(t("2026-01-01T12:00:32Z")));
+    }
+
+    // ---------------------------------------------------------- properties
+
+    use proptest::prelude::*;
+
+    const BASE: &str = "2026-01-01T12:00:00Z";
+
+    fn ms(offset: i64) -> DateTime<Utc> {
+        t(BASE) + TimeDelta::milliseconds(offset)
+    }
+
+    fn interval(every_ms: u64, anchor_ms: i64) -> JobSpec {
+        serde_json::from_value(serde_json::json!({
+            "name": "j",
+            "schedule": {"kind": "interval", "every_ms": every_ms, "start_at": ms(anchor_ms)},
+            "target": {"kind": "http", "url": "http://127.0.0.1:1/", "method": "POST", "timeout_ms": 1000},
+        }))
+        .unwrap()
+    }
+
+    /// A created or changed job, as the feed hands it over (no history).
+    fn changed(id: u128, version: i64, spec: JobSpec, changed_ms: i64) -> JobRow {
+        JobRow {
+            id: Uuid::from_u128(id),
+            version,
+            created_at: ms(-60_000),
+            updated_at: ms(changed_ms),
+            spec: Some(spec),
+            deleted: false,
+            runs: 0,
+            runs_since_change: Vec::new(),
+            history: None,
+        }
+    }
+
+    fn core_of(members: &[&str]) -> Core {
+        Core::new("n0".into(), 2, TimeDelta::seconds(30), 100, members.iter().map(|m| m.to_string()).collect())
+    }
+
+    /// Every slot up to `until_ms`, taken `step_ms` at a time in batches of
+    /// at most `max`.
+    fn drain(core: &mut Core, until_ms: i64, step_ms: i64, max: usize) -> Vec<Slot> {
+        let mut out = Vec::new();
+        let mut horizon = 0;
+        while horizon < until_ms {
+            horizon = (horizon + step_ms).min(until_ms);
+            loop {
+                let batch = core.take_due(ms(horizon), max);
+                let n = batch.len();
+                out.extend(batch);
+                if n < max {
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    fn key(slots: &[Slot]) -> Vec<(Uuid, DateTime<Utc>, i64)> {
+        slots.iter().map(|s| (s.job_id, s.scheduled_at, s.job_version)).collect()
+    }
+
+    /// (every_ms, anchor_ms) of a few interval jobs.
+    fn jobs() -> impl Strategy<Value = Vec<(u64, i64)>> {
+        prop::collection::vec((200u64..5_000, 0i64..5_000), 1..12)
+    }
+
+    proptest! {
+        /// Slots come out in time order across batches, each job's strictly
+        /// increasing, and none is lost: exactly the schedule's slots.
+        #[test]
+        fn due_slots_come_out_in_order_and_complete(jobs in jobs(), step in 1i64..3_000, max in 1usize..6) {
+            let mut core = core_of(&["n0"]);
+            for (i, (every, anchor)) in jobs.iter().enumerate() {
+                core.apply(changed(i as u128 + 1, 1, interval(*every, *anchor), 0), ms(0));
+            }
+            let until = 20_000;
+            let out = drain(&mut core, until, step, max);
+            prop_assert!(out.windows(2).all(|w| w[0].scheduled_at <= w[1].scheduled_at));
+            for (i, (every, anchor)) in jobs.iter().enumerate() {
+                let id = Uuid::from_u128(i as u128 + 1);
+                let got: Vec<_> = out.iter().filter(|s| s.job_id == id).map(|s| s.scheduled_at).collect();
+                let expected: Vec<_> =
+                    (0..).map(|k| ms(anchor + k * *every as i64)).take_while(|at| *at <= ms(until)).collect();
+                prop_assert_eq!(got, expected);
+            }
+        }
+
+        /// A row older than the one applied (the feed may repeat or reorder
+        /// rows) changes nothing.
+        #[test]
+        fn an_older_version_is_ignored(jobs in jobs(), other in (200u64..5_000, 0i64..5_000)) {
+            let (mut reordered, mut straight) = (core_of(&["n0"]), core_of(&["n0"]));
+            for (i, (every, anchor)) in jobs.iter().enumerate() {
+                let id = i as u128 + 1;
+                straight.apply(changed(id, 2, interval(*every, *anchor), 0), ms(0));
+                reordered.apply(changed(id, 2, interval(*every, *anchor), 0), ms(0));
+                reordered.apply(changed(id, 1, interval(other.0, other.1), -1_000), ms(0));
+            }
+            prop_assert_eq!(key(&drain(&mut reordered, 15_000, 1_000, 100)), key(&drain(&mut straight, 15_000, 1_000, 100)));
+        }
+
+        /// A membership change drops exactly the jobs this node no longer
+        /// owns, reports exactly those it gained, and leaves the timers of
+        /// the jobs it keeps untouched.
+        #[test]
+        fn a_rebalance_drops_only_lost_jobs(
+            jobs in jobs(),
+            before in prop::collection::vec(any::<bool>(), 4),
+            after in prop::collection::vec(any::<bool>(), 4),
+        ) {
+            let pick = |on: &[bool]| -> Vec<String> {
+                std::iter::once("n0".to_string())
+                    .chain(on.iter().enumerate().filter(|(_, on)| **on).map(|(i, _)| format!("n{}", i + 1)))
+                    .collect()
+            };
+            let (m1, m2) = (pick(&before), pick(&after));
+            let owns = |members: &[String], id: Uuid| ownership::is_owner("n0", id, members, 2);
+            let mut core = Core::new("n0".into(), 2, TimeDelta::seconds(30), 100, m1.clone());
+            let mut kept_only = Core::new("n0".into(), 2, TimeDelta::seconds(30), 100, m1.clone());
+            for (i, (every, anchor)) in jobs.iter().enumerate() {
+                let row = changed(i as u128 + 1, 1, interval(*every, *anchor), 0);
+                if owns(&m2, row.id) {
+                    kept_only.apply(row.clone(), ms(0));
+                }
+                core.apply(row, ms(0));
+            }
+            let ids: Vec<Uuid> = (1..=jobs.len() as u128).map(Uuid::from_u128).collect();
+            let mut gained = core.rebalance(m2.clone());
+            gained.sort();
+            let expected: Vec<Uuid> = ids.iter().copied().filter(|id| !owns(&m1, *id) && owns(&m2, *id)).collect();
+            prop_assert_eq!(gained, expected);
+            prop_assert_eq!(core.owned_count(), ids.iter().filter(|id| owns(&m1, **id) && owns(&m2, **id)).count());
+            // The kept jobs fire as if nothing had happened.
+            let kept: Vec<_> = drain(&mut core, 15_000, 700, 100);
+            let reference: Vec<_> = drain(&mut kept_only, 15_000, 700, 100)
+                .into_iter()
+                .filter(|s| owns(&m1, s.job_id))
+                .collect();
+            prop_assert_eq!(key(&kept), key(&reference));
+        }
+
+        /// A change inside the lookahead window: slots taken before it stay
+        /// as they were; from the change on, exactly the new version's slots
+        /// come out, under the new version, and none of the old one's.
+        #[test]
+        fn a_change_in_the_lookahead_window_replaces_exactly_the_slots_after_it(
+            old in (200u64..3_000, 0i64..3_000),
+            new in (200u64..3_000, 0i64..3_000),
+            armed_to in 2_000i64..8_000,
+            change_back in 1i64..2_000,
+        ) {
+            let mut core = core_of(&["n0"]);
+            core.apply(changed(1, 1, interval(old.0, old.1), -10_000), ms(0));
+            let before = drain(&mut core, armed_to, 500, 100);
+            // Made while the slots up to `armed_to` are already handed out.
+            let change = armed_to - change_back;
+            core.apply(changed(1, 2, interval(new.0, new.1), change), ms(change));
+            let after = drain(&mut core, 20_000, 500, 100);
+            prop_assert!(before.iter().all(|s| s.job_version == 1 && s.scheduled_at <= ms(armed_to)));
+            let expected: Vec<_> = (0..)
+                .map(|k| ms(new.1 + k * new.0 as i64))
+                .skip_while(|at| *at < ms(change))
+                .take_while(|at| *at <= ms(20_000))
+                .map(|at| (Uuid::from_u128(1), at, 2))
+                .collect();
+            prop_assert_eq!(key(&after), expected);
+        }
+    }
+}
