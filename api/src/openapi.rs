@@ -57,18 +57,8 @@ pub struct JobPage {
     pub next_cursor: Option<Uuid>,
 }
 
-/// The status of an execution (ledger row).
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ExecutionStatus {
-    Pending,
-    Running,
-    Retrying,
-    Succeeded,
-    Failed,
-    Skipped,
-    Missed,
-}
+/// The status of an execution (ledger row): the ledger's own enum.
+pub use common::ledger::Status as ExecutionStatus;
 
 /// The statuses a replay takes.
 #[derive(Serialize, ToSchema)]
@@ -333,6 +323,30 @@ pub struct ApiDoc;
 /// The generated document.
 pub fn document() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enum_values(schema: &str) -> Vec<String> {
+        let doc = serde_json::to_value(document()).unwrap();
+        doc["components"]["schemas"][schema]["enum"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{schema} is not an enum schema"))
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// The documented sets are the ledger's.
+    #[test]
+    fn documented_statuses_are_the_ledgers() {
+        let all: Vec<String> = ExecutionStatus::ALL.iter().map(|s| s.to_string()).collect();
+        assert_eq!(enum_values("ExecutionStatus"), all);
+        let replayable: Vec<String> = ExecutionStatus::REPLAYABLE.iter().map(|s| s.to_string()).collect();
+        assert_eq!(enum_values("ReplayableStatus"), replayable);
+    }
 }
 
 /// The problem+json error responses shared by many operations, declared once.

@@ -6,6 +6,99 @@ use uuid::Uuid;
 
 use crate::message::FireMessage;
 
+/// The states of a ledger row (`scheduled_jobs.status`): the only list of
+/// them. The SQL spells each as [`Status::as_str`]; the table's CHECK
+/// constraint holds the same set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[schema(as = ExecutionStatus)]
+pub enum Status {
+    /// Claimed (or replayed); waiting for a worker.
+    Pending,
+    /// A worker holds it (armed ahead of its due instant, or delivering).
+    Running,
+    /// An attempt failed; the next one waits out its backoff.
+    Retrying,
+    Succeeded,
+    /// Every attempt failed; the message is parked.
+    Failed,
+    /// Decided without a delivery (`reason` says why: paused, superseded, deleted, misfire policy).
+    Skipped,
+    /// Too late to fire by the misfire policy.
+    Missed,
+}
+
+impl Status {
+    pub const ALL: [Status; 7] = [
+        Status::Pending,
+        Status::Running,
+        Status::Retrying,
+        Status::Succeeded,
+        Status::Failed,
+        Status::Skipped,
+        Status::Missed,
+    ];
+
+    /// What a replay takes: what failed, and what no process may hold (the
+    /// API checks which rows no process holds).
+    pub const REPLAYABLE: [Status; 4] = [Status::Failed, Status::Pending, Status::Retrying, Status::Running];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Running => "running",
+            Status::Retrying => "retrying",
+            Status::Succeeded => "succeeded",
+            Status::Failed => "failed",
+            Status::Skipped => "skipped",
+            Status::Missed => "missed",
+        }
+    }
+
+    /// A row in a final state is never moved again (but by a replay).
+    pub const fn is_final(self) -> bool {
+        matches!(self, Status::Succeeded | Status::Failed | Status::Skipped | Status::Missed)
+    }
+
+    /// `a, b or c` of the given statuses, for error messages.
+    pub fn list(statuses: &[Status]) -> String {
+        statuses.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("unknown ledger status {0:?}")]
+pub struct UnknownStatus(pub String);
+
+impl std::str::FromStr for Status {
+    type Err = UnknownStatus;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Status::ALL.into_iter().find(|status| status.as_str() == s).ok_or_else(|| UnknownStatus(s.to_owned()))
+    }
+}
+
+/// Read straight from the `status` column: `row.get::<_, Status>("status")`.
+impl<'a> tokio_postgres::types::FromSql<'a> for Status {
+    fn from_sql(
+        ty: &tokio_postgres::types::Type,
+        raw: &'a [u8],
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        let text = <&str as tokio_postgres::types::FromSql>::from_sql(ty, raw)?;
+        Ok(text.parse()?)
+    }
+
+    fn accepts(ty: &tokio_postgres::types::Type) -> bool {
+        <&str as tokio_postgres::types::FromSql>::accepts(ty)
+    }
+}
+
 /// How often a worker refreshes its row in `worker_heartbeats`.
 pub const WORKER_HEARTBEAT_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -179,5 +272,18 @@ mod tests {
     #[test]
     fn the_sql_and_the_duration_of_presumed_gone_agree() {
         assert_eq!(WORKER_GONE_AFTER_SQL, format!("interval '{} seconds'", WORKER_GONE_AFTER.as_secs()));
+    }
+
+    #[test]
+    fn statuses_round_trip_and_match_the_tables_check_constraint() {
+        for status in Status::ALL {
+            assert_eq!(status.as_str().parse::<Status>().unwrap(), status);
+            assert_eq!(serde_json::to_value(status).unwrap(), status.as_str());
+        }
+        assert!("done".parse::<Status>().is_err());
+        let migration = include_str!("../../migrations/V2__scheduled_jobs.sql");
+        let check = migration.split("CHECK (status IN (").nth(1).and_then(|rest| rest.split("))").next()).unwrap();
+        let in_sql: Vec<&str> = check.split(',').map(|s| s.trim().trim_matches('\'')).collect();
+        assert_eq!(in_sql, Status::ALL.map(Status::as_str));
     }
 }

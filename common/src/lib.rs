@@ -5,6 +5,7 @@
 //! Nothing here spawns background work on its own; the binaries own their loops.
 
 pub mod amqp;
+pub mod backoff;
 pub mod config;
 pub mod db;
 pub mod execution;

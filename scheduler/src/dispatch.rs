@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use common::backoff::Backoff;
 use common::execution::execution_id;
 use common::job::JobSpec;
 use common::message::{FireMessage, Trigger};
@@ -217,7 +218,7 @@ impl Dispatcher {
         if slots.is_empty() {
             return;
         }
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100));
         let claimed = loop {
             match timed("claim", self.claim(slots)).await {
                 Ok(c) => break c,
@@ -225,11 +226,10 @@ impl Dispatcher {
                     tracing::warn!(error = %format!("{e:#}"), slots = slots.len(), "claiming slots failed; retrying");
                     metrics::counter!("cronshard_claim_retries_total").increment(1);
                     // On shutdown the other owner (or our restart) covers these.
-                    if token.is_cancelled() && backoff > Duration::from_secs(2) {
+                    if token.is_cancelled() && backoff.delay() > Duration::from_secs(2) {
                         return;
                     }
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    backoff.wait().await;
                 }
             }
         };
@@ -272,7 +272,7 @@ impl Dispatcher {
         let attempts: Vec<u32> = claimed.iter().map(|c| c.attempt).collect();
         let messages: Vec<FireMessage> = claimed.into_iter().map(|c| c.message).collect();
         let batch: Vec<(&FireMessage, u32)> = messages.iter().zip(attempts).collect();
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100));
         loop {
             match timed("publish", self.publisher.publish_attempts(&batch)).await {
                 Ok(()) => break,
@@ -280,11 +280,10 @@ impl Dispatcher {
                     tracing::warn!(error = %format!("{e:#}"), messages = messages.len(), "publishing failed; retrying");
                     metrics::counter!("cronshard_publish_retries_total").increment(1);
                     // Claimed rows stay pending: the outbox sweep of any node republishes them.
-                    if token.is_cancelled() && backoff > Duration::from_secs(2) {
+                    if token.is_cancelled() && backoff.delay() > Duration::from_secs(2) {
                         return;
                     }
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    backoff.wait().await;
                 }
             }
         }
@@ -319,7 +318,7 @@ impl Dispatcher {
     /// Inserts rows for slots decided without firing; a row that exists
     /// (another owner decided or fired the slot) is left alone.
     async fn record(&self, rows: Vec<Recorded>) {
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100));
         for attempt in 0.. {
             match self.try_record(&rows).await {
                 Ok(n) => {
@@ -328,8 +327,7 @@ impl Dispatcher {
                 }
                 Err(e) if attempt < 20 => {
                     tracing::warn!(error = %format!("{e:#}"), "recording misfire decisions failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    backoff.wait().await;
                 }
                 Err(e) => {
                     // The next load of these jobs decides the same slots again.

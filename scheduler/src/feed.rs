@@ -21,6 +21,7 @@ use tokio_postgres::{AsyncMessage, NoTls, Row};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use common::backoff::Backoff;
 use common::job::JobSpec;
 
 #[derive(Debug, Clone)]
@@ -309,7 +310,7 @@ pub async fn run(
 /// LISTENs on a dedicated connection and turns notifications into wake-ups;
 /// reconnects with capped backoff.
 async fn listen(database_url: String, wake: mpsc::Sender<()>, token: CancellationToken) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100));
     while !token.is_cancelled() {
         let result: anyhow::Result<()> = async {
             let (client, mut connection) =
@@ -324,7 +325,7 @@ async fn listen(database_url: String, wake: mpsc::Sender<()>, token: Cancellatio
                     m = messages.next() => if m.is_none() { anyhow::bail!("connection closed") },
                 }
             }
-            backoff = Duration::from_millis(100);
+            backoff = Backoff::new(Duration::from_millis(100));
             // Catch up on anything that changed while we were not listening.
             let _ = wake.try_send(());
             loop {
@@ -342,11 +343,9 @@ async fn listen(database_url: String, wake: mpsc::Sender<()>, token: Cancellatio
         .await;
         if let Err(e) = result {
             tracing::warn!(error = %format!("{e:#}"), "job change LISTEN connection lost; reconnecting");
-            tokio::select! {
-                _ = token.cancelled() => return,
-                _ = tokio::time::sleep(backoff) => {}
+            if !backoff.wait_unless_cancelled(&token).await {
+                return;
             }
-            backoff = (backoff * 2).min(Duration::from_secs(5));
         }
     }
 }

@@ -19,6 +19,7 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use common::amqp::Topology;
+use common::backoff::Backoff;
 use common::partitions::{self, Retention};
 use common::publisher::Publisher;
 use common::redis::Keys;
@@ -135,14 +136,14 @@ impl Node {
                 (self.pg.clone(), cfg.database_url.clone(), feed_tx.clone(), cfg.poll_interval, feed_token.clone());
             let lookback = cfg.misfire_lookback;
             feeders.spawn(async move {
+                let mut backoff = Backoff::new(Duration::from_secs(1));
                 let since = loop {
                     match feed::initial_load(&pool, lookback, &tx).await {
                         Ok(xmin) => break xmin,
                         Err(e) => {
                             tracing::warn!(error = %format!("{e:#}"), "loading jobs failed; retrying");
-                            tokio::select! {
-                                _ = t.cancelled() => return,
-                                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                            if !backoff.wait_unless_cancelled(&t).await {
+                                return;
                             }
                         }
                     }
@@ -298,7 +299,7 @@ async fn fetch_gained(
     token: CancellationToken,
 ) {
     for chunk in ids.chunks(10_000) {
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100));
         loop {
             let fetched = tokio::select! {
                 _ = token.cancelled() => return,
@@ -313,11 +314,9 @@ async fn fetch_gained(
                 }
                 Err(e) => {
                     tracing::warn!(error = %format!("{e:#}"), "fetching gained jobs failed; retrying");
-                    tokio::select! {
-                        _ = token.cancelled() => return,
-                        _ = tokio::time::sleep(backoff) => {}
+                    if !backoff.wait_unless_cancelled(&token).await {
+                        return;
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
             }
         }

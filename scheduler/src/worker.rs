@@ -38,7 +38,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use common::amqp::{self, Topology};
+use common::backoff::Backoff;
 use common::job::{RetryPolicy, Target};
+use common::ledger::Status;
 use common::message::{ATTEMPT_HEADER, FireMessage, Trigger};
 
 use self::batch::Batcher;
@@ -303,17 +305,15 @@ pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> an
         last_beat.clone(),
         beats_stop.clone(),
     ));
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200));
     while !token.is_cancelled() {
         match consume(&config, &pg, http.clone(), sqs.clone(), holding.clone(), last_beat.clone(), &token).await {
             Ok(()) => break,
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "worker lost RabbitMQ; reconnecting");
-                tokio::select! {
-                    _ = token.cancelled() => break,
-                    _ = tokio::time::sleep(backoff) => {}
+                if !backoff.wait_unless_cancelled(&token).await {
+                    break;
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
             }
         }
     }
@@ -709,9 +709,13 @@ async fn process(
     match outcome {
         Outcome::Success { http_status, excerpt } => {
             tracing::info!(execution.id = %m.execution_id, attempt, http_status, sqs_message_id = sqs_message_id.as_deref(), "delivered");
-            metrics::counter!("cronshard_worker_deliveries_total", "outcome" => "succeeded").increment(1);
-            let request =
-                FinishRequest { http_status: http_status.map(i32::from), sqs_message_id, ..done("succeeded", excerpt) };
+            metrics::counter!("cronshard_worker_deliveries_total", "outcome" => Status::Succeeded.as_str())
+                .increment(1);
+            let request = FinishRequest {
+                http_status: http_status.map(i32::from),
+                sqs_message_id,
+                ..done(Status::Succeeded, excerpt)
+            };
             shared.finish(m, request).await?;
         }
         Outcome::Failure { http_status, error, excerpt, retryable } => {
@@ -722,13 +726,13 @@ async fn process(
                 next_attempt_at = Some(Utc::now() + chrono::TimeDelta::milliseconds(delay as i64));
                 shared.publish_retry(m, attempt + 1, delay).await?;
                 tracing::warn!(execution.id = %m.execution_id, attempt, error = %error, retry_in_ms = delay, "delivery failed; retry scheduled");
-                "retrying"
+                Status::Retrying
             } else {
                 shared.publish_failed(m, attempt, &error).await?;
                 tracing::error!(execution.id = %m.execution_id, attempt, error = %error, "delivery failed for good");
-                "failed"
+                Status::Failed
             };
-            metrics::counter!("cronshard_worker_deliveries_total", "outcome" => status).increment(1);
+            metrics::counter!("cronshard_worker_deliveries_total", "outcome" => status.as_str()).increment(1);
             let request = FinishRequest {
                 http_status: http_status.map(i32::from),
                 error: Some(error),
@@ -747,15 +751,14 @@ impl Shared {
         // while rather than handing the message back, which would deliver
         // it a second time.
         let give_up_at = std::time::Instant::now() + OUTCOME_RETRY_FOR;
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100));
         let recorded = loop {
             match timed("finish", self.finishes.call(request.clone())).await {
                 Ok(recorded) => break recorded,
-                Err(e) if std::time::Instant::now() + backoff < give_up_at => {
+                Err(e) if std::time::Instant::now() + backoff.delay() < give_up_at => {
                     tracing::warn!(execution.id = %m.execution_id, error = %format!("{e:#}"), "recording the outcome failed; trying again");
                     metrics::counter!("cronshard_worker_outcome_retries_total").increment(1);
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    backoff.wait().await;
                 }
                 Err(e) => return Err(e),
             }

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use tokio_postgres::Row;
 
 use common::execution::format_instant;
+use common::ledger::Status;
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult, field};
@@ -94,7 +95,7 @@ pub async fn of_job(
 ) -> ApiResult<Json<Value>> {
     let limit = parse_limit(q.limit.as_deref())?;
     let before = parse_cursor(q.cursor.as_deref())?;
-    let status = parse_status(q.status.as_deref())?;
+    let status = parse_status(q.status.as_deref(), &Status::ALL)?.map(Status::as_str);
     let from = parse_time(q.from.as_deref(), "from")?;
     let to = parse_time(q.to.as_deref(), "to")?;
     let client = state.pg.get().await?;
@@ -127,13 +128,11 @@ pub struct AllQuery {
     cursor: Option<String>,
 }
 
-pub const STATUSES: [&str; 7] = ["pending", "running", "retrying", "succeeded", "failed", "skipped", "missed"];
-
-fn parse_status(raw: Option<&str>) -> ApiResult<Option<String>> {
-    match raw {
+fn parse_status(raw: Option<&str>, allowed: &[Status]) -> ApiResult<Option<Status>> {
+    match raw.map(str::parse::<Status>) {
         None => Ok(None),
-        Some(s) if STATUSES.contains(&s) => Ok(Some(s.to_owned())),
-        Some(_) => Err(field("status", format!("must be one of {}", STATUSES.join(", ")))),
+        Some(Ok(s)) if allowed.contains(&s) => Ok(Some(s)),
+        Some(_) => Err(field("status", format!("must be one of {}", Status::list(allowed)))),
     }
 }
 
@@ -175,7 +174,7 @@ fn parse_job_id(raw: Option<&str>) -> ApiResult<Option<uuid::Uuid>> {
 )]
 pub async fn all(State(state): State<AppState>, QueryParams(q): QueryParams<AllQuery>) -> ApiResult<Json<Value>> {
     let limit = parse_limit(q.limit.as_deref())?;
-    let status = parse_status(q.status.as_deref())?;
+    let status = parse_status(q.status.as_deref(), &Status::ALL)?.map(Status::as_str);
     let job_id = parse_job_id(q.job_id.as_deref())?;
     let from = parse_time(q.from.as_deref(), "from")?;
     let to = parse_time(q.to.as_deref(), "to")?;
@@ -216,14 +215,11 @@ pub async fn all(State(state): State<AppState>, QueryParams(q): QueryParams<AllQ
     Ok(Json(json!({ "items": items, "next_cursor": next_cursor })))
 }
 
-/// Statuses a replay may take: what failed, and what no process holds:
-/// a `pending` row of a due slot, a `retrying` row, a `running` row whose
-/// worker is presumed gone. A fresh fire id makes any copy still on its way
-/// a duplicate that workers drop, so a replay never delivers twice.
-const REPLAYABLE: [&str; 4] = ["failed", "pending", "retrying", "running"];
-
-/// SQL predicate on a ledger row `l` in one of `REPLAYABLE`: no process
-/// holds it.
+/// SQL predicate on a ledger row `l` in one of `Status::REPLAYABLE`: no
+/// process holds it: a `pending` row of a due slot, a `retrying` row, a
+/// `running` row whose worker is presumed gone. A fresh fire id makes any
+/// copy still on its way a duplicate that workers drop, so a replay never
+/// delivers twice.
 fn replayable_row() -> String {
     format!(
         "((l.status <> 'pending' OR l.scheduled_at <= now()) AND (l.status <> 'running' OR {}))",
@@ -236,13 +232,14 @@ fn replayable_row() -> String {
 /// attempt. Returns the replayed rows.
 async fn replay_where(
     state: &AppState,
-    statuses: &[&str],
+    statuses: &[Status],
     job_id: Option<uuid::Uuid>,
     from: Option<DateTime<Utc>>,
     to: Option<DateTime<Utc>>,
     max: i64,
 ) -> ApiResult<Vec<Value>> {
     let entry = json!([common::ledger::history_entry("replay", Utc::now(), json!({}))]);
+    let statuses: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
     let rows = tx
@@ -258,7 +255,7 @@ async fn replay_where(
                     history = l.history || $6::jsonb
              FROM picked WHERE l.job_id = picked.job_id AND l.scheduled_at = picked.scheduled_at
              RETURNING l.*", replayable = replayable_row()),
-            &[&statuses.to_vec(), &job_id, &from, &to, &max, &entry],
+            &[&statuses, &job_id, &from, &to, &max, &entry],
         )
         .await?;
     let messages = crate::routes::jobs::fire_messages(&tx, &rows).await?;
@@ -302,9 +299,15 @@ pub async fn replay_one(
     PathParams((job, at)): PathParams<(String, String)>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     let (job_id, at) = parse_slot(&job, &at)?;
-    let replayed =
-        replay_where(&state, &REPLAYABLE, Some(job_id), Some(at), Some(at + chrono::TimeDelta::microseconds(1)), 1)
-            .await?;
+    let replayed = replay_where(
+        &state,
+        &Status::REPLAYABLE,
+        Some(job_id),
+        Some(at),
+        Some(at + chrono::TimeDelta::microseconds(1)),
+        1,
+    )
+    .await?;
     match replayed.into_iter().next() {
         Some(row) => Ok((StatusCode::ACCEPTED, Json(row))),
         None => {
@@ -360,13 +363,7 @@ pub async fn replay_many(
             Some(_) => Err(field(k, "must be a string")),
         }
     };
-    let status = match text("status")? {
-        None => "failed",
-        Some(s) => REPLAYABLE
-            .into_iter()
-            .find(|r| *r == s)
-            .ok_or_else(|| field("status", format!("must be one of {}", REPLAYABLE.join(", "))))?,
-    };
+    let status = parse_status(text("status")?, &Status::REPLAYABLE)?.unwrap_or(Status::Failed);
     let job_id = parse_job_id(text("job_id")?)?;
     let from = parse_time(text("from")?, "from")?;
     let to = parse_time(text("to")?, "to")?;

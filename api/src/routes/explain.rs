@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use common::execution::{format_instant, truncate_ms};
 use common::job::{JobSpec, ScheduleKind};
+use common::ledger::Status;
 use common::partitions::Retention;
 use common::schedule::CompiledSchedule;
 
@@ -281,7 +282,7 @@ fn describe_entry(e: &Value) -> String {
 fn of_row(r: &Row, now: DateTime<Utc>) -> Explanation {
     let t = |name: &str| r.get::<_, Option<DateTime<Utc>>>(name);
     let text = |name: &str| r.get::<_, Option<String>>(name);
-    let status: String = r.get("status");
+    let status: Status = r.get("status");
     let trigger: String = r.get("trigger");
     let attempts: i32 = r.get("attempts");
     let at: DateTime<Utc> = r.get("scheduled_at");
@@ -300,7 +301,7 @@ fn of_row(r: &Row, now: DateTime<Utc>) -> Explanation {
     }
     match t("published_at") {
         Some(p) => details.push(format!("handed to the broker at {}", show(p))),
-        None if status == "pending" => {
+        None if status == Status::Pending => {
             details.push("not yet confirmed by the broker; the outbox sweep publishes it".to_owned())
         }
         None => {}
@@ -322,29 +323,29 @@ fn of_row(r: &Row, now: DateTime<Utc>) -> Explanation {
         (None, None) => String::new(),
     };
     let error = text("error").map(|e| format!(": {e}")).unwrap_or_default();
-    let (verdict, summary) = match status.as_str() {
-        "pending" if at > now => (
+    let (verdict, summary) = match status {
+        Status::Pending if at > now => (
             Verdict::Pending,
             format!(
                 "Pre-armed: claimed ahead of time by node {node}; a worker delivers it at {}, not before.",
                 show(at)
             ),
         ),
-        "pending" if reason.as_deref() == Some("replay") => {
+        Status::Pending if reason.as_deref() == Some("replay") => {
             (Verdict::Pending, format!("Replayed; waiting for a worker to run attempt {}.", attempts + 1))
         }
-        "pending" => {
+        Status::Pending => {
             (Verdict::Pending, format!("Claimed by node {node}; waiting for a worker to run attempt {}.", attempts + 1))
         }
-        "running" => (
+        Status::Running => (
             Verdict::Running,
             format!("It is firing: attempt {attempts} started on worker {worker} at {}.", show_opt(t("started_at"))),
         ),
-        "retrying" => (
+        Status::Retrying => (
             Verdict::Retrying,
             format!("It fired and attempt {attempts} failed{outcome}{error}; a retry is scheduled with backoff."),
         ),
-        "succeeded" => {
+        Status::Succeeded => {
             let retries =
                 if attempts > 1 { format!(" after {} failed attempt(s)", attempts - 1) } else { String::new() };
             (
@@ -355,7 +356,7 @@ fn of_row(r: &Row, now: DateTime<Utc>) -> Explanation {
                 ),
             )
         }
-        "failed" => (
+        Status::Failed => (
             Verdict::Failed,
             format!(
                 "It fired but failed: {attempts} attempt(s), the last on worker {worker} ended at {}{outcome}{error}. \
@@ -365,7 +366,7 @@ fn of_row(r: &Row, now: DateTime<Utc>) -> Explanation {
                 show(at)
             ),
         ),
-        "skipped" if attempts > 0 && !has_attempts => (
+        Status::Skipped if attempts > 0 && !has_attempts => (
             Verdict::Skipped,
             format!(
                 "It did not fire: worker {worker} held it ready for its due instant, and it was cancelled before \
@@ -373,10 +374,10 @@ fn of_row(r: &Row, now: DateTime<Utc>) -> Explanation {
                 reason_text(reason.as_deref())
             ),
         ),
-        "skipped" => {
+        Status::Skipped => {
             (Verdict::Skipped, format!("It did not fire: skipped because {}.", reason_text(reason.as_deref())))
         }
-        _ => (
+        Status::Missed => (
             Verdict::Missed,
             format!(
                 "It did not fire: no owner of the job was alive at the time, and the misfire policy did not fire it late ({}).",

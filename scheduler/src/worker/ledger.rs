@@ -13,6 +13,8 @@ use deadpool_postgres::{ClientWrapper, Pool};
 use tokio_postgres::Client;
 use uuid::Uuid;
 
+use common::ledger::Status;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Start {
     /// The row is ours to deliver.
@@ -209,7 +211,7 @@ async fn explain_refusal(client: &Client, r: &StartRequest, armed_by: Option<&st
         )
         .await?;
     let Some(row) = row else { return Ok(Start::Duplicate) };
-    let (status, fire_id, attempts, worker): (&str, Uuid, i32, Option<&str>) =
+    let (status, fire_id, attempts, worker): (Status, Uuid, i32, Option<&str>) =
         (row.get(0), row.get(1), row.get(2), row.get(3));
     // A redelivery must not drop its message while a live holder has the
     // row: the holder's own copy may be this one, returned to the queue. (A
@@ -218,7 +220,7 @@ async fn explain_refusal(client: &Client, r: &StartRequest, armed_by: Option<&st
     let holder_alive_for = row.get::<_, Option<f64>>(5).unwrap_or(0.0);
     if armed_by.is_none()
         && r.redelivered
-        && status == "running"
+        && status == Status::Running
         && fire_id == r.fire_id
         && attempts == r.attempt
         && holder_alive_for > 0.0
@@ -228,8 +230,8 @@ async fn explain_refusal(client: &Client, r: &StartRequest, armed_by: Option<&st
     }
     let still_ours = fire_id == r.fire_id
         && match armed_by {
-            None => matches!(status, "pending" | "retrying"),
-            Some(me) => status == "running" && attempts == r.attempt && worker == Some(me),
+            None => matches!(status, Status::Pending | Status::Retrying),
+            Some(me) => status == Status::Running && attempts == r.attempt && worker == Some(me),
         };
     if !still_ours {
         return Ok(Start::Duplicate);
@@ -415,7 +417,7 @@ pub struct FinishRequest {
     pub scheduled_at: DateTime<Utc>,
     pub fire_id: Uuid,
     pub attempt: i32,
-    pub status: &'static str,
+    pub status: Status,
     pub http_status: Option<i32>,
     pub sqs_message_id: Option<String>,
     pub excerpt: Option<String>,
@@ -434,7 +436,7 @@ impl FinishRequest {
         m: &common::message::FireMessage,
         attempt: u32,
         redelivered: bool,
-        status: &'static str,
+        status: Status,
         excerpt: String,
     ) -> Self {
         FinishRequest {
@@ -504,7 +506,7 @@ async fn finish_rows(
         sorted.iter().map(|r| r.scheduled_at).collect::<Vec<_>>(),
         sorted.iter().map(|r| r.fire_id).collect::<Vec<_>>(),
         sorted.iter().map(|r| r.attempt).collect::<Vec<_>>(),
-        sorted.iter().map(|r| r.status).collect::<Vec<_>>(),
+        sorted.iter().map(|r| r.status.as_str()).collect::<Vec<_>>(),
         sorted.iter().map(|r| r.http_status).collect::<Vec<_>>(),
         col(|r| r.sqs_message_id.clone()),
         col(|r| r.excerpt.clone()),
