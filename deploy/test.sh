@@ -14,6 +14,7 @@
 #                                         refused; SKIP_HELM=1 skips it)
 #   1. cargo fmt --all -- --check        (checks only, rewrites nothing)
 #   2. cargo clippy --workspace --all-targets -- -D warnings
+#      cargo doc --workspace --no-deps   (RUSTDOCFLAGS="-D warnings": broken doc links fail)
 #   3. cargo build --locked --workspace --bins   (the end-to-end tests spawn the real binaries)
 #   4. cargo test --workspace [ARGS...]
 #   5. deploy/fuzz-api.sh                (schemathesis fuzzes the API against its generated
@@ -76,6 +77,7 @@ else
 fi
 step "cargo fmt --all -- --check" cargo fmt --all -- --check
 step "cargo clippy --workspace --all-targets -- -D warnings" cargo clippy --workspace --all-targets -- -D warnings
+step "cargo doc --workspace --no-deps (warnings denied)" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 step "cargo build --locked --workspace --bins" cargo build --locked --workspace --bins
 if [[ ${SKIP_HELM:-0} != 1 ]]; then
     step "the chart's scheduler environment forms a cluster (deploy/helm-run-local.sh)" "$ROOT/deploy/helm-run-local.sh"

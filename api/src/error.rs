@@ -24,7 +24,17 @@ pub enum ApiError {
 
 impl<E: Into<anyhow::Error>> From<E> for ApiError {
     fn from(e: E) -> Self {
-        ApiError::Internal(e.into())
+        let e = e.into();
+        // No connection to be had (all busy past the pool's wait, or the
+        // database unreachable) is the service's state, not a bug: 503,
+        // which clients retry.
+        if let Some(pool) = e.downcast_ref::<deadpool_postgres::PoolError>() {
+            tracing::warn!(error = %pool, "no database connection for a request");
+            return ApiError::Unavailable(
+                "the database has no connection free for this request right now; try again shortly".to_owned(),
+            );
+        }
+        ApiError::Internal(e)
     }
 }
 
@@ -76,6 +86,9 @@ impl IntoResponse for ApiError {
         }
         let mut response = (status, body.to_string()).into_response();
         response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }

@@ -96,7 +96,7 @@ async fn track_metrics(request: Request, next: Next) -> Response {
         .unwrap_or_else(|| "unmatched".to_owned());
     let response = next.run(request).await;
     let status = response.status().as_u16().to_string();
-    metrics::histogram!("cronshard_api_request_seconds", "method" => method, "route" => route, "status" => status)
+    metrics::histogram!(common::metrics::API_REQUEST_SECONDS, "method" => method, "route" => route, "status" => status)
         .record(started.elapsed().as_secs_f64());
     response
 }

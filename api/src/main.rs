@@ -25,7 +25,7 @@ struct Args {
     api_tokens: Vec<String>,
     /// Days of ledger history the schedulers keep (set it as for them); the
     /// explain endpoint tells a slot older than this from a missing one.
-    #[arg(long, env = "LEDGER_RETENTION_DAYS", default_value_t = 45)]
+    #[arg(long, env = "LEDGER_RETENTION_DAYS", default_value_t = common::partitions::Retention::DEFAULT_RETENTION_DAYS)]
     ledger_retention_days: u32,
 }
 
@@ -74,6 +74,7 @@ async fn main() -> anyhow::Result<()> {
             let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
                 .set_buckets(&[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5])?
                 .install_recorder()?;
+            common::metrics::describe_all();
             let app = api::router(state).route(
                 "/metrics",
                 axum::routing::get(move || {

@@ -1038,9 +1038,11 @@ async fn readyz_is_503_when_postgres_is_unreachable_but_healthz_is_200() {
     .await;
     assert_eq!(app.get("/healthz").await.status, 200);
     assert_problem(&app.get("/readyz").await, 503);
-    // A database failure is a problem document too, without internals.
+    // No database connection is the service's state: a 503 problem document
+    // that clients retry, without internals.
     let r = app.get("/v1/jobs").await;
-    assert!(r.status >= 500, "{} {}", r.status, r.text);
+    assert_eq!(r.status, 503, "{}", r.text);
+    assert_eq!(r.headers.get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
     let p = assert_problem(&r, r.status);
     assert!(!p["detail"].as_str().unwrap().contains("127.0.0.1:1"), "leaks internals: {p}");
 }

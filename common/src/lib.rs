@@ -19,4 +19,5 @@ pub mod redis;
 pub mod schedule;
 pub mod shutdown;
 pub mod telemetry;
+#[cfg(feature = "testing")]
 pub mod testing;

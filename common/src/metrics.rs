@@ -10,5 +10,119 @@ pub fn install_exporter(addr: SocketAddr) -> anyhow::Result<()> {
         .with_http_listener(addr)
         .set_buckets(&[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0])?
         .install()?;
+    describe_all();
     Ok(())
+}
+
+/// Kinds of metric, for the catalog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+macro_rules! catalog {
+    ($($konst:ident = $name:literal, $kind:ident, $help:literal;)*) => {
+        $(
+            #[doc = $help]
+            pub const $konst: &str = $name;
+        )*
+        /// Every metric the binaries record: name, kind, description.
+        pub const CATALOG: &[(&str, Kind, &str)] = &[$(($name, Kind::$kind, $help)),*];
+    };
+}
+
+// Every metric name, declared once with what it means.
+catalog! {
+    FIRES_TOTAL = "cronshard_fires_total", Counter,
+        "Slots a scheduler claimed and published.";
+    FIRE_LATENESS_SECONDS = "cronshard_fire_lateness_seconds", Histogram,
+        "How late after its due instant a scheduler handed a slot to its dispatcher (0 when ahead).";
+    PUBLISH_LEAD_SECONDS = "cronshard_publish_lead_seconds", Histogram,
+        "How long before its due instant a fire message was confirmed by the broker (negative: late).";
+    PUBLISH_RETRIES_TOTAL = "cronshard_publish_retries_total", Counter,
+        "Publishes of claimed slots that failed and were tried again.";
+    CLAIM_RETRIES_TOTAL = "cronshard_claim_retries_total", Counter,
+        "Claims of ledger rows that failed (Postgres errors) and were tried again.";
+    CLAIM_CONFLICTS_TOTAL = "cronshard_claim_conflicts_total", Counter,
+        "Slots whose ledger row already existed when a lock winner claimed them.";
+    LOCK_WINS_TOTAL = "cronshard_lock_wins_total", Counter,
+        "Slot locks (Redis SET NX) this node won.";
+    LOCK_LOSSES_TOTAL = "cronshard_lock_losses_total", Counter,
+        "Slot locks another owner held; the slot is verified later.";
+    TAKEOVER_CLAIMS_TOTAL = "cronshard_takeover_claims_total", Counter,
+        "Slots claimed by a lock loser because the winner never claimed them.";
+    OUTBOX_REPUBLISHED_TOTAL = "cronshard_outbox_republished_total", Counter,
+        "Claimed rows whose publish was never confirmed, published again by the outbox sweep.";
+    RUNNING_RECOVERED_TOTAL = "cronshard_running_recovered_total", Counter,
+        "Rows left running by a worker presumed gone, delivered again.";
+    LEDGER_STRANDED_TOTAL = "cronshard_ledger_stranded_total", Counter,
+        "Ledger rows no process was going to move, moved on by a sweep (label status); any count is a finding.";
+    MISFIRE_RECORDED_TOTAL = "cronshard_misfire_recorded_total", Counter,
+        "Missed slots recorded skipped or missed by a misfire policy.";
+    MISFIRE_UNRECORDED_TOTAL = "cronshard_misfire_unrecorded_total", Counter,
+        "Missed slots beyond the per-job recording cap, decided but not written.";
+    DISPATCH_STAGE_SECONDS = "cronshard_dispatch_stage_seconds", Histogram,
+        "Time a scheduler's dispatcher spent per stage (label stage: lock, claim, publish, ...).";
+    OWNED_JOBS = "cronshard_owned_jobs", Gauge,
+        "Jobs this scheduler node owns.";
+    CLUSTER_LIVE_NODES = "cronshard_cluster_live_nodes", Gauge,
+        "Scheduler nodes in this node's live set.";
+    HEARTBEAT_LAST_SUCCESS = "cronshard_heartbeat_last_success_timestamp_seconds", Gauge,
+        "Unix time of this node's last successful heartbeat into Redis.";
+    WORKER_DELIVERIES_TOTAL = "cronshard_worker_deliveries_total", Counter,
+        "Delivery attempts by outcome (succeeded, retrying, failed, skipped).";
+    WORKER_DELIVERY_SECONDS = "cronshard_worker_delivery_seconds", Histogram,
+        "Duration of one delivery attempt (HTTP call or SQS send).";
+    WORKER_LATENESS_SECONDS = "cronshard_worker_lateness_seconds", Histogram,
+        "How late after its due instant a delivery attempt started.";
+    WORKER_ATTEMPT = "cronshard_worker_attempt", Histogram,
+        "The attempt number of each delivery.";
+    WORKER_IN_FLIGHT = "cronshard_worker_in_flight", Gauge,
+        "Deliveries running now on this worker.";
+    WORKER_DUPLICATES_TOTAL = "cronshard_worker_duplicates_total", Counter,
+        "Messages dropped because their row was already taken (redeliveries, superseded fires).";
+    WORKER_VERIFIED_TOTAL = "cronshard_worker_verified_total", Counter,
+        "Due-instant checks that a slot is still wanted (label by: how it was answered).";
+    WORKER_BUSY_REQUEUES_TOTAL = "cronshard_worker_busy_requeues_total", Counter,
+        "Redeliveries requeued because a live worker still holds the row.";
+    WORKER_ORPHANS_RELEASED_TOTAL = "cronshard_worker_orphans_released_total", Counter,
+        "Rows held by this worker without a message, given back.";
+    WORKER_OUTCOME_RETRIES_TOTAL = "cronshard_worker_outcome_retries_total", Counter,
+        "Writes of a delivery outcome that failed and were tried again.";
+    WORKER_X_DEATH_MISMATCHES_TOTAL = "cronshard_worker_x_death_mismatches_total", Counter,
+        "Retry messages whose broker death count disagreed with their attempt header.";
+    WORKER_BATCH_SIZE = "cronshard_worker_batch_size", Histogram,
+        "Rows per batched ledger statement of a worker (label stage).";
+    WORKER_STAGE_SECONDS = "cronshard_worker_stage_seconds", Histogram,
+        "Time a worker spent per stage (label stage: start, verify, finish, ack).";
+    API_REQUEST_SECONDS = "cronshard_api_request_seconds", Histogram,
+        "API request duration by method, route and status.";
+}
+
+/// Registers every metric's description with the installed recorder, so
+/// `/metrics` carries a `# HELP` line for each.
+pub fn describe_all() {
+    for (name, kind, help) in CATALOG {
+        match kind {
+            Kind::Counter => metrics::describe_counter!(*name, *help),
+            Kind::Gauge => metrics::describe_gauge!(*name, *help),
+            Kind::Histogram => metrics::describe_histogram!(*name, *help),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_names_are_unique_and_prefixed() {
+        let mut names: Vec<&str> = CATALOG.iter().map(|m| m.0).collect();
+        assert!(names.iter().all(|n| n.starts_with("cronshard_")));
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), CATALOG.len());
+    }
 }

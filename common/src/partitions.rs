@@ -23,6 +23,11 @@ pub struct Retention {
 }
 
 impl Retention {
+    /// Days of ledger history kept unless configured (`LEDGER_RETENTION_DAYS`).
+    pub const DEFAULT_RETENTION_DAYS: u32 = 45;
+    /// Day partitions created ahead unless configured.
+    pub const DEFAULT_AHEAD_DAYS: u32 = 7;
+
     /// The oldest UTC day whose partition `maintain` keeps at `now`; slots of
     /// earlier days are gone from the ledger.
     pub fn oldest_kept_day(&self, now: DateTime<Utc>) -> NaiveDate {
@@ -32,7 +37,7 @@ impl Retention {
 
 impl Default for Retention {
     fn default() -> Self {
-        Self { ahead_days: 7, retention_days: 45 }
+        Self { ahead_days: Self::DEFAULT_AHEAD_DAYS, retention_days: Self::DEFAULT_RETENTION_DAYS }
     }
 }
 

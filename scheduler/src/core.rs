@@ -191,7 +191,7 @@ impl Core {
                 d.fire.truncate(runs_left(owned.max_runs, owned.runs));
                 if !d.fire.is_empty() || !d.record.is_empty() || d.unrecorded > 0 {
                     tracing::info!(job.id = %row.id, policy = ?spec.misfire, fire = d.fire.len(), recorded = d.record.len(), unrecorded = d.unrecorded, "misfired slots found");
-                    metrics::counter!("cronshard_misfire_unrecorded_total").increment(d.unrecorded);
+                    metrics::counter!(common::metrics::MISFIRE_UNRECORDED_TOTAL).increment(d.unrecorded);
                 }
                 let slot =
                     |at| Slot { job_id: row.id, scheduled_at: at, job_version: row.version, trigger: Trigger::Misfire };

@@ -36,7 +36,7 @@ use common::publisher::Publisher;
 /// Times one step of the dispatcher: it does one thing at a time, so a slow
 /// step delays every slot behind it.
 async fn timed<T>(stage: &'static str, work: impl std::future::Future<Output = T>) -> T {
-    common::telemetry::timed("cronshard_dispatch_stage_seconds", stage, work).await
+    common::telemetry::timed(common::metrics::DISPATCH_STAGE_SECONDS, stage, work).await
 }
 
 /// Slots claimed, published and stamped together. A claimed row waits for
@@ -200,8 +200,8 @@ impl Dispatcher {
         }
         let won = timed("lock", self.lock(&slots)).await;
         let (mine, lost): (Vec<_>, Vec<_>) = slots.into_iter().zip(won).partition(|(_, won)| *won);
-        metrics::counter!("cronshard_lock_wins_total").increment(mine.len() as u64);
-        metrics::counter!("cronshard_lock_losses_total").increment(lost.len() as u64);
+        metrics::counter!(common::metrics::LOCK_WINS_TOTAL).increment(mine.len() as u64);
+        metrics::counter!(common::metrics::LOCK_LOSSES_TOTAL).increment(lost.len() as u64);
         let verify_at = |s: &Slot| {
             s.scheduled_at.max(Utc::now()) + TimeDelta::from_std(self.config.verify_after).unwrap_or_default()
         };
@@ -224,7 +224,7 @@ impl Dispatcher {
                 Ok(c) => break c,
                 Err(e) => {
                     tracing::warn!(error = %format!("{e:#}"), slots = slots.len(), "claiming slots failed; retrying");
-                    metrics::counter!("cronshard_claim_retries_total").increment(1);
+                    metrics::counter!(common::metrics::CLAIM_RETRIES_TOTAL).increment(1);
                     // On shutdown the other owner (or our restart) covers these.
                     if token.is_cancelled() && backoff.delay() > Duration::from_secs(2) {
                         return;
@@ -234,7 +234,7 @@ impl Dispatcher {
             }
         };
         let conflicts = slots.len() - claimed.len();
-        metrics::counter!("cronshard_claim_conflicts_total").increment(conflicts as u64);
+        metrics::counter!(common::metrics::CLAIM_CONFLICTS_TOTAL).increment(conflicts as u64);
         if conflicts > 0 {
             // A row of an older version (armed before an edit, a pause and a
             // resume) is decided by its worker at the due instant; if it is
@@ -278,7 +278,7 @@ impl Dispatcher {
                 Ok(()) => break,
                 Err(e) => {
                     tracing::warn!(error = %format!("{e:#}"), messages = messages.len(), "publishing failed; retrying");
-                    metrics::counter!("cronshard_publish_retries_total").increment(1);
+                    metrics::counter!(common::metrics::PUBLISH_RETRIES_TOTAL).increment(1);
                     // Claimed rows stay pending: the outbox sweep of any node republishes them.
                     if token.is_cancelled() && backoff.delay() > Duration::from_secs(2) {
                         return;
@@ -290,9 +290,9 @@ impl Dispatcher {
         let now = Utc::now();
         for m in &messages {
             let lateness = (now - m.due_at).num_milliseconds() as f64 / 1000.0;
-            metrics::histogram!("cronshard_publish_lead_seconds").record(-lateness);
+            metrics::histogram!(common::metrics::PUBLISH_LEAD_SECONDS).record(-lateness);
         }
-        metrics::counter!("cronshard_fires_total").increment(messages.len() as u64);
+        metrics::counter!(common::metrics::FIRES_TOTAL).increment(messages.len() as u64);
         self.unstamped.push_back((std::time::Instant::now(), messages));
         self.stamp(false).await;
     }
@@ -322,7 +322,7 @@ impl Dispatcher {
         for attempt in 0.. {
             match self.try_record(&rows).await {
                 Ok(n) => {
-                    metrics::counter!("cronshard_misfire_recorded_total").increment(n);
+                    metrics::counter!(common::metrics::MISFIRE_RECORDED_TOTAL).increment(n);
                     return;
                 }
                 Err(e) if attempt < 20 => {
@@ -464,7 +464,7 @@ impl Dispatcher {
             Ok((claimed, waiting)) => {
                 if !claimed.is_empty() {
                     tracing::warn!(slots = claimed.len(), checked = before, "claimed slots nobody else had");
-                    metrics::counter!("cronshard_takeover_claims_total").increment(claimed.len() as u64);
+                    metrics::counter!(common::metrics::TAKEOVER_CLAIMS_TOTAL).increment(claimed.len() as u64);
                 }
                 self.wait_for_older_versions(waiting, now);
                 self.publish(claimed, &token).await;
@@ -541,7 +541,7 @@ impl Dispatcher {
         }
         if !messages.is_empty() {
             tracing::warn!(rows = messages.len(), "recovered rows stuck in running");
-            metrics::counter!("cronshard_running_recovered_total").increment(messages.len() as u64);
+            metrics::counter!(common::metrics::RUNNING_RECOVERED_TOTAL).increment(messages.len() as u64);
             let batch: Vec<(&FireMessage, u32)> = messages.iter().zip(attempts.iter().copied()).collect();
             self.publisher.publish_attempts(&batch).await?;
             common::ledger::mark_published(&client, &messages.iter().collect::<Vec<_>>()).await?;
@@ -592,7 +592,7 @@ impl Dispatcher {
         for row in &rows {
             let Ok(spec) = serde_json::from_value::<JobSpec>(row.get("spec")) else { continue };
             let status: &str = row.get("status");
-            metrics::counter!("cronshard_ledger_stranded_total", "status" => status.to_owned()).increment(1);
+            metrics::counter!(common::metrics::LEDGER_STRANDED_TOTAL, "status" => status.to_owned()).increment(1);
             let (message, attempt) = FireMessage::next_for_row(row, spec, Utc::now());
             attempts.push(attempt);
             messages.push(message);
@@ -679,7 +679,8 @@ impl Dispatcher {
         drop(client);
         let claimed = self.claim(&slots).await?;
         if !claimed.is_empty() {
-            metrics::counter!("cronshard_ledger_stranded_total", "status" => "skipped").increment(claimed.len() as u64);
+            metrics::counter!(common::metrics::LEDGER_STRANDED_TOTAL, "status" => "skipped")
+                .increment(claimed.len() as u64);
             let examples: Vec<&str> = claimed.iter().take(5).map(|c| c.message.execution_id.as_str()).collect();
             tracing::warn!(slots = claimed.len(), ?examples, "re-took slots a change had cancelled and nobody re-took");
         }
@@ -722,7 +723,7 @@ impl Dispatcher {
         };
         if !messages.is_empty() {
             tracing::warn!(messages = messages.len(), "republished claimed rows that had no confirmed publish");
-            metrics::counter!("cronshard_outbox_republished_total").increment(messages.len() as u64);
+            metrics::counter!(common::metrics::OUTBOX_REPUBLISHED_TOTAL).increment(messages.len() as u64);
         }
         Ok(messages.len())
     }

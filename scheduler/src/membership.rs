@@ -101,7 +101,7 @@ impl Membership {
             tokio::select! {
                 _ = token.cancelled() => break,
                 _ = beat.tick() => match self.beat().await {
-                    Ok(_) => metrics::gauge!("cronshard_heartbeat_last_success_timestamp_seconds").set(Utc::now().timestamp() as f64),
+                    Ok(_) => metrics::gauge!(common::metrics::HEARTBEAT_LAST_SUCCESS).set(Utc::now().timestamp() as f64),
                     Err(e) => tracing::warn!(node.id = %self.node_id, error = %format!("{e:#}"), "heartbeat failed on every Redis shard"),
                 },
                 _ = refresh.tick() => {
@@ -115,7 +115,7 @@ impl Membership {
                                 false
                             }
                         });
-                        metrics::gauge!("cronshard_cluster_live_nodes").set(members.borrow().len() as f64);
+                        metrics::gauge!(common::metrics::CLUSTER_LIVE_NODES).set(members.borrow().len() as f64);
                     }
                 }
             }

@@ -65,6 +65,19 @@ pub struct NodeConfig {
     pub retention: Retention,
 }
 
+/// The node's defaults, stated once: [`NodeConfig::new`] and the binary's
+/// flags both read them.
+pub mod defaults {
+    pub const REPLICATION_FACTOR: usize = 2;
+    pub const LOOKAHEAD_MS: u64 = 2_000;
+    pub const POLL_INTERVAL_MS: u64 = 5_000;
+    pub const HEARTBEAT_INTERVAL_MS: u64 = 10_000;
+    pub const MISFIRE_THRESHOLD_MS: u64 = 30_000;
+    pub const MISFIRE_LOOKBACK_SECS: u64 = 24 * 3600;
+    pub const CATCHUP_RATE: u32 = 500;
+    pub const STRANDED_AFTER_SECS: u64 = 60;
+}
+
 impl NodeConfig {
     /// Defaults that suit production; tests override what they need.
     pub fn new(node_id: String, cluster: String, database_url: String, amqp_url: String) -> Self {
@@ -73,21 +86,21 @@ impl NodeConfig {
             cluster,
             database_url,
             amqp_url,
-            replication_factor: 2,
-            lookahead: Duration::from_secs(2),
-            misfire_threshold: Duration::from_secs(30),
-            misfire_lookback: Duration::from_secs(24 * 3600),
+            replication_factor: defaults::REPLICATION_FACTOR,
+            lookahead: Duration::from_millis(defaults::LOOKAHEAD_MS),
+            misfire_threshold: Duration::from_millis(defaults::MISFIRE_THRESHOLD_MS),
+            misfire_lookback: Duration::from_secs(defaults::MISFIRE_LOOKBACK_SECS),
             misfire_record_max: 1000,
-            catchup_rate: 500,
+            catchup_rate: defaults::CATCHUP_RATE,
             batch_max: 10_000,
-            poll_interval: Duration::from_secs(5),
-            heartbeat_interval: Duration::from_secs(10),
+            poll_interval: Duration::from_millis(defaults::POLL_INTERVAL_MS),
+            heartbeat_interval: Duration::from_millis(defaults::HEARTBEAT_INTERVAL_MS),
             membership_refresh: Duration::from_secs(2),
             lock_ttl: Duration::from_secs(120),
             verify_after: Duration::from_secs(5),
             outbox_grace: Duration::from_secs(10),
             running_grace: Duration::from_secs(60),
-            stranded_after: Duration::from_secs(60),
+            stranded_after: Duration::from_secs(defaults::STRANDED_AFTER_SECS),
             maintenance_interval: Duration::from_secs(3600),
             retention: Retention::default(),
         }
@@ -232,7 +245,7 @@ impl Node {
                         ));
                     }
                     owned_jobs.store(state.owned_count(), Ordering::Relaxed);
-                    metrics::gauge!("cronshard_owned_jobs").set(state.owned_count() as f64);
+                    metrics::gauge!(common::metrics::OWNED_JOBS).set(state.owned_count() as f64);
                 }
                 Some(rows) = feed_rx.recv() => {
                     let now = Utc::now();
@@ -245,7 +258,7 @@ impl Node {
                         break;
                     }
                     owned_jobs.store(state.owned_count(), Ordering::Relaxed);
-                    metrics::gauge!("cronshard_owned_jobs").set(state.owned_count() as f64);
+                    metrics::gauge!(common::metrics::OWNED_JOBS).set(state.owned_count() as f64);
                 }
                 _ = tokio::time::sleep(wait) => {
                     let now = Utc::now();
@@ -253,7 +266,7 @@ impl Node {
                     let slots = state.take_due(now + lookahead, cfg.batch_max);
                     for s in &slots {
                         let late = (now - s.scheduled_at).num_milliseconds().max(0) as f64 / 1000.0;
-                        metrics::histogram!("cronshard_fire_lateness_seconds").record(late);
+                        metrics::histogram!(common::metrics::FIRE_LATENESS_SECONDS).record(late);
                     }
                     if !slots.is_empty() && batch_tx.send(Work::Fire(slots)).await.is_err() {
                         break;

@@ -258,7 +258,7 @@ async fn heartbeat(
                 Ok(0) => {}
                 Ok(rows) => {
                     tracing::warn!(rows, "gave back rows running under this worker with no task on them");
-                    metrics::counter!("cronshard_worker_orphans_released_total").increment(rows);
+                    metrics::counter!(common::metrics::WORKER_ORPHANS_RELEASED_TOTAL).increment(rows);
                 }
                 Err(e) => tracing::warn!(error = %format!("{e:#}"), "releasing orphaned rows failed"),
             }
@@ -438,7 +438,7 @@ async fn consume(
 /// Times one stage of a message's way through the worker (ledger start,
 /// verify, outcome write, ack).
 async fn timed<T>(stage: &'static str, work: impl std::future::Future<Output = T>) -> T {
-    common::telemetry::timed("cronshard_worker_stage_seconds", stage, work).await
+    common::telemetry::timed(common::metrics::WORKER_STAGE_SECONDS, stage, work).await
 }
 
 fn attempt_of(delivery: &Delivery) -> u32 {
@@ -499,7 +499,7 @@ async fn handle(shared: Arc<Shared>, delivery: Delivery, in_flight: Arc<Semaphor
         && retries + 1 != attempt
     {
         tracing::debug!(execution.id = %messages[0].execution_id, attempt, x_death_retries = retries, "x-death disagrees with the attempt header; going by the header");
-        metrics::counter!("cronshard_worker_x_death_mismatches_total").increment(1);
+        metrics::counter!(common::metrics::WORKER_X_DEATH_MISMATCHES_TOTAL).increment(1);
     }
     // Slots go their own ways at once, except a job's misfire catch-up
     // slots, which the scheduler bundles oldest first: those are delivered
@@ -589,7 +589,7 @@ async fn handle_slot(
         // Stopping: the message goes back for another worker.
         Ok(Processed::Stopping) => Settle::Requeue(Duration::ZERO),
         Ok(Processed::Busy(wait)) => {
-            metrics::counter!("cronshard_worker_busy_requeues_total").increment(1);
+            metrics::counter!(common::metrics::WORKER_BUSY_REQUEUES_TOTAL).increment(1);
             Settle::Requeue(wait)
         }
         Err(e) => {
@@ -627,12 +627,12 @@ fn go_on(m: &FireMessage, attempt: u32, start: Start) -> bool {
         Start::Go => true,
         Start::Duplicate => {
             tracing::debug!(execution.id = %m.execution_id, attempt, "duplicate message dropped");
-            metrics::counter!("cronshard_worker_duplicates_total").increment(1);
+            metrics::counter!(common::metrics::WORKER_DUPLICATES_TOTAL).increment(1);
             false
         }
         Start::Cancelled(reason) => {
             tracing::info!(execution.id = %m.execution_id, reason, "slot cancelled before delivery");
-            metrics::counter!("cronshard_worker_deliveries_total", "outcome" => "skipped").increment(1);
+            metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => "skipped").increment(1);
             false
         }
         // Decided by the caller before it gets here.
@@ -690,18 +690,18 @@ async fn process(
     let permit = in_flight.acquire().await?;
     let started = Utc::now();
     if attempt == 1 {
-        metrics::histogram!("cronshard_worker_lateness_seconds")
+        metrics::histogram!(common::metrics::WORKER_LATENESS_SECONDS)
             .record(ledger::lateness_seconds(started, m.due_at).max(0.0));
     }
-    metrics::gauge!("cronshard_worker_in_flight").increment(1.0);
+    metrics::gauge!(common::metrics::WORKER_IN_FLIGHT).increment(1.0);
     let (outcome, sqs_message_id) = match &m.target {
         Target::Http(target) => (shared.http.deliver(target, m, attempt).await, None),
         Target::Sqs(target) => shared.sqs.deliver(target, m, attempt).await,
     };
-    metrics::gauge!("cronshard_worker_in_flight").decrement(1.0);
-    metrics::histogram!("cronshard_worker_delivery_seconds")
+    metrics::gauge!(common::metrics::WORKER_IN_FLIGHT).decrement(1.0);
+    metrics::histogram!(common::metrics::WORKER_DELIVERY_SECONDS)
         .record((Utc::now() - started).num_milliseconds() as f64 / 1000.0);
-    metrics::histogram!("cronshard_worker_attempt").record(f64::from(attempt));
+    metrics::histogram!(common::metrics::WORKER_ATTEMPT).record(f64::from(attempt));
     drop(permit);
     drop(due_guard);
     let policy = m.retry.unwrap_or(shared.config.retry_defaults);
@@ -709,7 +709,7 @@ async fn process(
     match outcome {
         Outcome::Success { http_status, excerpt } => {
             tracing::info!(execution.id = %m.execution_id, attempt, http_status, sqs_message_id = sqs_message_id.as_deref(), "delivered");
-            metrics::counter!("cronshard_worker_deliveries_total", "outcome" => Status::Succeeded.as_str())
+            metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Succeeded.as_str())
                 .increment(1);
             let request = FinishRequest {
                 http_status: http_status.map(i32::from),
@@ -732,7 +732,7 @@ async fn process(
                 tracing::error!(execution.id = %m.execution_id, attempt, error = %error, "delivery failed for good");
                 Status::Failed
             };
-            metrics::counter!("cronshard_worker_deliveries_total", "outcome" => status.as_str()).increment(1);
+            metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => status.as_str()).increment(1);
             let request = FinishRequest {
                 http_status: http_status.map(i32::from),
                 error: Some(error),
@@ -757,7 +757,7 @@ impl Shared {
                 Ok(recorded) => break recorded,
                 Err(e) if std::time::Instant::now() + backoff.delay() < give_up_at => {
                     tracing::warn!(execution.id = %m.execution_id, error = %format!("{e:#}"), "recording the outcome failed; trying again");
-                    metrics::counter!("cronshard_worker_outcome_retries_total").increment(1);
+                    metrics::counter!(common::metrics::WORKER_OUTCOME_RETRIES_TOTAL).increment(1);
                     backoff.wait().await;
                 }
                 Err(e) => return Err(e),

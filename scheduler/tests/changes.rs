@@ -294,14 +294,18 @@ async fn a_stranded_row_is_found_moved_on_and_counted() {
     .await;
     assert_eq!(row["attempts"], 2, "delivered as the attempt the row expected: {row}");
     assert!(row["history"].as_array().unwrap().iter().any(|e| e["event"] == "stranded"), "{row}");
-    let scraped = wait_for("the metric to count it", Duration::from_secs(10), || async {
+    let (scraped, text) = wait_for("the metric to count it", Duration::from_secs(10), || async {
         let text = reqwest::get(format!("http://{metrics}/metrics")).await.ok()?.text().await.ok()?;
-        text.lines()
-            .find(|l| l.starts_with("cronshard_ledger_stranded_total") && l.contains("status=\"pending\""))
-            .map(str::to_owned)
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("cronshard_ledger_stranded_total") && l.contains("status=\"pending\""))?
+            .to_owned();
+        Some((line, text))
     })
     .await;
     assert!(scraped.trim_end().ends_with(" 1"), "{scraped}");
+    // Described once, in the metric catalog.
+    assert!(text.contains("# HELP cronshard_ledger_stranded_total Ledger rows no process"), "{text}");
     assert_eq!(sink.received_on("stranded").len(), 1, "delivered once");
 
     let retaken = common::execution::execution_id(cancelled_job, cancelled_slot);

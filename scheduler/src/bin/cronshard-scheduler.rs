@@ -7,7 +7,7 @@ use clap::Parser;
 
 use common::config::{LogArgs, ServiceArgs};
 use common::partitions::Retention;
-use scheduler::node::{Node, NodeConfig};
+use scheduler::node::{Node, NodeConfig, defaults};
 
 #[derive(Parser, Debug)]
 #[command(version, about = "A cronshard scheduler node")]
@@ -23,37 +23,37 @@ struct Args {
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:9090")]
     metrics_addr: SocketAddr,
     /// Owners per job.
-    #[arg(long, env = "REPLICATION_FACTOR", default_value_t = 2)]
+    #[arg(long, env = "REPLICATION_FACTOR", default_value_t = defaults::REPLICATION_FACTOR)]
     replication_factor: usize,
     /// Slots due within this many milliseconds are claimed and published ahead.
-    #[arg(long, env = "LOOKAHEAD_MS", default_value_t = 2000)]
+    #[arg(long, env = "LOOKAHEAD_MS", default_value_t = defaults::LOOKAHEAD_MS)]
     lookahead_ms: u64,
     /// Milliseconds between change-feed polls (LISTEN/NOTIFY wakes it sooner).
-    #[arg(long, env = "POLL_INTERVAL_MS", default_value_t = 5000)]
+    #[arg(long, env = "POLL_INTERVAL_MS", default_value_t = defaults::POLL_INTERVAL_MS)]
     poll_interval_ms: u64,
     /// Milliseconds between heartbeats (the heartbeat TTL is 30 s).
-    #[arg(long, env = "HEARTBEAT_INTERVAL_MS", default_value_t = 10_000)]
+    #[arg(long, env = "HEARTBEAT_INTERVAL_MS", default_value_t = defaults::HEARTBEAT_INTERVAL_MS)]
     heartbeat_interval_ms: u64,
     /// A slot later than this is a misfire (handled by the job's misfire
     /// policy); a slot less late fires late.
-    #[arg(long, env = "MISFIRE_THRESHOLD_MS", default_value_t = 30_000)]
+    #[arg(long, env = "MISFIRE_THRESHOLD_MS", default_value_t = defaults::MISFIRE_THRESHOLD_MS)]
     misfire_threshold_ms: u64,
     /// How far back a loaded job is checked for misfired slots.
-    #[arg(long, env = "MISFIRE_LOOKBACK_SECS", default_value_t = 86_400)]
+    #[arg(long, env = "MISFIRE_LOOKBACK_SECS", default_value_t = defaults::MISFIRE_LOOKBACK_SECS)]
     misfire_lookback_secs: u64,
     /// Cluster-wide late fires per second while catching up on misfires.
-    #[arg(long, env = "CATCHUP_RATE", default_value_t = 500)]
+    #[arg(long, env = "CATCHUP_RATE", default_value_t = defaults::CATCHUP_RATE)]
     catchup_rate: u32,
     /// Seconds after which a ledger row that should have moved (a published
     /// `pending` row past its due instant, a `retrying` row past its next
     /// attempt) counts as stranded and is published again.
-    #[arg(long, env = "STRANDED_AFTER_SECS", default_value_t = 60)]
+    #[arg(long, env = "STRANDED_AFTER_SECS", default_value_t = defaults::STRANDED_AFTER_SECS)]
     stranded_after_secs: u64,
     /// Days of ledger history kept.
-    #[arg(long, env = "LEDGER_RETENTION_DAYS", default_value_t = 45)]
+    #[arg(long, env = "LEDGER_RETENTION_DAYS", default_value_t = Retention::DEFAULT_RETENTION_DAYS)]
     ledger_retention_days: u32,
     /// Day partitions kept created ahead of today.
-    #[arg(long, env = "LEDGER_PARTITIONS_AHEAD_DAYS", default_value_t = 7)]
+    #[arg(long, env = "LEDGER_PARTITIONS_AHEAD_DAYS", default_value_t = Retention::DEFAULT_AHEAD_DAYS)]
     ledger_partitions_ahead_days: u32,
 }
 

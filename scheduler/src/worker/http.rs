@@ -14,7 +14,7 @@ use common::job::HttpTarget;
 use common::message::FireMessage;
 
 use super::Outcome;
-use super::ssrf::{GuardedResolver, SsrfGuard};
+use super::ssrf::{CallbackRefused, GuardedResolver, SsrfGuard};
 
 const EXCERPT_BYTES: usize = 1024;
 
@@ -100,7 +100,7 @@ impl HttpDelivery {
                 }
             }
             Err(e) => {
-                let refused = error_chain(&e).contains("callback refused");
+                let refused = refused_by_guard(&e);
                 let error =
                     if e.is_timeout() { format!("timed out after {} ms", target.timeout_ms) } else { error_chain(&e) };
                 Outcome::Failure { http_status: None, error, excerpt: String::new(), retryable: !refused }
@@ -118,6 +118,12 @@ fn literal_refusal(guard: &SsrfGuard, url: &Url) -> Option<String> {
     guard
         .refusal(ip)
         .map(|reason| format!("callback refused: {ip} is a {reason} address; allow it with CALLBACK_ALLOW_CIDRS"))
+}
+
+/// Whether the SSRF guard refused the callback's address somewhere in the
+/// error's causes (reqwest wraps the resolver's error).
+fn refused_by_guard(e: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(e), |e| e.source()).any(|e| e.is::<CallbackRefused>())
 }
 
 /// The error and its causes on one line: reqwest's top-level message alone

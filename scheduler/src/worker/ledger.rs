@@ -285,9 +285,9 @@ pub async fn verify_batch(
             to_check.retain(|&i| changed.contains(&requests[i].row.job_id));
         }
     }
-    metrics::counter!("cronshard_worker_verified_total", "by" => "jobs_unchanged")
+    metrics::counter!(common::metrics::WORKER_VERIFIED_TOTAL, "by" => "jobs_unchanged")
         .increment((requests.len() - to_check.len()) as u64);
-    metrics::counter!("cronshard_worker_verified_total", "by" => "row").increment(to_check.len() as u64);
+    metrics::counter!(common::metrics::WORKER_VERIFIED_TOTAL, "by" => "row").increment(to_check.len() as u64);
     let mut answers = vec![Start::Go; requests.len()];
     if to_check.is_empty() {
         return Ok(answers);

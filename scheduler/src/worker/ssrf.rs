@@ -108,17 +108,26 @@ impl Resolve for GuardedResolver {
                 })
                 .collect();
             if allowed.is_empty() {
-                let msg = match refused {
-                    Some((ip, reason)) => format!(
-                        "callback refused: {host} resolves to {ip} ({reason}); allow it with CALLBACK_ALLOW_CIDRS"
-                    ),
-                    None => format!("{host} did not resolve"),
+                let error: Box<dyn std::error::Error + Send + Sync> = match refused {
+                    Some((ip, reason)) => Box::new(CallbackRefused { host, ip, reason }),
+                    None => format!("{host} did not resolve").into(),
                 };
-                return Err(msg.into());
+                return Err(error);
             }
             Ok(Box::new(allowed.into_iter()) as Addrs)
         })
     }
+}
+
+/// The resolver refused every address of a callback's host: trying again
+/// cannot help. Typed, so the delivery tells it from a network error by
+/// its type rather than by its text.
+#[derive(Debug, thiserror::Error)]
+#[error("callback refused: {host} resolves to {ip} ({reason}); allow it with CALLBACK_ALLOW_CIDRS")]
+pub struct CallbackRefused {
+    pub host: String,
+    pub ip: std::net::IpAddr,
+    pub reason: &'static str,
 }
 
 #[cfg(test)]
