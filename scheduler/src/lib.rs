@@ -1,4 +1,4 @@
-//! The scheduler node and the worker.
+//! The scheduler node.
 //!
 //! A node is a pipeline of loops (see `node.rs`):
 //! - **membership**: heartbeat into every Redis shard (30 s TTL), refresh the
@@ -12,8 +12,8 @@
 //!   verifies slots whose lock it lost and sweeps the outbox;
 //! - **maintenance**: ledger day partitions.
 //!
-//! The worker (`worker.rs`) consumes the main queue, holds each message until
-//! its due time, delivers it and records the outcome.
+//! The worker, which delivers what the nodes publish, is its own crate
+//! (`cronshard-worker`).
 
 pub mod core;
 pub mod dispatch;
@@ -23,4 +23,3 @@ pub mod misfire;
 pub mod node;
 pub mod ownership;
 pub mod timer;
-pub mod worker;

@@ -139,7 +139,7 @@ async fn deleting_or_pausing_a_job_cancels_its_prearmed_slot() {
 /// over is not this worker's to deliver.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn armed_rows_are_checked_by_their_jobs_changes_while_the_heartbeat_is_fresh_and_row_by_row_otherwise() {
-    use scheduler::worker::ledger::{self, Start, StartRequest, VerifyRequest};
+    use worker::ledger::{self, Start, StartRequest, VerifyRequest};
 
     let sink = Sink::start().await;
     let mut stack = Stack::start("verify").await;

@@ -23,16 +23,10 @@ use crate::extract::PathParams;
 use crate::routes::executions::{execution_with_history, parse_slot};
 
 /// The answer in one word: a ledger row's status, or why there is none.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    Pending,
-    Running,
-    Retrying,
-    Succeeded,
-    Failed,
-    Skipped,
-    Missed,
+    /// The slot has a ledger row, in this status.
+    Recorded(Status),
     /// The instant is not a fire time of the job's schedule.
     NotAFireTime,
     /// Before the schedule's `start_at`.
@@ -54,6 +48,62 @@ pub enum Verdict {
     /// A due fire time with no record and no reason the API can tell.
     NotRecorded,
 }
+
+impl Verdict {
+    /// The verdicts of a slot without a ledger row.
+    const UNRECORDED: [Verdict; 10] = [
+        Verdict::NotAFireTime,
+        Verdict::BeforeStart,
+        Verdict::AfterEnd,
+        Verdict::BeforeCreation,
+        Verdict::Deleted,
+        Verdict::Paused,
+        Verdict::MaxRunsReached,
+        Verdict::NotDueYet,
+        Verdict::BeyondRetention,
+        Verdict::NotRecorded,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Recorded(status) => status.as_str(),
+            Verdict::NotAFireTime => "not_a_fire_time",
+            Verdict::BeforeStart => "before_start",
+            Verdict::AfterEnd => "after_end",
+            Verdict::BeforeCreation => "before_creation",
+            Verdict::Deleted => "deleted",
+            Verdict::Paused => "paused",
+            Verdict::MaxRunsReached => "max_runs_reached",
+            Verdict::NotDueYet => "not_due_yet",
+            Verdict::BeyondRetention => "beyond_retention",
+            Verdict::NotRecorded => "not_recorded",
+        }
+    }
+}
+
+/// One word on the wire: the row's status or the reason there is none.
+impl Serialize for Verdict {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl utoipa::PartialSchema for Verdict {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        let words = Status::ALL.map(Verdict::Recorded).into_iter().chain(Verdict::UNRECORDED).map(Verdict::as_str);
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .enum_values(Some(words))
+            .description(Some(
+                "The ledger row's status (pending … missed), or why the slot has no row: not_a_fire_time, \
+                 before_start, after_end, before_creation, deleted, paused, max_runs_reached, not_due_yet, \
+                 beyond_retention, not_recorded.",
+            ))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Verdict {}
 
 /// Why a slot did or did not fire.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -323,73 +373,53 @@ fn of_row(r: &Row, now: DateTime<Utc>) -> Explanation {
         (None, None) => String::new(),
     };
     let error = text("error").map(|e| format!(": {e}")).unwrap_or_default();
-    let (verdict, summary) = match status {
-        Status::Pending if at > now => (
-            Verdict::Pending,
-            format!(
-                "Pre-armed: claimed ahead of time by node {node}; a worker delivers it at {}, not before.",
-                show(at)
-            ),
+    let summary = match status {
+        Status::Pending if at > now => format!(
+            "Pre-armed: claimed ahead of time by node {node}; a worker delivers it at {}, not before.",
+            show(at)
         ),
         Status::Pending if reason.as_deref() == Some("replay") => {
-            (Verdict::Pending, format!("Replayed; waiting for a worker to run attempt {}.", attempts + 1))
+            format!("Replayed; waiting for a worker to run attempt {}.", attempts + 1)
         }
-        Status::Pending => {
-            (Verdict::Pending, format!("Claimed by node {node}; waiting for a worker to run attempt {}.", attempts + 1))
+        Status::Pending => format!("Claimed by node {node}; waiting for a worker to run attempt {}.", attempts + 1),
+        Status::Running => {
+            format!("It is firing: attempt {attempts} started on worker {worker} at {}.", show_opt(t("started_at")))
         }
-        Status::Running => (
-            Verdict::Running,
-            format!("It is firing: attempt {attempts} started on worker {worker} at {}.", show_opt(t("started_at"))),
-        ),
-        Status::Retrying => (
-            Verdict::Retrying,
-            format!("It fired and attempt {attempts} failed{outcome}{error}; a retry is scheduled with backoff."),
-        ),
+        Status::Retrying => {
+            format!("It fired and attempt {attempts} failed{outcome}{error}; a retry is scheduled with backoff.")
+        }
         Status::Succeeded => {
             let retries =
                 if attempts > 1 { format!(" after {} failed attempt(s)", attempts - 1) } else { String::new() };
-            (
-                Verdict::Succeeded,
-                format!(
-                    "It fired: attempt {attempts} on worker {worker} succeeded at {}{outcome}{retries}.",
-                    show_opt(t("finished_at"))
-                ),
+            format!(
+                "It fired: attempt {attempts} on worker {worker} succeeded at {}{outcome}{retries}.",
+                show_opt(t("finished_at"))
             )
         }
-        Status::Failed => (
-            Verdict::Failed,
-            format!(
-                "It fired but failed: {attempts} attempt(s), the last on worker {worker} ended at {}{outcome}{error}. \
-                 Replay it with POST /v1/executions/{}/{}/replay.",
-                show_opt(t("finished_at")),
-                r.get::<_, Uuid>("job_id"),
-                show(at)
-            ),
+        Status::Failed => format!(
+            "It fired but failed: {attempts} attempt(s), the last on worker {worker} ended at {}{outcome}{error}. \
+             Replay it with POST /v1/executions/{}/{}/replay.",
+            show_opt(t("finished_at")),
+            r.get::<_, Uuid>("job_id"),
+            show(at)
         ),
-        Status::Skipped if attempts > 0 && !has_attempts => (
-            Verdict::Skipped,
-            format!(
-                "It did not fire: worker {worker} held it ready for its due instant, and it was cancelled before \
-                 delivery because {}.",
-                reason_text(reason.as_deref())
-            ),
+        Status::Skipped if attempts > 0 && !has_attempts => format!(
+            "It did not fire: worker {worker} held it ready for its due instant, and it was cancelled before \
+             delivery because {}.",
+            reason_text(reason.as_deref())
         ),
-        Status::Skipped => {
-            (Verdict::Skipped, format!("It did not fire: skipped because {}.", reason_text(reason.as_deref())))
-        }
-        Status::Missed => (
-            Verdict::Missed,
-            format!(
-                "It did not fire: no owner of the job was alive at the time, and the misfire policy did not fire it late ({}).",
-                reason.as_deref().unwrap_or("no reason recorded")
-            ),
+        Status::Skipped => format!("It did not fire: skipped because {}.", reason_text(reason.as_deref())),
+        Status::Missed => format!(
+            "It did not fire: no owner of the job was alive at the time, and the misfire policy did not fire it late ({}).",
+            reason.as_deref().unwrap_or("no reason recorded")
         ),
     };
     // An armed row counts an attempt before its due instant; a cancellation
     // then (the row says `skipped`) means no callback was ever made.
     let fired = has_attempts
-        || matches!(verdict, Verdict::Running | Verdict::Retrying | Verdict::Succeeded | Verdict::Failed)
-        || (attempts > 0 && history.is_empty() && verdict != Verdict::Skipped);
+        || matches!(status, Status::Running | Status::Retrying | Status::Succeeded | Status::Failed)
+        || (attempts > 0 && history.is_empty() && status != Status::Skipped);
+    let verdict = Verdict::Recorded(status);
     Explanation { verdict, fired, summary, details, previous_fire_at: None, next_fire_at: None }
 }
 

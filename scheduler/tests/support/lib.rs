@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use common::testing::{TestDb, unique_cluster};
 use scheduler::node::{Node, NodeConfig};
-use scheduler::worker::{self, WorkerConfig};
+use worker::WorkerConfig;
 
 #[derive(Debug, Clone)]
 pub struct Received {
