@@ -128,6 +128,21 @@ impl FireMessage {
         (Self::for_row(row, spec, due_at), attempt)
     }
 
+    /// [`FireMessage::next_for_row`] for rows that also carry their job's
+    /// `spec` column, due at `due_at(row)`. A row whose spec does not parse
+    /// is left out (only the API writes specs, after validating them).
+    pub fn next_for_rows(
+        rows: &[tokio_postgres::Row],
+        due_at: impl Fn(&tokio_postgres::Row) -> DateTime<Utc>,
+    ) -> Vec<(Self, u32)> {
+        rows.iter()
+            .filter_map(|row| {
+                let spec = serde_json::from_value::<JobSpec>(row.get("spec")).ok()?;
+                Some(Self::next_for_row(row, spec, due_at(row)))
+            })
+            .collect()
+    }
+
     /// The message for one ledger row of `spec`'s job.
     fn for_row(row: &tokio_postgres::Row, spec: JobSpec, due_at: DateTime<Utc>) -> Self {
         FireMessage {

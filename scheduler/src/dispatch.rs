@@ -531,20 +531,12 @@ impl Dispatcher {
                 &[&grace],
             )
             .await?;
-        let mut messages = Vec::with_capacity(rows.len());
-        let mut attempts = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let Ok(spec) = serde_json::from_value::<JobSpec>(row.get("spec")) else { continue };
-            let (message, attempt) = FireMessage::next_for_row(row, spec, Utc::now());
-            attempts.push(attempt);
-            messages.push(message);
-        }
+        let messages = FireMessage::next_for_rows(&rows, |_| Utc::now());
         if !messages.is_empty() {
             tracing::warn!(rows = messages.len(), "recovered rows stuck in running");
             metrics::counter!(common::metrics::RUNNING_RECOVERED_TOTAL).increment(messages.len() as u64);
-            let batch: Vec<(&FireMessage, u32)> = messages.iter().zip(attempts.iter().copied()).collect();
-            self.publisher.publish_attempts(&batch).await?;
-            common::ledger::mark_published(&client, &messages.iter().collect::<Vec<_>>()).await?;
+            self.publisher.publish_attempts(&as_batch(&messages)).await?;
+            common::ledger::mark_published(&client, &messages.iter().map(|(m, _)| m).collect::<Vec<_>>()).await?;
         }
         Ok(messages.len())
     }
@@ -587,20 +579,14 @@ impl Dispatcher {
                 &[&after],
             )
             .await?;
-        let mut messages = Vec::with_capacity(rows.len());
-        let mut attempts = Vec::with_capacity(rows.len());
         for row in &rows {
-            let Ok(spec) = serde_json::from_value::<JobSpec>(row.get("spec")) else { continue };
             let status: &str = row.get("status");
             metrics::counter!(common::metrics::LEDGER_STRANDED_TOTAL, "status" => status.to_owned()).increment(1);
-            let (message, attempt) = FireMessage::next_for_row(row, spec, Utc::now());
-            attempts.push(attempt);
-            messages.push(message);
         }
+        let messages = FireMessage::next_for_rows(&rows, |_| Utc::now());
         if !messages.is_empty() {
-            let batch: Vec<(&FireMessage, u32)> = messages.iter().zip(attempts.iter().copied()).collect();
-            self.publisher.publish_attempts(&batch).await?;
-            let examples: Vec<&str> = messages.iter().take(5).map(|m| m.execution_id.as_str()).collect();
+            self.publisher.publish_attempts(&as_batch(&messages)).await?;
+            let examples: Vec<&str> = messages.iter().take(5).map(|(m, _)| m.execution_id.as_str()).collect();
             tracing::warn!(
                 rows = messages.len(),
                 ?examples,
@@ -704,22 +690,13 @@ impl Dispatcher {
                     &[&(Utc::now() - grace)],
                 )
                 .await?;
-            let mut out = Vec::with_capacity(rows.len());
-            let mut attempts = Vec::with_capacity(rows.len());
-            for row in &rows {
-                let Ok(spec) = serde_json::from_value::<JobSpec>(row.get("spec")) else { continue };
-                let scheduled_at: DateTime<Utc> = row.get("scheduled_at");
-                let (message, attempt) = FireMessage::next_for_row(row, spec, scheduled_at);
-                attempts.push(attempt);
-                out.push(message);
-            }
+            let out = FireMessage::next_for_rows(&rows, |row| row.get("scheduled_at"));
             if !out.is_empty() {
-                let batch: Vec<(&FireMessage, u32)> = out.iter().zip(attempts.iter().copied()).collect();
-                self.publisher.publish_attempts(&batch).await?;
-                common::ledger::mark_published(&tx, &out.iter().collect::<Vec<_>>()).await?;
+                self.publisher.publish_attempts(&as_batch(&out)).await?;
+                common::ledger::mark_published(&tx, &out.iter().map(|(m, _)| m).collect::<Vec<_>>()).await?;
             }
             tx.commit().await?;
-            out
+            out.into_iter().map(|(m, _)| m).collect::<Vec<FireMessage>>()
         };
         if !messages.is_empty() {
             tracing::warn!(messages = messages.len(), "republished claimed rows that had no confirmed publish");
@@ -827,3 +804,8 @@ WITH slots AS (
 SELECT c.job_id, c.scheduled_at, c.fire_id, c.execution_id, c.trigger, c.attempts, j.spec
 FROM claimed c JOIN jobs j ON j.id = c.job_id"
 );
+
+/// Messages with their attempts, as the publisher takes them.
+fn as_batch(messages: &[(FireMessage, u32)]) -> Vec<(&FireMessage, u32)> {
+    messages.iter().map(|(m, a)| (m, *a)).collect()
+}
