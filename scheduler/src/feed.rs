@@ -71,8 +71,6 @@ pub struct PastVersion {
     pub spec: JobSpec,
 }
 
-type Slot = DateTime<Utc>;
-
 /// Fills `history` for every row of a job not deleted (paused ones too: a
 /// version before the pause may have slots to catch up), in two queries.
 async fn fill_history(
@@ -114,11 +112,11 @@ async fn fill_history(
     // version's to claim (or re-take) once that row is decided. The earliest
     // such slot is where the new owner's timer must start, even when a later
     // slot is already claimed (a previous owner claims ahead).
-    let slots: std::collections::HashMap<Uuid, (Option<Slot>, Option<Slot>)> = client
+    let spans = client
         .query(
             concat!(
-                "SELECT l.job_id, max(l.scheduled_at) FILTER (WHERE NOT unsettled),
-                        min(l.scheduled_at) FILTER (WHERE unsettled)
+                "SELECT l.job_id, max(l.scheduled_at) FILTER (WHERE NOT unsettled) AS last_slot,
+                        min(l.scheduled_at) FILTER (WHERE unsettled) AS unsettled_from
                  FROM (SELECT l.job_id, l.scheduled_at, (",
                 common::held_by_older_version!("j.version"),
                 " OR ",
@@ -130,14 +128,13 @@ async fn fill_history(
             ),
             &[&ids, &since],
         )
-        .await?
-        .iter()
-        .map(|r| (r.get(0), (r.get(1), r.get(2))))
-        .collect();
+        .await?;
+    let span: std::collections::HashMap<Uuid, &Row> = spans.iter().map(|r| (r.get("job_id"), r)).collect();
     for row in rows.iter_mut().filter(|r| !r.deleted) {
+        let slot = |column: &str| span.get(&row.id).and_then(|r| r.get::<_, Option<DateTime<Utc>>>(column));
         row.history = Some(History {
-            last_slot: slots.get(&row.id).and_then(|s| s.0),
-            unsettled_from: slots.get(&row.id).and_then(|s| s.1),
+            last_slot: slot("last_slot"),
+            unsettled_from: slot("unsettled_from"),
             looked_back_to: since,
             past: past.remove(&row.id).unwrap_or_default(),
         });
