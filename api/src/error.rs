@@ -4,9 +4,10 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 use common::job::FieldError;
+
+use crate::model::Problem;
 
 #[derive(Debug)]
 pub enum ApiError {
@@ -80,11 +81,15 @@ impl IntoResponse for ApiError {
                 )
             }
         };
-        let mut body = json!({ "type": "about:blank", "title": title, "status": status.as_u16(), "detail": detail });
-        if let Some(errors) = errors {
-            body["errors"] = json!(errors);
-        }
-        let mut response = (status, body.to_string()).into_response();
+        let problem = Problem {
+            kind: "about:blank".to_owned(),
+            title: title.to_owned(),
+            status: status.as_u16(),
+            detail,
+            errors: errors.unwrap_or_default(),
+        };
+        let body = serde_json::to_string(&problem).unwrap_or_default();
+        let mut response = (status, body).into_response();
         response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
         if status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

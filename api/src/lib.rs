@@ -5,9 +5,12 @@
 //! `/docs`; docs/decisions.md records the choices behind it.
 
 pub mod error;
+pub mod explain;
 pub mod extract;
 pub mod idempotency;
+pub mod model;
 pub mod openapi;
+pub mod params;
 pub mod routes;
 
 use std::sync::Arc;
@@ -41,7 +44,7 @@ pub struct AppState {
     pub publisher: Arc<tokio::sync::Mutex<common::publisher::Publisher>>,
     /// The ledger's retention (as the schedulers apply it), for explaining
     /// slots whose rows are gone.
-    pub retention: common::partitions::Retention,
+    pub retention: common::ledger::partitions::Retention,
 }
 
 impl AppState {
@@ -52,6 +55,27 @@ impl AppState {
             "cronshard-api".to_owned(),
             common::amqp::Topology::new(cluster),
         )))
+    }
+
+    /// Publishes the messages of rows committed `pending` and stamps them. A
+    /// broker failure is not the caller's problem: the rows stay unpublished
+    /// and every scheduler's outbox sweep publishes them within its grace period.
+    pub async fn publish(&self, messages: &[(common::message::FireMessage, u32)]) {
+        if messages.is_empty() {
+            return;
+        }
+        let published = match self.pg.get().await {
+            Ok(client) => {
+                let mut publisher = self.publisher.lock().await;
+                common::ledger::publish_then_stamp(&mut publisher, &client, messages).await
+            }
+            Err(e) => Err(e.into()),
+        };
+        if let Err(e) = published {
+            // Harmless either way: the outbox sweep publishes an unstamped row
+            // again, and the worker drops the duplicate.
+            tracing::warn!(error = %format!("{e:#}"), "publishing or stamping failed; the outbox sweep will publish");
+        }
     }
 }
 

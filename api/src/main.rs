@@ -25,7 +25,7 @@ struct Args {
     api_tokens: Vec<String>,
     /// Days of ledger history the schedulers keep (set it as for them); the
     /// explain endpoint tells a slot older than this from a missing one.
-    #[arg(long, env = "LEDGER_RETENTION_DAYS", default_value_t = common::partitions::Retention::DEFAULT_RETENTION_DAYS)]
+    #[arg(long, env = "LEDGER_RETENTION_DAYS", default_value_t = common::ledger::partitions::Retention::DEFAULT_RETENTION_DAYS)]
     ledger_retention_days: u32,
 }
 
@@ -45,7 +45,8 @@ async fn main() -> anyhow::Result<()> {
         Command::Migrate => {
             common::db::migrate(&args.service.database_url).await?;
             let mut client = common::db::connect(&args.service.database_url).await?;
-            let report = common::partitions::maintain(&mut client, chrono::Utc::now(), Default::default()).await?;
+            let report =
+                common::ledger::partitions::maintain(&mut client, chrono::Utc::now(), Default::default()).await?;
             tracing::info!(created = report.created.len(), "migrations applied; ledger partitions ready");
             Ok(())
         }
@@ -64,7 +65,7 @@ async fn main() -> anyhow::Result<()> {
                 cluster: args.service.cluster_name.clone(),
                 tokens: Arc::new(tokens),
                 publisher: api::AppState::publisher(&args.service.amqp_url, &args.service.cluster_name),
-                retention: common::partitions::Retention {
+                retention: common::ledger::partitions::Retention {
                     retention_days: args.ledger_retention_days,
                     ..Default::default()
                 },

@@ -8,6 +8,20 @@ pub fn format_instant(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
+/// Serializes an instant as [`format_instant`] writes it (serde's
+/// `serialize_with`).
+pub fn serialize_instant<S: serde::Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format_instant(*t))
+}
+
+/// [`serialize_instant`] for an optional instant (null when absent).
+pub fn serialize_opt_instant<S: serde::Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => serialize_instant(t, s),
+        None => s.serialize_none(),
+    }
+}
+
 /// Fire times live at millisecond precision everywhere (ledger key, lock key,
 /// execution id), so every instant entering the system is cut to it.
 pub fn truncate_ms(t: DateTime<Utc>) -> DateTime<Utc> {

@@ -1,10 +1,38 @@
-//! Ledger writes shared by the scheduler and the API.
+//! The ledger: one row per slot of a job (`scheduled_jobs`, partitioned by
+//! day), whatever became of it. This module is the only code that reads or
+//! writes the table: every transition of a row is one named function here,
+//! and the states and triggers are spelled in SQL only through [`Status`] and
+//! [`Trigger`] or the predicates below.
+//!
+//! A row's life, and the function that moves it:
+//!
+//! | transition | from → to | function |
+//! |---|---|---|
+//! | claim a due slot (scheduler) | none, or `skipped` by a change → `pending` | [`claim::claim`] |
+//! | record a slot decided without firing | none → `skipped`/`missed` | [`claim::record_decided`] |
+//! | stamp a confirmed publish | `pending` (unstamped) → `pending` (stamped) | [`stamp_published`], [`publish_then_stamp`] |
+//! | republish what was never confirmed | `pending` (unstamped) | [`sweep::republish_unconfirmed`] |
+//! | recover a row whose worker died | `running` → `pending` | [`sweep::recover_running`] |
+//! | move on a stranded row | `pending`/`retrying` (nobody moving it) | [`sweep::move_on_stranded`] |
+//! | find cancelled slots nobody re-took | `skipped` | [`sweep::unretaken`], [`sweep::decided_for_version`] |
+//! | start an attempt (worker) | `pending`/`retrying` → `running` | [`delivery::start_batch`] |
+//! | verify an armed row at its due instant | `running` (armed) → stays, or `skipped` | [`delivery::verify_batch`] |
+//! | record an attempt's outcome | `running` → `succeeded`/`failed`/`retrying` | [`delivery::finish_batch`] |
+//! | give back an attempt not delivered | `running` → `pending` | [`delivery::release`], [`delivery::release_orphans`] |
+//! | cancel what a change took away (API) | `pending`/`retrying` → `skipped` | [`changes::cancel_claimed`] |
+//! | record a paused period's slots | none → `skipped` (`paused`) | [`changes::record_paused_slots`] |
+//! | fire once now, outside the schedule | none → `pending` (`manual`) | [`changes::insert_manual`] |
+//! | replay | `failed` or unheld → `pending` (`replay`) | [`changes::replay`] |
+//!
+//! Reads (executions, explain, the scheduler's view of what a job has
+//! fired) are in [`read`]; the day partitions in [`partitions`].
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::message::FireMessage;
+use crate::publisher::Publisher;
 
 /// The states of a ledger row (`scheduled_jobs.status`): the only list of
 /// them. The SQL spells each as [`Status::as_str`]; the table's CHECK
@@ -99,6 +127,49 @@ impl<'a> tokio_postgres::types::FromSql<'a> for Status {
     }
 }
 
+/// What made a ledger row (`scheduled_jobs.trigger`): the only list of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[schema(as = ExecutionTrigger)]
+pub enum Trigger {
+    /// A slot of the job's schedule, fired on time.
+    Schedule,
+    /// Fired once, now, by `POST /v1/jobs/{id}/trigger`.
+    Manual,
+    /// A slot fired or decided late by the misfire policy (catch-up).
+    Misfire,
+}
+
+impl Trigger {
+    pub const ALL: [Trigger; 3] = [Trigger::Schedule, Trigger::Manual, Trigger::Misfire];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Schedule => "schedule",
+            Trigger::Manual => "manual",
+            Trigger::Misfire => "misfire",
+        }
+    }
+}
+
+/// Read straight from the `trigger` column.
+impl<'a> tokio_postgres::types::FromSql<'a> for Trigger {
+    fn from_sql(
+        ty: &tokio_postgres::types::Type,
+        raw: &'a [u8],
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        let text = <&str as tokio_postgres::types::FromSql>::from_sql(ty, raw)?;
+        Trigger::ALL
+            .into_iter()
+            .find(|t| t.as_str() == text)
+            .ok_or_else(|| format!("unknown ledger trigger {text:?}").into())
+    }
+
+    fn accepts(ty: &tokio_postgres::types::Type) -> bool {
+        <&str as tokio_postgres::types::FromSql>::accepts(ty)
+    }
+}
+
 /// How often a worker refreshes its row in `worker_heartbeats`.
 pub const WORKER_HEARTBEAT_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -110,13 +181,13 @@ macro_rules! worker_gone_after {
 }
 /// SQL interval literal: how long after its last heartbeat a worker is
 /// presumed gone.
-pub const WORKER_GONE_AFTER_SQL: &str = worker_gone_after!();
+const WORKER_GONE_AFTER_SQL: &str = worker_gone_after!();
 /// The same, for the worker's own reckoning (a test keeps the two equal).
 pub const WORKER_GONE_AFTER: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// SQL predicate (on a ledger row aliased `l`): its worker has not been
 /// seen for three heartbeats, so whatever it held `running` is lost.
-pub const WORKER_PRESUMED_GONE: &str = concat!(
+const WORKER_PRESUMED_GONE: &str = concat!(
     "NOT EXISTS (SELECT 1 FROM worker_heartbeats w
     WHERE w.worker_id = l.worker_id AND w.seen_at > now() - ",
     worker_gone_after!(),
@@ -136,7 +207,6 @@ pub const WORKER_PRESUMED_GONE: &str = concat!(
 /// from thin statistics (a new database, a table that grew since it was
 /// analyzed) it chose the partial index of live jobs, a scan of every live
 /// job per slot.
-#[macro_export]
 macro_rules! claimable_by {
     ($id:literal, $version:literal, $at:literal) => {
         concat!(
@@ -163,14 +233,13 @@ macro_rules! claimable_by {
 /// or an operator's replay is not a slot of the schedule: only the delete
 /// stops it. The conditions past each key are wrapped in `IS TRUE` for the
 /// reason given at `claimable_by`.
-#[macro_export]
 macro_rules! slot_wanted {
     () => {
         concat!(
             "(((l.trigger = 'manual' OR l.reason = 'replay')
                AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = l.job_id AND (j.deleted_at IS NULL) IS TRUE))
               OR ",
-            $crate::claimable_by!("l.job_id", "l.job_version", "l.scheduled_at"),
+            claimable_by!("l.job_id", "l.job_version", "l.scheduled_at"),
             ")"
         )
     };
@@ -179,7 +248,7 @@ macro_rules! slot_wanted {
 /// SQL expression on a ledger row `l`: why its slot is no longer wanted
 /// (`deleted`, `paused` or `superseded`), NULL while it is. The one place
 /// that names the reason a worker records when it cancels a slot.
-pub const UNWANTED_REASON: &str = "(SELECT CASE
+const UNWANTED_REASON: &str = "(SELECT CASE
         WHEN j.id IS NULL OR j.deleted_at IS NOT NULL THEN 'deleted'
         WHEN l.trigger = 'manual' OR l.reason = 'replay' THEN NULL
         WHEN c.state = 'live' AND c.version = l.job_version THEN NULL
@@ -198,7 +267,6 @@ pub const UNWANTED_REASON: &str = "(SELECT CASE
 /// instant), so the version in force at `$version` may claim the slot
 /// again. The claim itself only ever takes a slot due at or after its
 /// version came into force, which keeps a slot of a paused period paused.
-#[macro_export]
 macro_rules! retakeable_by {
     ($version:literal) => {
         concat!("(l.status = 'skipped' AND l.reason IN ('superseded', 'paused') AND l.job_version < ", $version, ")")
@@ -208,29 +276,43 @@ macro_rules! retakeable_by {
 /// SQL predicate on a ledger row `l`: not final, and claimed under an older
 /// version than `$version`: whoever claims the slot for `$version` waits
 /// for it to be delivered or cancelled, then re-takes it if it was cancelled.
-#[macro_export]
 macro_rules! held_by_older_version {
     ($version:literal) => {
         concat!("(l.status IN ('pending', 'running', 'retrying') AND l.job_version < ", $version, ")")
     };
 }
 
-/// The ledger rows that count towards a job's `max_runs` (SQL predicate):
-/// fired slots of its schedule, not manual triggers, skips or misses.
+/// The ledger rows that count towards a job's `max_runs` (SQL predicate,
+/// columns prefixed with `$alias`, e.g. `"l."` or `""`): fired slots of its
+/// schedule, not manual triggers, skips or misses. Exported only for
+/// [`ledger_runs_used_by_jobs_row`](crate::ledger_runs_used_by_jobs_row).
+#[doc(hidden)]
 #[macro_export]
-macro_rules! counts_as_run {
-    () => {
-        "trigger <> 'manual' AND status NOT IN ('skipped', 'missed')"
+macro_rules! ledger_counts_as_run {
+    ($alias:literal) => {
+        concat!($alias, "trigger <> 'manual' AND ", $alias, "status NOT IN ('skipped', 'missed')")
     };
 }
-pub const COUNTS_AS_RUN: &str = counts_as_run!();
+macro_rules! counts_as_run {
+    () => {
+        $crate::ledger_counts_as_run!("")
+    };
+}
+
+pub mod changes;
+pub mod claim;
+pub mod delivery;
+pub mod partitions;
+pub mod read;
+pub use read::{Execution, ExecutionWithHistory};
+pub mod sweep;
 
 /// Stamps `published_at` on the rows of confirmed messages, in one
 /// statement. A row re-claimed under another fire id since is left alone,
 /// and so is one a worker has already started: only `pending` rows are the
 /// outbox sweep's, and skipping the others saves a row version per slot
 /// whenever the worker is first (a pre-armed message often is).
-pub async fn mark_published(
+pub async fn stamp_published(
     client: &impl deadpool_postgres::GenericClient,
     messages: &[&FireMessage],
 ) -> Result<u64, tokio_postgres::Error> {
@@ -254,10 +336,42 @@ pub async fn mark_published(
     crate::db::retry_deadlock(|| client.execute(&statement, &params)).await
 }
 
+/// Publishes committed `pending` rows' messages, each as its attempt, then
+/// stamps them: the one order every publisher follows. A row is claimed
+/// (committed) before its message goes out, so a worker never meets a
+/// message without its row, and stamped only after the broker confirmed,
+/// so a publish lost on the way is republished by the outbox sweep
+/// ([`sweep::republish_unconfirmed`]). A failed stamp is harmless for the
+/// same reason (the worker drops the extra copy); it is returned so the
+/// caller can log it.
+pub async fn publish_then_stamp(
+    publisher: &mut Publisher,
+    client: &impl deadpool_postgres::GenericClient,
+    messages: &[(FireMessage, u32)],
+) -> anyhow::Result<()> {
+    if messages.is_empty() {
+        return Ok(());
+    }
+    publisher.publish_attempts(&as_batch(messages)).await?;
+    let published: Vec<&FireMessage> = messages.iter().map(|(m, _)| m).collect();
+    stamp_published(client, &published).await.map_err(PublishedNotStamped)?;
+    Ok(())
+}
+
+/// The broker confirmed the messages, but their rows could not be stamped.
+#[derive(Debug, thiserror::Error)]
+#[error("published, but stamping published_at failed: {0}")]
+pub struct PublishedNotStamped(#[source] pub tokio_postgres::Error);
+
+/// Messages with their attempts, as the publisher takes them.
+pub fn as_batch(messages: &[(FireMessage, u32)]) -> Vec<(&FireMessage, u32)> {
+    messages.iter().map(|(m, a)| (m, *a)).collect()
+}
+
 /// One entry of a ledger row's `history` (migrations/V3): `{"event", "at",
 /// ...fields}`, the instant formatted as in the delivery headers. Appended
 /// with `history = history || $n` in the UPDATE that records the event.
-pub fn history_entry(event: &str, at: DateTime<Utc>, fields: Value) -> Value {
+fn history_entry(event: &str, at: DateTime<Utc>, fields: Value) -> Value {
     let mut entry = json!({ "event": event, "at": crate::execution::format_instant(at) });
     if let (Some(entry), Value::Object(fields)) = (entry.as_object_mut(), fields) {
         entry.extend(fields);
@@ -285,5 +399,16 @@ mod tests {
         let check = migration.split("CHECK (status IN (").nth(1).and_then(|rest| rest.split("))").next()).unwrap();
         let in_sql: Vec<&str> = check.split(',').map(|s| s.trim().trim_matches('\'')).collect();
         assert_eq!(in_sql, Status::ALL.map(Status::as_str));
+    }
+
+    #[test]
+    fn triggers_match_the_tables_check_constraint() {
+        let migration = include_str!("../../migrations/V2__scheduled_jobs.sql");
+        let check = migration.split("CHECK (trigger IN (").nth(1).and_then(|rest| rest.split("))").next()).unwrap();
+        let in_sql: Vec<&str> = check.split(',').map(|s| s.trim().trim_matches('\'')).collect();
+        assert_eq!(in_sql, Trigger::ALL.map(Trigger::as_str));
+        for trigger in Trigger::ALL {
+            assert_eq!(serde_json::to_value(trigger).unwrap(), trigger.as_str());
+        }
     }
 }

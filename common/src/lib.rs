@@ -13,7 +13,7 @@ pub mod job;
 pub mod ledger;
 pub mod message;
 pub mod metrics;
-pub mod partitions;
+
 pub mod publisher;
 pub mod redis;
 pub mod schedule;

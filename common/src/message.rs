@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::job::{JobSpec, RetryPolicy, Target};
+use crate::ledger::Trigger;
 
 pub const FIRE_MESSAGE_VERSION: u8 = 1;
 
@@ -71,33 +72,6 @@ pub fn parse_body(body: &[u8]) -> serde_json::Result<Vec<FireMessage>> {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Trigger {
-    Schedule,
-    Manual,
-    Misfire,
-}
-
-impl Trigger {
-    /// Reads the ledger's `trigger` column; anything unknown is a schedule.
-    pub fn parse(s: &str) -> Self {
-        match s {
-            "manual" => Trigger::Manual,
-            "misfire" => Trigger::Misfire,
-            _ => Trigger::Schedule,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Trigger::Schedule => "schedule",
-            Trigger::Manual => "manual",
-            Trigger::Misfire => "misfire",
-        }
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FireMessage {
     pub v: u8,
@@ -152,7 +126,7 @@ impl FireMessage {
             scheduled_at: row.get("scheduled_at"),
             due_at,
             execution_id: row.get("execution_id"),
-            trigger: Trigger::parse(row.get("trigger")),
+            trigger: row.get("trigger"),
             target: spec.target,
             retry: spec.retry,
         }

@@ -3,7 +3,7 @@
 //! partitions past the retention are dropped.
 
 use chrono::{DateTime, Days, NaiveDate, TimeZone, Utc};
-use common::partitions::{Retention, maintain, partition_name};
+use common::ledger::partitions::{Retention, maintain, partition_name};
 use common::testing::TestDb;
 use uuid::Uuid;
 

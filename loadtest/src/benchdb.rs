@@ -17,7 +17,7 @@ impl BenchDb {
         let url = common::testing::with_database(admin_url, &name);
         common::db::migrate(&url).await?;
         let mut client = common::db::connect(&url).await?;
-        common::partitions::maintain(&mut client, Utc::now(), Default::default()).await?;
+        common::ledger::partitions::maintain(&mut client, Utc::now(), Default::default()).await?;
         Ok(Self { admin_url: admin_url.to_owned(), name, url })
     }
 

@@ -20,7 +20,8 @@ use serde_json::json;
 use uuid::Uuid;
 
 use common::amqp::Topology;
-use common::message::{FIRE_MESSAGE_VERSION, FireMessage, Trigger};
+use common::ledger::Trigger;
+use common::message::{FIRE_MESSAGE_VERSION, FireMessage};
 
 use crate::report::{OutArgs, Report, fmt_f, fmt_int};
 

@@ -13,7 +13,8 @@ use serde_json::json;
 use uuid::Uuid;
 
 use common::job::JobSpec;
-use common::message::{FIRE_MESSAGE_VERSION, FireMessage, Trigger};
+use common::ledger::Trigger;
+use common::message::{FIRE_MESSAGE_VERSION, FireMessage};
 
 #[derive(clap::Args)]
 pub struct DeliverArgs {

@@ -9,14 +9,14 @@ use std::collections::{HashMap, VecDeque};
 use chrono::{DateTime, TimeDelta, Utc};
 use uuid::Uuid;
 
-use common::message::Trigger;
+use common::ledger::Trigger;
 use common::schedule::CompiledSchedule;
 
-use crate::dispatch::{Recorded, Slot};
 use crate::feed::{self, JobRow};
 use crate::misfire;
 use crate::ownership;
 use crate::timer::{Generation, TimerHeap};
+use common::ledger::claim::{Decided, Slot};
 
 /// What the node knows about every live job, owned or not: its version, so
 /// a membership change is recomputed locally and only the jobs this node
@@ -44,7 +44,7 @@ pub struct Core {
     /// Misfired slots waiting for the catch-up rate limiter.
     catchup: VecDeque<Slot>,
     /// Misfire decisions not yet handed to the dispatcher.
-    records: Vec<Recorded>,
+    records: Vec<Decided>,
     members: Vec<String>,
     jobs: HashMap<Uuid, Known>,
     owned_count: usize,
@@ -87,7 +87,7 @@ impl Core {
     }
 
     /// Misfire decisions (skipped / missed slots) to record.
-    pub fn take_records(&mut self) -> Vec<Recorded> {
+    pub fn take_records(&mut self) -> Vec<Decided> {
         std::mem::take(&mut self.records)
     }
 
@@ -197,7 +197,7 @@ impl Core {
                     |at| Slot { job_id: row.id, scheduled_at: at, job_version: row.version, trigger: Trigger::Misfire };
                 owned.runs += d.fire.len() as u64;
                 self.catchup.extend(d.fire.into_iter().map(slot));
-                self.records.extend(d.record.into_iter().map(|(at, status, reason)| Recorded {
+                self.records.extend(d.record.into_iter().map(|(at, status, reason)| Decided {
                     slot: slot(at),
                     status,
                     reason,
@@ -257,7 +257,7 @@ impl Core {
                 d.fire.truncate(runs_left(max_runs, runs));
                 runs += d.fire.len() as u64;
                 self.catchup.extend(d.fire.into_iter().map(|at| slot(at, Trigger::Misfire)));
-                self.records.extend(d.record.into_iter().map(|(at, status, reason)| Recorded {
+                self.records.extend(d.record.into_iter().map(|(at, status, reason)| Decided {
                     slot: slot(at, Trigger::Misfire),
                     status,
                     reason,

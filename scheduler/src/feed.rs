@@ -107,34 +107,12 @@ async fn fill_history(
         });
     }
     // Pruned to the partitions inside the lookback.
-    // A row of an older version that is not final, or was cancelled for the
-    // version now in force, is not taken care of: the slot is this
-    // version's to claim (or re-take) once that row is decided. The earliest
-    // such slot is where the new owner's timer must start, even when a later
-    // slot is already claimed (a previous owner claims ahead).
-    let spans = client
-        .query(
-            concat!(
-                "SELECT l.job_id, max(l.scheduled_at) FILTER (WHERE NOT unsettled) AS last_slot,
-                        min(l.scheduled_at) FILTER (WHERE unsettled) AS unsettled_from
-                 FROM (SELECT l.job_id, l.scheduled_at, (",
-                common::held_by_older_version!("j.version"),
-                " OR ",
-                common::retakeable_by!("j.version"),
-                ") AS unsettled
-                       FROM scheduled_jobs l JOIN jobs j ON j.id = l.job_id
-                       WHERE l.job_id = ANY($1) AND l.scheduled_at >= $2 AND l.trigger <> 'manual') l
-                 GROUP BY l.job_id"
-            ),
-            &[&ids, &since],
-        )
-        .await?;
-    let span: std::collections::HashMap<Uuid, &Row> = spans.iter().map(|r| (r.get("job_id"), r)).collect();
+    let spans = common::ledger::read::spans(client, &ids, since).await?;
     for row in rows.iter_mut().filter(|r| !r.deleted) {
-        let slot = |column: &str| span.get(&row.id).and_then(|r| r.get::<_, Option<DateTime<Utc>>>(column));
+        let span = spans.get(&row.id).copied().unwrap_or_default();
         row.history = Some(History {
-            last_slot: slot("last_slot"),
-            unsettled_from: slot("unsettled_from"),
+            last_slot: span.last_slot,
+            unsettled_from: span.unsettled_from,
             looked_back_to: since,
             past: past.remove(&row.id).unwrap_or_default(),
         });
@@ -187,25 +165,11 @@ async fn count_runs(client: &impl deadpool_postgres::GenericClient, rows: &mut [
     if ids.is_empty() {
         return Ok(());
     }
-    let counts: std::collections::HashMap<Uuid, (i64, Vec<DateTime<Utc>>)> = client
-        .query(
-            &format!(
-                "SELECT l.job_id, count(*),
-                        coalesce(array_agg(l.scheduled_at) FILTER (WHERE l.scheduled_at >= j.updated_at), '{{}}')
-                 FROM scheduled_jobs l JOIN jobs j ON j.id = l.job_id
-                 WHERE l.job_id = ANY($1) AND {} GROUP BY l.job_id",
-                common::ledger::COUNTS_AS_RUN
-            ),
-            &[&ids],
-        )
-        .await?
-        .iter()
-        .map(|r| (r.get(0), (r.get(1), r.get(2))))
-        .collect();
+    let mut counts = common::ledger::read::runs(client, &ids).await?;
     for row in rows.iter_mut() {
-        if let Some((runs, since_change)) = counts.get(&row.id) {
-            row.runs = *runs as u64;
-            row.runs_since_change = since_change.clone();
+        if let Some(runs) = counts.remove(&row.id) {
+            row.runs = runs.total;
+            row.runs_since_change = runs.since_change;
         }
     }
     Ok(())

@@ -15,6 +15,7 @@
 use chrono::{DateTime, Utc};
 
 use common::job::MisfirePolicy;
+use common::ledger::Status;
 use common::schedule::CompiledSchedule;
 
 /// Upper bound on slots enumerated for one decision (CPU and memory guard).
@@ -25,7 +26,7 @@ pub struct Decision {
     /// Slots to fire late, oldest first.
     pub fire: Vec<DateTime<Utc>>,
     /// Slots to record without firing: (slot, status, reason).
-    pub record: Vec<(DateTime<Utc>, &'static str, String)>,
+    pub record: Vec<(DateTime<Utc>, Status, String)>,
     /// Missed slots older than the recorded ones.
     pub unrecorded: u64,
 }
@@ -63,19 +64,19 @@ pub fn decide(
     let Some(&latest) = missed.last() else { return d };
     match policy {
         MisfirePolicy::Skip => {
-            d.record = missed.into_iter().map(|s| (s, "skipped", "misfire policy skip".to_owned())).collect();
+            d.record = missed.into_iter().map(|s| (s, Status::Skipped, "misfire policy skip".to_owned())).collect();
         }
         MisfirePolicy::FireOnce => {
             let reason =
                 format!("misfire policy fire_once: coalesced into {}", common::execution::format_instant(latest));
-            d.record = missed[..missed.len() - 1].iter().map(|s| (*s, "skipped", reason.clone())).collect();
+            d.record = missed[..missed.len() - 1].iter().map(|s| (*s, Status::Skipped, reason.clone())).collect();
             d.fire = vec![latest];
         }
         MisfirePolicy::FireAll => {
             let keep = (cap as usize).min(missed.len());
             let (older, fire) = missed.split_at(missed.len() - keep);
             let reason = format!("misfire policy fire_all: beyond misfire_cap {cap}");
-            d.record = older.iter().map(|s| (*s, "missed", reason.clone())).collect();
+            d.record = older.iter().map(|s| (*s, Status::Missed, reason.clone())).collect();
             d.fire = fire.to_vec();
         }
     }
@@ -107,7 +108,7 @@ mod tests {
         let once = decide(&s, MisfirePolicy::FireOnce, 100, t(0), t(125), 1000);
         assert_eq!(once.fire, vec![t(120)]);
         assert_eq!(once.record.len(), 11);
-        assert!(once.record.iter().all(|(_, status, _)| *status == "skipped"));
+        assert!(once.record.iter().all(|(_, status, _)| *status == Status::Skipped));
 
         let skip = decide(&s, MisfirePolicy::Skip, 100, t(0), t(125), 1000);
         assert!(skip.fire.is_empty());
@@ -119,7 +120,7 @@ mod tests {
         let all = decide(&s, MisfirePolicy::FireAll, 5, t(0), t(125), 1000);
         assert_eq!(all.fire, (8..=12).map(|k| t(10 * k)).collect::<Vec<_>>());
         assert_eq!(all.record.len(), 7);
-        assert!(all.record.iter().all(|(_, status, _)| *status == "missed"));
+        assert!(all.record.iter().all(|(_, status, _)| *status == Status::Missed));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use common::amqp::Topology;
 use common::backoff::Backoff;
-use common::partitions::{self, Retention};
+use common::ledger::partitions::{self, Retention};
 use common::publisher::Publisher;
 use common::redis::Keys;
 

@@ -25,7 +25,7 @@ async fn interval_job_is_delivered_on_time_with_headers_and_recorded() {
     stack.start_node(stack.node_config("node-a"));
     stack.start_worker(stack.worker_config("worker-a"));
     // The node's maintenance task creates the day partitions at start-up.
-    let today = common::partitions::partition_name(Utc::now().date_naive());
+    let today = common::ledger::partitions::partition_name(Utc::now().date_naive());
     wait_for("the node to create today's ledger partition", Duration::from_secs(10), || async {
         let client = stack.pg.get().await.ok()?;
         client.query_opt("SELECT 1 FROM pg_class WHERE relname = $1", &[&today]).await.ok()?
@@ -75,7 +75,7 @@ async fn interval_job_is_delivered_on_time_with_headers_and_recorded() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(partition, common::partitions::partition_name(start.date_naive()));
+    assert_eq!(partition, common::ledger::partitions::partition_name(start.date_naive()));
     stack.stop().await;
 }
 
@@ -139,7 +139,7 @@ async fn deleting_or_pausing_a_job_cancels_its_prearmed_slot() {
 /// over is not this worker's to deliver.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn armed_rows_are_checked_by_their_jobs_changes_while_the_heartbeat_is_fresh_and_row_by_row_otherwise() {
-    use worker::ledger::{self, Start, StartRequest, VerifyRequest};
+    use common::ledger::delivery::{self as ledger, Start, StartRequest, VerifyRequest};
 
     let sink = Sink::start().await;
     let mut stack = Stack::start("verify").await;
@@ -766,7 +766,7 @@ async fn insert_running_row(
 /// claimed waited on (and deadlocked with) the workers writing those rows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checking_lost_slots_reads_without_waiting_on_row_locks_and_finds_only_claimable_ones() {
-    use scheduler::dispatch::{Slot, unclaimed};
+    use common::ledger::claim::{Slot, SlotState, check_slots};
     let db = common::testing::TestDb::new().await.unwrap();
     let pool = common::db::pool(&db.url, 2).unwrap();
     let client = common::db::connect(&db.url).await.unwrap();
@@ -777,7 +777,7 @@ async fn checking_lost_slots_reads_without_waiting_on_row_locks_and_finds_only_c
         job_id: job,
         scheduled_at: t0 + TimeDelta::seconds(secs),
         job_version: 2,
-        trigger: common::message::Trigger::Schedule,
+        trigger: common::ledger::Trigger::Schedule,
     };
     // 0: claimed by the winner and being delivered; 1: nobody claimed it;
     // 2: skipped when version 1 had armed it (version 2 may re-take it);
@@ -810,11 +810,18 @@ async fn checking_lost_slots_reads_without_waiting_on_row_locks_and_finds_only_c
         .await
         .unwrap();
 
-    let open = tokio::time::timeout(Duration::from_secs(5), unclaimed(&pool, (0..4).map(slot).collect()))
+    let slots: Vec<Slot> = (0..4).map(slot).collect();
+    let reader = pool.get().await.unwrap();
+    let states = tokio::time::timeout(Duration::from_secs(5), check_slots(&reader, &slots))
         .await
         .expect("the check waited on a row lock")
         .unwrap();
-    let open: Vec<i64> = open.iter().map(|s| (s.scheduled_at - t0).num_seconds()).collect();
+    let open: Vec<i64> = slots
+        .iter()
+        .zip(states)
+        .filter(|(_, state)| *state == SlotState::Open)
+        .map(|(s, _)| (s.scheduled_at - t0).num_seconds())
+        .collect();
     assert_eq!(open, [1, 2]);
     tx.rollback().await.unwrap();
 }

@@ -4,24 +4,25 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::State;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
+use crate::model::{Cluster, ClusterNode};
 
 #[utoipa::path(
     get,
     path = "/v1/cluster",
     tag = "cluster",
     responses(
-        (status = 200, description = "Live scheduler nodes and the jobs each owns", body = crate::openapi::Cluster),
-        crate::openapi::Unauthorized,
-        (status = 503, description = "No Redis shard is reachable", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        crate::openapi::InternalError,
+        (status = 200, description = "Live scheduler nodes and the jobs each owns", body = crate::model::Cluster),
+        crate::model::Unauthorized,
+        (status = 503, description = "No Redis shard is reachable", body = crate::model::Problem, content_type = "application/problem+json"),
+        crate::model::InternalError,
     ),
     security(("bearer" = [])),
 )]
-pub async fn status(State(state): State<AppState>) -> ApiResult<Json<Value>> {
+pub async fn status(State(state): State<AppState>) -> ApiResult<Json<Cluster>> {
     let mut nodes: BTreeMap<String, Value> = BTreeMap::new();
     let mut shards_up = 0;
     for shard in &state.redis {
@@ -36,11 +37,19 @@ pub async fn status(State(state): State<AppState>) -> ApiResult<Json<Value>> {
     if shards_up == 0 {
         return Err(ApiError::Unavailable("no Redis shard is reachable".into()));
     }
-    let nodes: Vec<Value> = nodes
+    let nodes: Vec<ClusterNode> = nodes
         .into_iter()
-        .map(|(id, v)| json!({ "node_id": id, "owned_jobs": v.get("owned_jobs"), "heartbeat_at": v.get("heartbeat_at") }))
+        .map(|(node_id, v)| ClusterNode {
+            node_id,
+            owned_jobs: v.get("owned_jobs").cloned().unwrap_or(Value::Null),
+            heartbeat_at: v.get("heartbeat_at").cloned().unwrap_or(Value::Null),
+        })
         .collect();
-    Ok(Json(
-        json!({ "cluster": state.cluster, "live_nodes": nodes.len(), "nodes": nodes, "redis_shards_up": shards_up, "redis_shards": state.redis.len() }),
-    ))
+    Ok(Json(Cluster {
+        cluster: state.cluster.clone(),
+        live_nodes: nodes.len() as u64,
+        nodes,
+        redis_shards_up: shards_up,
+        redis_shards: state.redis.len() as u64,
+    }))
 }

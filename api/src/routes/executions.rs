@@ -5,48 +5,18 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use serde_json::{Value, json};
-use tokio_postgres::Row;
+use serde_json::Value;
 
 use common::execution::format_instant;
-use common::ledger::Status;
+use common::ledger::changes::{self, ReplaySelection};
+use common::ledger::read::{self, Filter};
+use common::ledger::{Execution, Status};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult, field};
 use crate::extract::{JobIdPath, JsonBody, PathParams, QueryParams};
-use crate::routes::jobs::parse_limit;
-
-pub fn execution_json(r: &Row) -> Value {
-    let t = |name: &str| r.get::<_, Option<DateTime<Utc>>>(name).map(format_instant);
-    json!({
-        "job_id": r.get::<_, uuid::Uuid>("job_id"),
-        "scheduled_at": format_instant(r.get("scheduled_at")),
-        "execution_id": r.get::<_, String>("execution_id"),
-        "fire_id": r.get::<_, uuid::Uuid>("fire_id"),
-        "trigger": r.get::<_, String>("trigger"),
-        "status": r.get::<_, String>("status"),
-        "attempts": r.get::<_, i32>("attempts"),
-        "scheduler_node": r.get::<_, Option<String>>("scheduler_node"),
-        "worker_id": r.get::<_, Option<String>>("worker_id"),
-        "fired_at": t("fired_at"),
-        "published_at": t("published_at"),
-        "started_at": t("started_at"),
-        "finished_at": t("finished_at"),
-        "http_status": r.get::<_, Option<i32>>("http_status"),
-        "sqs_message_id": r.get::<_, Option<String>>("sqs_message_id"),
-        "response_excerpt": r.get::<_, Option<String>>("response_excerpt"),
-        "error": r.get::<_, Option<String>>("error"),
-        "reason": r.get::<_, Option<String>>("reason"),
-    })
-}
-
-/// A ledger row with its `history` (migrations/V3), as the explain endpoint
-/// shows it.
-pub fn execution_with_history(r: &Row) -> Value {
-    let mut v = execution_json(r);
-    v["history"] = r.get::<_, Value>("history");
-    v
-}
+use crate::model::{ExecutionPage, ExecutionSearchPage, ReplayResult};
+use crate::params::{not_found, parse_cursor, parse_job_id, parse_limit, parse_slot, parse_status, parse_time};
 
 #[derive(Deserialize)]
 pub struct ExecQuery {
@@ -57,34 +27,25 @@ pub struct ExecQuery {
     cursor: Option<String>,
 }
 
-fn parse_cursor(raw: Option<&str>) -> ApiResult<Option<DateTime<Utc>>> {
-    match raw {
-        None | Some("") => Ok(None),
-        Some(c) => DateTime::parse_from_rfc3339(c)
-            .map(|t| Some(t.with_timezone(&Utc)))
-            .map_err(|_| field("cursor", "is not a cursor returned by this endpoint")),
-    }
-}
-
 #[utoipa::path(
     get,
     path = "/v1/jobs/{id}/executions",
     tag = "executions",
     params(
         ("id" = uuid::Uuid, Path, description = "The job id"),
-        ("status" = Option<crate::openapi::ExecutionStatus>, Query, description = "Only executions in this status"),
+        ("status" = Option<crate::model::ExecutionStatus>, Query, description = "Only executions in this status"),
         ("from" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "Scheduled at or after (RFC 3339)"),
         ("to" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "Scheduled before (RFC 3339)"),
         ("limit" = Option<i64>, Query, minimum = 1, maximum = 500, description = "Page size (default 50)"),
         ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
     ),
     responses(
-        (status = 200, description = "The job's executions, newest first", body = crate::openapi::ExecutionPage),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::JobNotFound,
-        crate::openapi::ValidationFailed,
-        crate::openapi::InternalError,
+        (status = 200, description = "The job's executions, newest first", body = crate::model::ExecutionPage),
+        crate::model::BadRequest,
+        crate::model::Unauthorized,
+        crate::model::JobNotFound,
+        crate::model::ValidationFailed,
+        crate::model::InternalError,
     ),
     security(("bearer" = [])),
 )]
@@ -92,30 +53,21 @@ pub async fn of_job(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
     QueryParams(q): QueryParams<ExecQuery>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ExecutionPage>> {
     let limit = parse_limit(q.limit.as_deref())?;
     let before = parse_cursor(q.cursor.as_deref())?;
-    let status = parse_status(q.status.as_deref(), &Status::ALL)?.map(Status::as_str);
+    let status = parse_status(q.status.as_deref(), &Status::ALL)?;
     let from = parse_time(q.from.as_deref(), "from")?;
     let to = parse_time(q.to.as_deref(), "to")?;
     let client = state.pg.get().await?;
     // A deleted job's history stays readable; an unknown id is a 404.
     if client.query_opt("SELECT 1 FROM jobs WHERE id = $1", &[&id]).await?.is_none() {
-        return Err(crate::routes::jobs::not_found(id));
+        return Err(not_found(id));
     }
-    let rows = client
-        .query(
-            "SELECT * FROM scheduled_jobs WHERE job_id = $1 AND ($2::timestamptz IS NULL OR scheduled_at < $2)
-               AND ($3::text IS NULL OR status = $3)
-               AND ($4::timestamptz IS NULL OR scheduled_at >= $4) AND ($5::timestamptz IS NULL OR scheduled_at < $5)
-             ORDER BY scheduled_at DESC LIMIT $6",
-            &[&id, &before, &status, &from, &to, &(limit + 1)],
-        )
-        .await?;
-    let has_more = rows.len() as i64 > limit;
-    let items: Vec<Value> = rows.iter().take(limit as usize).map(execution_json).collect();
-    let next_cursor = has_more.then(|| items.last().map(|e| e["scheduled_at"].clone())).flatten();
-    Ok(Json(json!({ "items": items, "next_cursor": next_cursor })))
+    let filter = Filter { job_id: Some(id), status, from, to };
+    let (items, more) = read::list(&client, &filter, before.map(|t| (t, None)), limit).await?;
+    let next_cursor = more.then(|| items.last().map(|e| format_instant(e.scheduled_at))).flatten();
+    Ok(Json(ExecutionPage { items, next_cursor }))
 }
 
 #[derive(Deserialize)]
@@ -128,27 +80,6 @@ pub struct AllQuery {
     cursor: Option<String>,
 }
 
-fn parse_status(raw: Option<&str>, allowed: &[Status]) -> ApiResult<Option<Status>> {
-    match raw.map(str::parse::<Status>) {
-        None => Ok(None),
-        Some(Ok(s)) if allowed.contains(&s) => Ok(Some(s)),
-        Some(_) => Err(field("status", format!("must be one of {}", Status::list(allowed)))),
-    }
-}
-
-fn parse_time(raw: Option<&str>, name: &str) -> ApiResult<Option<DateTime<Utc>>> {
-    raw.map(|s| {
-        DateTime::parse_from_rfc3339(s)
-            .map(|t| t.with_timezone(&Utc))
-            .map_err(|_| field(name, "must be an RFC 3339 timestamp such as 2026-12-15T15:00:00Z"))
-    })
-    .transpose()
-}
-
-fn parse_job_id(raw: Option<&str>) -> ApiResult<Option<uuid::Uuid>> {
-    raw.map(|s| s.parse::<uuid::Uuid>().map_err(|_| field("job_id", "must be a job id (UUID)"))).transpose()
-}
-
 /// `GET /v1/executions`: ledger rows across jobs, newest first, filtered by
 /// status, job and scheduled time (`from` inclusive, `to` exclusive).
 #[utoipa::path(
@@ -156,7 +87,7 @@ fn parse_job_id(raw: Option<&str>) -> ApiResult<Option<uuid::Uuid>> {
     path = "/v1/executions",
     tag = "executions",
     params(
-        ("status" = Option<crate::openapi::ExecutionStatus>, Query, description = "Only executions in this status"),
+        ("status" = Option<crate::model::ExecutionStatus>, Query, description = "Only executions in this status"),
         ("job_id" = Option<uuid::Uuid>, Query, description = "Only executions of this job"),
         ("from" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "Scheduled at or after (RFC 3339)"),
         ("to" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "Scheduled before (RFC 3339)"),
@@ -164,17 +95,20 @@ fn parse_job_id(raw: Option<&str>) -> ApiResult<Option<uuid::Uuid>> {
         ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
     ),
     responses(
-        (status = 200, description = "Executions across jobs, newest first", body = crate::openapi::ExecutionSearchPage),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::ValidationFailed,
-        crate::openapi::InternalError,
+        (status = 200, description = "Executions across jobs, newest first", body = crate::model::ExecutionSearchPage),
+        crate::model::BadRequest,
+        crate::model::Unauthorized,
+        crate::model::ValidationFailed,
+        crate::model::InternalError,
     ),
     security(("bearer" = [])),
 )]
-pub async fn all(State(state): State<AppState>, QueryParams(q): QueryParams<AllQuery>) -> ApiResult<Json<Value>> {
+pub async fn all(
+    State(state): State<AppState>,
+    QueryParams(q): QueryParams<AllQuery>,
+) -> ApiResult<Json<ExecutionSearchPage>> {
     let limit = parse_limit(q.limit.as_deref())?;
-    let status = parse_status(q.status.as_deref(), &Status::ALL)?.map(Status::as_str);
+    let status = parse_status(q.status.as_deref(), &Status::ALL)?;
     let job_id = parse_job_id(q.job_id.as_deref())?;
     let from = parse_time(q.from.as_deref(), "from")?;
     let to = parse_time(q.to.as_deref(), "to")?;
@@ -191,87 +125,23 @@ pub async fn all(State(state): State<AppState>, QueryParams(q): QueryParams<AllQ
             Some((t.with_timezone(&Utc), id))
         }
     };
-    let (cursor_t, cursor_id) = (cursor.map(|c| c.0), cursor.map(|c| c.1));
     let client = state.pg.get().await?;
-    let rows = client
-        .query(
-            "SELECT * FROM scheduled_jobs
-             WHERE ($1::text IS NULL OR status = $1) AND ($2::uuid IS NULL OR job_id = $2)
-               AND ($3::timestamptz IS NULL OR scheduled_at >= $3) AND ($4::timestamptz IS NULL OR scheduled_at < $4)
-               AND ($5::timestamptz IS NULL OR (scheduled_at, job_id) < ($5, $6))
-             ORDER BY scheduled_at DESC, job_id DESC LIMIT $7",
-            &[&status, &job_id, &from, &to, &cursor_t, &cursor_id, &(limit + 1)],
-        )
-        .await?;
-    let has_more = rows.len() as i64 > limit;
-    let items: Vec<Value> = rows.iter().take(limit as usize).map(execution_json).collect();
-    let next_cursor = if has_more {
-        items.last().map(|e| {
-            format!("{}|{}", e["scheduled_at"].as_str().unwrap_or_default(), e["job_id"].as_str().unwrap_or_default())
-        })
-    } else {
-        None
-    };
-    Ok(Json(json!({ "items": items, "next_cursor": next_cursor })))
+    let filter = Filter { job_id, status, from, to };
+    let (items, more) = read::list(&client, &filter, cursor.map(|(t, id)| (t, Some(id))), limit).await?;
+    let next_cursor =
+        more.then(|| items.last().map(|e| format!("{}|{}", format_instant(e.scheduled_at), e.job_id))).flatten();
+    Ok(Json(ExecutionSearchPage { items, next_cursor }))
 }
 
-/// SQL predicate on a ledger row `l` in one of `Status::REPLAYABLE`: no
-/// process holds it: a `pending` row of a due slot, a `retrying` row, a
-/// `running` row whose worker is presumed gone. A fresh fire id makes any
-/// copy still on its way a duplicate that workers drop, so a replay never
-/// delivers twice.
-fn replayable_row() -> String {
-    format!(
-        "((l.status <> 'pending' OR l.scheduled_at <= now()) AND (l.status <> 'running' OR {}))",
-        common::ledger::WORKER_PRESUMED_GONE
-    )
-}
-
-/// Moves the selected rows back to `pending` under a fresh fire id, keeping
-/// the execution id and the attempt count, and publishes them as their next
-/// attempt. Returns the replayed rows.
-async fn replay_where(
-    state: &AppState,
-    statuses: &[Status],
-    job_id: Option<uuid::Uuid>,
-    from: Option<DateTime<Utc>>,
-    to: Option<DateTime<Utc>>,
-    max: i64,
-) -> ApiResult<Vec<Value>> {
-    let entry = json!([common::ledger::history_entry("replay", Utc::now(), json!({}))]);
-    let statuses: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+/// Replays the selected rows (see `ledger::changes::replay`) and publishes
+/// each as its next attempt once committed. Returns the replayed rows.
+async fn replay_where(state: &AppState, selection: ReplaySelection) -> ApiResult<Vec<Execution>> {
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
-    let rows = tx
-        .query(
-            &format!("WITH picked AS (
-                 SELECT l.job_id, l.scheduled_at FROM scheduled_jobs l JOIN jobs j ON j.id = l.job_id AND j.deleted_at IS NULL
-                 WHERE l.status = ANY($1) AND {replayable} AND ($2::uuid IS NULL OR l.job_id = $2)
-                   AND ($3::timestamptz IS NULL OR l.scheduled_at >= $3) AND ($4::timestamptz IS NULL OR l.scheduled_at < $4)
-                 ORDER BY l.scheduled_at LIMIT $5 FOR UPDATE OF l SKIP LOCKED)
-             UPDATE scheduled_jobs l SET status = 'pending', fire_id = gen_random_uuid(), published_at = NULL,
-                    finished_at = NULL, next_attempt_at = NULL, reason = 'replay', fired_at = now(),
-                    scheduler_node = 'api', job_version = (SELECT version FROM jobs WHERE id = l.job_id),
-                    history = l.history || $6::jsonb
-             FROM picked WHERE l.job_id = picked.job_id AND l.scheduled_at = picked.scheduled_at
-             RETURNING l.*", replayable = replayable_row()),
-            &[&statuses, &job_id, &from, &to, &max, &entry],
-        )
-        .await?;
-    let messages = crate::routes::jobs::fire_messages(&tx, &rows).await?;
+    let (replayed, messages) = changes::replay(&tx, &selection).await?;
     tx.commit().await?;
-    crate::routes::jobs::publish(state, &messages).await;
-    Ok(rows.iter().map(execution_json).collect())
-}
-
-/// The `{job_id}/{scheduled_at}` path segments naming one slot: an id that
-/// is not a UUID names no job (404); a bad instant is a 422 on `scheduled_at`.
-pub fn parse_slot(job: &str, at: &str) -> ApiResult<(uuid::Uuid, DateTime<Utc>)> {
-    let job_id = job.parse::<uuid::Uuid>().map_err(|_| ApiError::NotFound(format!("no job with id {job:?}")))?;
-    let at = DateTime::parse_from_rfc3339(at)
-        .map_err(|_| field("scheduled_at", "must be an RFC 3339 timestamp such as 2026-12-15T15:00:00.000Z"))?
-        .with_timezone(&Utc);
-    Ok((job_id, at))
+    state.publish(&messages).await;
+    Ok(replayed)
 }
 
 /// `POST /v1/executions/{job_id}/{scheduled_at}/replay`
@@ -284,43 +154,42 @@ pub fn parse_slot(job: &str, at: &str) -> ApiResult<(uuid::Uuid, DateTime<Utc>)>
         ("scheduled_at" = chrono::DateTime<chrono::Utc>, Path, description = "The slot (RFC 3339)"),
     ),
     responses(
-        (status = 202, description = "The execution, back to pending under a new fire id", body = crate::openapi::Execution),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        (status = 404, description = "No such execution", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The execution is held by a process (running on a live worker, pending before its slot) or already succeeded or decided, or its job is deleted", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        crate::openapi::ValidationFailed,
-        crate::openapi::InternalError,
+        (status = 202, description = "The execution, back to pending under a new fire id", body = crate::model::Execution),
+        crate::model::BadRequest,
+        crate::model::Unauthorized,
+        (status = 404, description = "No such execution", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The execution is held by a process (running on a live worker, pending before its slot) or already succeeded or decided, or its job is deleted", body = crate::model::Problem, content_type = "application/problem+json"),
+        crate::model::ValidationFailed,
+        crate::model::InternalError,
     ),
     security(("bearer" = [])),
 )]
 pub async fn replay_one(
     State(state): State<AppState>,
     PathParams((job, at)): PathParams<(String, String)>,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<Execution>)> {
     let (job_id, at) = parse_slot(&job, &at)?;
-    let replayed = replay_where(
-        &state,
-        &Status::REPLAYABLE,
-        Some(job_id),
-        Some(at),
-        Some(at + chrono::TimeDelta::microseconds(1)),
-        1,
-    )
-    .await?;
+    let selection = ReplaySelection {
+        statuses: Status::REPLAYABLE.to_vec(),
+        filter: Filter {
+            job_id: Some(job_id),
+            status: None,
+            from: Some(at),
+            to: Some(at + chrono::TimeDelta::microseconds(1)),
+        },
+        max: 1,
+    };
+    let replayed = replay_where(&state, selection).await?;
     match replayed.into_iter().next() {
         Some(row) => Ok((StatusCode::ACCEPTED, Json(row))),
         None => {
             let client = state.pg.get().await?;
-            let row = client
-                .query_opt("SELECT status FROM scheduled_jobs WHERE job_id = $1 AND scheduled_at = $2", &[&job_id, &at])
-                .await?;
-            Err(match row {
+            Err(match changes::status_of(&client, job_id, at).await? {
                 None => ApiError::NotFound(format!("no execution of job {job_id} scheduled at {}", format_instant(at))),
-                Some(r) => ApiError::Conflict(format!(
+                Some(status) => ApiError::Conflict(format!(
                     "the execution is {}; replay takes executions of existing jobs that failed, or that no \
                      process holds: pending once due, retrying, or running on a worker presumed gone",
-                    r.get::<_, &str>(0)
+                    status
                 )),
             })
         }
@@ -335,21 +204,21 @@ pub async fn replay_one(
     post,
     path = "/v1/executions/replay",
     tag = "executions",
-    request_body(content = crate::openapi::ReplayRequest, content_type = "application/json"),
+    request_body(content = crate::model::ReplayRequest, content_type = "application/json"),
     responses(
-        (status = 202, description = "The failed executions moved back to pending", body = crate::openapi::ReplayResult),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::PayloadTooLarge,
-        crate::openapi::ValidationFailed,
-        crate::openapi::InternalError,
+        (status = 202, description = "The failed executions moved back to pending", body = crate::model::ReplayResult),
+        crate::model::BadRequest,
+        crate::model::Unauthorized,
+        crate::model::PayloadTooLarge,
+        crate::model::ValidationFailed,
+        crate::model::InternalError,
     ),
     security(("bearer" = [])),
 )]
 pub async fn replay_many(
     State(state): State<AppState>,
     JsonBody(body): JsonBody,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<ReplayResult>)> {
     let obj = body.as_object().ok_or_else(|| field("", "the request body must be a JSON object"))?;
     for key in obj.keys() {
         if !["status", "job_id", "from", "to", "limit"].contains(&key.as_str()) {
@@ -374,6 +243,8 @@ pub async fn replay_many(
             _ => return Err(field("limit", "must be an integer from 1 to 1000")),
         },
     };
-    let replayed = replay_where(&state, &[status], job_id, from, to, limit).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({ "replayed": replayed.len(), "items": replayed }))))
+    let selection =
+        ReplaySelection { statuses: vec![status], filter: Filter { job_id, status: None, from, to }, max: limit };
+    let items = replay_where(&state, selection).await?;
+    Ok((StatusCode::ACCEPTED, Json(ReplayResult { replayed: items.len() as u64, items })))
 }

@@ -2,21 +2,21 @@
 
 use axum::Json;
 use axum::extract::State;
-use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
+use crate::model::ProbeStatus;
 
 #[utoipa::path(
     get,
     path = "/healthz",
     tag = "operations",
     responses(
-        (status = 200, description = "The process serves", body = crate::openapi::ProbeStatus),
+        (status = 200, description = "The process serves", body = crate::model::ProbeStatus),
     ),
 )]
-pub async fn healthz() -> Json<Value> {
-    Json(json!({ "status": "ok" }))
+pub async fn healthz() -> Json<ProbeStatus> {
+    Json(ProbeStatus { status: "ok".into() })
 }
 
 #[utoipa::path(
@@ -24,15 +24,15 @@ pub async fn healthz() -> Json<Value> {
     path = "/readyz",
     tag = "operations",
     responses(
-        (status = 200, description = "Postgres answers", body = crate::openapi::ProbeStatus),
-        (status = 503, description = "Postgres does not answer", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 200, description = "Postgres answers", body = crate::model::ProbeStatus),
+        (status = 503, description = "Postgres does not answer", body = crate::model::Problem, content_type = "application/problem+json"),
     ),
 )]
-pub async fn readyz(State(state): State<AppState>) -> ApiResult<Json<Value>> {
+pub async fn readyz(State(state): State<AppState>) -> ApiResult<Json<ProbeStatus>> {
     let client = state.pg.get().await.map_err(|e| ApiError::Unavailable(format!("Postgres is not reachable: {e}")))?;
     client
         .query_one("SELECT 1", &[])
         .await
         .map_err(|e| ApiError::Unavailable(format!("Postgres does not answer: {e}")))?;
-    Ok(Json(json!({ "status": "ready" })))
+    Ok(Json(ProbeStatus { status: "ready".into() }))
 }

@@ -13,16 +13,17 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
-use common::execution::format_instant;
 use common::job::JobSpec;
-use common::message::FireMessage;
+use common::ledger::{self, Execution, changes::Cancel};
 
 use crate::error::{ApiError, ApiResult, field};
 use crate::extract::{JobIdPath, JsonBody, QueryParams};
+use crate::model::{FireTime, Job, JobPage, NextFires};
+use crate::params::{not_found, parse_limit};
 use crate::{AppState, idempotency};
 
 macro_rules! job_columns {
@@ -33,42 +34,42 @@ macro_rules! job_columns {
 
 /// A job's columns, and for a job with `max_runs` the runs it has used
 /// (`runs`, NULL otherwise): once they are used up it has no next fire.
-const JOB_COLUMNS: &str = concat!(
-    job_columns!(),
-    ", CASE WHEN spec->'schedule'->'max_runs' IS NOT NULL
-          THEN (SELECT count(*) FROM scheduled_jobs s WHERE s.job_id = jobs.id AND ",
-    common::counts_as_run!(),
-    ") END AS runs"
-);
+const JOB_COLUMNS: &str = concat!(job_columns!(), ", ", common::ledger_runs_used_by_jobs_row!(), " AS runs");
 
 /// The same for a job just created, which has run nothing. The runs
 /// subquery spans every ledger partition: planned on each create, it cost
 /// about 40% of the API's create throughput.
 const NEW_JOB_COLUMNS: &str = concat!(job_columns!(), ", NULL::bigint AS runs");
 
-pub fn job_json(row: &Row, now: DateTime<Utc>) -> ApiResult<Value> {
-    let id: Uuid = row.get("id");
-    let spec: JobSpec = serde_json::from_value(row.get("spec"))?;
-    let paused: bool = row.get("paused");
+/// A job as the API shows it, from a row of `JOB_COLUMNS`.
+pub fn job_of_row(row: &Row, now: DateTime<Utc>) -> ApiResult<Job> {
+    let mut spec: JobSpec = serde_json::from_value(row.get("spec"))?;
+    spec.paused = row.get("paused");
     let created_at: DateTime<Utc> = row.get("created_at");
     let runs_used_up = match (spec.schedule.max_runs, row.get::<_, Option<i64>>("runs")) {
         (Some(max), Some(runs)) => runs as u64 >= max,
         _ => false,
     };
     let next_fire_at =
-        if paused || runs_used_up { None } else { spec.compile(created_at).ok().and_then(|s| s.next_after(now)) };
-    let mut body = serde_json::to_value(&spec)?;
-    body["paused"] = json!(paused);
-    body["id"] = json!(id);
-    body["version"] = json!(row.get::<_, i64>("version"));
-    body["created_at"] = json!(format_instant(created_at));
-    body["updated_at"] = json!(format_instant(row.get("updated_at")));
-    body["next_fire_at"] = json!(next_fire_at.map(format_instant));
-    Ok(body)
+        if spec.paused || runs_used_up { None } else { spec.compile(created_at).ok().and_then(|s| s.next_after(now)) };
+    Ok(Job {
+        id: row.get("id"),
+        version: row.get("version"),
+        created_at,
+        updated_at: row.get("updated_at"),
+        next_fire_at,
+        spec,
+    })
 }
 
-fn with_etag(status: StatusCode, body: Value) -> Response {
-    let version = body["version"].as_i64().unwrap_or_default();
+/// A job's response, with its version as the `ETag`.
+fn with_etag(status: StatusCode, job: Job) -> Response {
+    let version = job.version;
+    versioned(status, version, job)
+}
+
+/// A response with `version` as its `ETag`.
+fn versioned(status: StatusCode, version: i64, body: impl serde::Serialize) -> Response {
     let mut response = (status, Json(body)).into_response();
     if let Ok(v) = HeaderValue::from_str(&format!("\"{version}\"")) {
         response.headers_mut().insert(header::ETAG, v);
@@ -153,13 +154,13 @@ fn find_nul(path: &str, value: &Value, out: &mut Vec<common::job::FieldError>) {
     responses(
         (status = 201, description = "The job was created (or, for a repeated `Idempotency-Key`, the first response \
                                       again, with `Idempotent-Replayed: true`); `Location` names it, `ETag` is its \
-                                      version", body = crate::openapi::Job),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        (status = 409, description = "The `Idempotency-Key` expired while this request waited for it; retry", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        crate::openapi::PayloadTooLarge,
-        crate::openapi::ValidationFailed,
-        crate::openapi::InternalError,
+                                      version", body = crate::model::Job),
+        crate::model::BadRequest,
+        crate::model::Unauthorized,
+        (status = 409, description = "The `Idempotency-Key` expired while this request waited for it; retry", body = crate::model::Problem, content_type = "application/problem+json"),
+        crate::model::PayloadTooLarge,
+        crate::model::ValidationFailed,
+        crate::model::InternalError,
     ),
     security(("bearer" = [])),
 )]
@@ -187,7 +188,8 @@ pub async fn create(
             &[&id, &spec.name, &serde_json::to_value(&spec)?, &spec.paused],
         )
         .await?;
-    let body = job_json(&row, Utc::now())?;
+    let job = job_of_row(&row, Utc::now())?;
+    let body = serde_json::to_value(&job)?;
     if let Some(key) = &key
         && !key.record(&tx, id, StatusCode::CREATED.as_u16(), &body).await?
     {
@@ -205,10 +207,12 @@ pub async fn create(
     Ok(created(StatusCode::CREATED.as_u16(), body, false))
 }
 
-/// A create's response: the job with `ETag` and `Location`.
+/// A create's response: the job (as first answered, when replayed for an
+/// idempotency key) with `ETag` and `Location`.
 fn created(status: u16, body: Value, replayed: bool) -> Response {
     let location = format!("/v1/jobs/{}", body["id"].as_str().unwrap_or_default());
-    let mut response = with_etag(StatusCode::from_u16(status).unwrap_or(StatusCode::CREATED), body);
+    let version = body["version"].as_i64().unwrap_or_default();
+    let mut response = versioned(StatusCode::from_u16(status).unwrap_or(StatusCode::CREATED), version, body);
     if let Ok(v) = HeaderValue::from_str(&location) {
         response.headers_mut().insert(header::LOCATION, v);
     }
@@ -226,11 +230,11 @@ fn created(status: u16, body: Value, replayed: bool) -> Response {
         ("id" = uuid::Uuid, Path, description = "The job id"),
     ),
     responses(
-        (status = 200, description = "The job; `ETag` is its version", body = crate::openapi::Job),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::JobNotFound,
-        crate::openapi::InternalError,
+        (status = 200, description = "The job; `ETag` is its version", body = crate::model::Job),
+        crate::model::BadRequest,
+        crate::model::Unauthorized,
+        crate::model::JobNotFound,
+        crate::model::InternalError,
     ),
     security(("bearer" = [])),
 )]
@@ -240,11 +244,7 @@ pub async fn get(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> Api
         .query_opt(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND deleted_at IS NULL"), &[&id])
         .await?
         .ok_or_else(|| not_found(id))?;
-    Ok(with_etag(StatusCode::OK, job_json(&row, Utc::now())?))
-}
-
-pub fn not_found(id: Uuid) -> ApiError {
-    ApiError::NotFound(format!("no job with id {id}"))
+    Ok(with_etag(StatusCode::OK, job_of_row(&row, Utc::now())?))
 }
 
 #[derive(Deserialize)]
@@ -254,18 +254,6 @@ pub struct ListQuery {
     name_prefix: Option<String>,
     kind: Option<String>,
     paused: Option<String>,
-}
-
-pub const PAGE_MAX: i64 = 500;
-
-pub fn parse_limit(raw: Option<&str>) -> ApiResult<i64> {
-    match raw {
-        None => Ok(50),
-        Some(s) => match s.parse::<i64>() {
-            Ok(n) if (1..=PAGE_MAX).contains(&n) => Ok(n),
-            _ => Err(field("limit", format!("must be an integer from 1 to {PAGE_MAX}"))),
-        },
-    }
 }
 
 #[utoipa::path(
@@ -280,15 +268,15 @@ pub fn parse_limit(raw: Option<&str>) -> ApiResult<i64> {
         ("paused" = Option<bool>, Query, description = "Only paused (true) or active (false) jobs"),
     ),
     responses(
-        (status = 200, description = "A page of jobs", body = crate::openapi::JobPage),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::ValidationFailed,
-        crate::openapi::InternalError,
+        (status = 200, description = "A page of jobs", body = crate::model::JobPage),
+        crate::model::BadRequest,
+        crate::model::Unauthorized,
+        crate::model::ValidationFailed,
+        crate::model::InternalError,
     ),
     security(("bearer" = [])),
 )]
-pub async fn list(State(state): State<AppState>, QueryParams(q): QueryParams<ListQuery>) -> ApiResult<Json<Value>> {
+pub async fn list(State(state): State<AppState>, QueryParams(q): QueryParams<ListQuery>) -> ApiResult<Json<JobPage>> {
     let limit = parse_limit(q.limit.as_deref())?;
     let after = match q.cursor.as_deref() {
         None | Some("") => Uuid::nil(),
@@ -326,9 +314,9 @@ pub async fn list(State(state): State<AppState>, QueryParams(q): QueryParams<Lis
         .await?;
     let now = Utc::now();
     let has_more = rows.len() as i64 > limit;
-    let items: Vec<Value> = rows.iter().take(limit as usize).map(|r| job_json(r, now)).collect::<ApiResult<_>>()?;
-    let next_cursor = has_more.then(|| items.last().map(|j| j["id"].clone())).flatten();
-    Ok(Json(json!({ "items": items, "next_cursor": next_cursor })))
+    let items: Vec<Job> = rows.iter().take(limit as usize).map(|r| job_of_row(r, now)).collect::<ApiResult<_>>()?;
+    let next_cursor = has_more.then(|| items.last().map(|j| j.id)).flatten();
+    Ok(Json(JobPage { items, next_cursor }))
 }
 
 /// The version `If-Match` demands: `None` for no header or `*` (any current
@@ -346,30 +334,6 @@ fn if_match(headers: &HeaderMap) -> ApiResult<Option<i64>> {
     tag.parse::<i64>()
         .map(Some)
         .map_err(|_| ApiError::BadRequest(format!("If-Match must be a job version such as \"3\", got {text:?}")))
-}
-
-/// Cancels the job's claimed rows that a change takes away, inside the
-/// change's transaction (after the `UPDATE` of `jobs`). A change applies to
-/// the slots due at or after the instant its version came into force, so a
-/// replace or a pause cancels the `pending` rows of those slots (`superseded`
-/// or `paused`; the version in force at the slot may claim it again) and
-/// leaves earlier slots to the version they were claimed under. A delete
-/// stops everything not yet delivered, retries and manual fires included.
-/// Rows a worker already holds (armed ahead, `running`) are its to decide
-/// at the due instant: it reads the same rule.
-async fn cancel_claimed(tx: &impl deadpool_postgres::GenericClient, id: Uuid, reason: &str) -> ApiResult<u64> {
-    let entry = json!([common::ledger::history_entry("skipped", Utc::now(), json!({ "reason": reason }))]);
-    Ok(tx
-        .execute(
-            "UPDATE scheduled_jobs l SET status = 'skipped', reason = $2, finished_at = now(),
-                    history = l.history || $3::jsonb
-             WHERE l.job_id = $1
-               AND CASE WHEN $2 = 'deleted' THEN l.status IN ('pending', 'retrying')
-                        ELSE l.status = 'pending' AND l.trigger <> 'manual' AND l.reason IS DISTINCT FROM 'replay'
-                             AND l.scheduled_at >= (SELECT updated_at FROM jobs WHERE id = $1) END",
-            &[&id, &reason, &entry],
-        )
-        .await?)
 }
 
 /// Most rows a resume writes for the slots of the paused period (the
@@ -417,19 +381,7 @@ async fn record_paused_period(
         return Ok(0);
     }
     let times: Vec<DateTime<Utc>> = slots.into_iter().collect();
-    let fire_ids: Vec<Uuid> = times.iter().map(|_| Uuid::now_v7()).collect();
-    let exec_ids: Vec<String> = times.iter().map(|t| common::execution::execution_id(id, *t)).collect();
-    let entry = json!([common::ledger::history_entry("skipped", Utc::now(), json!({ "reason": "paused" }))]);
-    Ok(tx
-        .execute(
-            "INSERT INTO scheduled_jobs (job_id, scheduled_at, fire_id, execution_id, status, reason, scheduler_node,
-                                         finished_at, job_version, history)
-             SELECT $1, t.at, t.fire_id, t.execution_id, 'skipped', 'paused', 'api', now(), $5, $6::jsonb
-             FROM unnest($2::timestamptz[], $3::uuid[], $4::text[]) AS t(at, fire_id, execution_id)
-             ON CONFLICT (job_id, scheduled_at) DO NOTHING",
-            &[&id, &times, &fire_ids, &exec_ids, &paused_version, &entry],
-        )
-        .await?)
+    Ok(ledger::changes::record_paused_slots(tx, id, paused_version, &times).await?)
 }
 
 /// The job as it was before a change, locked for the change's transaction.
@@ -463,7 +415,7 @@ async fn settle_change(
     before: &Before,
     paused: bool,
 ) -> ApiResult<()> {
-    cancel_claimed(tx, id, if paused { "paused" } else { "superseded" }).await?;
+    ledger::changes::cancel_claimed(tx, id, if paused { Cancel::Paused } else { Cancel::Superseded }).await?;
     if before.paused && !paused {
         record_paused_period(tx, id, &before.spec, before.created_at, before.version).await?;
     }
@@ -480,14 +432,14 @@ async fn settle_change(
     ),
     request_body(content = common::job::JobSpec, content_type = "application/json"),
     responses(
-        (status = 200, description = "The replaced job", body = crate::openapi::Job),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::JobNotFound,
-        (status = 412, description = "`If-Match` names a version other than the current one", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        crate::openapi::PayloadTooLarge,
-        crate::openapi::ValidationFailed,
-        crate::openapi::InternalError,
+        (status = 200, description = "The replaced job", body = crate::model::Job),
+        crate::model::BadRequest,
+        crate::model::Unauthorized,
+        crate::model::JobNotFound,
+        (status = 412, description = "`If-Match` names a version other than the current one", body = crate::model::Problem, content_type = "application/problem+json"),
+        crate::model::PayloadTooLarge,
+        crate::model::ValidationFailed,
+        crate::model::InternalError,
     ),
     security(("bearer" = [])),
 )]
@@ -515,7 +467,7 @@ pub async fn replace(
         .await?;
     settle_change(&tx, id, &before, spec.paused).await?;
     tx.commit().await?;
-    Ok(with_etag(StatusCode::OK, job_json(&row, Utc::now())?))
+    Ok(with_etag(StatusCode::OK, job_of_row(&row, Utc::now())?))
 }
 
 #[utoipa::path(
@@ -527,10 +479,10 @@ pub async fn replace(
     ),
     responses(
         (status = 204, description = "Deleted; it never fires again"),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::JobNotFound,
-        crate::openapi::InternalError,
+        crate::model::BadRequest,
+        crate::model::Unauthorized,
+        crate::model::JobNotFound,
+        crate::model::InternalError,
     ),
     security(("bearer" = [])),
 )]
@@ -546,7 +498,7 @@ pub async fn delete(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> 
     if n == 0 {
         return Err(not_found(id));
     }
-    let skipped = cancel_claimed(&tx, id, "deleted").await?;
+    let skipped = ledger::changes::cancel_claimed(&tx, id, Cancel::Deleted).await?;
     tx.commit().await?;
     tracing::info!(job.id = %id, cancelled_slots = skipped, "job deleted");
     Ok(StatusCode::NO_CONTENT)
@@ -567,7 +519,7 @@ async fn set_paused(state: &AppState, id: Uuid, paused: bool) -> ApiResult<Respo
         .await?;
     settle_change(&tx, id, &before, paused).await?;
     tx.commit().await?;
-    Ok(with_etag(StatusCode::OK, job_json(&row, Utc::now())?))
+    Ok(with_etag(StatusCode::OK, job_of_row(&row, Utc::now())?))
 }
 
 #[utoipa::path(
@@ -578,11 +530,11 @@ async fn set_paused(state: &AppState, id: Uuid, paused: bool) -> ApiResult<Respo
         ("id" = uuid::Uuid, Path, description = "The job id"),
     ),
     responses(
-        (status = 200, description = "The paused job", body = crate::openapi::Job),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::JobNotFound,
-        crate::openapi::InternalError,
+        (status = 200, description = "The paused job", body = crate::model::Job),
+        crate::model::BadRequest,
+        crate::model::Unauthorized,
+        crate::model::JobNotFound,
+        crate::model::InternalError,
     ),
     security(("bearer" = [])),
 )]
@@ -598,11 +550,11 @@ pub async fn pause(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> A
         ("id" = uuid::Uuid, Path, description = "The job id"),
     ),
     responses(
-        (status = 200, description = "The resumed job", body = crate::openapi::Job),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::JobNotFound,
-        crate::openapi::InternalError,
+        (status = 200, description = "The resumed job", body = crate::model::Job),
+        crate::model::BadRequest,
+        crate::model::Unauthorized,
+        crate::model::JobNotFound,
+        crate::model::InternalError,
     ),
     security(("bearer" = [])),
 )]
@@ -624,12 +576,12 @@ pub struct NextQuery {
         ("count" = Option<i64>, Query, minimum = 1, maximum = 1000, description = "How many (default 10)"),
     ),
     responses(
-        (status = 200, description = "The next fire times", body = crate::openapi::NextFires),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::JobNotFound,
-        crate::openapi::ValidationFailed,
-        crate::openapi::InternalError,
+        (status = 200, description = "The next fire times", body = crate::model::NextFires),
+        crate::model::BadRequest,
+        crate::model::Unauthorized,
+        crate::model::JobNotFound,
+        crate::model::ValidationFailed,
+        crate::model::InternalError,
     ),
     security(("bearer" = [])),
 )]
@@ -637,7 +589,7 @@ pub async fn next(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
     QueryParams(q): QueryParams<NextQuery>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<NextFires>> {
     let count = match q.count.as_deref() {
         None => 10,
         Some(s) => match s.parse::<usize>() {
@@ -656,78 +608,23 @@ pub async fn next(
         common::job::ScheduleKind::Cron { timezone, .. } => common::schedule::parse_timezone(timezone).ok(),
         _ => None,
     };
-    let times: Vec<Value> = schedule
+    let fire_times: Vec<FireTime> = schedule
         .upcoming(Utc::now(), count)
         .into_iter()
-        .map(|t| {
-            let mut v = json!({ "at": format_instant(t) });
+        .map(|at| {
+            let mut fire = FireTime { at, local: None, dst_shift: false };
             if let Some(tz) = tz {
-                let local = t.with_timezone(&tz);
-                v["local"] = json!(local.to_rfc3339_opts(chrono::SecondsFormat::Millis, false));
+                let local = at.with_timezone(&tz);
+                fire.local = Some(local.to_rfc3339_opts(chrono::SecondsFormat::Millis, false));
                 // A fire at a local time other than the expression's marks a DST shift.
-                let before = (t - TimeDelta::milliseconds(1)).with_timezone(&tz);
+                let before = (at - TimeDelta::milliseconds(1)).with_timezone(&tz);
                 use chrono::Offset;
-                if before.offset().fix() != local.offset().fix() {
-                    v["dst_shift"] = json!(true);
-                }
+                fire.dst_shift = before.offset().fix() != local.offset().fix();
             }
-            v
+            fire
         })
         .collect();
-    Ok(Json(json!({ "job_id": id, "fire_times": times })))
-}
-
-/// Builds the fire messages of claimed ledger rows (with their job's current
-/// target), paired with the attempt each is published as.
-pub async fn fire_messages(
-    client: &impl deadpool_postgres::GenericClient,
-    rows: &[Row],
-) -> ApiResult<Vec<(FireMessage, u32)>> {
-    let job_ids: Vec<Uuid> = rows.iter().map(|r| r.get("job_id")).collect();
-    let specs: std::collections::HashMap<Uuid, serde_json::Value> = client
-        .query("SELECT id, spec FROM jobs WHERE id = ANY($1)", &[&job_ids])
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        let job_id: Uuid = row.get("job_id");
-        let spec =
-            specs.get(&job_id).cloned().ok_or_else(|| ApiError::Internal(anyhow::anyhow!("job {job_id} vanished")))?;
-        let spec: JobSpec = serde_json::from_value(spec)?;
-        // Due now: a manual fire or a replay is not held back.
-        out.push(FireMessage::next_for_row(row, spec, Utc::now()));
-    }
-    Ok(out)
-}
-
-/// Publishes committed `pending` rows and stamps them. A broker failure is
-/// not the caller's problem: the rows stay unpublished and every scheduler's
-/// outbox sweep publishes them within its grace period.
-pub async fn publish(state: &AppState, messages: &[(FireMessage, u32)]) {
-    if messages.is_empty() {
-        return;
-    }
-    let batch: Vec<(&FireMessage, u32)> = messages.iter().map(|(m, a)| (m, *a)).collect();
-    let published = state.publisher.lock().await.publish_attempts(&batch).await;
-    match published {
-        Ok(()) => {
-            let stamped = match state.pg.get().await {
-                Ok(client) => {
-                    common::ledger::mark_published(&client, &batch.iter().map(|(m, _)| *m).collect::<Vec<_>>())
-                        .await
-                        .map_err(anyhow::Error::from)
-                }
-                Err(e) => Err(e.into()),
-            };
-            if let Err(e) = stamped {
-                // Harmless: the outbox sweep republishes, the worker drops the duplicate.
-                tracing::warn!(error = %format!("{e:#}"), "stamping published_at failed");
-            }
-        }
-        Err(e) => tracing::warn!(error = %format!("{e:#}"), "publishing failed; the outbox sweep will publish"),
-    }
+    Ok(Json(NextFires { job_id: id, fire_times }))
 }
 
 /// `POST /v1/jobs/{id}/trigger`: fires the job once now, outside its
@@ -740,15 +637,18 @@ pub async fn publish(state: &AppState, messages: &[(FireMessage, u32)]) {
         ("id" = uuid::Uuid, Path, description = "The job id"),
     ),
     responses(
-        (status = 202, description = "Fired once now, outside the schedule: the new execution", body = crate::openapi::Execution),
-        crate::openapi::BadRequest,
-        crate::openapi::Unauthorized,
-        crate::openapi::JobNotFound,
-        crate::openapi::InternalError,
+        (status = 202, description = "Fired once now, outside the schedule: the new execution", body = crate::model::Execution),
+        crate::model::BadRequest,
+        crate::model::Unauthorized,
+        crate::model::JobNotFound,
+        crate::model::InternalError,
     ),
     security(("bearer" = [])),
 )]
-pub async fn trigger(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> ApiResult<(StatusCode, Json<Value>)> {
+pub async fn trigger(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+) -> ApiResult<(StatusCode, Json<Execution>)> {
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
     let version: i64 = tx
@@ -756,25 +656,8 @@ pub async fn trigger(State(state): State<AppState>, JobIdPath(id): JobIdPath) ->
         .await?
         .ok_or_else(|| not_found(id))?
         .get(0);
-    // The ledger key is (job, instant): step a millisecond past a slot that
-    // happens to sit at the same instant.
-    let mut at = common::execution::truncate_ms(Utc::now());
-    let row = loop {
-        let row = tx
-            .query_opt(
-                "INSERT INTO scheduled_jobs (job_id, scheduled_at, fire_id, execution_id, trigger, status, scheduler_node, fired_at, job_version)
-                 VALUES ($1, $2, $3, $4, 'manual', 'pending', 'api', now(), $5)
-                 ON CONFLICT (job_id, scheduled_at) DO NOTHING RETURNING *",
-                &[&id, &at, &Uuid::now_v7(), &common::execution::manual_execution_id(id, at), &version],
-            )
-            .await?;
-        match row {
-            Some(r) => break r,
-            None => at += TimeDelta::milliseconds(1),
-        }
-    };
-    let messages = fire_messages(&tx, std::slice::from_ref(&row)).await?;
+    let (execution, messages) = ledger::changes::insert_manual(&tx, id, version).await?;
     tx.commit().await?;
-    publish(&state, &messages).await;
-    Ok((StatusCode::ACCEPTED, Json(crate::routes::executions::execution_json(&row))))
+    state.publish(&messages).await;
+    Ok((StatusCode::ACCEPTED, Json(execution)))
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use common::config::{LogArgs, ServiceArgs};
-use common::partitions::Retention;
+use common::ledger::partitions::Retention;
 use scheduler::node::{Node, NodeConfig, defaults};
 
 #[derive(Parser, Debug)]

@@ -1,5 +1,6 @@
-//! The worker's ledger writes. Every write names the fire id and the attempt,
-//! so a duplicate or stale message can never overwrite a newer outcome.
+//! The worker's writes: starting, verifying, finishing and giving back
+//! attempts. Every write names the fire id and the attempt, so a duplicate
+//! or stale message can never overwrite a newer outcome.
 //!
 //! Both transitions run as multi-row statements over `unnest` arrays (fed by
 //! `batch::Batcher`): a burst of N due messages costs a handful of round
@@ -13,7 +14,7 @@ use deadpool_postgres::{ClientWrapper, Pool};
 use tokio_postgres::Client;
 use uuid::Uuid;
 
-use common::ledger::Status;
+use super::Status;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Start {
@@ -155,7 +156,7 @@ async fn start_rows(
     rows: &[&StartRequest],
 ) -> anyhow::Result<HashMap<Slot, JobsSeen>> {
     let sorted: Vec<&StartRequest> =
-        common::db::lock_order(rows.iter().map(|r| (r.job_id, r.scheduled_at))).into_iter().map(|i| rows[i]).collect();
+        crate::db::lock_order(rows.iter().map(|r| (r.job_id, r.scheduled_at))).into_iter().map(|i| rows[i]).collect();
     let job_ids: Vec<Uuid> = sorted.iter().map(|r| r.job_id).collect();
     let scheduled: Vec<DateTime<Utc>> = sorted.iter().map(|r| r.scheduled_at).collect();
     let fire_ids: Vec<Uuid> = sorted.iter().map(|r| r.fire_id).collect();
@@ -181,13 +182,13 @@ async fn start_rows(
                ) IS TRUE AND {slot_wanted}
              -- The statement's own snapshot: what `slot_wanted` was judged on.
              RETURNING l.job_id, l.scheduled_at, pg_snapshot_xmin(pg_current_snapshot())::text::bigint",
-            worker_gone = common::ledger::WORKER_PRESUMED_GONE,
-            slot_wanted = common::slot_wanted!(),
+            worker_gone = super::WORKER_PRESUMED_GONE,
+            slot_wanted = slot_wanted!(),
         ))
         .await?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
         [&job_ids, &scheduled, &fire_ids, &attempts, &redelivered, &worker_id, &due];
-    let returned = common::db::retry_deadlock(|| client.query(&stmt, &params)).await?;
+    let returned = crate::db::retry_deadlock(|| client.query(&stmt, &params)).await?;
     Ok(returned.iter().map(|row| ((row.get(0), row.get(1)), JobsSeen(row.get(2)))).collect())
 }
 
@@ -204,8 +205,8 @@ async fn explain_refusal(client: &Client, r: &StartRequest, armed_by: Option<&st
                                            + {gone_after} - now())::float8
                  FROM scheduled_jobs l
                  WHERE l.job_id = $1 AND l.scheduled_at = $2",
-                unwanted = common::ledger::UNWANTED_REASON,
-                gone_after = common::ledger::WORKER_GONE_AFTER_SQL
+                unwanted = super::UNWANTED_REASON,
+                gone_after = super::WORKER_GONE_AFTER_SQL
             ),
             &[&r.job_id, &r.scheduled_at],
         )
@@ -285,9 +286,9 @@ pub async fn verify_batch(
             to_check.retain(|&i| changed.contains(&requests[i].row.job_id));
         }
     }
-    metrics::counter!(common::metrics::WORKER_VERIFIED_TOTAL, "by" => "jobs_unchanged")
+    metrics::counter!(crate::metrics::WORKER_VERIFIED_TOTAL, "by" => "jobs_unchanged")
         .increment((requests.len() - to_check.len()) as u64);
-    metrics::counter!(common::metrics::WORKER_VERIFIED_TOTAL, "by" => "row").increment(to_check.len() as u64);
+    metrics::counter!(crate::metrics::WORKER_VERIFIED_TOTAL, "by" => "row").increment(to_check.len() as u64);
     let mut answers = vec![Start::Go; requests.len()];
     if to_check.is_empty() {
         return Ok(answers);
@@ -301,7 +302,7 @@ pub async fn verify_batch(
                -- `IS TRUE`: see SLOT_KEY_ONLY.
                AND (l.status = 'running') IS TRUE
                AND ",
-            common::slot_wanted!()
+            slot_wanted!()
         ))
         .await?;
     let rows: Vec<&StartRequest> = to_check.iter().map(|&i| &requests[i].row).collect();
@@ -433,7 +434,7 @@ pub struct FinishRequest {
 impl FinishRequest {
     /// The outcome of `attempt` of `m`, with nothing but a status yet.
     pub fn new(
-        m: &common::message::FireMessage,
+        m: &crate::message::FireMessage,
         attempt: u32,
         redelivered: bool,
         status: Status,
@@ -494,7 +495,7 @@ async fn finish_rows(
              RETURNING l.job_id, l.scheduled_at, l.attempts",
         )
         .await?;
-    let sorted: Vec<&FinishRequest> = common::db::lock_order(requests.iter().map(|r| (r.job_id, r.scheduled_at)))
+    let sorted: Vec<&FinishRequest> = crate::db::lock_order(requests.iter().map(|r| (r.job_id, r.scheduled_at)))
         .into_iter()
         .map(|i| requests[i])
         .collect();
@@ -526,7 +527,7 @@ async fn finish_rows(
         &redelivered,
         &next_attempts,
     ];
-    Ok(common::db::retry_deadlock(|| client.query(&stmt, &params))
+    Ok(crate::db::retry_deadlock(|| client.query(&stmt, &params))
         .await?
         .iter()
         .map(|row| (row.get(0), row.get(1), row.get(2)))

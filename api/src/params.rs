@@ -1,0 +1,71 @@
+//! What several routes read from a request or answer the same way: page
+//! sizes, cursors, instants, statuses, slot paths, and "no such job".
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use common::ledger::Status;
+
+use crate::error::{ApiError, ApiResult, field};
+
+/// The answer for a job id that names no job.
+pub fn not_found(id: Uuid) -> ApiError {
+    ApiError::NotFound(format!("no job with id {id}"))
+}
+
+/// Largest page a listing returns; the default is 50.
+pub const PAGE_MAX: i64 = 500;
+
+pub fn parse_limit(raw: Option<&str>) -> ApiResult<i64> {
+    match raw {
+        None => Ok(50),
+        Some(s) => match s.parse::<i64>() {
+            Ok(n) if (1..=PAGE_MAX).contains(&n) => Ok(n),
+            _ => Err(field("limit", format!("must be an integer from 1 to {PAGE_MAX}"))),
+        },
+    }
+}
+
+/// A `cursor` that is the `scheduled_at` of the last item of a page.
+pub fn parse_cursor(raw: Option<&str>) -> ApiResult<Option<DateTime<Utc>>> {
+    match raw {
+        None | Some("") => Ok(None),
+        Some(c) => DateTime::parse_from_rfc3339(c)
+            .map(|t| Some(t.with_timezone(&Utc)))
+            .map_err(|_| field("cursor", "is not a cursor returned by this endpoint")),
+    }
+}
+
+/// A `status` filter, one of `allowed`.
+pub fn parse_status(raw: Option<&str>, allowed: &[Status]) -> ApiResult<Option<Status>> {
+    match raw.map(str::parse::<Status>) {
+        None => Ok(None),
+        Some(Ok(s)) if allowed.contains(&s) => Ok(Some(s)),
+        Some(_) => Err(field("status", format!("must be one of {}", Status::list(allowed)))),
+    }
+}
+
+/// An RFC 3339 instant in the query parameter `name`.
+pub fn parse_time(raw: Option<&str>, name: &str) -> ApiResult<Option<DateTime<Utc>>> {
+    raw.map(|s| {
+        DateTime::parse_from_rfc3339(s)
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(|_| field(name, "must be an RFC 3339 timestamp such as 2026-12-15T15:00:00Z"))
+    })
+    .transpose()
+}
+
+/// A `job_id` filter.
+pub fn parse_job_id(raw: Option<&str>) -> ApiResult<Option<Uuid>> {
+    raw.map(|s| s.parse::<Uuid>().map_err(|_| field("job_id", "must be a job id (UUID)"))).transpose()
+}
+
+/// The `{job_id}/{scheduled_at}` path segments naming one slot: an id that
+/// is not a UUID names no job (404); a bad instant is a 422 on `scheduled_at`.
+pub fn parse_slot(job: &str, at: &str) -> ApiResult<(Uuid, DateTime<Utc>)> {
+    let job_id = job.parse::<Uuid>().map_err(|_| ApiError::NotFound(format!("no job with id {job:?}")))?;
+    let at = DateTime::parse_from_rfc3339(at)
+        .map_err(|_| field("scheduled_at", "must be an RFC 3339 timestamp such as 2026-12-15T15:00:00.000Z"))?
+        .with_timezone(&Utc);
+    Ok((job_id, at))
+}

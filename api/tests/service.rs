@@ -1,0 +1,251 @@
+//! The REST API as a service: the probes, GET /v1/cluster, bearer-token auth,
+//! routing errors (404, 405, bad query strings), the OpenAPI document and
+//! Swagger UI, and NUL characters in input. Against the real server in-process,
+//! on the real Postgres and Redis. Each test gets its own database (`TestDb`),
+//! its own cluster name (Redis key prefix) and its own server on an ephemeral
+//! port.
+
+#[path = "support/lib.rs"]
+mod support;
+
+use serde_json::json;
+
+use common::testing::unique_cluster;
+
+use support::*;
+
+// ---------------------------------------------------------------------------
+// Probes, cluster, auth, routing
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn probes_answer_200_with_a_live_database() {
+    let app = TestApp::start("probes").await;
+    let r = app.get("/healthz").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["status"], "ok");
+    let r = app.get("/readyz").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["status"], "ready");
+}
+
+#[tokio::test]
+async fn readyz_is_503_when_postgres_is_unreachable_but_healthz_is_200() {
+    // Port 1 on loopback refuses connections at once.
+    let app = TestApp::start_with(
+        "notready",
+        Options { pg_url: Some("postgres://postgres@127.0.0.1:1/postgres".into()), ..Options::default() },
+    )
+    .await;
+    assert_eq!(app.get("/healthz").await.status, 200);
+    assert_problem(&app.get("/readyz").await, 503);
+    // No database connection is the service's state: a 503 problem document
+    // that clients retry, without internals.
+    let r = app.get("/v1/jobs").await;
+    assert_eq!(r.status, 503, "{}", r.text);
+    assert_eq!(r.headers.get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
+    let p = assert_problem(&r, r.status);
+    assert!(!p["detail"].as_str().unwrap().contains("127.0.0.1:1"), "leaks internals: {p}");
+}
+
+#[tokio::test]
+async fn cluster_lists_live_nodes_from_their_heartbeats() {
+    let app = TestApp::start("cluster").await;
+    let r = app.get("/v1/cluster").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let body = r.json();
+    assert_eq!(body["live_nodes"], json!(0), "{body}");
+    assert_eq!(body["nodes"], json!([]), "{body}");
+    assert_eq!(body["cluster"], json!(app.cluster));
+
+    let key = format!("{}:node:n1", app.cluster);
+    let other_cluster = unique_cluster("cluster-other");
+    let other_key = format!("{other_cluster}:node:n9");
+    // A heartbeat as a node writes it: the key with its TTL, and the id in
+    // the cluster's registry.
+    for (k, cluster, id) in [(&key, &app.cluster, "n1"), (&other_key, &other_cluster, "n9")] {
+        app.redis_cmd(redis::cmd("SET").arg(k).arg(r#"{"node_id":"n1","owned_jobs":5}"#).arg("EX").arg(30)).await;
+        app.redis_cmd(redis::cmd("SADD").arg(format!("{cluster}:nodes")).arg(id)).await;
+    }
+    let r = app.get("/v1/cluster").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let body = r.json();
+    assert_eq!(body["live_nodes"], json!(1), "{body}");
+    let nodes = body["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "another cluster's node leaked in: {body}");
+    assert_eq!(nodes[0]["node_id"], "n1");
+    assert_eq!(nodes[0]["owned_jobs"], json!(5));
+    assert_eq!(body["redis_shards_up"], json!(1));
+
+    // Its heartbeat gone, the node is gone.
+    app.redis_cmd(redis::cmd("DEL").arg(&key).arg(&other_key)).await;
+    assert_eq!(app.get("/v1/cluster").await.json()["live_nodes"], json!(0));
+}
+
+#[tokio::test]
+async fn cluster_is_503_when_no_redis_shard_answers() {
+    let app =
+        TestApp::start_with("noredis", Options { redis_url: Some("redis://127.0.0.1:1".into()), ..Options::default() })
+            .await;
+    assert_problem(&app.get("/v1/cluster").await, 503);
+}
+
+#[tokio::test]
+async fn bearer_tokens_guard_v1_but_not_the_probes() {
+    let app = TestApp::start_with("auth", Options { tokens: vec!["s3cret".into()], ..Options::default() }).await;
+    let get = |auth: Option<&'static str>, path: &'static str| {
+        let mut rb = app.http.get(app.url(path));
+        if let Some(a) = auth {
+            rb = rb.header("authorization", a);
+        }
+        app.send(rb)
+    };
+
+    let r = get(None, "/v1/jobs").await;
+    assert_problem(&r, 401);
+    assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    for wrong in ["Bearer nope", "Bearer s3cre", "Bearer s3cret-longer", "Bearer ", "Basic czNjcmV0", "s3cret"] {
+        let r = get(Some(wrong), "/v1/jobs").await;
+        assert_problem(&r, 401);
+        assert_eq!(r.header("www-authenticate"), Some("Bearer"), "{wrong}");
+    }
+    let r = get(Some("Bearer s3cret"), "/v1/jobs").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(get(Some("Bearer s3cret"), "/v1/cluster").await.status, 200);
+
+    // Writes are guarded too, and a refused write stores nothing.
+    let r = app.send(app.http.post(app.url("/v1/jobs")).json(&example_job())).await;
+    assert_problem(&r, 401);
+    let r = app
+        .send(app.http.post(app.url("/v1/jobs")).header("authorization", "Bearer s3cret").json(&example_job()))
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    assert_eq!(app.job_rows().await, 1);
+    assert_problem(&app.send(app.http.delete(app.url(&format!("/v1/jobs/{id}")))).await, 401);
+    assert_problem(&app.send(app.http.post(app.url(&format!("/v1/jobs/{id}/pause")))).await, 401);
+    assert_eq!(get(None, "/v1/jobs").await.status, 401);
+
+    assert_eq!(get(None, "/healthz").await.status, 200);
+    assert_eq!(get(None, "/readyz").await.status, 200);
+}
+
+/// RFC 9110 §11.1: the authentication scheme name is case-insensitive.
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let app = TestApp::start_with("authcase", Options { tokens: vec!["s3cret".into()], ..Options::default() }).await;
+    for auth in ["bearer s3cret", "BEARER s3cret"] {
+        let r = app.send(app.http.get(app.url("/v1/jobs")).header("authorization", auth)).await;
+        assert_eq!(r.status, 200, "{auth}: {}", r.text);
+    }
+}
+
+#[tokio::test]
+async fn unknown_routes_are_404_problems() {
+    let app = TestApp::start("routes").await;
+    for path in ["/nope", "/v1/nope", "/v2/jobs", "/v1/jobs/x/y/z"] {
+        assert_problem(&app.get(path).await, 404);
+    }
+}
+
+/// Errors are problem+json (RFC 9457) — also a method a route does not have.
+#[tokio::test]
+async fn a_wrong_method_is_a_405_problem() {
+    let app = TestApp::start("405").await;
+    let id = app.create_id(&example_job()).await;
+    let r = app.send(app.http.patch(app.url(&format!("/v1/jobs/{id}"))).json(&example_job())).await;
+    assert_problem(&r, 405);
+    assert!(r.header("allow").is_some(), "405 without Allow");
+}
+
+/// Errors are problem+json (RFC 9457) — also a query string that cannot be parsed.
+#[tokio::test]
+async fn a_malformed_query_string_is_a_problem() {
+    let app = TestApp::start("query").await;
+    let r = app.get("/v1/jobs?limit=1&limit=2").await;
+    assert!(r.status == 400 || r.status == 422, "{} {}", r.status, r.text);
+    assert_problem(&r, r.status);
+}
+
+/// The OpenAPI document is generated from the code, open (no token needed,
+/// even with auth on), and covers every route of the router; Swagger UI
+/// serves beside it.
+#[tokio::test]
+async fn the_openapi_document_and_swagger_ui_are_open_and_cover_every_route() {
+    let app = TestApp::start_with("openapi", Options { tokens: vec!["s3cret".into()], ..Default::default() }).await;
+    let r = app.get("/openapi.json").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.header("content-type").is_some_and(|ct| ct.starts_with("application/json")), "{:?}", r.headers);
+    let doc = r.json();
+    assert!(doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.")), "{}", doc["openapi"]);
+    let routes = [
+        ("post", "/v1/jobs"),
+        ("get", "/v1/jobs"),
+        ("get", "/v1/jobs/{id}"),
+        ("put", "/v1/jobs/{id}"),
+        ("delete", "/v1/jobs/{id}"),
+        ("post", "/v1/jobs/{id}/pause"),
+        ("post", "/v1/jobs/{id}/resume"),
+        ("get", "/v1/jobs/{id}/next"),
+        ("post", "/v1/jobs/{id}/trigger"),
+        ("get", "/v1/jobs/{id}/executions"),
+        ("get", "/v1/jobs/{id}/executions/{scheduled_at}"),
+        ("get", "/v1/executions"),
+        ("post", "/v1/executions/replay"),
+        ("post", "/v1/executions/{job_id}/{scheduled_at}/replay"),
+        ("get", "/v1/cluster"),
+        ("get", "/healthz"),
+        ("get", "/readyz"),
+        ("get", "/metrics"),
+        ("get", "/openapi.json"),
+    ];
+    for (method, path) in routes {
+        let op = &doc["paths"][path][method];
+        assert!(op.is_object(), "{method} {path} is missing from the document");
+        let secured = op["security"].as_array().is_some_and(|s| s.iter().any(|r| r.get("bearer").is_some()));
+        assert_eq!(secured, path.starts_with("/v1/"), "{method} {path}: bearer security");
+        // Every /v1 operation documents its problem+json errors.
+        if path.starts_with("/v1/") {
+            let problem = &op["responses"]["401"]["content"]["application/problem+json"];
+            assert!(problem.is_object(), "{method} {path}: no problem+json 401");
+        }
+    }
+    let documented: usize = doc["paths"].as_object().unwrap().values().map(|p| p.as_object().unwrap().len()).sum();
+    assert_eq!(documented, routes.len(), "the document has operations the test does not list");
+    assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+    let problem = &doc["components"]["schemas"]["Problem"]["properties"];
+    for f in ["status", "title", "detail", "errors"] {
+        assert!(problem[f].is_object(), "Problem lacks {f}");
+    }
+    for union in ["ScheduleKind", "Target"] {
+        let schema = &doc["components"]["schemas"][union];
+        assert_eq!(schema["discriminator"]["propertyName"], "kind", "{union}: {schema}");
+        assert!(schema["oneOf"].is_array(), "{union}: {schema}");
+    }
+    let job = &doc["components"]["schemas"]["JobSpec"]["properties"];
+    for f in ["name", "schedule", "target", "retry", "misfire", "misfire_cap", "paused"] {
+        assert!(job[f].is_object(), "JobSpec lacks {f}");
+    }
+
+    let ui = app.get("/docs/").await;
+    assert_eq!(ui.status, 200, "{}", ui.text);
+    assert!(ui.header("content-type").is_some_and(|ct| ct.starts_with("text/html")), "{:?}", ui.headers);
+    assert!(ui.text.to_lowercase().contains("swagger"), "{}", ui.text);
+    let ui = app.get("/docs").await; // redirected to /docs/
+    assert_eq!(ui.status, 200, "{}", ui.text);
+    // The API itself still wants the token.
+    assert_problem(&app.get("/v1/jobs").await, 401);
+}
+
+/// Postgres cannot store a NUL character (jsonb or text), which made such
+/// input a 500 (found while writing the OpenAPI schema); it is a 422 naming the field.
+#[tokio::test]
+async fn nul_characters_are_422_not_500() {
+    let app = TestApp::start("nul").await;
+    let mut job = example_job();
+    job["target"]["body"] = json!("a\u{0}b");
+    let r = app.post_json("/v1/jobs", &job).await;
+    assert_problem(&r, 422);
+    assert_eq!(r.json()["errors"][0]["field"], "target.body", "{}", r.text);
+    assert_problem(&app.get("/v1/jobs?name_prefix=a%00").await, 422);
+}

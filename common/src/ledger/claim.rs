@@ -1,0 +1,191 @@
+//! The scheduler's writes: claiming due slots, recording slots decided
+//! without firing, and reading where a slot stands for a claimer.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::{Status, Trigger};
+use crate::execution::execution_id;
+use crate::job::JobSpec;
+use crate::message::FireMessage;
+
+/// One due occurrence of a job, as the timer hands it over.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Slot {
+    pub job_id: Uuid,
+    pub scheduled_at: DateTime<Utc>,
+    pub job_version: i64,
+    pub trigger: Trigger,
+}
+
+/// A slot decided without firing (misfire policy): recorded in the ledger.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decided {
+    pub slot: Slot,
+    /// `Skipped` or `Missed`.
+    pub status: Status,
+    pub reason: String,
+}
+
+/// The `$1` (job ids), `$2` (slot times) and `$3` (job versions) arrays of
+/// the statements that take slots.
+pub(super) fn key_columns<'a>(slots: impl Iterator<Item = &'a Slot>) -> (Vec<Uuid>, Vec<DateTime<Utc>>, Vec<i64>) {
+    let mut columns = (Vec::new(), Vec::new(), Vec::new());
+    for s in slots {
+        columns.0.push(s.job_id);
+        columns.1.push(s.scheduled_at);
+        columns.2.push(s.job_version);
+    }
+    columns
+}
+
+/// The claim: insert each slot of a job that still exists, is not paused and
+/// has the version the timer used; re-take a row only when it was skipped
+/// because an older version of the job had pre-armed it.
+const CLAIM_SQL: &str = concat!(
+    "
+WITH slots AS (
+    SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[], $4::uuid[], $5::text[], $6::text[])
+        AS s(job_id, scheduled_at, job_version, fire_id, execution_id, trigger)
+), claimed AS (
+    INSERT INTO scheduled_jobs AS l
+        (job_id, scheduled_at, fire_id, execution_id, trigger, status, scheduler_node, fired_at, job_version)
+    SELECT s.job_id, s.scheduled_at, s.fire_id, s.execution_id, s.trigger, 'pending', $7, now(), s.job_version
+    FROM slots s WHERE ",
+    claimable_by!("s.job_id", "s.job_version", "s.scheduled_at"),
+    "
+    ON CONFLICT (job_id, scheduled_at) DO UPDATE
+        -- A re-take starts the slot afresh: every field a delivery or a
+        -- cancellation wrote goes, or the first message (attempt 1) would
+        -- meet a row that already counts an attempt and be dropped.
+        SET fire_id = EXCLUDED.fire_id, status = 'pending', scheduler_node = EXCLUDED.scheduler_node,
+            fired_at = EXCLUDED.fired_at, job_version = EXCLUDED.job_version, published_at = NULL,
+            reason = NULL, finished_at = NULL, attempts = 0, worker_id = NULL, started_at = NULL,
+            http_status = NULL, sqs_message_id = NULL, response_excerpt = NULL, error = NULL,
+            next_attempt_at = NULL,
+            history = l.history || jsonb_build_array(jsonb_build_object(
+                'event', 'retaken', 'at', cronshard_instant(now()), 'version', EXCLUDED.job_version,
+                'from_version', l.job_version, 'reason', l.reason))
+        WHERE ",
+    retakeable_by!("EXCLUDED.job_version"),
+    "
+    RETURNING l.job_id, l.scheduled_at, l.fire_id, l.execution_id, l.trigger, l.attempts
+)
+SELECT c.job_id, c.scheduled_at, c.fire_id, c.execution_id, c.trigger, c.attempts, j.spec
+FROM claimed c JOIN jobs j ON j.id = c.job_id"
+);
+
+/// Inserts ledger rows for the slots (or re-takes a row a change
+/// cancelled) and returns the messages of those this node took, each with
+/// the attempt its row expects, due at its slot. Slots go in lock order: a
+/// conflicting row is locked as it is met. Idempotent: a slot another node
+/// took simply conflicts and is left out.
+pub async fn claim(
+    client: &impl deadpool_postgres::GenericClient,
+    node_id: &str,
+    slots: &[Slot],
+) -> Result<Vec<(FireMessage, u32)>, tokio_postgres::Error> {
+    if slots.is_empty() {
+        return Ok(Vec::new());
+    }
+    let order = crate::db::lock_order(slots.iter().map(|s| (s.job_id, s.scheduled_at)));
+    let slots: Vec<&Slot> = order.into_iter().map(|i| &slots[i]).collect();
+    let (job_ids, times, versions) = key_columns(slots.iter().copied());
+    let fire_ids: Vec<Uuid> = slots.iter().map(|_| Uuid::now_v7()).collect();
+    let exec_ids: Vec<String> = slots.iter().map(|s| execution_id(s.job_id, s.scheduled_at)).collect();
+    let triggers: Vec<&str> = slots.iter().map(|s| s.trigger.as_str()).collect();
+    let stmt = client.prepare_cached(CLAIM_SQL).await?;
+    let rows = client.query(&stmt, &[&job_ids, &times, &versions, &fire_ids, &exec_ids, &triggers, &node_id]).await?;
+    let mut claimed = Vec::with_capacity(rows.len());
+    for row in rows {
+        let job_id: Uuid = row.get("job_id");
+        let spec: JobSpec = match serde_json::from_value(row.get("spec")) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(job.id = %job_id, error = %format!("{e:#}"), "claimed a job whose spec does not parse");
+                continue;
+            }
+        };
+        let scheduled_at: DateTime<Utc> = row.get("scheduled_at");
+        claimed.push(FireMessage::next_for_row(&row, spec, scheduled_at));
+    }
+    Ok(claimed)
+}
+
+/// Inserts rows for slots decided without firing (trigger `misfire`); a
+/// slot that has a row (another owner decided or fired it) is left alone,
+/// and so is one its version may no longer claim. Returns the rows written.
+pub async fn record_decided(
+    client: &impl deadpool_postgres::GenericClient,
+    node_id: &str,
+    rows: &[Decided],
+) -> Result<u64, tokio_postgres::Error> {
+    let (job_ids, times, versions) = key_columns(rows.iter().map(|r| &r.slot));
+    let fire_ids: Vec<Uuid> = rows.iter().map(|_| Uuid::now_v7()).collect();
+    let exec_ids: Vec<String> = rows.iter().map(|r| execution_id(r.slot.job_id, r.slot.scheduled_at)).collect();
+    let statuses: Vec<&str> = rows.iter().map(|r| r.status.as_str()).collect();
+    let reasons: Vec<&str> = rows.iter().map(|r| r.reason.as_str()).collect();
+    client
+        .execute(
+            concat!(
+                r#"INSERT INTO scheduled_jobs
+                     (job_id, scheduled_at, fire_id, execution_id, trigger, status, reason, scheduler_node, finished_at, job_version)
+                 SELECT s.job_id, s.scheduled_at, s.fire_id, s.execution_id, 'misfire', s.status, s.reason, $8, now(), s.job_version
+                 FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[], $4::uuid[], $5::text[], $6::text[], $7::text[])
+                      AS s(job_id, scheduled_at, job_version, fire_id, execution_id, status, reason)
+                 WHERE "#,
+                claimable_by!("s.job_id", "s.job_version", "s.scheduled_at"),
+                r#"
+                 ON CONFLICT (job_id, scheduled_at) DO NOTHING"#
+            ),
+            &[&job_ids, &times, &versions, &fire_ids, &exec_ids, &statuses, &reasons, &node_id],
+        )
+        .await
+}
+
+/// Where a slot stands for a claimer, as [`check_slots`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotState {
+    /// No ledger row, or one the claimer may re-take: claim it.
+    Open,
+    /// A row of an older version of the job that is not final yet (a worker
+    /// holds it armed, or its message is on its way): once delivered it
+    /// stands; once cancelled it is the claimer's to re-take. Ask again.
+    HeldByOlderVersion,
+    /// Claimed, delivered or decided for good: nothing to do.
+    Settled,
+}
+
+/// Reads where each slot stands. A read, because the claim's `ON CONFLICT
+/// DO UPDATE` locks every conflicting row even where its `WHERE` declines
+/// the update: claiming every lost slot (half of all slots, with two
+/// owners) cost a row lock each, on rows the workers were writing at that
+/// moment, and deadlocked with them.
+pub async fn check_slots(
+    client: &impl deadpool_postgres::GenericClient,
+    slots: &[Slot],
+) -> Result<Vec<SlotState>, tokio_postgres::Error> {
+    if slots.is_empty() {
+        return Ok(Vec::new());
+    }
+    let stmt = client
+        .prepare_cached(concat!(
+            "SELECT b.i, CASE WHEN ",
+            held_by_older_version!("b.job_version"),
+            " IS TRUE THEN 1 ELSE 2 END
+             FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[])
+                  WITH ORDINALITY AS b(job_id, scheduled_at, job_version, i)
+             JOIN scheduled_jobs l ON l.job_id = b.job_id AND l.scheduled_at = b.scheduled_at
+             WHERE ",
+            retakeable_by!("b.job_version"),
+            " IS NOT TRUE"
+        ))
+        .await?;
+    let (job_ids, times, versions) = key_columns(slots.iter());
+    let mut states = vec![SlotState::Open; slots.len()];
+    for row in client.query(&stmt, &[&job_ids, &times, &versions]).await? {
+        let (i, state): (i64, i32) = (row.get(0), row.get(1));
+        states[i as usize - 1] = if state == 1 { SlotState::HeldByOlderVersion } else { SlotState::Settled };
+    }
+    Ok(states)
+}

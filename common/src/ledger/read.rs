@@ -1,0 +1,255 @@
+//! Reads of the ledger: executions as the API shows them, and what the
+//! scheduler needs to know of the slots a job has already had.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use super::{Status, Trigger};
+use crate::execution::{serialize_instant, serialize_opt_instant};
+
+/// One ledger row: what became of one slot of a job.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Execution {
+    pub job_id: Uuid,
+    #[serde(serialize_with = "serialize_instant")]
+    pub scheduled_at: DateTime<Utc>,
+    /// `{job_id}@{scheduled_at}`, or with `#manual` for a manual trigger.
+    pub execution_id: String,
+    pub fire_id: Uuid,
+    pub trigger: Trigger,
+    pub status: Status,
+    pub attempts: i32,
+    pub scheduler_node: Option<String>,
+    pub worker_id: Option<String>,
+    #[serde(serialize_with = "serialize_opt_instant")]
+    pub fired_at: Option<DateTime<Utc>>,
+    /// When the broker confirmed the message. Stays null when a worker had
+    /// already started the row by then (the stamp only serves the outbox
+    /// sweep, which looks at pending rows).
+    #[serde(serialize_with = "serialize_opt_instant")]
+    pub published_at: Option<DateTime<Utc>>,
+    #[serde(serialize_with = "serialize_opt_instant")]
+    pub started_at: Option<DateTime<Utc>>,
+    #[serde(serialize_with = "serialize_opt_instant")]
+    pub finished_at: Option<DateTime<Utc>>,
+    pub http_status: Option<i32>,
+    pub sqs_message_id: Option<String>,
+    pub response_excerpt: Option<String>,
+    pub error: Option<String>,
+    /// Why the slot was skipped or missed (paused, deleted, superseded, the
+    /// misfire policy), or `replay`.
+    pub reason: Option<String>,
+}
+
+/// A ledger row with its history.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ExecutionWithHistory {
+    #[serde(flatten)]
+    pub execution: Execution,
+    /// What happened to the slot, oldest first. Each entry has `event`:
+    /// `attempt` (`attempt`, `worker_id`, `started_at`, `finished_at`,
+    /// `outcome`, `http_status`, `sqs_message_id`, `error`, `redelivered`),
+    /// `skipped` (`at`, `reason`), `recovered` (`at`), `released` (`at`,
+    /// `attempt`, `worker_id`: a worker gave back an attempt it did not
+    /// deliver), `retaken`, `stranded` or `replay` (`at`).
+    pub history: Vec<serde_json::Map<String, Value>>,
+}
+
+impl Execution {
+    /// From a `SELECT *` of the table.
+    pub(super) fn from_row(r: &Row) -> Self {
+        Execution {
+            job_id: r.get("job_id"),
+            scheduled_at: r.get("scheduled_at"),
+            execution_id: r.get("execution_id"),
+            fire_id: r.get("fire_id"),
+            trigger: r.get("trigger"),
+            status: r.get("status"),
+            attempts: r.get("attempts"),
+            scheduler_node: r.get("scheduler_node"),
+            worker_id: r.get("worker_id"),
+            fired_at: r.get("fired_at"),
+            published_at: r.get("published_at"),
+            started_at: r.get("started_at"),
+            finished_at: r.get("finished_at"),
+            http_status: r.get("http_status"),
+            sqs_message_id: r.get("sqs_message_id"),
+            response_excerpt: r.get("response_excerpt"),
+            error: r.get("error"),
+            reason: r.get("reason"),
+        }
+    }
+}
+
+impl ExecutionWithHistory {
+    pub(super) fn from_row(r: &Row) -> Self {
+        ExecutionWithHistory {
+            execution: Execution::from_row(r),
+            history: serde_json::from_value(r.get("history")).unwrap_or_default(),
+        }
+    }
+}
+
+/// Which executions a listing takes (every field optional); `from` is
+/// inclusive, `to` exclusive, on the slot's instant.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub job_id: Option<Uuid>,
+    pub status: Option<Status>,
+    pub from: Option<DateTime<Utc>>,
+    pub to: Option<DateTime<Utc>>,
+}
+
+/// Up to `limit` executions matching `filter`, newest first, before the
+/// cursor (the last item of the previous page: its slot, and its job for a
+/// listing across jobs); and whether there are more.
+pub async fn list(
+    client: &impl deadpool_postgres::GenericClient,
+    filter: &Filter,
+    cursor: Option<(DateTime<Utc>, Option<Uuid>)>,
+    limit: i64,
+) -> Result<(Vec<Execution>, bool), tokio_postgres::Error> {
+    let status = filter.status.map(Status::as_str);
+    let (cursor_at, cursor_job) = (cursor.map(|c| c.0), cursor.and_then(|c| c.1));
+    // With a job, the order is the slot's; across jobs, (slot, job).
+    let rows = client
+        .query(
+            "SELECT * FROM scheduled_jobs
+             WHERE ($1::text IS NULL OR status = $1) AND ($2::uuid IS NULL OR job_id = $2)
+               AND ($3::timestamptz IS NULL OR scheduled_at >= $3) AND ($4::timestamptz IS NULL OR scheduled_at < $4)
+               AND ($5::timestamptz IS NULL
+                    OR CASE WHEN $6::uuid IS NULL THEN scheduled_at < $5 ELSE (scheduled_at, job_id) < ($5, $6) END)
+             ORDER BY scheduled_at DESC, job_id DESC LIMIT $7",
+            &[&status, &filter.job_id, &filter.from, &filter.to, &cursor_at, &cursor_job, &(limit + 1)],
+        )
+        .await?;
+    let more = rows.len() as i64 > limit;
+    Ok((rows.iter().take(limit as usize).map(Execution::from_row).collect(), more))
+}
+
+/// The execution of one slot, with its history.
+pub async fn get(
+    client: &impl deadpool_postgres::GenericClient,
+    job_id: Uuid,
+    at: DateTime<Utc>,
+) -> Result<Option<ExecutionWithHistory>, tokio_postgres::Error> {
+    Ok(client
+        .query_opt("SELECT * FROM scheduled_jobs WHERE job_id = $1 AND scheduled_at = $2", &[&job_id, &at])
+        .await?
+        .as_ref()
+        .map(ExecutionWithHistory::from_row))
+}
+
+/// Slots of the job before `at` that count towards `max_runs`, as the
+/// scheduler counts them.
+pub async fn runs_before(
+    client: &impl deadpool_postgres::GenericClient,
+    job_id: Uuid,
+    at: DateTime<Utc>,
+) -> Result<u64, tokio_postgres::Error> {
+    let n: i64 = client
+        .query_one(
+            concat!(
+                "SELECT count(*) FROM scheduled_jobs WHERE job_id = $1 AND scheduled_at < $2 AND ",
+                counts_as_run!()
+            ),
+            &[&job_id, &at],
+        )
+        .await?
+        .get(0);
+    Ok(n as u64)
+}
+
+/// SQL expression on a row of `jobs`: the runs its job has used, for a job
+/// with `max_runs` (NULL otherwise). Spans every ledger partition, so a
+/// statement that does not need it (a create) should not plan it.
+#[macro_export]
+macro_rules! ledger_runs_used_by_jobs_row {
+    () => {
+        concat!(
+            "CASE WHEN jobs.spec->'schedule'->'max_runs' IS NOT NULL
+                  THEN (SELECT count(*) FROM scheduled_jobs s WHERE s.job_id = jobs.id AND ",
+            $crate::ledger_counts_as_run!("s."),
+            ") END"
+        )
+    };
+}
+
+/// What the ledger holds of a job's slots since `since` (schedule and
+/// misfire slots, not manual fires), as a new owner's timer needs it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Span {
+    /// The latest slot taken care of (claimed or decided for the current
+    /// version).
+    pub last_slot: Option<DateTime<Utc>>,
+    /// The earliest slot not taken care of: a row of an older version that
+    /// is not final, or one cancelled for the version now in force. The
+    /// slot is this version's to claim (or re-take) once that row is
+    /// decided, so the timer starts there even when a later slot is
+    /// already claimed (a previous owner claims ahead).
+    pub unsettled_from: Option<DateTime<Utc>>,
+}
+
+/// The [`Span`] of each job, in one query pruned to the partitions since `since`.
+pub async fn spans(
+    client: &impl deadpool_postgres::GenericClient,
+    job_ids: &[Uuid],
+    since: DateTime<Utc>,
+) -> Result<HashMap<Uuid, Span>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            concat!(
+                "SELECT l.job_id, max(l.scheduled_at) FILTER (WHERE NOT unsettled) AS last_slot,
+                        min(l.scheduled_at) FILTER (WHERE unsettled) AS unsettled_from
+                 FROM (SELECT l.job_id, l.scheduled_at, (",
+                held_by_older_version!("j.version"),
+                " OR ",
+                retakeable_by!("j.version"),
+                ") AS unsettled
+                       FROM scheduled_jobs l JOIN jobs j ON j.id = l.job_id
+                       WHERE l.job_id = ANY($1) AND l.scheduled_at >= $2 AND l.trigger <> 'manual') l
+                 GROUP BY l.job_id"
+            ),
+            &[&job_ids, &since],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get("job_id"), Span { last_slot: r.get("last_slot"), unsettled_from: r.get("unsettled_from") }))
+        .collect())
+}
+
+/// A job's runs towards `max_runs`, as the ledger still holds them (its
+/// retention bounds the history).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Runs {
+    pub total: u64,
+    /// The slots of those runs due at or after the job's last change.
+    pub since_change: Vec<DateTime<Utc>>,
+}
+
+/// The [`Runs`] of each job that has any, in one query.
+pub async fn runs(
+    client: &impl deadpool_postgres::GenericClient,
+    job_ids: &[Uuid],
+) -> Result<HashMap<Uuid, Runs>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            concat!(
+                "SELECT l.job_id, count(*),
+                        coalesce(array_agg(l.scheduled_at) FILTER (WHERE l.scheduled_at >= j.updated_at), '{}')
+                 FROM scheduled_jobs l JOIN jobs j ON j.id = l.job_id
+                 WHERE l.job_id = ANY($1) AND ",
+                counts_as_run!(),
+                " GROUP BY l.job_id"
+            ),
+            &[&job_ids],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), Runs { total: r.get::<_, i64>(1) as u64, since_change: r.get(2) })).collect())
+}
