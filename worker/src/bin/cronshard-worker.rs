@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use clap::Parser;
 
 use common::config::{LogArgs, RetryDefaults, ServiceArgs};
-use worker::{WorkerConfig, ssrf::SsrfGuard};
+use worker::{WorkerConfig, deliver::ssrf::SsrfGuard};
 
 #[derive(Parser, Debug)]
 #[command(version, about = "A cronshard worker")]

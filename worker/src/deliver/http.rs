@@ -13,8 +13,8 @@ use common::execution::format_instant;
 use common::job::HttpTarget;
 use common::message::FireMessage;
 
-use super::Outcome;
 use super::ssrf::{CallbackRefused, GuardedResolver, SsrfGuard};
+use super::{DeliveryError, Outcome};
 
 const EXCERPT_BYTES: usize = 1024;
 
@@ -56,11 +56,11 @@ impl HttpDelivery {
     pub async fn deliver(&self, target: &HttpTarget, message: &FireMessage, attempt: u32) -> Outcome {
         let url = match Url::parse(&target.url) {
             Ok(u) => u,
-            Err(e) => return Outcome::permanent(None, format!("invalid URL: {e}")),
+            Err(e) => return Outcome::failure(DeliveryError::InvalidTarget(format!("invalid URL: {e}"))),
         };
         // IP literals never reach the resolver, so check them here.
         if let Some(reason) = literal_refusal(&self.guard, &url) {
-            return Outcome::permanent(None, reason);
+            return Outcome::failure(DeliveryError::CallbackRefused(reason));
         }
         let method = Method::from_bytes(target.method.as_bytes()).unwrap_or(Method::POST);
         let client = if target.follow_redirects { &self.following } else { &self.direct };
@@ -91,21 +91,23 @@ impl HttpDelivery {
                 if status.is_success() {
                     Outcome::Success { http_status: Some(status.as_u16()), excerpt }
                 } else {
-                    Outcome::Failure {
-                        http_status: Some(status.as_u16()),
-                        error: format!("HTTP {status}"),
-                        excerpt,
-                        retryable: true,
-                    }
+                    Outcome::Failure { error: DeliveryError::HttpStatus(status), excerpt }
                 }
             }
-            Err(e) => {
-                let refused = refused_by_guard(&e);
-                let error =
-                    if e.is_timeout() { format!("timed out after {} ms", target.timeout_ms) } else { error_chain(&e) };
-                Outcome::Failure { http_status: None, error, excerpt: String::new(), retryable: !refused }
-            }
+            Err(e) => Outcome::failure(request_error(&e, target.timeout_ms)),
         }
+    }
+}
+
+/// A request that got no response. The refusal is looked for first: it
+/// decides that no retry is made, whatever else the error says.
+fn request_error(e: &reqwest::Error, timeout_ms: u64) -> DeliveryError {
+    if refused_by_guard(e) {
+        DeliveryError::CallbackRefused(error_chain(e))
+    } else if e.is_timeout() {
+        DeliveryError::TimedOut { timeout_ms }
+    } else {
+        DeliveryError::Connection(error_chain(e))
     }
 }
 

@@ -53,7 +53,7 @@ use common::execution::format_instant;
 use common::job::SqsTarget;
 use common::message::FireMessage;
 
-use super::Outcome;
+use super::{DeliveryError, Outcome, SqsFault};
 
 pub const EXECUTION_ID_ATTRIBUTE: &str = "X-Cronshard-Execution-Id";
 pub const SCHEDULED_AT_ATTRIBUTE: &str = "X-Cronshard-Scheduled-At";
@@ -126,23 +126,24 @@ impl SqsDelivery {
     pub async fn deliver(&self, target: &SqsTarget, message: &FireMessage, attempt: u32) -> (Outcome, Option<String>) {
         let client = self.client().await;
         if client.config().region().is_none() {
-            let error = "no AWS region is configured for SQS delivery on this worker (set AWS_REGION)".to_owned();
-            return (Outcome::Failure { http_status: None, error, excerpt: String::new(), retryable: true }, None);
+            return (Outcome::failure(DeliveryError::NoAwsRegion), None);
         }
         let fifo = target.queue_url.ends_with(".fifo");
         let attributes = match attributes(target, message, attempt) {
             Ok(a) => a,
-            Err(e) => return (Outcome::permanent(None, e), None),
+            Err(e) => return (Outcome::failure(DeliveryError::InvalidTarget(e)), None),
         };
         let body = match target.body.as_deref() {
             Some(b) if !b.is_empty() => b.to_owned(),
             _ => default_body(message),
         };
         if let Some(c) = body.chars().find(|c| !sqs_char(*c)) {
-            return (Outcome::permanent(None, format!("the body contains {c:?}, which SQS does not allow")), None);
+            let error = DeliveryError::InvalidTarget(format!("the body contains {c:?}, which SQS does not allow"));
+            return (Outcome::failure(error), None);
         }
         if fifo && target.message_group_id.is_none() {
-            return (Outcome::permanent(None, "a FIFO queue (.fifo) needs a message_group_id".into()), None);
+            let error = DeliveryError::InvalidTarget("a FIFO queue (.fifo) needs a message_group_id".into());
+            return (Outcome::failure(error), None);
         }
         let mut request = client
             .send_message()
@@ -157,19 +158,12 @@ impl SqsDelivery {
         match request.send().await {
             Ok(out) => {
                 let Some(id) = out.message_id else {
-                    let error = "SQS accepted the message but returned no MessageId".to_owned();
-                    return (
-                        Outcome::Failure { http_status: None, error, excerpt: String::new(), retryable: true },
-                        None,
-                    );
+                    return (Outcome::failure(DeliveryError::SqsNoMessageId), None);
                 };
                 let excerpt = out.sequence_number.map(|n| format!("SequenceNumber {n}")).unwrap_or_default();
                 (Outcome::Success { http_status: None, excerpt }, Some(id))
             }
-            Err(e) => {
-                let (error, retryable) = describe(&e);
-                (Outcome::Failure { http_status: None, error, excerpt: String::new(), retryable }, None)
-            }
+            Err(e) => (Outcome::failure(describe(&e)), None),
         }
     }
 }
@@ -244,27 +238,29 @@ fn sqs_char(c: char) -> bool {
     matches!(c, '\t' | '\n' | '\r' | ' '..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
 }
 
-/// The error on one line, and whether a retry may help.
-fn describe(e: &SdkError<SendMessageError>) -> (String, bool) {
+/// The SDK's error as a `DeliveryError`: whether a retry may help is
+/// decided here, by the kind of error and SQS's error code.
+fn describe(e: &SdkError<SendMessageError>) -> DeliveryError {
     match e {
         SdkError::ServiceError(service) => {
             let err = service.err();
             let code = err.code().unwrap_or("unknown");
-            let message = err.message().unwrap_or("");
-            let status = service.raw().status().as_u16();
             let permanent = err.is_queue_does_not_exist()
                 || err.is_invalid_address()
                 || err.is_invalid_message_contents()
                 || err.is_unsupported_operation()
                 || PERMANENT_CODES.contains(&code);
-            let what = if err.is_queue_does_not_exist() { "the queue does not exist: " } else { "" };
-            (format!("SQS SendMessage failed (HTTP {status}): {what}{code}: {message}"), !permanent)
+            let fault = SqsFault {
+                status: service.raw().status().as_u16(),
+                code: code.to_owned(),
+                message: err.message().unwrap_or("").to_owned(),
+                queue_missing: err.is_queue_does_not_exist(),
+            };
+            if permanent { DeliveryError::SqsRejected(fault) } else { DeliveryError::SqsService(fault) }
         }
-        SdkError::TimeoutError(_) => (format!("SQS SendMessage timed out: {}", DisplayErrorContext(e)), true),
-        SdkError::ConstructionFailure(_) => {
-            (format!("SQS SendMessage could not be built: {}", DisplayErrorContext(e)), false)
-        }
-        _ => (format!("SQS SendMessage failed: {}", DisplayErrorContext(e)), true),
+        SdkError::TimeoutError(_) => DeliveryError::SqsTimedOut(DisplayErrorContext(e).to_string()),
+        SdkError::ConstructionFailure(_) => DeliveryError::SqsUnbuildable(DisplayErrorContext(e).to_string()),
+        _ => DeliveryError::SqsTransport(DisplayErrorContext(e).to_string()),
     }
 }
 

@@ -1,0 +1,271 @@
+//! Delivery: one attempt at a slot's target, HTTP (`http`, behind the SSRF
+//! guard of `ssrf`) or SQS (`sqs`), and what it came to (`Outcome`). Why an
+//! attempt failed is a `DeliveryError`, which alone decides whether another
+//! attempt may help; the job's retry policy decides whether one is made.
+
+pub mod http;
+pub mod sqs;
+pub mod ssrf;
+
+use common::job::Target;
+use common::message::FireMessage;
+
+use self::http::HttpDelivery;
+use self::sqs::SqsDelivery;
+use self::ssrf::SsrfGuard;
+use super::WorkerConfig;
+
+/// What one delivery attempt came to.
+#[derive(Debug)]
+pub enum Outcome {
+    Success { http_status: Option<u16>, excerpt: String },
+    Failure { error: DeliveryError, excerpt: String },
+}
+
+impl Outcome {
+    /// A failure without a response body to keep.
+    pub fn failure(error: DeliveryError) -> Self {
+        Outcome::Failure { error, excerpt: String::new() }
+    }
+}
+
+/// Why a delivery attempt failed. The text (`Display`) is what the ledger
+/// records and the failed queue's `x-cronshard-failure-reason` carries.
+#[derive(Debug, thiserror::Error)]
+pub enum DeliveryError {
+    /// The SSRF guard refused the callback's address: an IP literal in the
+    /// URL, or every address its host resolves to. The text names the
+    /// address and how to allow it.
+    #[error("{0}")]
+    CallbackRefused(String),
+    /// The target cannot be delivered as it stands: an invalid URL, a body
+    /// or message attribute SQS does not allow, a FIFO queue without a group
+    /// id. The text says what is wrong.
+    #[error("{0}")]
+    InvalidTarget(String),
+    /// No response within the target's `timeout_ms`.
+    #[error("timed out after {timeout_ms} ms")]
+    TimedOut { timeout_ms: u64 },
+    /// The HTTP request failed without a response (connecting, TLS, a
+    /// redirect that could not be followed); the text is the error with its
+    /// causes.
+    #[error("{0}")]
+    Connection(String),
+    /// The receiver answered with a status other than 2xx.
+    #[error("HTTP {0}")]
+    HttpStatus(reqwest::StatusCode),
+    /// This worker has no AWS region, so it cannot reach SQS at all.
+    #[error("no AWS region is configured for SQS delivery on this worker (set AWS_REGION)")]
+    NoAwsRegion,
+    /// SQS refused the message for a reason in the job's target: the queue
+    /// does not exist, invalid parameters, contents or attribute names, an
+    /// unsupported operation.
+    #[error("{0}")]
+    SqsRejected(SqsFault),
+    /// Any other SQS error answer: throttling, credentials, permissions, KMS.
+    #[error("{0}")]
+    SqsService(SqsFault),
+    /// SQS did not answer within the SDK's timeouts.
+    #[error("SQS SendMessage timed out: {0}")]
+    SqsTimedOut(String),
+    /// The SDK could not build the request from the target.
+    #[error("SQS SendMessage could not be built: {0}")]
+    SqsUnbuildable(String),
+    /// The request got no usable answer from SQS (not sent, or the response
+    /// could not be read).
+    #[error("SQS SendMessage failed: {0}")]
+    SqsTransport(String),
+    /// SQS answered success without the MessageId the ledger records.
+    #[error("SQS accepted the message but returned no MessageId")]
+    SqsNoMessageId,
+}
+
+impl DeliveryError {
+    /// Whether another attempt may succeed. No wildcard arm, so that a new
+    /// variant has to be decided here.
+    pub fn retryable(&self) -> bool {
+        match self {
+            // The job itself is at fault: every attempt would fail the same way.
+            DeliveryError::CallbackRefused(_)
+            | DeliveryError::InvalidTarget(_)
+            | DeliveryError::SqsRejected(_)
+            | DeliveryError::SqsUnbuildable(_) => false,
+            // Every status other than 2xx, 4xx as well as 5xx: the job's
+            // retry policy bounds the attempts.
+            DeliveryError::HttpStatus(_) => true,
+            DeliveryError::TimedOut { .. }
+            | DeliveryError::Connection(_)
+            | DeliveryError::SqsTimedOut(_)
+            | DeliveryError::SqsTransport(_)
+            | DeliveryError::SqsNoMessageId => true,
+            // The operator's to fix, and another worker may be configured.
+            DeliveryError::NoAwsRegion | DeliveryError::SqsService(_) => true,
+        }
+    }
+
+    /// The receiver's status, for the ledger's `http_status`; only an HTTP
+    /// answer has one (an SQS error's status is in the text).
+    pub fn http_status(&self) -> Option<u16> {
+        match self {
+            DeliveryError::HttpStatus(status) => Some(status.as_u16()),
+            _ => None,
+        }
+    }
+}
+
+/// An error answer from SQS to SendMessage.
+#[derive(Debug, Clone)]
+pub struct SqsFault {
+    /// The HTTP status of SQS's answer.
+    pub status: u16,
+    pub code: String,
+    pub message: String,
+    /// Said in words in the text: the codes for it are cryptic.
+    pub queue_missing: bool,
+}
+
+impl std::fmt::Display for SqsFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = if self.queue_missing { "the queue does not exist: " } else { "" };
+        write!(f, "SQS SendMessage failed (HTTP {}): {what}{}: {}", self.status, self.code, self.message)
+    }
+}
+
+/// The two kinds of delivery a worker makes, built once and kept across
+/// broker sessions (the HTTP connection pool and the SQS client with them).
+pub(crate) struct Deliverers {
+    http: HttpDelivery,
+    sqs: SqsDelivery,
+}
+
+impl Deliverers {
+    pub(crate) fn new(config: &WorkerConfig) -> anyhow::Result<Self> {
+        Ok(Self {
+            http: HttpDelivery::new(SsrfGuard::new(config.allow_cidrs.clone()), config.max_in_flight)?,
+            sqs: SqsDelivery::new(config.aws.clone()),
+        })
+    }
+
+    /// One attempt at the message's target; a successful SQS delivery comes
+    /// with its MessageId.
+    pub(crate) async fn deliver(&self, m: &FireMessage, attempt: u32) -> (Outcome, Option<String>) {
+        match &m.target {
+            Target::Http(target) => (self.http.deliver(target, m, attempt).await, None),
+            Target::Sqs(target) => self.sqs.deliver(target, m, attempt).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use reqwest::StatusCode;
+
+    use super::*;
+
+    fn fault(queue_missing: bool) -> SqsFault {
+        SqsFault {
+            status: 400,
+            code: "AWS.SimpleQueueService.NonExistentQueue".into(),
+            message: "The specified queue does not exist.".into(),
+            queue_missing,
+        }
+    }
+
+    /// One error of each variant, with whether it is retryable.
+    fn one_of_each() -> Vec<(DeliveryError, bool)> {
+        vec![
+            (DeliveryError::CallbackRefused("callback refused: 127.0.0.1 is a loopback address".into()), false),
+            (DeliveryError::InvalidTarget("invalid URL: relative URL without a base".into()), false),
+            (DeliveryError::TimedOut { timeout_ms: 1500 }, true),
+            (DeliveryError::Connection("error sending request: connection refused".into()), true),
+            (DeliveryError::HttpStatus(StatusCode::INTERNAL_SERVER_ERROR), true),
+            (DeliveryError::NoAwsRegion, true),
+            (DeliveryError::SqsRejected(fault(true)), false),
+            (DeliveryError::SqsService(SqsFault { code: "ThrottlingException".into(), ..fault(false) }), true),
+            (DeliveryError::SqsTimedOut("operation timeout".into()), true),
+            (DeliveryError::SqsUnbuildable("missing queue url".into()), false),
+            (DeliveryError::SqsTransport("dispatch failure".into()), true),
+            (DeliveryError::SqsNoMessageId, true),
+        ]
+    }
+
+    /// Exhaustive, so a new variant fails to compile here until it is given
+    /// a case in `one_of_each`.
+    fn variant(e: &DeliveryError) -> &'static str {
+        match e {
+            DeliveryError::CallbackRefused(_) => "CallbackRefused",
+            DeliveryError::InvalidTarget(_) => "InvalidTarget",
+            DeliveryError::TimedOut { .. } => "TimedOut",
+            DeliveryError::Connection(_) => "Connection",
+            DeliveryError::HttpStatus(_) => "HttpStatus",
+            DeliveryError::NoAwsRegion => "NoAwsRegion",
+            DeliveryError::SqsRejected(_) => "SqsRejected",
+            DeliveryError::SqsService(_) => "SqsService",
+            DeliveryError::SqsTimedOut(_) => "SqsTimedOut",
+            DeliveryError::SqsUnbuildable(_) => "SqsUnbuildable",
+            DeliveryError::SqsTransport(_) => "SqsTransport",
+            DeliveryError::SqsNoMessageId => "SqsNoMessageId",
+        }
+    }
+
+    #[test]
+    fn retryable_decides_every_variant() {
+        let cases = one_of_each();
+        let covered: std::collections::HashSet<_> = cases.iter().map(|(e, _)| variant(e)).collect();
+        assert_eq!(covered.len(), 12, "one case per variant: {covered:?}");
+        for (error, retryable) in cases {
+            assert_eq!(error.retryable(), retryable, "{}: {error}", variant(&error));
+        }
+    }
+
+    #[test]
+    fn every_http_status_is_retried_client_errors_too() {
+        for code in [400, 401, 403, 404, 409, 410, 422, 429, 500, 502, 503, 504, 599] {
+            let error = DeliveryError::HttpStatus(StatusCode::from_u16(code).unwrap());
+            assert!(error.retryable(), "{code}");
+            assert_eq!(error.http_status(), Some(code));
+        }
+    }
+
+    #[test]
+    fn only_an_http_answer_has_a_status() {
+        for (error, _) in one_of_each() {
+            let expected = matches!(error, DeliveryError::HttpStatus(_)).then_some(500);
+            assert_eq!(error.http_status(), expected, "{error}");
+        }
+    }
+
+    #[test]
+    fn the_texts_are_those_the_ledger_has_always_recorded() {
+        let text = |e: DeliveryError| e.to_string();
+        assert_eq!(
+            text(DeliveryError::HttpStatus(StatusCode::INTERNAL_SERVER_ERROR)),
+            "HTTP 500 Internal Server Error"
+        );
+        assert_eq!(
+            text(DeliveryError::HttpStatus(StatusCode::from_u16(599).unwrap())),
+            "HTTP 599 <unknown status code>"
+        );
+        assert_eq!(text(DeliveryError::TimedOut { timeout_ms: 1500 }), "timed out after 1500 ms");
+        assert_eq!(text(DeliveryError::InvalidTarget("invalid URL: x".into())), "invalid URL: x");
+        assert_eq!(text(DeliveryError::CallbackRefused("callback refused: y".into())), "callback refused: y");
+        assert_eq!(text(DeliveryError::Connection("error sending request".into())), "error sending request");
+        assert_eq!(
+            text(DeliveryError::NoAwsRegion),
+            "no AWS region is configured for SQS delivery on this worker (set AWS_REGION)"
+        );
+        assert_eq!(
+            text(DeliveryError::SqsRejected(fault(true))),
+            "SQS SendMessage failed (HTTP 400): the queue does not exist: \
+             AWS.SimpleQueueService.NonExistentQueue: The specified queue does not exist."
+        );
+        assert_eq!(
+            text(DeliveryError::SqsService(SqsFault { status: 403, code: "AccessDenied".into(), ..fault(false) })),
+            "SQS SendMessage failed (HTTP 403): AccessDenied: The specified queue does not exist."
+        );
+        assert_eq!(text(DeliveryError::SqsTimedOut("t".into())), "SQS SendMessage timed out: t");
+        assert_eq!(text(DeliveryError::SqsUnbuildable("b".into())), "SQS SendMessage could not be built: b");
+        assert_eq!(text(DeliveryError::SqsTransport("d".into())), "SQS SendMessage failed: d");
+        assert_eq!(text(DeliveryError::SqsNoMessageId), "SQS accepted the message but returned no MessageId");
+    }
+}

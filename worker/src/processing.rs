@@ -1,0 +1,455 @@
+//! One AMQP message on its way through the worker: parse (a fire message or
+//! a bundle), per slot start the ledger row (arming a pre-armed one), wait
+//! for the due instant, verify an armed row, deliver, record the outcome
+//! (after publishing any follow-up), then settle the message: ack, or
+//! requeue when a slot cannot be decided yet. The ledger writes of
+//! concurrent messages go through `Batcher`s, a few large statements in a
+//! burst.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use deadpool_postgres::Pool;
+use lapin::message::Delivery;
+use lapin::options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions};
+use lapin::types::AMQPValue;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use common::backoff::Backoff;
+use common::ledger::Status;
+use common::ledger::Trigger;
+use common::ledger::delivery::{self as ledger, FinishRequest, HeldSlot, JobsSeen, Start, StartRequest, VerifyRequest};
+use common::message::{ATTEMPT_HEADER, FireMessage};
+
+use super::WorkerConfig;
+use super::backpressure::DueBacklog;
+use super::batch::Batcher;
+use super::deliver::{Deliverers, Outcome};
+use super::heartbeat::{Holding, LastBeat};
+use super::retry::{self, RetryPublisher};
+
+/// Ledger statements at once and rows per statement. Few statements is the
+/// point: while one runs, the next requests queue up and the next statement
+/// takes them all, so a burst becomes a few large statements instead of many
+/// small ones competing for the database. Starts gate deliveries, so they
+/// get two (and smaller batches, so the first deliveries begin sooner);
+/// outcomes only gate acks, so they get one.
+const START_STATEMENTS: usize = 2;
+const START_BATCH: usize = 500;
+const FINISH_STATEMENTS: usize = 1;
+const FINISH_BATCH: usize = 2000;
+/// How long an outcome write waits for others to share its statement. It
+/// only delays the ack; at 2,000 fires/s the outcomes otherwise went out
+/// ~500 statements/s of ~4 rows each, the largest share of Postgres's time.
+const OUTCOME_LINGER: Duration = Duration::from_millis(20);
+/// How long a failed outcome write is retried before the message is handed
+/// back (and so delivered again).
+const OUTCOME_RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// What the message tasks of one broker session share.
+pub(crate) struct Shared {
+    config: WorkerConfig,
+    pg: Pool,
+    deliverers: Arc<Deliverers>,
+    retry: RetryPublisher,
+    starts: Batcher<StartRequest, (Start, JobsSeen)>,
+    verifies: Batcher<VerifyRequest, Start>,
+    finishes: Batcher<FinishRequest, bool>,
+    due_backlog: Arc<DueBacklog>,
+    holding: Arc<Holding>,
+}
+
+impl Shared {
+    pub(crate) fn new(
+        config: &WorkerConfig,
+        pg: &Pool,
+        deliverers: Arc<Deliverers>,
+        retry: RetryPublisher,
+        holding: Arc<Holding>,
+        last_beat: Arc<LastBeat>,
+    ) -> Self {
+        let due_backlog = Arc::new(DueBacklog::new(config.max_in_flight));
+        Self {
+            config: config.clone(),
+            pg: pg.clone(),
+            deliverers,
+            retry,
+            starts: {
+                let (pg, worker_id) = (pg.clone(), config.worker_id.clone());
+                Batcher::spawn(START_BATCH, START_STATEMENTS, Duration::ZERO, move |requests| {
+                    let (pg, worker_id) = (pg.clone(), worker_id.clone());
+                    async move { ledger::start_batch(&pg, &worker_id, requests).await }
+                })
+            },
+            verifies: {
+                let (pg, worker_id) = (pg.clone(), config.worker_id.clone());
+                Batcher::spawn(START_BATCH, START_STATEMENTS, Duration::ZERO, move |requests| {
+                    let (pg, worker_id) = (pg.clone(), worker_id.clone());
+                    // Read as the batch forms: a fresh heartbeat lets the
+                    // check skip the rows of unchanged jobs (`verify_batch`).
+                    let heartbeat_fresh = last_beat.fresh();
+                    async move { ledger::verify_batch(&pg, &worker_id, heartbeat_fresh, requests).await }
+                })
+            },
+            finishes: {
+                let (pg, backlog) = (pg.clone(), due_backlog.clone());
+                Batcher::spawn(FINISH_BATCH, FINISH_STATEMENTS, OUTCOME_LINGER, move |requests| {
+                    let (pg, backlog) = (pg.clone(), backlog.clone());
+                    async move {
+                        backlog.defer_outcomes().await;
+                        ledger::finish_batch(&pg, requests).await
+                    }
+                })
+            },
+            due_backlog,
+            holding,
+        }
+    }
+}
+
+/// Times one stage of a message's way through the worker (ledger start,
+/// verify, outcome write, ack).
+async fn timed<T>(stage: &'static str, work: impl std::future::Future<Output = T>) -> T {
+    common::telemetry::timed(common::metrics::WORKER_STAGE_SECONDS, stage, work).await
+}
+
+fn attempt_of(delivery: &Delivery) -> u32 {
+    delivery
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get(ATTEMPT_HEADER))
+        .and_then(|v| match v {
+            AMQPValue::LongInt(n) => Some(*n as i64),
+            AMQPValue::LongLongInt(n) => Some(*n),
+            AMQPValue::ShortInt(n) => Some(*n as i64),
+            AMQPValue::LongUInt(n) => Some(*n as i64),
+            _ => None,
+        })
+        .filter(|n| *n >= 1)
+        .map(|n| n as u32)
+        .unwrap_or(1)
+}
+
+/// Times the message went through retry queues, by RabbitMQ's own `x-death`
+/// count. Only a cross-check: RabbitMQ 3.13+ no longer trusts an `x-death`
+/// a client republished, so the attempt header is what the worker goes by.
+fn retries_by_x_death(delivery: &Delivery) -> Option<u32> {
+    let headers = delivery.properties.headers().as_ref()?;
+    let AMQPValue::FieldArray(deaths) = headers.inner().get("x-death")? else { return None };
+    let mut total = 0;
+    for death in deaths.as_slice() {
+        let AMQPValue::FieldTable(t) = death else { continue };
+        let expired_in_retry_queue =
+            matches!(t.inner().get("reason"), Some(AMQPValue::LongString(r)) if r.to_string() == "expired");
+        if let (true, Some(AMQPValue::LongLongInt(n))) = (expired_in_retry_queue, t.inner().get("count")) {
+            total += *n as u32;
+        }
+    }
+    Some(total)
+}
+
+/// Handles one AMQP message: a single fire message or a bundle of them
+/// (`message::BUNDLE_CONTENT_TYPE`), each slot on its own way to its due
+/// instant. The message is acked once every slot in it is decided, or
+/// requeued whole when one cannot be yet: the slots already decided come
+/// back as duplicates, which the ledger drops.
+pub(crate) async fn handle(
+    shared: Arc<Shared>,
+    delivery: Delivery,
+    in_flight: Arc<Semaphore>,
+    token: CancellationToken,
+) {
+    let messages = match common::message::parse_body(&delivery.data) {
+        Ok(messages) if !messages.is_empty() => messages,
+        result => {
+            // Dead-letters to the failed queue, where an operator can see it.
+            let error = result.err().map_or_else(|| "an empty bundle".to_owned(), |e| e.to_string());
+            tracing::error!(error, "unparsable message; rejecting to the failed queue");
+            let _ = delivery.acker.reject(BasicRejectOptions { requeue: false }).await;
+            return;
+        }
+    };
+    let attempt = attempt_of(&delivery);
+    // A retried message passed through one retry queue per earlier failure.
+    if let Some(retries) = retries_by_x_death(&delivery)
+        && retries + 1 != attempt
+    {
+        tracing::debug!(execution.id = %messages[0].execution_id, attempt, x_death_retries = retries, "x-death disagrees with the attempt header; going by the header");
+        metrics::counter!(common::metrics::WORKER_X_DEATH_MISMATCHES_TOTAL).increment(1);
+    }
+    // Slots go their own ways at once, except a job's misfire catch-up
+    // slots, which the scheduler bundles oldest first: those are delivered
+    // one after the other, so the receiver sees them in scheduled order.
+    let mut runs: Vec<Vec<&FireMessage>> = Vec::new();
+    for m in &messages {
+        match runs.iter_mut().find(|run| {
+            m.trigger == Trigger::Misfire && run[0].trigger == Trigger::Misfire && run[0].job_id == m.job_id
+        }) {
+            Some(run) => run.push(m),
+            None => runs.push(vec![m]),
+        }
+    }
+    let settles: Vec<Settle> = futures::future::join_all(runs.into_iter().map(|run| {
+        let (shared, in_flight, token) = (&shared, &in_flight, &token);
+        async move {
+            let mut settles = Vec::with_capacity(run.len());
+            for m in run {
+                settles.push(handle_slot(shared, m, attempt, delivery.redelivered, in_flight, token).await);
+            }
+            settles
+        }
+    }))
+    .await
+    .into_iter()
+    .flatten()
+    .collect();
+    match settles.into_iter().fold(Settle::Ack, Settle::and) {
+        Settle::Ack => {
+            if let Err(e) = timed("ack", delivery.acker.ack(BasicAckOptions::default())).await {
+                tracing::warn!(execution.id = %messages[0].execution_id, error = %e, "ack failed; the broker will redeliver");
+            }
+        }
+        Settle::Requeue(wait) => requeue_after(&delivery, wait, &token).await,
+    }
+}
+
+/// What the AMQP message of a slot needs once the slot is decided.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Settle {
+    Ack,
+    /// Back to the queue after this long (at once when the worker stops).
+    Requeue(Duration),
+}
+
+impl Settle {
+    /// A message carrying both: requeued, after the longer wait.
+    fn and(self, other: Settle) -> Settle {
+        match (self, other) {
+            (Settle::Ack, Settle::Ack) => Settle::Ack,
+            (Settle::Requeue(a), Settle::Requeue(b)) => Settle::Requeue(a.max(b)),
+            (Settle::Requeue(wait), Settle::Ack) | (Settle::Ack, Settle::Requeue(wait)) => Settle::Requeue(wait),
+        }
+    }
+}
+
+async fn handle_slot(
+    shared: &Shared,
+    message: &FireMessage,
+    attempt: u32,
+    redelivered: bool,
+    in_flight: &Semaphore,
+    token: &CancellationToken,
+) -> Settle {
+    let slot: HeldSlot = (message.job_id, message.scheduled_at, attempt as i32);
+    let Some(hold) = shared.holding.hold(slot) else {
+        // Another task here has this attempt (the copy of a lost session,
+        // still giving its row back): ask again shortly.
+        return Settle::Requeue(ledger::BUSY_RECHECK_MIN);
+    };
+    let mut took_row = false;
+    let result = process(shared, message, attempt, redelivered, in_flight, token, &mut took_row).await;
+    if took_row && !matches!(result, Ok(Processed::Done)) {
+        // This worker will not deliver it: give the row back at once rather
+        // than make the message's next worker wait until this one is
+        // presumed gone (the orphan check covers a failure here).
+        match ledger::release(&shared.pg, &shared.config.worker_id, slot, message.fire_id).await {
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(execution.id = %message.execution_id, error = %format!("{e:#}"), "giving the row back failed; the orphan check will")
+            }
+        }
+    }
+    drop(hold);
+    match result {
+        Ok(Processed::Done) => Settle::Ack,
+        // Stopping: the message goes back for another worker.
+        Ok(Processed::Stopping) => Settle::Requeue(Duration::ZERO),
+        Ok(Processed::Busy(wait)) => {
+            metrics::counter!(common::metrics::WORKER_BUSY_REQUEUES_TOTAL).increment(1);
+            Settle::Requeue(wait)
+        }
+        Err(e) => {
+            tracing::warn!(execution.id = %message.execution_id, error = %format!("{e:#}"), "processing failed; message returns to the queue");
+            // Requeue after a pause so a database outage does not spin.
+            Settle::Requeue(Duration::from_secs(1))
+        }
+    }
+}
+
+/// Returns the message to the queue after `wait` (cut short when the
+/// worker stops), so that a message that cannot be decided yet does not spin.
+async fn requeue_after(delivery: &Delivery, wait: Duration, token: &CancellationToken) {
+    tokio::select! {
+        _ = token.cancelled() => {}
+        _ = tokio::time::sleep(wait) => {}
+    }
+    if let Err(e) = delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await {
+        tracing::warn!(error = %e, "requeue failed; the broker will redeliver");
+    }
+}
+
+enum Processed {
+    /// Delivered, or decided without delivery: ack.
+    Done,
+    /// The worker is stopping before the due instant: requeue.
+    Stopping,
+    /// Another live task holds the attempt: requeue after this long.
+    Busy(Duration),
+}
+
+/// Whether a start or verification lets the delivery go on; logs why not.
+fn go_on(m: &FireMessage, attempt: u32, start: Start) -> bool {
+    match start {
+        Start::Go => true,
+        Start::Duplicate => {
+            tracing::debug!(execution.id = %m.execution_id, attempt, "duplicate message dropped");
+            metrics::counter!(common::metrics::WORKER_DUPLICATES_TOTAL).increment(1);
+            false
+        }
+        Start::Cancelled(reason) => {
+            tracing::info!(execution.id = %m.execution_id, reason, "slot cancelled before delivery");
+            metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Skipped.as_str())
+                .increment(1);
+            false
+        }
+        // Decided by the caller before it gets here.
+        Start::Busy(_) => false,
+    }
+}
+
+async fn process(
+    shared: &Shared,
+    m: &FireMessage,
+    attempt: u32,
+    redelivered: bool,
+    in_flight: &Semaphore,
+    token: &CancellationToken,
+    took_row: &mut bool,
+) -> anyhow::Result<Processed> {
+    let request = StartRequest {
+        job_id: m.job_id,
+        scheduled_at: m.scheduled_at,
+        fire_id: m.fire_id,
+        attempt: attempt as i32,
+        redelivered,
+        due_at: m.due_at,
+    };
+    // A pre-armed message takes its row at once (arming), so that the burst
+    // at the due instant costs reads, not row writes.
+    let (start, jobs_seen) = timed("start", shared.starts.call(request.clone())).await?;
+    if let Start::Busy(wait) = start {
+        tracing::debug!(execution.id = %m.execution_id, attempt, ?wait, "redelivered while a live worker holds the attempt; requeueing");
+        return Ok(Processed::Busy(wait));
+    }
+    if !go_on(m, attempt, start) {
+        return Ok(Processed::Done);
+    }
+    *took_row = true;
+    let armed_early = Utc::now() < m.due_at;
+    // Hold the message until its due instant, never earlier.
+    let wait = (m.due_at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+    tokio::select! {
+        _ = token.cancelled() => return Ok(Processed::Stopping),
+        _ = tokio::time::sleep(wait) => {}
+    }
+    let due_guard = shared.due_backlog.enter();
+    // The check comes before the in-flight permit: every message due in a
+    // burst asks at once, so the checks go in a few large statements. (With
+    // the permit first, only `max_in_flight` could ask at a time: a 10,000
+    // herd made 1,381 tiny statements instead of 25, each holding a permit
+    // for a round trip.) A delete after the check is ordered after the
+    // fire, as one after the due instant should be.
+    if armed_early
+        && !go_on(m, attempt, timed("verify", shared.verifies.call(VerifyRequest { row: request, jobs_seen })).await?)
+    {
+        return Ok(Processed::Done);
+    }
+    let permit = in_flight.acquire().await?;
+    let started = Utc::now();
+    if attempt == 1 {
+        metrics::histogram!(common::metrics::WORKER_LATENESS_SECONDS)
+            .record(ledger::lateness_seconds(started, m.due_at).max(0.0));
+    }
+    metrics::gauge!(common::metrics::WORKER_IN_FLIGHT).increment(1.0);
+    let (outcome, sqs_message_id) = shared.deliverers.deliver(m, attempt).await;
+    metrics::gauge!(common::metrics::WORKER_IN_FLIGHT).decrement(1.0);
+    metrics::histogram!(common::metrics::WORKER_DELIVERY_SECONDS)
+        .record((Utc::now() - started).num_milliseconds() as f64 / 1000.0);
+    metrics::histogram!(common::metrics::WORKER_ATTEMPT).record(f64::from(attempt));
+    drop(permit);
+    drop(due_guard);
+    let policy = m.retry.unwrap_or(shared.config.retry_defaults);
+    let done = |status, excerpt| FinishRequest::new(m, attempt, redelivered, status, excerpt);
+    match outcome {
+        Outcome::Success { http_status, excerpt } => {
+            tracing::info!(execution.id = %m.execution_id, attempt, http_status, sqs_message_id = sqs_message_id.as_deref(), "delivered");
+            metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Succeeded.as_str())
+                .increment(1);
+            let request = FinishRequest {
+                http_status: http_status.map(i32::from),
+                sqs_message_id,
+                ..done(Status::Succeeded, excerpt)
+            };
+            shared.finish(m, request).await?;
+        }
+        Outcome::Failure { error, excerpt } => {
+            let mut next_attempt_at = None;
+            // The follow-up is published (and confirmed) before the outcome
+            // is recorded and the message acked: a crash in between
+            // redelivers the attempt rather than losing the retry.
+            let status = match retry::next_delay(&policy, attempt, error.retryable()) {
+                Some(delay) => {
+                    next_attempt_at = Some(Utc::now() + chrono::TimeDelta::milliseconds(delay as i64));
+                    shared.retry.publish_retry(m, attempt + 1, delay).await?;
+                    tracing::warn!(execution.id = %m.execution_id, attempt, error = %error, retry_in_ms = delay, "delivery failed; retry scheduled");
+                    Status::Retrying
+                }
+                None => {
+                    shared.retry.publish_failed(m, attempt, &error.to_string()).await?;
+                    tracing::error!(execution.id = %m.execution_id, attempt, error = %error, "delivery failed for good");
+                    Status::Failed
+                }
+            };
+            metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => status.as_str()).increment(1);
+            let request = FinishRequest {
+                http_status: error.http_status().map(i32::from),
+                error: Some(error.to_string()),
+                next_attempt_at,
+                ..done(status, excerpt)
+            };
+            shared.finish(m, request).await?;
+        }
+    }
+    Ok(Processed::Done)
+}
+
+impl Shared {
+    /// Records the outcome, through the batched outcome writes.
+    async fn finish(&self, m: &FireMessage, request: FinishRequest) -> anyhow::Result<()> {
+        // The callback has been made: a failed write is tried again for a
+        // while rather than handing the message back, which would deliver
+        // it a second time.
+        let give_up_at = std::time::Instant::now() + OUTCOME_RETRY_FOR;
+        let mut backoff = Backoff::new(Duration::from_millis(100));
+        let recorded = loop {
+            match timed("finish", self.finishes.call(request.clone())).await {
+                Ok(recorded) => break recorded,
+                Err(e) if std::time::Instant::now() + backoff.delay() < give_up_at => {
+                    tracing::warn!(execution.id = %m.execution_id, error = %format!("{e:#}"), "recording the outcome failed; trying again");
+                    metrics::counter!(common::metrics::WORKER_OUTCOME_RETRIES_TOTAL).increment(1);
+                    backoff.wait().await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        if !recorded {
+            // Another delivery of this attempt took the row back (this one
+            // was presumed dead); its outcome stands.
+            tracing::debug!(execution.id = %m.execution_id, "outcome not recorded: the row moved on");
+        }
+        Ok(())
+    }
+}

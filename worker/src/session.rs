@@ -1,0 +1,146 @@
+//! The worker's life (`run`) and its broker sessions: the heartbeat runs
+//! for the whole life, while each session connects to RabbitMQ, declares the
+//! topology, consumes the main queue on a few channels and hands every
+//! message to a task (`processing::handle`); a lost session is reconnected
+//! with backoff.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use deadpool_postgres::Pool;
+use futures::StreamExt;
+use lapin::options::{BasicConsumeOptions, BasicQosOptions};
+use lapin::types::FieldTable;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use common::amqp::{self, Topology};
+use common::backoff::Backoff;
+
+use super::WorkerConfig;
+use super::deliver::Deliverers;
+use super::heartbeat::{self, Holding, LastBeat};
+use super::processing::{self, Shared};
+use super::retry::RetryPublisher;
+
+/// Channels the worker consumes on, sharing the prefetch. RabbitMQ hands
+/// messages to consumers in turn, in the order they registered: with 32 per
+/// worker, the first 32 messages of a burst all went to the worker that
+/// registered first, and with slots in bundles a burst is a few dozen
+/// messages. Bundles also shortened the unacked lists that the channels
+/// were there to split (see below), so 4 are enough.
+const CONSUMER_CHANNELS: usize = 4;
+
+/// Runs until `token` is cancelled; reconnects to RabbitMQ with backoff.
+pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> anyhow::Result<()> {
+    let deliverers = Arc::new(Deliverers::new(&config)?);
+    let holding = Arc::new(Holding::default());
+    let last_beat = Arc::new(LastBeat::default());
+    // Only a worker that can deliver says it is alive, and it stays so
+    // until its last delivery has ended: a worker presumed gone loses its
+    // `running` rows to redeliveries.
+    let beats_stop = CancellationToken::new();
+    let beats = tokio::spawn(heartbeat::run(
+        pg.clone(),
+        config.worker_id.clone(),
+        holding.clone(),
+        last_beat.clone(),
+        beats_stop.clone(),
+    ));
+    let mut backoff = Backoff::new(Duration::from_millis(200));
+    while !token.is_cancelled() {
+        match consume(&config, &pg, deliverers.clone(), holding.clone(), last_beat.clone(), &token).await {
+            Ok(()) => break,
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "worker lost RabbitMQ; reconnecting");
+                if !backoff.wait_unless_cancelled(&token).await {
+                    break;
+                }
+            }
+        }
+    }
+    beats_stop.cancel();
+    let _ = beats.await;
+    Ok(())
+}
+
+/// One broker session: until `token` is cancelled (Ok) or the connection
+/// or a consumer is lost (Err).
+async fn consume(
+    config: &WorkerConfig,
+    pg: &Pool,
+    deliverers: Arc<Deliverers>,
+    holding: Arc<Holding>,
+    last_beat: Arc<LastBeat>,
+    token: &CancellationToken,
+) -> anyhow::Result<()> {
+    let connection = amqp::connect(&config.amqp_url, &format!("cronshard-worker {}", config.worker_id))
+        .await
+        .context("connecting to RabbitMQ")?;
+    let topology = Topology::new(&config.cluster);
+    let publish = amqp::confirm_channel(&connection).await?;
+    topology.declare(&publish).await?;
+    // The prefetch is split over several channels: a pre-armed message is
+    // acked at its due instant, not in the order it arrived, and RabbitMQ
+    // walks a channel's unacked list from the oldest to find it. One list
+    // of 45,000 made each such ack cost ~2 ms of the broker's time and
+    // stalled publishing for seconds (docs/benchmarks.md).
+    let channels = CONSUMER_CHANNELS.min(usize::from(config.prefetch)).max(1);
+    let per_channel = (usize::from(config.prefetch) / channels).max(1) as u16;
+    let mut consume_channels = Vec::with_capacity(channels);
+    let mut consumers = Vec::with_capacity(channels);
+    for i in 0..channels {
+        let channel = connection.create_channel().await?;
+        channel.basic_qos(per_channel, BasicQosOptions::default()).await?;
+        consumers.push(
+            channel
+                .basic_consume(
+                    topology.main_queue.as_str().into(),
+                    format!("{}#{i}", config.worker_id).as_str().into(),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                )
+                .await?,
+        );
+        consume_channels.push(channel);
+    }
+    let mut consumer = futures::stream::select_all(consumers);
+    tracing::info!(worker.id = %config.worker_id, queue = %topology.main_queue, "consuming");
+    let retry = RetryPublisher::new(topology, publish);
+    let shared = Arc::new(Shared::new(config, pg, deliverers, retry, holding, last_beat));
+    let in_flight = Arc::new(Semaphore::new(config.max_in_flight));
+    let tasks = TaskTracker::new();
+    // Ends with this connection: the broker requeues the unacked messages of
+    // a lost connection at once, so those still waiting here must not be
+    // delivered by this session (another worker, or the next session, has
+    // them now).
+    let session = token.child_token();
+    let result = loop {
+        tokio::select! {
+            _ = token.cancelled() => break Ok(()),
+            next = consumer.next() => match next {
+                Some(Ok(delivery)) => {
+                    let shared = shared.clone();
+                    let in_flight = in_flight.clone();
+                    let session = session.clone();
+                    tasks.spawn(async move { processing::handle(shared, delivery, in_flight, session).await });
+                }
+                Some(Err(e)) => break Err(e.into()),
+                None => break Err(anyhow::anyhow!("consumer cancelled by the broker")),
+            },
+        }
+    };
+    // Stop taking messages, let in-flight deliveries finish (waiting ones are
+    // returned to the queue by `handle`), then close: the broker requeues
+    // anything still unacked.
+    session.cancel();
+    tasks.close();
+    tasks.wait().await;
+    for channel in consume_channels {
+        let _ = channel.close(200, "worker stopping".into()).await;
+    }
+    let _ = connection.close(200, "worker stopping".into()).await;
+    result
+}
