@@ -68,6 +68,8 @@ BAD = [
     ("HPA min above max", ["default-values.yaml"],
      ["worker.autoscaling.enabled=true,worker.autoscaling.minReplicas=5,"
       "worker.autoscaling.maxReplicas=2"], "minReplicas"),
+    ("namespace named like no label", ["default-values.yaml"], ["namespaces[0].name=Team_A"],
+     "namespaces"),
 ]
 
 # kubernetes-validate has no schema for the Prometheus Operator CRD: check the fields the
@@ -245,6 +247,22 @@ def assert_contracts(name: str, values: dict[str, Any], docs: list[tuple[Path, d
     api = by_kind(docs, "Deployment", "-api")[0]["spec"]["template"]["spec"]["containers"][0]
     need(api["readinessProbe"]["httpGet"]["path"] == "/readyz"
          and api["livenessProbe"]["httpGet"]["path"] == "/healthz", "API probes /healthz and /readyz")
+    # The API refuses at create time the callback addresses the workers refuse when they
+    # connect: both read the same allow list.
+    config_maps = {cm["metadata"]["name"]: cm["data"] for cm in by_kind(docs, "ConfigMap")}
+
+    def env_of(container: dict) -> dict[str, str]:
+        env = {}
+        for ref in container.get("envFrom", []):
+            env.update(config_maps.get(ref.get("configMapRef", {}).get("name"), {}))
+        env.update({e["name"]: e.get("value") for e in container.get("env", [])})
+        return env
+
+    worker = by_kind(docs, "Deployment", "-worker")[0]["spec"]["template"]["spec"]["containers"][0]
+    api_env, worker_env = env_of(api), env_of(worker)
+    need("CALLBACK_ALLOW_CIDRS" in api_env and api_env.get("CALLBACK_ALLOW_CIDRS")
+         == worker_env.get("CALLBACK_ALLOW_CIDRS"), "the API and the workers get the same CALLBACK_ALLOW_CIDRS")
+    need(str(api_env.get("MIN_INTERVAL_MS", "")).isdigit(), "the API gets MIN_INTERVAL_MS")
     jobs = by_kind(docs, "Job", "-migrate")
     if (values.get("migrations") or {}).get("enabled", True):
         need(len(jobs) == 1 and jobs[0]["metadata"]["annotations"]["helm.sh/hook"]

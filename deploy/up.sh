@@ -23,7 +23,7 @@
 # CRONSHARD_STATE_DIR .run, CLUSTER_NAME cronshard, LOG_FORMAT text,
 # DATABASE_URL postgres://postgres@127.0.0.1:5432/cronshard,
 # REDIS_URLS redis://127.0.0.1:6379, AMQP_URL amqp://guest:guest@127.0.0.1:5672/%2f,
-# CALLBACK_ALLOW_CIDRS 127.0.0.0/8, CARGO_TARGET_DIR (cargo's default: target/).
+# CALLBACK_ALLOW_CIDRS 127.0.0.0/8 (API and workers), CARGO_TARGET_DIR (cargo's default: target/).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -269,7 +269,8 @@ fi
 
 check_ports
 say "starting the API and the sink (logs: $LOG_DIR/)"
-start api env LISTEN_ADDR="$HOST:$API_PORT" "$BIN/cronshard-api"
+# The API refuses callback URLs naming an internal address the workers would refuse: same list.
+start api env LISTEN_ADDR="$HOST:$API_PORT" CALLBACK_ALLOW_CIDRS="$CALLBACK_ALLOW_CIDRS" "$BIN/cronshard-api"
 start sink "$BIN/cronshard-loadtest" sink --listen "$HOST:$SINK_PORT"
 
 # Fails (and shows the log) when a started process has exited.

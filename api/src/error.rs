@@ -18,6 +18,8 @@ pub enum ApiError {
     Conflict(String),
     PayloadTooLarge(String),
     Unauthorized,
+    /// The token's role does not allow the operation.
+    Forbidden(String),
     MethodNotAllowed,
     Unavailable(String),
     Internal(anyhow::Error),
@@ -64,6 +66,7 @@ impl IntoResponse for ApiError {
                 "a valid bearer token is required (Authorization: Bearer <token>)".to_owned(),
                 None,
             ),
+            ApiError::Forbidden(d) => (StatusCode::FORBIDDEN, "Forbidden", d, None),
             ApiError::MethodNotAllowed => (
                 StatusCode::METHOD_NOT_ALLOWED,
                 "Method not allowed",

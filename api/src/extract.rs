@@ -8,20 +8,16 @@ use uuid::Uuid;
 
 use crate::error::ApiError;
 
-/// A JSON body: any syntax error or oversize body becomes a clear 4xx.
+/// A JSON body: any syntax error, duplicate object key, content type other
+/// than JSON or oversize body becomes a clear 4xx.
 pub struct JsonBody(pub Value);
 
 impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let is_json = req
-            .headers()
-            .get(axum::http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_none_or(|ct| ct.starts_with("application/json") || ct.contains("+json"));
-        if !is_json {
-            return Err(ApiError::BadRequest("Content-Type must be application/json".into()));
+        if let Some(content_type) = req.headers().get(axum::http::header::CONTENT_TYPE) {
+            check_json_media_type(content_type.as_bytes())?;
         }
         let bytes = Bytes::from_request(req, state).await.map_err(|e| {
             if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
@@ -30,9 +26,138 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
                 ApiError::BadRequest(format!("could not read the request body: {e}"))
             }
         })?;
-        serde_json::from_slice(&bytes)
-            .map(JsonBody)
-            .map_err(|e| ApiError::BadRequest(format!("the request body is not valid JSON: {e}")))
+        let value = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::BadRequest(format!("the request body is not valid JSON: {e}")))?;
+        check_unique_keys(&bytes)?;
+        Ok(JsonBody(value))
+    }
+}
+
+/// `application/json`, its type and subtype in any case, with parameters or
+/// without (`; charset=utf-8`); a charset other than UTF-8 is refused (JSON
+/// is UTF-8, RFC 8259 §8.1). Anything else, `application/jsonx` or
+/// `application/merge-patch+json` (whose meaning is not a full document)
+/// included, is a 400 as it has always been.
+fn check_json_media_type(raw: &[u8]) -> Result<(), ApiError> {
+    let refused = || {
+        ApiError::BadRequest(format!(
+            "Content-Type must be application/json, got {:?}",
+            String::from_utf8_lossy(raw).chars().take(100).collect::<String>()
+        ))
+    };
+    let value = std::str::from_utf8(raw).map_err(|_| refused())?;
+    let mut parts = value.split(';');
+    let essence = parts.next().unwrap_or_default().trim_matches([' ', '\t']);
+    if !essence.eq_ignore_ascii_case("application/json") {
+        return Err(refused());
+    }
+    for parameter in parts {
+        let parameter = parameter.trim_matches([' ', '\t']);
+        if parameter.is_empty() {
+            continue;
+        }
+        let Some((name, value)) = parameter.split_once('=') else {
+            return Err(refused());
+        };
+        let value = value.trim_matches('"');
+        if name.trim_end().eq_ignore_ascii_case("charset") && !value.eq_ignore_ascii_case("utf-8") {
+            return Err(ApiError::BadRequest(format!(
+                "Content-Type: the charset of a JSON body must be utf-8, got {:?}",
+                value.chars().take(40).collect::<String>()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// serde_json keeps the last of two equal keys without a word, so
+/// `{"url": "a", "url": "b"}` would be read as whatever the last says while a
+/// proxy or a log reader sees the first. A second pass over the (valid)
+/// document refuses any object with a key twice, naming the key and where.
+fn check_unique_keys(bytes: &[u8]) -> Result<(), ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    serde::de::DeserializeSeed::deserialize(UniqueKeys { path: "" }, &mut de)
+        .map_err(|e| ApiError::BadRequest(format!("the request body has an object with a repeated key: {e}")))
+}
+
+/// Visits a document without keeping it; `path` is where it is (`""` for
+/// the top, then `target.headers`, `items[2]`).
+struct UniqueKeys<'p> {
+    path: &'p str,
+}
+
+impl UniqueKeys<'_> {
+    fn child(&self, name: &str) -> String {
+        if self.path.is_empty() { name.to_owned() } else { format!("{}.{name}", self.path) }
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for UniqueKeys<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeys<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i128<E>(self, _: i128) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u128<E>(self, _: u128) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_none<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut i = 0usize;
+        loop {
+            let path = format!("{}[{i}]", self.path);
+            if seq.next_element_seed(UniqueKeys { path: &path })?.is_none() {
+                return Ok(());
+            }
+            i += 1;
+        }
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let path = self.child(&key);
+            if seen.contains(&key) {
+                let within = if self.path.is_empty() { String::new() } else { format!(" in {}", self.path) };
+                return Err(serde::de::Error::custom(format_args!("duplicate key {key:?}{within}")));
+            }
+            map.next_value_seed(UniqueKeys { path: &path })?;
+            seen.insert(key);
+        }
+        Ok(())
     }
 }
 

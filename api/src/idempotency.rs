@@ -64,8 +64,11 @@ impl Key {
             .ok_or_else(|| {
                 field(HEADER, format!("must be 1 to {KEY_MAX_BYTES} visible ASCII characters (no spaces), e.g. a UUID"))
             })?;
-        let scope =
-            if state.tokens.is_empty() { String::new() } else { sha256_hex(crate::bearer_token(headers).as_bytes()) };
+        let scope = if state.tokens.is_empty() {
+            String::new()
+        } else {
+            sha256_hex(crate::auth::bearer_token(headers).as_bytes())
+        };
         let request_hash = sha256_hex(&serde_json::to_vec(spec)?);
         Ok(Some(Key { scope, key: key.to_owned(), request_hash }))
     }

@@ -4,6 +4,7 @@
 //! generated from the handlers, served at `/openapi.json` with Swagger UI at
 //! `/docs`; docs/decisions.md records the choices behind it.
 
+pub mod auth;
 pub mod error;
 pub mod explain;
 pub mod extract;
@@ -11,15 +12,18 @@ pub mod idempotency;
 pub mod model;
 pub mod openapi;
 pub mod params;
+pub mod quota;
 pub mod routes;
+pub mod server;
+pub mod tenancy;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use deadpool_postgres::Pool as PgPool;
 use deadpool_redis::Pool as RedisPool;
@@ -38,13 +42,18 @@ pub struct AppState {
     pub redis: Vec<RedisPool>,
     pub keys: Keys,
     pub cluster: String,
-    /// Accepted bearer tokens; empty = auth off.
+    /// The bootstrap admin tokens (`API_TOKENS`); empty = auth off.
     pub tokens: Arc<Vec<String>>,
+    /// Stored tokens resolved lately.
+    pub token_cache: Arc<auth::TokenCache>,
     /// Publishes manual triggers and replays (connects on first use).
     pub publisher: Arc<tokio::sync::Mutex<common::publisher::Publisher>>,
     /// The ledger's retention (as the schedulers apply it), for explaining
     /// slots whose rows are gone.
     pub retention: common::ledger::partitions::Retention,
+    /// What a job definition may be: the minimum interval and the internal
+    /// ranges callback URLs may name (`MIN_INTERVAL_MS`, `CALLBACK_ALLOW_CIDRS`).
+    pub limits: Arc<common::job::Limits>,
 }
 
 impl AppState {
@@ -93,7 +102,16 @@ pub fn router(state: AppState) -> Router {
         .route("/jobs/{id}/executions", get(routes::executions::of_job))
         .route("/jobs/{id}/executions/{scheduled_at}", get(routes::explain::explain))
         .route("/cluster", get(routes::cluster::status))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+        .route("/namespaces", post(routes::tenancy::create_namespace).get(routes::tenancy::list_namespaces))
+        .route(
+            "/namespaces/{name}",
+            get(routes::tenancy::get_namespace)
+                .put(routes::tenancy::update_namespace)
+                .delete(routes::tenancy::delete_namespace),
+        )
+        .route("/tokens", post(routes::tenancy::create_token).get(routes::tenancy::list_tokens))
+        .route("/tokens/{id}", axum::routing::delete(routes::tenancy::revoke_token))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::authenticate));
     Router::new()
         .nest("/v1", v1)
         .route("/healthz", get(routes::health::healthz))
@@ -125,53 +143,12 @@ async fn track_metrics(request: Request, next: Next) -> Response {
     response
 }
 
-/// Constant-time comparison: the time taken must not reveal how much of a
-/// guessed token was right.
-fn token_matches(given: &[u8], expected: &[u8]) -> bool {
-    let mut diff = given.len() ^ expected.len();
-    for (i, b) in expected.iter().enumerate() {
-        diff |= (given.get(i).copied().unwrap_or(0) ^ b) as usize;
-    }
-    diff == 0
-}
-
-/// The bearer token of a request ("" when there is none).
-pub fn bearer_token(headers: &axum::http::HeaderMap) -> &str {
-    headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        // The scheme is case-insensitive (RFC 9110 §11.1).
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim())
-        .unwrap_or_default()
-}
-
-async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    if state.tokens.is_empty() {
-        return next.run(request).await;
-    }
-    let given = bearer_token(request.headers());
-    let ok = state.tokens.iter().fold(false, |ok, t| ok | token_matches(given.as_bytes(), t.as_bytes()));
-    if ok && !given.is_empty() { next.run(request).await } else { ApiError::Unauthorized.into_response() }
-}
-
-/// Serves until `shutdown` resolves, then drains in-flight requests.
+/// Serves until `shutdown` resolves, then drains in-flight requests; with
+/// the default connection limits (`server::Limits`).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn token_comparison() {
-        assert!(super::token_matches(b"secret", b"secret"));
-        assert!(!super::token_matches(b"secreT", b"secret"));
-        assert!(!super::token_matches(b"secret-longer", b"secret"));
-        assert!(!super::token_matches(b"", b"secret"));
-    }
+    server::serve(listener, router(state), server::Limits::default(), shutdown).await
 }

@@ -8,7 +8,8 @@ use clap::{Parser, Subcommand};
 
 use common::config::{LogArgs, ServiceArgs};
 
-#[derive(Parser, Debug)]
+// No Debug: it would print the tokens.
+#[derive(Parser)]
 #[command(version, about = "The cronshard REST API")]
 struct Args {
     #[command(subcommand)]
@@ -17,16 +18,33 @@ struct Args {
     service: ServiceArgs,
     #[command(flatten)]
     log: LogArgs,
+    #[command(flatten)]
+    limits: common::job::LimitArgs,
     /// Address the API listens on.
     #[arg(long, env = "LISTEN_ADDR", default_value = "0.0.0.0:8080")]
     listen_addr: SocketAddr,
     /// Accepted bearer tokens, comma-separated. Empty turns auth off.
-    #[arg(long, env = "API_TOKENS", default_value = "", value_delimiter = ',')]
+    #[arg(long, env = "API_TOKENS", default_value = "", value_delimiter = ',', hide_env_values = true)]
     api_tokens: Vec<String>,
+    /// Milliseconds a client has to send a request's headers, from when the
+    /// server starts waiting for them (also how long a keep-alive connection
+    /// may sit idle); past it the connection is closed.
+    #[arg(
+        long,
+        env = "HTTP_HEADER_READ_TIMEOUT_MS",
+        default_value_t = api::server::Limits::DEFAULT_HEADER_READ_TIMEOUT.as_millis() as u64,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    http_header_read_timeout_ms: u64,
     /// Days of ledger history the schedulers keep (set it as for them); the
     /// explain endpoint tells a slot older than this from a missing one.
     #[arg(long, env = "LEDGER_RETENTION_DAYS", default_value_t = common::ledger::partitions::Retention::DEFAULT_RETENTION_DAYS)]
     ledger_retention_days: u32,
+    /// Namespaces `migrate` declares, as JSON: [{"name": "team-a", "max_jobs": 100,
+    /// "max_fires_per_second": 50}, ...]. Each is created if missing and gets exactly the
+    /// quotas given (an absent quota is no limit); namespaces not listed are left alone.
+    #[arg(long, env = "NAMESPACES", default_value = "[]")]
+    namespaces: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -37,8 +55,13 @@ enum Command {
     Migrate,
 }
 
+fn main() -> std::process::ExitCode {
+    // A failure's text may quote a connection string: printed redacted.
+    common::redact::exit_code(run())
+}
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     common::telemetry::init(args.log.log_format);
     match args.command.unwrap_or(Command::Serve) {
@@ -48,6 +71,13 @@ async fn main() -> anyhow::Result<()> {
             let report =
                 common::ledger::partitions::maintain(&mut client, chrono::Utc::now(), Default::default()).await?;
             tracing::info!(created = report.created.len(), "migrations applied; ledger partitions ready");
+            let declared = api::tenancy::Declared::parse_list(&args.namespaces)?;
+            let pool = common::db::pool(&args.service.database_url, 1)?;
+            let pooled = pool.get().await?;
+            for ns in &declared {
+                api::tenancy::write_namespace(&pooled, &ns.name, ns.quotas(), api::tenancy::Write::Declare).await?;
+            }
+            tracing::info!(namespaces = declared.len(), "declared namespaces applied");
             Ok(())
         }
         Command::Serve => {
@@ -64,11 +94,13 @@ async fn main() -> anyhow::Result<()> {
                 keys: common::redis::Keys::new(&args.service.cluster_name),
                 cluster: args.service.cluster_name.clone(),
                 tokens: Arc::new(tokens),
+                token_cache: Default::default(),
                 publisher: api::AppState::publisher(&args.service.amqp_url, &args.service.cluster_name),
                 retention: common::ledger::partitions::Retention {
                     retention_days: args.ledger_retention_days,
                     ..Default::default()
                 },
+                limits: Arc::new(args.limits.limits()?),
             };
             // `/metrics` sits beside the router: the recorder is process-global,
             // and tests build many routers in one process.
@@ -85,7 +117,10 @@ async fn main() -> anyhow::Result<()> {
             );
             let listener = tokio::net::TcpListener::bind(args.listen_addr).await?;
             tracing::info!(addr = %listener.local_addr()?, "cronshard-api listening");
-            axum::serve(listener, app).with_graceful_shutdown(common::shutdown::signal()).await?;
+            let limits = api::server::Limits {
+                header_read_timeout: std::time::Duration::from_millis(args.http_header_read_timeout_ms),
+            };
+            api::server::serve(listener, app, limits, common::shutdown::signal()).await?;
             Ok(())
         }
     }
@@ -98,5 +133,12 @@ mod tests {
     #[test]
     fn cli_is_well_formed() {
         super::Args::command().debug_assert();
+    }
+
+    /// clap shows an environment variable's value in `--help` unless told
+    /// not to: no flag whose variable may hold a secret shows it.
+    #[test]
+    fn help_shows_no_secret_env_value() {
+        assert_eq!(common::config::unhidden_secret_env_flags(&super::Args::command()), Vec::<String>::new());
     }
 }

@@ -18,6 +18,8 @@ pub struct Job {
     #[serde(flatten)]
     pub spec: JobSpec,
     pub id: Uuid,
+    /// The namespace the job belongs to (set at create, never changed).
+    pub namespace: String,
     /// Bumped by every change; also the `ETag`, and what `If-Match` compares.
     pub version: i64,
     #[serde(serialize_with = "serialize_instant")]
@@ -35,6 +37,59 @@ pub struct JobPage {
     pub items: Vec<Job>,
     /// Pass as `cursor` for the next page; null on the last page.
     pub next_cursor: Option<Uuid>,
+}
+
+/// A namespace: a set of jobs that tokens are scoped to, with its quotas
+/// (null = no limit) and what its live jobs use of them.
+#[derive(Serialize, ToSchema)]
+pub struct Namespace {
+    pub name: String,
+    pub max_jobs: Option<i64>,
+    /// The most fires per second the namespace's jobs may add up to (each
+    /// job counted at the densest stretch of its schedule).
+    pub max_fires_per_second: Option<f64>,
+    #[serde(serialize_with = "serialize_instant")]
+    pub created_at: DateTime<Utc>,
+    /// Live jobs (paused ones included).
+    pub jobs: i64,
+    /// What the live, unpaused jobs add up to, in fires per second.
+    pub peak_fires_per_second: f64,
+}
+
+/// The namespaces a token may see.
+#[derive(Serialize, ToSchema)]
+pub struct NamespaceList {
+    pub items: Vec<Namespace>,
+}
+
+/// A stored API token, without the token itself (it is shown once, at creation).
+#[derive(Serialize, ToSchema)]
+pub struct TokenInfo {
+    pub id: Uuid,
+    pub name: String,
+    pub role: crate::auth::Role,
+    /// The namespaces it acts in; `["*"]` = every namespace.
+    pub namespaces: Vec<String>,
+    #[serde(serialize_with = "serialize_instant")]
+    pub created_at: DateTime<Utc>,
+    #[serde(serialize_with = "serialize_opt_instant")]
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// A token just made: the only response that carries the token.
+#[derive(Serialize, ToSchema)]
+pub struct NewToken {
+    #[serde(flatten)]
+    pub info: TokenInfo,
+    /// Send as `Authorization: Bearer <token>`. Not stored (only its
+    /// SHA-256 is), so it cannot be shown again.
+    pub token: String,
+}
+
+/// The stored tokens a token may see.
+#[derive(Serialize, ToSchema)]
+pub struct TokenList {
+    pub items: Vec<TokenInfo>,
 }
 
 /// The status of an execution (ledger row): the ledger's own enum.
@@ -186,6 +241,7 @@ macro_rules! problem_response {
 
 problem_response!(BadRequest, 400, "Malformed request: body not JSON, wrong Content-Type, bad query string or header");
 problem_response!(Unauthorized, 401, "No or a wrong bearer token (only when API_TOKENS is set)");
+problem_response!(Forbidden, 403, "The token's role does not allow the operation");
 problem_response!(JobNotFound, 404, "No such job (or the id is not a UUID)");
 problem_response!(PayloadTooLarge, 413, "The request body exceeds 256 KiB");
 problem_response!(ValidationFailed, 422, "Validation failed; `errors` names each bad field");

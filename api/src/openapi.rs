@@ -53,7 +53,7 @@ impl Modify for Tweaks {
             SecurityScheme::Http(
                 Http::builder()
                     .scheme(HttpAuthScheme::Bearer)
-                    .description(Some("One of the server's API_TOKENS (auth is off when none are set)"))
+                    .description(Some("A bootstrap token of the server's API_TOKENS (admin of every namespace), or a token made with POST /v1/tokens; auth is off when API_TOKENS is empty"))
                     .build(),
             ),
         );
@@ -85,6 +85,14 @@ impl Modify for Tweaks {
         crate::routes::cluster::status,
         crate::routes::health::healthz,
         crate::routes::health::readyz,
+        crate::routes::tenancy::create_namespace,
+        crate::routes::tenancy::list_namespaces,
+        crate::routes::tenancy::get_namespace,
+        crate::routes::tenancy::update_namespace,
+        crate::routes::tenancy::delete_namespace,
+        crate::routes::tenancy::create_token,
+        crate::routes::tenancy::list_tokens,
+        crate::routes::tenancy::revoke_token,
         metrics_doc,
         spec_doc,
     ),
@@ -117,12 +125,20 @@ impl Modify for Tweaks {
         Cluster,
         ClusterNode,
         ProbeStatus,
+        Namespace,
+        NamespaceList,
+        TokenInfo,
+        NewToken,
+        TokenList,
+        crate::auth::Role,
     )),
     modifiers(&Tweaks),
     tags(
         (name = "jobs", description = "Job definitions"),
         (name = "executions", description = "Outcome rows (the ledger)"),
         (name = "cluster", description = "Scheduler nodes"),
+        (name = "namespaces", description = "Namespaces and their quotas (admin of every namespace)"),
+        (name = "tokens", description = "Scoped API tokens (admin)"),
         (name = "operations", description = "Probes, metrics and this document; open, no token")
     )
 )]

@@ -69,3 +69,18 @@ pub fn parse_slot(job: &str, at: &str) -> ApiResult<(Uuid, DateTime<Utc>)> {
         .with_timezone(&Utc);
     Ok((job_id, at))
 }
+
+/// A namespace name is what Kubernetes accepts as a DNS label: 1-63
+/// characters of a-z, 0-9 and '-', starting and ending with a letter or
+/// digit (the table's CHECK holds the same rule). The error says why not.
+pub fn namespace_name(name: &str) -> Result<(), &'static str> {
+    let ok = (1..=63).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err("must be 1-63 characters of a-z, 0-9 and '-', starting and ending with a letter or digit")
+    }
+}

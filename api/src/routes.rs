@@ -5,3 +5,4 @@ pub mod executions;
 pub mod explain;
 pub mod health;
 pub mod jobs;
+pub mod tenancy;

@@ -750,3 +750,187 @@ async fn input_limits_are_422_naming_the_field_and_exact_limits_pass() {
     assert_invalid(&app.get("/v1/executions?limit=501").await, &["limit"]);
     assert_invalid(&app.post_json("/v1/executions/replay", &json!({ "limit": 1001 })).await, &["limit"]);
 }
+
+// ---------------------------------------------------------------------------
+// Refusals at create time: internal addresses, reserved headers, the minimum
+// interval, SQS attributes, the number of errors
+// ---------------------------------------------------------------------------
+
+/// The errors of a 422, as (field, message).
+#[track_caller]
+fn errors_of(r: &Resp) -> Vec<(String, String)> {
+    let v = assert_problem(r, 422);
+    v["errors"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no errors array: {v}"))
+        .iter()
+        .map(|e| (e["field"].as_str().unwrap().to_owned(), e["message"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn callback_and_queue_urls_naming_internal_addresses_are_422_naming_the_rule() {
+    let app = TestApp::start("ssrf-create").await;
+    let with_url = |url: &str| {
+        let mut v = example_job();
+        v["target"]["url"] = json!(url);
+        v
+    };
+    let cases = [
+        ("http://127.0.0.1:8080/hook", "127.0.0.1, a loopback address"),
+        ("http://[::127.0.0.1]/hook", "which carries 127.0.0.1 (IPv4-compatible), a loopback address"),
+        ("http://[::ffff:0:127.0.0.1]/hook", "which carries 127.0.0.1 (IPv4-translated), a loopback address"),
+        ("http://[64:ff9b::169.254.169.254]/", "which carries 169.254.169.254 (NAT64), a cloud metadata address"),
+        ("http://[2002:a9fe:a9fe::]/", "which carries 169.254.169.254 (6to4), a cloud metadata address"),
+        ("http://[fec0::1]/", "fec0::1, a site-local address"),
+        ("http://169.254.169.254/latest/meta-data/", "169.254.169.254, a cloud metadata address"),
+        ("http://0x7f000001/", "127.0.0.1, a loopback address"),
+    ];
+    for (url, rule) in cases {
+        let errors = errors_of(&app.post_json("/v1/jobs", &with_url(url)).await);
+        assert_eq!(errors.len(), 1, "{url}: {errors:?}");
+        let (field, message) = &errors[0];
+        assert_eq!(field, "target.url", "{url}");
+        assert!(message.contains(rule), "{url}: {message}");
+        assert!(message.contains("refused unless the operator allows them with CALLBACK_ALLOW_CIDRS"), "{message}");
+    }
+    // A replacement is checked the same way.
+    let id = app.create_id(&example_job()).await;
+    let r = app.put_json(&format!("/v1/jobs/{id}"), &with_url("http://10.1.2.3/"), None).await;
+    assert_invalid(&r, &["target.url"]);
+    // An SQS queue URL too.
+    let mut sqs = example_job();
+    sqs["target"] = json!({ "kind": "sqs", "queue_url": "http://127.0.0.1:4566/000000000000/jobs" });
+    let errors = errors_of(&app.post_json("/v1/jobs", &sqs).await);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].0, "target.queue_url");
+    assert!(errors[0].1.contains("127.0.0.1, a loopback address"), "{errors:?}");
+    assert_eq!(app.job_rows().await, 1, "only the valid job is stored");
+}
+
+#[tokio::test]
+async fn the_operators_allow_list_and_minimum_interval_apply_at_create() {
+    let limits = common::job::Limits {
+        min_interval_ms: 5_000,
+        allow_cidrs: common::netguard::parse_allow_list("127.0.0.0/8").unwrap(),
+    };
+    let app = TestApp::start_with("limits-set", Options { job_limits: limits, ..Options::default() }).await;
+    let mut loopback = example_job();
+    loopback["target"]["url"] = json!("http://127.0.0.1:8080/hook");
+    assert_eq!(app.post_json("/v1/jobs", &loopback).await.status, 201);
+    loopback["target"]["url"] = json!("http://[::ffff:127.0.0.1]:8080/hook");
+    assert_eq!(app.post_json("/v1/jobs", &loopback).await.status, 201);
+    loopback["target"]["url"] = json!("http://192.168.0.10/hook");
+    assert_invalid(&app.post_json("/v1/jobs", &loopback).await, &["target.url"]);
+
+    let interval = |ms: u64| json!({ "name": "tick", "schedule": { "kind": "interval", "every_ms": ms }, "target": http_target() });
+    let errors = errors_of(&app.post_json("/v1/jobs", &interval(4_999)).await);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].0, "schedule.every_ms");
+    assert!(errors[0].1.contains("5000"), "{errors:?}");
+    assert_eq!(app.post_json("/v1/jobs", &interval(5_000)).await.status, 201);
+    let cron = json!({ "name": "c", "schedule": { "kind": "cron", "expr": "*/2 * * * * *" }, "target": http_target() });
+    let errors = errors_of(&app.post_json("/v1/jobs", &cron).await);
+    assert_eq!(errors[0].0, "schedule.expr", "{errors:?}");
+    assert!(errors[0].1.contains("every 2 s"), "{errors:?}");
+}
+
+#[tokio::test]
+async fn intervals_below_the_default_minimum_are_422() {
+    let app = TestApp::start("min-interval").await;
+    let body = json!({ "name": "fast", "schedule": { "kind": "interval", "every_ms": 999 }, "target": http_target() });
+    let errors = errors_of(&app.post_json("/v1/jobs", &body).await);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].0, "schedule.every_ms");
+    assert!(errors[0].1.contains("1000"), "{errors:?}");
+    let body = json!({ "name": "ok", "schedule": { "kind": "interval", "every_ms": 1000 }, "target": http_target() });
+    assert_eq!(app.post_json("/v1/jobs", &body).await.status, 201);
+}
+
+#[tokio::test]
+async fn reserved_and_malformed_headers_are_422_naming_the_header() {
+    let app = TestApp::start("headers").await;
+    let with_target = |edit: Value| {
+        let mut v = example_job();
+        for (k, val) in edit.as_object().unwrap() {
+            v["target"][k] = val.clone();
+        }
+        v
+    };
+    let cases: Vec<(Value, &str)> = vec![
+        (json!({ "headers": { "Host": "internal.example" } }), "target.headers.Host"),
+        (json!({ "headers": { "X-Cronshard-Attempt": "7" } }), "target.headers.X-Cronshard-Attempt"),
+        (json!({ "headers": { "transfer-encoding": "chunked" } }), "target.headers.transfer-encoding"),
+        (json!({ "headers": { "Upgrade": "h2c" } }), "target.headers.Upgrade"),
+        (json!({ "headers": { "x-a": "a\u{7f}b" } }), "target.headers.x-a"),
+        (json!({ "headers": { "x-a": "a\u{b}b" } }), "target.headers.x-a"),
+        (json!({ "headers": { "x-a": " padded" } }), "target.headers.x-a"),
+        (
+            json!({ "secret_headers": { "x-cronshard-execution-id": "1" } }),
+            "target.secret_headers.x-cronshard-execution-id",
+        ),
+        (json!({ "secret_headers": { "Authorization": "Bearer a\r\nb" } }), "target.secret_headers.Authorization"),
+        (
+            json!({ "headers": { "X-Api-Key": "1" }, "secret_headers": { "x-api-key": "2" } }),
+            "target.secret_headers.x-api-key",
+        ),
+    ];
+    for (target, field) in &cases {
+        let r = app.post_json("/v1/jobs", &with_target(target.clone())).await;
+        assert_invalid(&r, &[field]);
+        assert!(!r.text.contains("Bearer a"), "the 422 quotes a secret value: {}", r.text);
+    }
+    assert_eq!(app.job_rows().await, 0);
+    let ok = with_target(json!({
+        "secret_headers": { "Authorization": "Bearer s3cret" },
+        "follow_redirects": true, "forward_headers_on_redirect": false,
+    }));
+    assert_eq!(app.post_json("/v1/jobs", &ok).await.status, 201);
+}
+
+#[tokio::test]
+async fn sqs_message_attributes_are_422_as_sqs_would_refuse_them() {
+    let app = TestApp::start("sqs-attrs").await;
+    let with_attrs = |attrs: Value| {
+        let mut v = example_job();
+        v["target"] = json!({ "kind": "sqs", "queue_url": "https://sqs.eu-west-1.amazonaws.com/1/q",
+                              "message_attributes": attrs });
+        v
+    };
+    for (attrs, field) in [
+        (json!({ "AWS.Trace": "1" }), "target.message_attributes.AWS.Trace"),
+        (json!({ "a..b": "1" }), "target.message_attributes.a..b"),
+        (json!({ "empty": "" }), "target.message_attributes.empty"),
+        (json!({ "esc": "a\u{1b}b" }), "target.message_attributes.esc"),
+        (json!({ "X-Cronshard-Attempt": "1" }), "target.message_attributes.X-Cronshard-Attempt"),
+    ] {
+        assert_invalid(&app.post_json("/v1/jobs", &with_attrs(attrs)).await, &[field]);
+    }
+    let eight = Value::Object((0..8).map(|i| (format!("a{i}"), json!("v"))).collect());
+    assert_invalid(&app.post_json("/v1/jobs", &with_attrs(eight)).await, &["target.message_attributes"]);
+    let seven = Value::Object((0..7).map(|i| (format!("a{i}"), json!("v"))).collect());
+    assert_eq!(app.post_json("/v1/jobs", &with_attrs(seven)).await.status, 201);
+}
+
+#[tokio::test]
+async fn a_body_of_thousands_of_bad_fields_gets_a_bounded_422() {
+    let app = TestApp::start("many-errors").await;
+    let mut body = example_job();
+    for i in 0..8_000 {
+        body[format!("unknown-field-{i:05}")] = json!(1);
+    }
+    assert!(body.to_string().len() > 150 * 1024, "the body is large");
+    let r = app.post_json("/v1/jobs", &body).await;
+    let errors = errors_of(&r);
+    assert_eq!(errors.len(), 50);
+    assert!(errors[..49].iter().all(|(f, _)| f.starts_with("unknown-field-")), "{errors:?}");
+    assert_eq!(errors[49].0, "");
+    assert!(errors[49].1.starts_with("7951 more problems"), "{:?}", errors[49]);
+    assert!(r.text.len() < 16 * 1024, "a {} byte answer", r.text.len());
+
+    // Strings with NUL characters, refused before validation, are capped too.
+    let nul = Value::Array((0..20_000).map(|_| json!("\u{0}")).collect());
+    let r = app.post_json("/v1/jobs", &nul).await;
+    assert_eq!(errors_of(&r).len(), 50);
+    assert!(r.text.len() < 16 * 1024, "a {} byte answer", r.text.len());
+}

@@ -194,6 +194,14 @@ async fn the_openapi_document_and_swagger_ui_are_open_and_cover_every_route() {
         ("post", "/v1/executions/replay"),
         ("post", "/v1/executions/{job_id}/{scheduled_at}/replay"),
         ("get", "/v1/cluster"),
+        ("post", "/v1/namespaces"),
+        ("get", "/v1/namespaces"),
+        ("get", "/v1/namespaces/{name}"),
+        ("put", "/v1/namespaces/{name}"),
+        ("delete", "/v1/namespaces/{name}"),
+        ("post", "/v1/tokens"),
+        ("get", "/v1/tokens"),
+        ("delete", "/v1/tokens/{id}"),
         ("get", "/healthz"),
         ("get", "/readyz"),
         ("get", "/metrics"),
@@ -248,4 +256,188 @@ async fn nul_characters_are_422_not_500() {
     assert_problem(&r, 422);
     assert_eq!(r.json()["errors"][0]["field"], "target.body", "{}", r.text);
     assert_problem(&app.get("/v1/jobs?name_prefix=a%00").await, 422);
+}
+
+// ---------------------------------------------------------------------------
+// HTTP-level bounds: slow clients, idle connections, shutdown, media types,
+// duplicate keys
+// ---------------------------------------------------------------------------
+
+/// Reads `stream` until the server closes it or `limit` passes; returns what
+/// was read and whether the server closed the connection in time.
+async fn read_until_closed(stream: &mut tokio::net::tcp::OwnedReadHalf, limit: std::time::Duration) -> (String, bool) {
+    use tokio::io::AsyncReadExt;
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return (String::from_utf8_lossy(&got).into_owned(), false),
+            Ok(Ok(0)) | Ok(Err(_)) => return (String::from_utf8_lossy(&got).into_owned(), true),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+fn quick_timeouts() -> Options {
+    Options { header_read_timeout: Some(std::time::Duration::from_secs(1)), ..Options::default() }
+}
+
+/// A client that sends its request head a header at a time, each in time
+/// but never finishing, is cut off once the header-read timeout has passed
+/// since the head began (not since the last header): it cannot hold a
+/// connection open for as long as it keeps trickling.
+#[tokio::test]
+async fn a_client_trickling_its_headers_is_cut_off_at_the_header_read_timeout() {
+    use tokio::io::AsyncWriteExt;
+    let app = TestApp::start_with("trickle", quick_timeouts()).await;
+    let started = std::time::Instant::now();
+    let (mut read, mut write) = tokio::net::TcpStream::connect(app.addr()).await.unwrap().into_split();
+    write.write_all(b"GET /healthz HTTP/1.1\r\nHost: cronshard\r\n").await.unwrap();
+    let trickle = tokio::spawn(async move {
+        for i in 0.. {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            if write.write_all(format!("X-Slow-{i}: still here\r\n").as_bytes()).await.is_err() {
+                return i;
+            }
+        }
+        unreachable!()
+    });
+    let (answer, closed) = read_until_closed(&mut read, std::time::Duration::from_secs(5)).await;
+    let elapsed = started.elapsed();
+    trickle.abort();
+    assert!(closed, "the trickling connection was still open after {elapsed:?}");
+    assert!(elapsed >= std::time::Duration::from_millis(900), "closed before the timeout: {elapsed:?}");
+    assert!(elapsed < std::time::Duration::from_secs(3), "closed late: {elapsed:?}");
+    assert!(!answer.contains(" 200 "), "the trickled request was served: {answer:?}");
+    // The server is none the worse.
+    assert_eq!(app.get("/healthz").await.status, 200);
+}
+
+/// A request whose head is sent in one go is served, and its keep-alive
+/// connection, left idle, is closed after the same timeout rather than held.
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_and_a_prompt_request_is_served() {
+    use tokio::io::AsyncWriteExt;
+    let app = TestApp::start_with("idle", quick_timeouts()).await;
+    let (mut read, mut write) = tokio::net::TcpStream::connect(app.addr()).await.unwrap().into_split();
+    write.write_all(b"GET /healthz HTTP/1.1\r\nHost: cronshard\r\n\r\n").await.unwrap();
+    let sent = std::time::Instant::now();
+    let (answer, closed) = read_until_closed(&mut read, std::time::Duration::from_secs(5)).await;
+    let elapsed = sent.elapsed();
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer:?}");
+    assert!(!answer.to_ascii_lowercase().contains("connection: close"), "not kept alive: {answer:?}");
+    assert!(closed, "the idle connection was still open after {elapsed:?}");
+    assert!(elapsed >= std::time::Duration::from_millis(900), "closed before the timeout: {elapsed:?}");
+    assert!(elapsed < std::time::Duration::from_secs(3), "closed late: {elapsed:?}");
+}
+
+/// The server under the router keeps the graceful shutdown of axum::serve:
+/// once told to stop it accepts no new connection, closes idle ones at once
+/// and finishes the request in flight.
+#[tokio::test]
+async fn shutdown_finishes_requests_in_flight_and_closes_idle_connections() {
+    use tokio::io::AsyncWriteExt;
+    let app = axum::Router::new().route(
+        "/slow",
+        axum::routing::get(|| async {
+            tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+            "done"
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(api::server::serve(listener, app, api::server::Limits::default(), async move {
+        let _ = stopped.await;
+    }));
+    // An idle connection, then a request in flight.
+    let (mut idle, _idle_write) = tokio::net::TcpStream::connect(addr).await.unwrap().into_split();
+    let (mut busy, mut busy_write) = tokio::net::TcpStream::connect(addr).await.unwrap().into_split();
+    busy_write.write_all(b"GET /slow HTTP/1.1\r\nHost: cronshard\r\n\r\n").await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let asked = std::time::Instant::now();
+    stop.send(()).unwrap();
+    let (_, idle_closed) = read_until_closed(&mut idle, std::time::Duration::from_secs(2)).await;
+    assert!(idle_closed, "the idle connection stayed open through shutdown");
+    assert!(
+        asked.elapsed() < std::time::Duration::from_millis(400),
+        "idle connection closed late: {:?}",
+        asked.elapsed()
+    );
+    let (answer, busy_closed) = read_until_closed(&mut busy, std::time::Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK") && answer.ends_with("done"), "{answer:?}");
+    assert!(busy_closed, "the finished connection stayed open");
+    tokio::time::timeout(std::time::Duration::from_secs(5), server).await.expect("serve returned").unwrap().unwrap();
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "still accepting after shutdown");
+}
+
+/// A JSON body is `application/json`, exactly, parameters allowed;
+/// look-alikes are refused as a wrong content type always was.
+#[tokio::test]
+async fn json_bodies_need_exactly_the_application_json_media_type() {
+    let app = TestApp::start("mediatype").await;
+    let post = |content_type: &'static str| {
+        app.send(
+            app.http.post(app.url("/v1/jobs")).header("content-type", content_type).body(example_job().to_string()),
+        )
+    };
+    for accepted in [
+        "application/json",
+        "application/json; charset=utf-8",
+        "Application/JSON;charset=\"UTF-8\"",
+        "application/json ; charset=utf-8",
+    ] {
+        let r = post(accepted).await;
+        assert_eq!(r.status, 201, "{accepted:?}: {}", r.text);
+    }
+    for refused in [
+        "application/jsonx",
+        "application/json-seq",
+        "application/merge-patch+json",
+        "application/jsonp; charset=utf-8",
+        "text/json",
+        "application/json; charset=latin1",
+        "application/json; nonsense",
+        "text/plain; application/json",
+    ] {
+        let p = assert_problem(&post(refused).await, 400);
+        assert!(p["detail"].as_str().unwrap().contains("Content-Type"), "{refused:?}: {p}");
+    }
+    assert_eq!(app.job_rows().await, 4, "a refused body created a job");
+}
+
+/// serde_json keeps the last of two equal keys; the API refuses the document
+/// instead, naming the key and where it is.
+#[tokio::test]
+async fn duplicate_json_keys_are_refused_naming_the_key() {
+    let app = TestApp::start("dupkeys").await;
+    let send = |body: String| {
+        app.send(app.http.post(app.url("/v1/jobs")).header("content-type", "application/json").body(body))
+    };
+    let job = example_job();
+    let schedule = job["schedule"].to_string();
+    let target = job["target"].to_string();
+
+    let body = format!(r#"{{"name": "a", "schedule": {schedule}, "name": "b", "target": {target}}}"#);
+    let p = assert_problem(&send(body).await, 400);
+    assert!(p["detail"].as_str().unwrap().contains(r#"duplicate key "name""#), "{p}");
+
+    let inner = target.replacen('{', r#"{"url": "https://evil.example/", "#, 1);
+    let body = format!(r#"{{"name": "a", "schedule": {schedule}, "target": {inner}}}"#);
+    let p = assert_problem(&send(body).await, 400);
+    assert!(p["detail"].as_str().unwrap().contains(r#"duplicate key "url" in target"#), "{p}");
+
+    let headers = r#"{"X-Token": "1", "x-other": "2", "X-Token": "3"}"#;
+    let mut with_headers = job.clone();
+    with_headers["target"]["headers"] = json!({});
+    let body = with_headers.to_string().replace(r#""headers":{}"#, &format!(r#""headers":{headers}"#));
+    let p = assert_problem(&send(body).await, 400);
+    assert!(p["detail"].as_str().unwrap().contains(r#"duplicate key "X-Token" in target.headers"#), "{p}");
+
+    // Equal keys in different objects, or equal values, are fine.
+    let same_key_elsewhere = json!({ "name": "name", "schedule": job["schedule"], "target": job["target"] });
+    let r = app.post_json("/v1/jobs", &same_key_elsewhere).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(app.job_rows().await, 1);
 }

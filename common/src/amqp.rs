@@ -15,7 +15,22 @@ use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 
 pub async fn connect(url: &str, name: &str) -> lapin::Result<Connection> {
     let props = ConnectionProperties::default().with_connection_name(name.into());
-    Connection::connect(url, props).await
+    Connection::connect(url, props).await.map_err(redacted)
+}
+
+/// lapin quotes a URL it cannot parse whole, password included
+/// (`Invalid URL: 'amqp://user:pw@...'`): such an error is given back with
+/// its text redacted (`crate::redact`), as the same kind of error.
+fn redacted(e: lapin::Error) -> lapin::Error {
+    match e.kind() {
+        lapin::ErrorKind::IOError(io) if crate::redact::might_hold_secret(&io.to_string()) => {
+            std::io::Error::new(io.kind(), crate::redact::text(&io.to_string())).into()
+        }
+        _ if crate::redact::might_hold_secret(&e.to_string()) => {
+            std::io::Error::other(crate::redact::text(&e.to_string())).into()
+        }
+        _ => e,
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -4,19 +4,33 @@
 
 use clap::{Args, ValueEnum};
 
-/// Connection settings every binary needs.
-#[derive(Args, Clone, Debug)]
+/// Connection settings every binary needs. The connection strings may carry
+/// passwords, so `--help` never shows the values the environment gives them
+/// (`hide_env_values`), and logs and errors show them only through
+/// [`crate::redact`].
+#[derive(Args, Clone)]
 pub struct ServiceArgs {
     /// Postgres DSN.
-    #[arg(long, env = "DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/cronshard")]
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/cronshard",
+        hide_env_values = true
+    )]
     pub database_url: String,
 
     /// Comma-separated Redis shard URLs (1 or 2).
-    #[arg(long, env = "REDIS_URLS", default_value = "redis://127.0.0.1:6379", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "REDIS_URLS",
+        default_value = "redis://127.0.0.1:6379",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
     pub redis_urls: Vec<String>,
 
     /// RabbitMQ URL.
-    #[arg(long, env = "AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    #[arg(long, env = "AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f", hide_env_values = true)]
     pub amqp_url: String,
 
     /// Prefix that isolates one cluster's Redis keys and RabbitMQ queues.
@@ -26,6 +40,43 @@ pub struct ServiceArgs {
     /// Largest number of pooled Postgres connections.
     #[arg(long, env = "DATABASE_POOL_SIZE", default_value_t = 16)]
     pub database_pool_size: usize,
+}
+
+/// Shows the connection strings redacted: the passwords stay out of any
+/// `{:?}` of the arguments.
+impl std::fmt::Debug for ServiceArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceArgs")
+            .field("database_url", &crate::redact::url(&self.database_url))
+            .field("redis_urls", &self.redis_urls.iter().map(|u| crate::redact::url(u)).collect::<Vec<_>>())
+            .field("amqp_url", &crate::redact::url(&self.amqp_url))
+            .field("cluster_name", &self.cluster_name)
+            .field("database_pool_size", &self.database_pool_size)
+            .finish()
+    }
+}
+
+/// Words in an environment variable's name that say its value may be a
+/// secret, or a URL that may carry one.
+const SECRET_ENV_WORDS: &[&str] = &["URL", "DSN", "TOKEN", "PASSWORD", "SECRET", "KEY", "CREDENTIAL"];
+
+/// The flags of `command` (and of its subcommands) whose environment
+/// variable may hold a secret (its name says URL, TOKEN, PASSWORD, SECRET,
+/// KEY, ...) but whose value `--help` would show: clap prints
+/// `[env: NAME=value]` unless the flag has `hide_env_values = true`. Each
+/// binary's tests assert there are none.
+pub fn unhidden_secret_env_flags(command: &clap::Command) -> Vec<String> {
+    let mut out = Vec::new();
+    for arg in command.get_arguments() {
+        let Some(env) = arg.get_env().map(|e| e.to_string_lossy().to_ascii_uppercase()) else { continue };
+        if !arg.is_hide_env_values_set() && SECRET_ENV_WORDS.iter().any(|w| env.contains(w)) {
+            out.push(format!("{} --{} ({env})", command.get_name(), arg.get_id()));
+        }
+    }
+    for sub in command.get_subcommands() {
+        out.extend(unhidden_secret_env_flags(sub));
+    }
+    out
 }
 
 /// Log output settings.
@@ -67,5 +118,44 @@ impl RetryDefaults {
             multiplier: self.cron_retry_delay_multiplier,
             max_delay_ms: self.cron_retry_max_delay_ms,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    #[derive(Parser)]
+    #[command(name = "config")]
+    struct Shared {
+        #[command(flatten)]
+        service: super::ServiceArgs,
+        #[command(flatten)]
+        log: super::LogArgs,
+        #[command(flatten)]
+        retry: super::RetryDefaults,
+        /// A flag a later change might add without hiding it.
+        #[arg(long, env = "SOME_API_KEY")]
+        key: Option<String>,
+    }
+
+    #[test]
+    fn debug_output_redacts_the_connection_strings() {
+        let args = Shared::parse_from([
+            "config",
+            "--database-url=postgres://app:pw1@db/x",
+            "--redis-urls=redis://:pw2@a,redis://:pw3@b",
+            "--amqp-url=amqp://app:pw4@mq/%2f",
+        ]);
+        let shown = format!("{:?}", args.service);
+        for pw in ["pw1", "pw2", "pw3", "pw4"] {
+            assert!(!shown.contains(pw), "{shown}");
+        }
+        assert!(shown.contains("postgres://app:***@db/x") && shown.contains("redis://:***@b"), "{shown}");
+    }
+
+    #[test]
+    fn the_shared_connection_strings_are_hidden_and_an_unhidden_secret_is_found() {
+        assert_eq!(super::unhidden_secret_env_flags(&Shared::command()), vec!["config --key (SOME_API_KEY)"]);
     }
 }

@@ -4,9 +4,14 @@
 //! Input is validated from raw JSON (`JobSpec::from_json`) rather than through
 //! serde's derive so that every problem is reported with the path of the field
 //! that caused it (`schedule.expr`, `target.url`, ...) and all problems are
-//! reported at once.
+//! reported at once, up to `limits::FIELD_ERRORS_MAX` of them.
+//!
+//! What the operator decides (the minimum interval, the internal address
+//! ranges callback URLs may name) is a `Limits`, given to
+//! `JobSpec::from_json_with`; `JobSpec::from_json` applies the defaults.
 
 use std::collections::BTreeMap;
+use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -30,6 +35,73 @@ pub mod limits {
     pub const MISFIRE_CAP_MAX: u32 = 10_000;
     /// SQS's own limit on `MessageGroupId` and `MessageDeduplicationId`.
     pub const SQS_ID_MAX_CHARS: usize = 128;
+    /// SQS allows 10 message attributes and the worker adds 3 (`X-Cronshard-*`).
+    pub const SQS_ATTRIBUTES_MAX: usize = 7;
+    /// SQS's limit on an attribute name.
+    pub const SQS_ATTRIBUTE_NAME_MAX_CHARS: usize = 256;
+    /// Field errors one validation reports; the last one says how many more there were.
+    pub const FIELD_ERRORS_MAX: usize = 50;
+    /// The default smallest interval between two fires (`MIN_INTERVAL_MS`).
+    pub const MIN_INTERVAL_MS_DEFAULT: u64 = 1_000;
+    /// The largest minimum interval an operator may set (an hour).
+    pub const MIN_INTERVAL_MS_MAX: u64 = 3_600_000;
+}
+
+/// What the operator decides about job definitions; the API's flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Smallest `every_ms` of an interval schedule, and smallest gap between
+    /// two fires of a cron expression (`MIN_INTERVAL_MS`).
+    pub min_interval_ms: u64,
+    /// Internal ranges a callback or queue URL may name as an IP literal
+    /// anyway (`CALLBACK_ALLOW_CIDRS`, as the workers are given it).
+    pub allow_cidrs: Vec<ipnet::IpNet>,
+}
+
+impl Default for Limits {
+    /// The API's defaults: a 1 s minimum interval, no internal address allowed.
+    fn default() -> Self {
+        Self { min_interval_ms: limits::MIN_INTERVAL_MS_DEFAULT, allow_cidrs: Vec::new() }
+    }
+}
+
+impl Limits {
+    /// No operator policy: any interval, any address. For tools that check
+    /// the shape of a definition the API has already accepted.
+    pub fn unrestricted() -> Self {
+        Self {
+            min_interval_ms: 1,
+            allow_cidrs: vec![ipnet::IpNet::V4(Default::default()), ipnet::IpNet::V6(Default::default())],
+        }
+    }
+}
+
+/// The API's flags for `Limits`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct LimitArgs {
+    /// Internal ranges (loopback, private, ...) callback and SQS queue URLs may
+    /// name as an IP literal anyway, comma-separated, e.g. `127.0.0.0/8`. Give
+    /// it the workers' value: they refuse the same ranges when they connect.
+    #[arg(long, env = "CALLBACK_ALLOW_CIDRS", default_value = "")]
+    pub callback_allow_cidrs: String,
+    /// Smallest interval between two fires of a job, in ms: the least
+    /// `every_ms`, and the least gap of a cron expression with seconds.
+    #[arg(
+        long,
+        env = "MIN_INTERVAL_MS",
+        default_value_t = limits::MIN_INTERVAL_MS_DEFAULT,
+        value_parser = clap::value_parser!(u64).range(1..=limits::MIN_INTERVAL_MS_MAX)
+    )]
+    pub min_interval_ms: u64,
+}
+
+impl LimitArgs {
+    pub fn limits(&self) -> anyhow::Result<Limits> {
+        Ok(Limits {
+            min_interval_ms: self.min_interval_ms,
+            allow_cidrs: crate::netguard::parse_allow_list(&self.callback_allow_cidrs).map_err(anyhow::Error::msg)?,
+        })
+    }
 }
 
 /// A job definition (the request body of `POST /v1/jobs` and `PUT /v1/jobs/{id}`).
@@ -78,7 +150,9 @@ pub struct ScheduleSpec {
 pub enum ScheduleKind {
     /// Fires once at `at` (RFC 3339, in the future).
     Once { at: DateTime<Utc> },
-    /// Fires every `every_ms` milliseconds, anchored at `start_at` (default: creation).
+    /// Fires every `every_ms` milliseconds, anchored at `start_at` (default:
+    /// creation). The least `every_ms` is the operator's `MIN_INTERVAL_MS`
+    /// (default 1000).
     Interval {
         #[schema(minimum = 1, maximum = 31_622_400_000_u64)]
         every_ms: u64,
@@ -115,9 +189,18 @@ pub enum Target {
     Sqs(SqsTarget),
 }
 
+/// An HTTP callback. Header names are RFC 9110 tokens (case-insensitive, so
+/// a name may appear once across `headers` and `secret_headers`); values are
+/// RFC 9110 field values: no control characters but tab, no leading or
+/// trailing space or tab. Reserved names are refused: `X-Cronshard-*`
+/// (cronshard's own), `Host`, `Content-Length`, `Transfer-Encoding` (set from
+/// the URL and body) and the hop-by-hop `Connection`, `Keep-Alive`,
+/// `Proxy-Connection`, `TE`, `Trailer` and `Upgrade`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HttpTarget {
-    /// An http or https URL.
+    /// An http or https URL. An IP literal in an internal range (loopback,
+    /// private, link-local, cloud metadata, ...) is refused unless the
+    /// operator allows it with `CALLBACK_ALLOW_CIDRS`.
     #[schema(max_length = 2048, example = "https://reports.internal/run")]
     pub url: String,
     #[schema(required = false, default = "POST", example = "POST")]
@@ -125,6 +208,12 @@ pub struct HttpTarget {
     #[serde(default)]
     #[schema(required = false)]
     pub headers: BTreeMap<String, String>,
+    /// Write-only: headers sent with every delivery like `headers`, for
+    /// credentials (`Authorization`, API keys). Stored and delivered, never
+    /// returned by the API.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schema(required = false, write_only)]
+    pub secret_headers: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
     #[schema(required = false, minimum = 1, maximum = 300_000, default = 10_000)]
@@ -132,6 +221,12 @@ pub struct HttpTarget {
     #[serde(default)]
     #[schema(required = false, default = false)]
     pub follow_redirects: bool,
+    /// With `follow_redirects`: also send `headers` and `secret_headers` after
+    /// a redirect to another origin (scheme, host or port). By default they
+    /// are dropped there, so a redirect cannot carry credentials elsewhere.
+    #[serde(default)]
+    #[schema(required = false, default = false)]
+    pub forward_headers_on_redirect: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -147,6 +242,11 @@ pub struct SqsTarget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(min_length = 1, max_length = 128)]
     pub message_deduplication_id: Option<String>,
+    /// String attributes of the message: at most 7 (SQS allows 10 and
+    /// cronshard adds `X-Cronshard-Execution-Id`, `-Scheduled-At` and
+    /// `-Attempt`); names 1–256 of `A-Za-z0-9_.-` without a leading, trailing
+    /// or doubled period, an `AWS.`/`Amazon.` prefix or an `X-Cronshard-`
+    /// prefix; values non-empty, of the characters SQS accepts.
     #[serde(default)]
     #[schema(required = false)]
     pub message_attributes: BTreeMap<String, String>,
@@ -198,9 +298,15 @@ impl FieldError {
 }
 
 impl JobSpec {
-    /// Validates a job definition given as JSON. Returns every problem found.
+    /// Validates a job definition given as JSON under the default `Limits`.
+    /// Returns every problem found (up to `limits::FIELD_ERRORS_MAX`).
     pub fn from_json(value: &Value) -> Result<JobSpec, Vec<FieldError>> {
-        let mut v = Validator::default();
+        Self::from_json_with(value, &Limits::default())
+    }
+
+    /// Validates a job definition given as JSON under the operator's `Limits`.
+    pub fn from_json_with(value: &Value, limits: &Limits) -> Result<JobSpec, Vec<FieldError>> {
+        let mut v = Validator { limits, errors: Vec::new(), dropped: 0 };
         let spec = v.job(value);
         match spec {
             Some(spec) if v.errors.is_empty() => Ok(spec),
@@ -208,7 +314,7 @@ impl JobSpec {
                 if v.errors.is_empty() {
                     v.err("", "invalid job definition");
                 }
-                Err(v.errors)
+                Err(v.finish())
             }
         }
     }
@@ -218,19 +324,50 @@ impl JobSpec {
     }
 }
 
+/// At most `limits::FIELD_ERRORS_MAX` errors: when there are more, the last
+/// one kept says how many were left out, so a large body of bad fields
+/// cannot produce a larger answer.
+pub fn cap_field_errors(mut errors: Vec<FieldError>) -> Vec<FieldError> {
+    if errors.len() > limits::FIELD_ERRORS_MAX {
+        let more = errors.len() - (limits::FIELD_ERRORS_MAX - 1);
+        errors.truncate(limits::FIELD_ERRORS_MAX - 1);
+        errors.push(more_problems(more));
+    }
+    errors
+}
+
+fn more_problems(n: usize) -> FieldError {
+    FieldError::new("", format!("{n} more problems are not listed; fix the ones above and try again"))
+}
+
 /// Walks raw JSON, collecting errors with their paths.
-#[derive(Default)]
-struct Validator {
+struct Validator<'l> {
+    limits: &'l Limits,
+    /// At most `limits::FIELD_ERRORS_MAX`; the rest are counted in `dropped`.
     errors: Vec<FieldError>,
+    dropped: usize,
 }
 
 fn join(path: &str, key: &str) -> String {
     if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") }
 }
 
-impl Validator {
+impl Validator<'_> {
     fn err(&mut self, field: impl Into<String>, message: impl Into<String>) {
-        self.errors.push(FieldError::new(field, message));
+        if self.errors.len() < limits::FIELD_ERRORS_MAX {
+            self.errors.push(FieldError::new(field, message));
+        } else {
+            self.dropped += 1;
+        }
+    }
+
+    /// The errors, the last replaced by a count when some were dropped.
+    fn finish(mut self) -> Vec<FieldError> {
+        if self.dropped > 0 {
+            self.errors.truncate(limits::FIELD_ERRORS_MAX - 1);
+            self.errors.push(more_problems(self.dropped + 1));
+        }
+        self.errors
     }
 
     fn object<'a>(&mut self, value: &'a Value, path: &str, allowed: &[&str]) -> Option<&'a Map<String, Value>> {
@@ -370,6 +507,10 @@ impl Validator {
                 let every_ms = self
                     .required(map, p, "every_ms")
                     .and_then(|v| self.uint(v, "schedule.every_ms", 1, limits::EVERY_MAX_MS))?;
+                let min = self.limits.min_interval_ms;
+                if every_ms < min {
+                    self.err("schedule.every_ms", format!("must be at least {min}: the minimum interval is {min} ms"));
+                }
                 ScheduleKind::Interval { every_ms }
             }
             Some("cron") => {
@@ -393,6 +534,15 @@ impl Validator {
                     self.err(format!("schedule.{}", e.field), e.message);
                     return None;
                 }
+                let min = self.limits.min_interval_ms;
+                if let Some(gap) = cron_min_gap_secs(&expr, min)
+                    && gap.saturating_mul(1000) < min
+                {
+                    self.err(
+                        "schedule.expr",
+                        format!("fires as often as every {gap} s; the minimum interval is {min} ms"),
+                    );
+                }
                 let timezone = timezone.filter(|_| zone_ok)?;
                 ScheduleKind::Cron { expr, timezone }
             }
@@ -408,6 +558,9 @@ impl Validator {
         Some(ScheduleSpec { kind, start_at, end_at, max_runs })
     }
 
+    /// `headers` or `secret_headers` of an HTTP target: RFC 9110 names and
+    /// values, no reserved name, no name twice (names are case-insensitive).
+    /// Messages never quote a value: it may be a secret.
     fn headers(&mut self, value: Option<&Value>, path: &str) -> BTreeMap<String, String> {
         let mut out = BTreeMap::new();
         let Some(value) = value else { return out };
@@ -418,6 +571,7 @@ impl Validator {
         if map.len() > limits::HEADERS_MAX {
             self.err(path, format!("at most {} entries are allowed", limits::HEADERS_MAX));
         }
+        let mut seen: BTreeMap<String, &str> = BTreeMap::new();
         for (k, v) in map {
             let field = format!("{path}.{k}");
             let Some(s) = v.as_str() else {
@@ -428,12 +582,53 @@ impl Validator {
                 self.err(&field, "is not a valid name (letters, digits and !#$%&'*+-.^_`|~ only)");
             } else if k.len() > limits::HEADER_NAME_MAX_BYTES {
                 self.err(&field, format!("the name must be at most {} bytes", limits::HEADER_NAME_MAX_BYTES));
+            } else if let Some(why) = reserved_header(k) {
+                self.err(&field, format!("{k} is reserved: {why}"));
+            } else if let Some(first) = seen.insert(k.to_ascii_lowercase(), k) {
+                self.err(&field, format!("repeats {first}: header names are case-insensitive"));
             }
-            if s.len() > limits::HEADER_VALUE_MAX_BYTES {
+            if let Some(problem) = header_value_problem(s) {
+                self.err(&field, problem);
+            }
+            out.insert(k.clone(), s.to_owned());
+        }
+        out
+    }
+
+    /// An SQS target's `message_attributes`, checked as SQS checks them.
+    fn sqs_attributes(&mut self, value: Option<&Value>, path: &str) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let Some(value) = value else { return out };
+        let Some(map) = value.as_object() else {
+            self.err(path, "must be an object of string values");
+            return out;
+        };
+        if map.len() > limits::SQS_ATTRIBUTES_MAX {
+            self.err(
+                path,
+                format!(
+                    "at most {} entries are allowed: SQS takes 10 attributes and cronshard adds 3 (X-Cronshard-*)",
+                    limits::SQS_ATTRIBUTES_MAX
+                ),
+            );
+        }
+        for (k, v) in map {
+            let field = format!("{path}.{k}");
+            let Some(s) = v.as_str() else {
+                self.err(field, "must be a string");
+                continue;
+            };
+            if let Err(why) = check_sqs_attribute_name(k) {
+                self.err(&field, format!("is not a valid SQS attribute name: {why}"));
+            } else if k.to_ascii_lowercase().starts_with("x-cronshard-") {
+                self.err(&field, format!("{k} is reserved: cronshard sets the X-Cronshard-* attributes"));
+            }
+            if s.is_empty() {
+                self.err(&field, "must not be empty: SQS needs a value");
+            } else if s.len() > limits::HEADER_VALUE_MAX_BYTES {
                 self.err(&field, format!("must be at most {} bytes", limits::HEADER_VALUE_MAX_BYTES));
-            }
-            if s.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
-                self.err(&field, "must not contain CR, LF or NUL");
+            } else if let Some(c) = s.chars().find(|c| !is_sqs_char(*c)) {
+                self.err(&field, format!("contains {}, which SQS does not allow", char_name(c)));
             }
             out.insert(k.clone(), s.to_owned());
         }
@@ -452,11 +647,21 @@ impl Validator {
         let p = "target";
         match value.get("kind").and_then(Value::as_str) {
             Some("http") => {
-                let allowed = ["kind", "url", "method", "headers", "body", "timeout_ms", "follow_redirects"];
+                let allowed = [
+                    "kind",
+                    "url",
+                    "method",
+                    "headers",
+                    "secret_headers",
+                    "body",
+                    "timeout_ms",
+                    "follow_redirects",
+                    "forward_headers_on_redirect",
+                ];
                 let map = self.object(value, p, &allowed)?;
                 let url = self.required(map, p, "url").and_then(|v| self.string(v, "target.url"));
                 if let Some(u) = &url {
-                    self.http_url(u, "target.url");
+                    self.http_url(u, "target.url", "callbacks to internal addresses");
                 }
                 let method = match Self::field(map, "method") {
                     Some(v) => self.string(v, "target.method").map(|m| m.to_ascii_uppercase()),
@@ -468,26 +673,31 @@ impl Validator {
                     self.err("target.method", "must be one of GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS");
                 }
                 let headers = self.headers(Self::field(map, "headers"), "target.headers");
+                let secret_headers = self.headers(Self::field(map, "secret_headers"), "target.secret_headers");
+                for name in secret_headers.keys() {
+                    if let Some(plain) = headers.keys().find(|h| h.eq_ignore_ascii_case(name)) {
+                        self.err(
+                            format!("target.secret_headers.{name}"),
+                            format!("is also in target.headers (as {plain}); name a header in one of the two"),
+                        );
+                    }
+                }
                 let body = self.body(Self::field(map, "body"), "target.body");
                 let timeout_ms = match Self::field(map, "timeout_ms") {
                     Some(v) => self.uint(v, "target.timeout_ms", 1, limits::TIMEOUT_MAX_MS),
                     None => Some(10_000),
                 };
-                let follow_redirects = match Self::field(map, "follow_redirects") {
-                    Some(Value::Bool(b)) => *b,
-                    Some(_) => {
-                        self.err("target.follow_redirects", "must be true or false");
-                        false
-                    }
-                    None => false,
-                };
+                let follow_redirects = self.flag(map, "target", "follow_redirects");
+                let forward_headers_on_redirect = self.flag(map, "target", "forward_headers_on_redirect");
                 Some(Target::Http(HttpTarget {
                     url: url?,
                     method: method?,
                     headers,
+                    secret_headers,
                     body,
                     timeout_ms: timeout_ms?,
                     follow_redirects,
+                    forward_headers_on_redirect,
                 }))
             }
             Some("sqs") => {
@@ -496,9 +706,12 @@ impl Validator {
                 let map = self.object(value, p, &allowed)?;
                 let queue_url = self.required(map, p, "queue_url").and_then(|v| self.string(v, "target.queue_url"));
                 if let Some(u) = &queue_url {
-                    self.http_url(u, "target.queue_url");
+                    self.http_url(u, "target.queue_url", "queue URLs on internal addresses");
                 }
                 let body = self.body(Self::field(map, "body"), "target.body");
+                if let Some(c) = body.as_deref().and_then(|b| b.chars().find(|c| !is_sqs_char(*c))) {
+                    self.err("target.body", format!("contains {}, which SQS does not allow", char_name(c)));
+                }
                 let message_group_id =
                     Self::field(map, "message_group_id").and_then(|v| self.sqs_id(v, "target.message_group_id"));
                 let message_deduplication_id = Self::field(map, "message_deduplication_id")
@@ -508,7 +721,7 @@ impl Validator {
                     self.err("target.message_group_id", "is required for a FIFO queue (.fifo)");
                 }
                 let message_attributes =
-                    self.headers(Self::field(map, "message_attributes"), "target.message_attributes");
+                    self.sqs_attributes(Self::field(map, "message_attributes"), "target.message_attributes");
                 Some(Target::Sqs(SqsTarget {
                     queue_url: queue_url?,
                     body,
@@ -541,7 +754,22 @@ impl Validator {
         Some(id)
     }
 
-    fn http_url(&mut self, raw: &str, field: &str) {
+    /// An optional boolean `key` of the object at `path`.
+    fn flag(&mut self, map: &Map<String, Value>, path: &str, key: &str) -> bool {
+        match Self::field(map, key) {
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                self.err(join(path, key), "must be true or false");
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// An http(s) URL. An IP literal must pass the SSRF rules (the worker
+    /// checks the addresses a name resolves to when it connects); `what`
+    /// says what is refused, for the message.
+    fn http_url(&mut self, raw: &str, field: &str, what: &str) {
         if raw.len() > limits::URL_MAX_BYTES {
             self.err(field, format!("must be at most {} bytes", limits::URL_MAX_BYTES));
             return;
@@ -552,7 +780,18 @@ impl Validator {
                     self.err(field, "must name a host");
                 }
                 if !u.username().is_empty() || u.password().is_some() {
-                    self.err(field, "must not carry credentials; use target.headers");
+                    self.err(field, "must not carry credentials; use target.secret_headers");
+                }
+                if let Some(refusal) = crate::netguard::literal_host(&u)
+                    .and_then(|ip| crate::netguard::refusal(ip, &self.limits.allow_cidrs))
+                {
+                    self.err(
+                        field,
+                        format!(
+                            "refers to {refusal}; {what} are refused unless the operator allows them with \
+                             CALLBACK_ALLOW_CIDRS"
+                        ),
+                    );
                 }
             }
             Ok(u) => self.err(field, format!("scheme \"{}\" is not allowed; use http or https", u.scheme())),
@@ -601,6 +840,111 @@ impl Validator {
 /// RFC 9110 token characters, the only ones allowed in a header name.
 fn is_token_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Why a job may not set header `name` (any case), or `None`. Refused:
+/// cronshard's own `X-Cronshard-*`; what the HTTP client derives from the URL
+/// and the body (`Host`, `Content-Length`, `Transfer-Encoding`), which a job
+/// could otherwise use to smuggle a second request or reach another virtual
+/// host; and the hop-by-hop fields of RFC 9110 §7.6.1 (`Connection` and the
+/// fields it governs: `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`,
+/// `Upgrade`), which are about one connection and not the job's to set.
+/// `Proxy-Authorization` is allowed: the worker connects directly, so it is
+/// an ordinary end-to-end field to the receiver.
+pub fn reserved_header(name: &str) -> Option<&'static str> {
+    let lower = name.to_ascii_lowercase();
+    if lower.starts_with("x-cronshard-") {
+        return Some("cronshard sets the X-Cronshard-* headers");
+    }
+    match lower.as_str() {
+        "host" => Some("the HTTP client sets it from the URL"),
+        "content-length" | "transfer-encoding" => Some("the HTTP client sets it from the body"),
+        "connection" | "keep-alive" | "proxy-connection" | "te" | "trailer" | "upgrade" => {
+            Some("a hop-by-hop header (RFC 9110 §7.6.1) is the HTTP client's to set")
+        }
+        _ => None,
+    }
+}
+
+/// What is wrong with a header value, or `None`. RFC 9110 field values: no
+/// control characters but horizontal tab (CR, LF, NUL, VT, DEL, ... are
+/// refused: CR and LF would split the header), and no leading or trailing
+/// space or tab — refused rather than trimmed so that what is stored is what
+/// was given (receivers strip them anyway). Non-ASCII is sent as its UTF-8
+/// bytes (obs-text). Never quotes the value: it may be a secret.
+fn header_value_problem(value: &str) -> Option<String> {
+    if value.len() > limits::HEADER_VALUE_MAX_BYTES {
+        return Some(format!("must be at most {} bytes", limits::HEADER_VALUE_MAX_BYTES));
+    }
+    if value.chars().any(|c| c != '\t' && c.is_ascii_control()) {
+        return Some("must not contain control characters (CR, LF, NUL, DEL, ...); tab is the only one allowed".into());
+    }
+    if value.starts_with([' ', '\t']) || value.ends_with([' ', '\t']) {
+        return Some("must not begin or end with a space or tab".into());
+    }
+    None
+}
+
+/// SQS message attribute names: 1–256 of `A-Za-z0-9-_.`, no leading or
+/// trailing period, no `..`, and no `AWS.` / `Amazon.` prefix (any case).
+pub fn check_sqs_attribute_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() || name.len() > limits::SQS_ATTRIBUTE_NAME_MAX_CHARS {
+        return Err("must be 1 to 256 characters");
+    }
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
+        return Err("only letters, digits, '-', '_' and '.' are allowed");
+    }
+    if name.starts_with('.') || name.ends_with('.') || name.contains("..") {
+        return Err("must not start or end with '.' or contain '..'");
+    }
+    let lower = name.to_ascii_lowercase();
+    if lower.starts_with("aws.") || lower.starts_with("amazon.") {
+        return Err("the AWS. and Amazon. prefixes are reserved");
+    }
+    Ok(())
+}
+
+/// The characters SQS accepts in a body or attribute value: #x9, #xA, #xD,
+/// #x20–#xD7FF, #xE000–#xFFFD, #x10000–#x10FFFF.
+pub fn is_sqs_char(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r' | ' '..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
+}
+
+/// `U+001B` for a message.
+fn char_name(c: char) -> String {
+    format!("U+{:04X}", u32::from(c))
+}
+
+/// The shortest gap, in whole seconds, between two fires of a cron
+/// expression, or `None` when no expression can fire more often than
+/// `min_interval_ms` allows (none fires more than once a second, and an
+/// @-shortcut at most hourly) or the fields cannot be read here.
+///
+/// Judged from the seconds, minutes and hours fields, as if every day fired
+/// (the day fields only remove fires; across midnight the gap is counted as
+/// if the next day fired too) and without DST shifts.
+fn cron_min_gap_secs(expr: &str, min_interval_ms: u64) -> Option<u64> {
+    if min_interval_ms <= 1000 || expr.trim_start().starts_with('@') {
+        return None;
+    }
+    let fields: Vec<&str> = expr.split_whitespace().collect();
+    let (sec, min, hour) = match *fields.as_slice() {
+        [min, hour, _, _, _] => ("0", min, hour),
+        [sec, min, hour, _, _, _] => (sec, min, hour),
+        _ => return None,
+    };
+    use cron::TimeUnitSpec;
+    let parsed = cron::Schedule::from_str(&format!("{sec} {min} {hour} * * *")).ok()?;
+    let mut fires: Vec<u32> = Vec::new();
+    for h in parsed.hours().iter() {
+        for m in parsed.minutes().iter() {
+            fires.extend(parsed.seconds().iter().map(|s| h * 3600 + m * 60 + s));
+        }
+    }
+    let (first, last) = (*fires.first()?, *fires.last()?);
+    let wrap = first + 86_400 - last;
+    let gap = fires.windows(2).map(|w| w[1] - w[0]).fold(wrap, u32::min);
+    Some(u64::from(gap))
 }
 
 #[cfg(test)]
@@ -678,6 +1022,319 @@ mod tests {
         let mut v = valid();
         v["target"]["headers"] = json!({ "x-a": "1\r\nHost: evil" });
         assert_eq!(fields(v), ["target.headers.x-a"]);
+    }
+
+    fn http_job(target: Value) -> Value {
+        let mut v = valid();
+        let mut t = v["target"].as_object().unwrap().clone();
+        t.extend(target.as_object().unwrap().clone());
+        v["target"] = Value::Object(t);
+        v
+    }
+
+    fn errors_with(value: Value, limits: &Limits) -> Vec<FieldError> {
+        JobSpec::from_json_with(&value, limits).err().unwrap_or_default()
+    }
+
+    fn fields_with(value: Value, limits: &Limits) -> Vec<String> {
+        errors_with(value, limits).into_iter().map(|e| e.field).collect()
+    }
+
+    #[test]
+    fn callback_urls_naming_internal_addresses_are_refused_with_the_rule() {
+        // (url, what the message says; None: accepted)
+        let cases: &[(&str, Option<&str>)] = &[
+            ("http://127.0.0.1:8080/hook", Some("127.0.0.1, a loopback address")),
+            ("http://2130706433/hook", Some("127.0.0.1, a loopback address")),
+            ("http://[::1]/", Some("a loopback address")),
+            ("http://[::127.0.0.1]/", Some("carries 127.0.0.1 (IPv4-compatible), a loopback address")),
+            ("http://[::ffff:127.0.0.1]/", Some("carries 127.0.0.1 (IPv4-mapped), a loopback address")),
+            ("http://[::ffff:0:127.0.0.1]/", Some("carries 127.0.0.1 (IPv4-translated), a loopback address")),
+            ("http://[64:ff9b::169.254.169.254]/", Some("(NAT64), a cloud metadata address")),
+            ("http://[2002:a9fe:a9fe::]/", Some("carries 169.254.169.254 (6to4), a cloud metadata address")),
+            ("http://[fec0::1]/", Some("a site-local address")),
+            ("http://[2001::1]/", Some("a Teredo address")),
+            ("http://169.254.169.254/latest/meta-data/", Some("a cloud metadata address")),
+            ("http://10.0.0.5/", Some("a private address")),
+            ("http://100.64.1.1/", Some("a carrier-grade NAT address")),
+            ("http://192.0.2.1/", Some("a documentation address")),
+            ("http://[2001:db8::1]/", Some("a documentation address")),
+            ("http://224.0.0.1/", Some("a multicast address")),
+            ("http://0.0.0.0/", Some("an unspecified address")),
+            ("https://93.184.216.34/hook", None),
+            ("https://[2606:4700::1111]/hook", None),
+            ("http://[64:ff9b::8.8.8.8]/", None),
+            // Names are checked by the worker when it connects, not here.
+            ("http://localhost:8080/hook", None),
+        ];
+        for &(url, expected) in cases {
+            let errors = errors_with(http_job(json!({ "url": url })), &Limits::default());
+            match expected {
+                None => assert!(errors.is_empty(), "{url}: {errors:?}"),
+                Some(rule) => {
+                    assert_eq!(errors.len(), 1, "{url}: {errors:?}");
+                    assert_eq!(errors[0].field, "target.url", "{url}");
+                    let m = &errors[0].message;
+                    assert!(m.contains(rule) && m.contains("CALLBACK_ALLOW_CIDRS"), "{url}: {m}");
+                }
+            }
+        }
+        let e = errors_with(http_job(json!({ "url": "http://127.0.0.1:8080/hook" })), &Limits::default());
+        assert_eq!(
+            e[0].message,
+            "refers to 127.0.0.1, a loopback address; callbacks to internal addresses are refused unless the \
+             operator allows them with CALLBACK_ALLOW_CIDRS"
+        );
+    }
+
+    #[test]
+    fn the_allow_list_opens_a_range_for_callbacks_and_queue_urls() {
+        let loopback =
+            Limits { allow_cidrs: crate::netguard::parse_allow_list("127.0.0.0/8").unwrap(), ..Limits::default() };
+        for url in ["http://127.0.0.1:8080/hook", "http://[::ffff:127.0.0.1]/", "http://[64:ff9b::127.0.0.1]/"] {
+            assert_eq!(errors_with(http_job(json!({ "url": url })), &loopback), vec![], "{url}");
+        }
+        assert_eq!(fields_with(http_job(json!({ "url": "http://10.0.0.1/" })), &loopback), ["target.url"]);
+
+        let sqs = |url: &str| {
+            json!({ "name": "q", "schedule": { "kind": "cron", "expr": "0 8 * * *" },
+                    "target": { "kind": "sqs", "queue_url": url } })
+        };
+        let e = errors_with(sqs("http://127.0.0.1:4566/000000000000/jobs"), &Limits::default());
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(e[0].field, "target.queue_url");
+        assert!(e[0].message.contains("a loopback address; queue URLs on internal addresses"), "{e:?}");
+        assert_eq!(errors_with(sqs("http://127.0.0.1:4566/000000000000/jobs"), &loopback), vec![]);
+        assert_eq!(errors_with(sqs("https://sqs.us-east-1.amazonaws.com/1/q"), &Limits::default()), vec![]);
+    }
+
+    #[test]
+    fn reserved_and_malformed_headers_are_refused() {
+        // (name, value, refused)
+        let cases: &[(&str, &str, bool)] = &[
+            ("X-Api-Key", "k", false),
+            ("Authorization", "Bearer t", false),
+            ("Proxy-Authorization", "Basic x", false),
+            ("accept", "application/json", false),
+            ("X-Tab", "a\tb", false),
+            ("X-Empty", "", false),
+            ("X-Utf8", "café ✓", false),
+            ("X-Cronshard-Attempt", "9", true),
+            ("x-cronshard-anything", "1", true),
+            ("X-CRONSHARD-EXECUTION-ID", "1", true),
+            ("Host", "evil.example", true),
+            ("host", "evil.example", true),
+            ("Content-Length", "0", true),
+            ("Transfer-Encoding", "chunked", true),
+            ("Connection", "close", true),
+            ("Keep-Alive", "timeout=5", true),
+            ("Proxy-Connection", "keep-alive", true),
+            ("TE", "trailers", true),
+            ("Trailer", "X-A", true),
+            ("Upgrade", "websocket", true),
+            ("X A", "1", true),
+            ("X:A", "1", true),
+            ("X-\u{e9}", "1", true),
+            ("X-Ctl", "a\u{1}b", true),
+            ("X-Del", "a\u{7f}b", true),
+            ("X-Vt", "a\u{b}b", true),
+            ("X-Cr", "a\rb", true),
+            ("X-Lf", "a\nb", true),
+            ("X-Nul", "a\u{0}b", true),
+            ("X-Lead", " a", true),
+            ("X-Trail", "a\t", true),
+        ];
+        for &(name, value, refused) in cases {
+            for map in ["headers", "secret_headers"] {
+                let errors = errors_with(http_job(json!({ map: { name: value } })), &Limits::default());
+                if refused {
+                    assert_eq!(errors.len(), 1, "{map} {name:?}: {value:?}: {errors:?}");
+                    assert_eq!(errors[0].field, format!("target.{map}.{name}"));
+                    assert!(value.len() < 3 || !errors[0].message.contains(value), "quotes the value: {errors:?}");
+                } else {
+                    assert!(errors.is_empty(), "{map} {name:?}: {value:?}: {errors:?}");
+                }
+            }
+        }
+        let e = errors_with(http_job(json!({ "headers": { "Host": "x" } })), &Limits::default());
+        assert_eq!(e[0].message, "Host is reserved: the HTTP client sets it from the URL");
+        for name in ["x-cronshard-attempt", "Host", "TE", "Upgrade", "Content-Length"] {
+            assert!(reserved_header(name).is_some(), "{name}");
+        }
+        assert_eq!(reserved_header("X-Api-Key"), None);
+    }
+
+    #[test]
+    fn a_header_name_appears_once_in_any_case_across_both_maps() {
+        let f = |target: Value| fields_with(http_job(target), &Limits::default());
+        assert_eq!(f(json!({ "headers": { "X-A": "1", "x-a": "2" } })), ["target.headers.x-a"]);
+        assert_eq!(
+            f(json!({ "headers": { "x-api-key": "1" }, "secret_headers": { "X-Api-Key": "2" } })),
+            ["target.secret_headers.X-Api-Key"]
+        );
+        assert_eq!(f(json!({ "headers": { "x-a": "1" }, "secret_headers": { "x-b": "2" } })), Vec::<String>::new());
+        assert_eq!(f(json!({ "secret_headers": "k" })), ["target.secret_headers"]);
+    }
+
+    #[test]
+    fn secret_headers_and_the_redirect_opt_in_are_stored_and_secret_headers_left_out_when_empty() {
+        let v = http_job(json!({
+            "secret_headers": { "Authorization": "Bearer s3cret" },
+            "follow_redirects": true, "forward_headers_on_redirect": true,
+        }));
+        let spec = JobSpec::from_json(&v).unwrap();
+        let Target::Http(t) = &spec.target else { panic!("{spec:?}") };
+        assert_eq!(t.secret_headers["Authorization"], "Bearer s3cret");
+        assert!(t.follow_redirects && t.forward_headers_on_redirect);
+        let stored = serde_json::to_value(&spec).unwrap();
+        assert_eq!(stored["target"]["secret_headers"]["Authorization"], "Bearer s3cret");
+        assert_eq!(JobSpec::from_json(&stored).unwrap(), spec);
+        assert_eq!(serde_json::from_value::<JobSpec>(stored).unwrap(), spec);
+
+        let plain = JobSpec::from_json(&valid()).unwrap();
+        let stored = serde_json::to_value(&plain).unwrap();
+        assert!(stored["target"].get("secret_headers").is_none(), "{stored}");
+        assert_eq!(stored["target"]["forward_headers_on_redirect"], false);
+        assert_eq!(
+            fields(http_job(json!({ "forward_headers_on_redirect": "yes" }))),
+            ["target.forward_headers_on_redirect"]
+        );
+        // A definition stored before these fields existed still reads.
+        let mut old = serde_json::to_value(&plain).unwrap();
+        old["target"].as_object_mut().unwrap().remove("forward_headers_on_redirect");
+        assert_eq!(serde_json::from_value::<JobSpec>(old).unwrap(), plain);
+    }
+
+    #[test]
+    fn intervals_below_the_minimum_are_refused_naming_it() {
+        let interval = |ms: u64| json!({ "name": "x", "schedule": { "kind": "interval", "every_ms": ms }, "target": valid()["target"] });
+        let e = errors_with(interval(999), &Limits::default());
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(e[0].field, "schedule.every_ms");
+        assert!(e[0].message.contains("1000"), "{e:?}");
+        assert_eq!(errors_with(interval(1000), &Limits::default()), vec![]);
+        let strict = Limits { min_interval_ms: 60_000, ..Limits::default() };
+        assert_eq!(fields_with(interval(59_999), &strict), ["schedule.every_ms"]);
+        assert_eq!(fields_with(interval(60_000), &strict), Vec::<String>::new());
+        let lax = Limits { min_interval_ms: 1, ..Limits::default() };
+        assert_eq!(fields_with(interval(1), &lax), Vec::<String>::new());
+        assert_eq!(fields_with(interval(1), &Limits::unrestricted()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn cron_expressions_firing_more_often_than_the_minimum_are_refused() {
+        let cron = |expr: &str| json!({ "name": "x", "schedule": { "kind": "cron", "expr": expr }, "target": valid()["target"] });
+        // (expression, shortest gap in s)
+        let cases: &[(&str, u64)] = &[
+            ("* * * * * *", 1),
+            ("*/5 * * * * *", 5),
+            ("0,10,15 * * * * *", 5),
+            ("0,59 * * * * *", 1),
+            ("30 * * * * *", 60),
+            ("* * * * *", 60),
+            ("*/15 * * * *", 900),
+            ("0 8 * * *", 86_400),
+            ("0 0,59 0,23 * * *", 60),
+            ("0 30 8-9 * * *", 3600),
+        ];
+        for &(expr, gap) in cases {
+            assert_eq!(cron_min_gap_secs(expr, 2000), Some(gap), "{expr}");
+            let at_gap = Limits { min_interval_ms: (gap * 1000).min(limits::MIN_INTERVAL_MS_MAX), ..Limits::default() };
+            assert_eq!(fields_with(cron(expr), &at_gap), Vec::<String>::new(), "{expr} at its own gap");
+            if gap < 3600 {
+                let above = Limits { min_interval_ms: gap * 1000 + 1, ..Limits::default() };
+                let e = errors_with(cron(expr), &above);
+                assert_eq!(e.iter().map(|e| e.field.as_str()).collect::<Vec<_>>(), ["schedule.expr"], "{expr}");
+                assert!(e[0].message.contains(&format!("every {gap} s")), "{e:?}");
+            }
+        }
+        // The default minimum (1 s) admits every expression; shortcuts are at most hourly.
+        assert_eq!(fields_with(cron("* * * * * *"), &Limits::default()), Vec::<String>::new());
+        assert_eq!(cron_min_gap_secs("@hourly", 3_600_000), None);
+    }
+
+    #[test]
+    fn sqs_attributes_are_checked_as_sqs_checks_them() {
+        let sqs = |attrs: Value| {
+            json!({ "name": "q", "schedule": { "kind": "cron", "expr": "0 8 * * *" },
+                    "target": { "kind": "sqs", "queue_url": "https://sqs.us-east-1.amazonaws.com/1/q",
+                                "message_attributes": attrs } })
+        };
+        let long = "a".repeat(256);
+        let too_long = "a".repeat(257);
+        // (name, value, refused)
+        let cases: Vec<(&str, &str, bool)> = vec![
+            ("Trace-Id", "abc", false),
+            ("x_y.z", "é ✓ 😀\t\n", false),
+            (&long, "v", false),
+            (&too_long, "v", true),
+            ("", "v", true),
+            ("has space", "v", true),
+            ("a!b", "v", true),
+            (".a", "v", true),
+            ("a.", "v", true),
+            ("a..b", "v", true),
+            ("AWS.Trace", "v", true),
+            ("aws.trace", "v", true),
+            ("Amazon.x", "v", true),
+            ("AMAZON.x", "v", true),
+            ("X-Cronshard-Attempt", "1", true),
+            ("x-cronshard-attempt", "1", true),
+            ("Empty", "", true),
+            ("Escape", "a\u{1b}b", true),
+            ("Nul", "a\u{0}b", true),
+            ("NonChar", "a\u{fffe}b", true),
+        ];
+        for (name, value, refused) in cases {
+            let got = fields_with(sqs(json!({ name: value })), &Limits::default());
+            if refused {
+                assert_eq!(got, [format!("target.message_attributes.{name}")], "{name:?}: {value:?}");
+            } else {
+                assert!(got.is_empty(), "{name:?}: {value:?}: {got:?}");
+            }
+        }
+        let seven: Map<String, Value> = (0..7).map(|i| (format!("a{i}"), json!("v"))).collect();
+        assert!(JobSpec::from_json(&sqs(Value::Object(seven.clone()))).is_ok());
+        let mut eight = seven;
+        eight.insert("a7".into(), json!("v"));
+        assert_eq!(fields(sqs(Value::Object(eight))), ["target.message_attributes"]);
+
+        let mut body = sqs(json!({}));
+        body["target"]["body"] = json!("a\u{1}b");
+        assert_eq!(fields(body), ["target.body"]);
+        for c in ['\t', '\n', '\r', ' ', '\u{d7ff}', '\u{e000}', '\u{fffd}', '\u{10000}', '\u{10ffff}'] {
+            assert!(is_sqs_char(c), "{c:?}");
+        }
+        for c in ['\u{0}', '\u{8}', '\u{b}', '\u{1f}', '\u{fffe}', '\u{ffff}'] {
+            assert!(!is_sqs_char(c), "{c:?}");
+        }
+    }
+
+    #[test]
+    fn the_number_of_errors_is_capped_and_the_last_counts_the_rest() {
+        let mut v = valid();
+        for i in 0..10_000 {
+            v[format!("unknown-{i}")] = json!(1);
+        }
+        let errors = JobSpec::from_json(&v).unwrap_err();
+        assert_eq!(errors.len(), limits::FIELD_ERRORS_MAX);
+        assert_eq!(errors[..49].iter().filter(|e| e.field.starts_with("unknown-")).count(), 49);
+        let last = errors.last().unwrap();
+        assert_eq!(last.field, "");
+        assert!(last.message.starts_with("9951 more problems"), "{last:?}");
+        assert!(serde_json::to_string(&errors).unwrap().len() < 16 * 1024);
+
+        // Exactly the limit: every one listed.
+        let mut v = valid();
+        for i in 0..50 {
+            v[format!("u{i:02}")] = json!(1);
+        }
+        let errors = JobSpec::from_json(&v).unwrap_err();
+        assert_eq!(errors.len(), 50);
+        assert!(errors.iter().all(|e| e.field.starts_with('u')), "{errors:?}");
+        let capped = cap_field_errors((0..51).map(|i| FieldError::new(i.to_string(), "x")).collect());
+        assert_eq!(capped.len(), 50);
+        assert!(capped[49].message.starts_with("2 more problems"), "{capped:?}");
     }
 
     #[test]

@@ -13,8 +13,10 @@ pub mod job;
 pub mod ledger;
 pub mod message;
 pub mod metrics;
+pub mod netguard;
 
 pub mod publisher;
+pub mod redact;
 pub mod redis;
 pub mod schedule;
 pub mod shutdown;

@@ -153,9 +153,11 @@ mod tests {
                 url: "http://127.0.0.1:9/hook".into(),
                 method: "POST".into(),
                 headers: Default::default(),
+                secret_headers: Default::default(),
                 body: None,
                 timeout_ms: 1_000,
                 follow_redirects: false,
+                forward_headers_on_redirect: false,
             }),
             retry: None,
         }

@@ -29,7 +29,9 @@ pub fn pools(urls: &[String]) -> anyhow::Result<Vec<Pool>> {
                 },
                 ..Default::default()
             });
-            cfg.create_pool(Some(Runtime::Tokio1)).with_context(|| format!("Redis URL {url:?}"))
+            cfg.create_pool(Some(Runtime::Tokio1))
+                .map_err(|e| anyhow::anyhow!(crate::redact::text(&format!("{:#}", anyhow::Error::new(e)))))
+                .with_context(|| format!("Redis URL {:?}", crate::redact::url(url)))
         })
         .collect()
 }

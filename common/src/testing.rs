@@ -94,6 +94,42 @@ where
     }
 }
 
+/// Runs `command` until it exits or `limit` has passed (then kills it), and
+/// returns its exit status (`None` when it was killed) and everything it
+/// wrote to stdout and stderr. The output goes through files, so a chatty
+/// process never blocks on a full pipe.
+pub fn output_within(
+    command: &mut std::process::Command,
+    limit: Duration,
+) -> std::io::Result<(Option<std::process::ExitStatus>, String)> {
+    let dir = std::env::temp_dir();
+    let id = Uuid::new_v4().simple();
+    let paths = [dir.join(format!("cronshard-{id}.out")), dir.join(format!("cronshard-{id}.err"))];
+    let mut child = command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&paths[0])?)
+        .stderr(std::fs::File::create(&paths[1])?)
+        .spawn()?;
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break Some(status);
+        }
+        if std::time::Instant::now() >= deadline {
+            child.kill()?;
+            child.wait()?;
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut output = String::new();
+    for path in &paths {
+        output.push_str(&String::from_utf8_lossy(&std::fs::read(path)?));
+        let _ = std::fs::remove_file(path);
+    }
+    Ok((status, output))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -62,11 +62,14 @@ pub struct Ceiling {
 /// A fire message as the scheduler publishes it for a herd job (HTTP
 /// target on loopback with the API's defaults).
 pub fn sample_message() -> anyhow::Result<FireMessage> {
-    let spec = common::job::JobSpec::from_json(&json!({
-        "name": "ceiling",
-        "schedule": { "kind": "once", "at": "2030-01-01T00:00:00.000Z" },
-        "target": { "kind": "http", "url": "http://127.0.0.1:40000/hook", "timeout_ms": 10_000 },
-    }))
+    let spec = common::job::JobSpec::from_json_with(
+        &json!({
+            "name": "ceiling",
+            "schedule": { "kind": "once", "at": "2030-01-01T00:00:00.000Z" },
+            "target": { "kind": "http", "url": "http://127.0.0.1:40000/hook", "timeout_ms": 10_000 },
+        }),
+        &common::job::Limits::unrestricted(),
+    )
     .map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let at = common::execution::truncate_ms(Utc::now());
     let job_id = Uuid::now_v7();

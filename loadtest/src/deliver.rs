@@ -47,11 +47,15 @@ pub async fn run(args: DeliverArgs) -> anyhow::Result<()> {
     let cluster = crate::benchdb::cluster_name("bench");
 
     // One job; N manual slots of it, each its own ledger row and message.
-    let spec: JobSpec = JobSpec::from_json(&json!({
-        "name": "deliver-bench",
-        "schedule": { "kind": "interval", "every_ms": 86_400_000 },
-        "target": { "kind": "http", "url": receiver.hook_url(), "timeout_ms": 10_000 },
-    }))
+    let spec: JobSpec = JobSpec::from_json_with(
+        &json!({
+            "name": "deliver-bench",
+            "schedule": { "kind": "interval", "every_ms": 86_400_000 },
+            "target": { "kind": "http", "url": receiver.hook_url(), "timeout_ms": 10_000 },
+        }),
+        // The receiver is on loopback, where the workers are allowed to call.
+        &common::job::Limits::unrestricted(),
+    )
     .map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let job_id = Uuid::now_v7();
     client

@@ -396,6 +396,9 @@ async fn process(
             shared.finish(m, request).await?;
         }
         Outcome::Failure { error, excerpt } => {
+            // The text may quote the target's URL: its credentials stay out
+            // of the ledger, the failed queue's header and the logs.
+            let error_text = common::redact::text(&error.to_string());
             let mut next_attempt_at = None;
             // The follow-up is published (and confirmed) before the outcome
             // is recorded and the message acked: a crash in between
@@ -404,19 +407,19 @@ async fn process(
                 Some(delay) => {
                     next_attempt_at = Some(Utc::now() + chrono::TimeDelta::milliseconds(delay as i64));
                     shared.retry.publish_retry(m, attempt + 1, delay).await?;
-                    tracing::warn!(execution.id = %m.execution_id, attempt, error = %error, retry_in_ms = delay, "delivery failed; retry scheduled");
+                    tracing::warn!(execution.id = %m.execution_id, attempt, error = %error_text, retry_in_ms = delay, "delivery failed; retry scheduled");
                     Status::Retrying
                 }
                 None => {
-                    shared.retry.publish_failed(m, attempt, &error.to_string()).await?;
-                    tracing::error!(execution.id = %m.execution_id, attempt, error = %error, "delivery failed for good");
+                    shared.retry.publish_failed(m, attempt, &error_text).await?;
+                    tracing::error!(execution.id = %m.execution_id, attempt, error = %error_text, "delivery failed for good");
                     Status::Failed
                 }
             };
             metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => status.as_str()).increment(1);
             let request = FinishRequest {
                 http_status: error.http_status().map(i32::from),
-                error: Some(error.to_string()),
+                error: Some(error_text),
                 next_attempt_at,
                 ..done(status, excerpt)
             };

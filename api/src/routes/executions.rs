@@ -12,11 +12,12 @@ use common::ledger::changes::{self, ReplaySelection};
 use common::ledger::read::{self, Filter};
 use common::ledger::{Execution, Status};
 
-use crate::AppState;
+use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiResult, field};
 use crate::extract::{JobIdPath, JsonBody, PathParams, QueryParams};
 use crate::model::{ExecutionPage, ExecutionSearchPage, ReplayResult};
 use crate::params::{not_found, parse_cursor, parse_job_id, parse_limit, parse_slot, parse_status, parse_time};
+use crate::{AppState, tenancy};
 
 #[derive(Deserialize)]
 pub struct ExecQuery {
@@ -51,6 +52,7 @@ pub struct ExecQuery {
 )]
 pub async fn of_job(
     State(state): State<AppState>,
+    caller: Caller,
     JobIdPath(id): JobIdPath,
     QueryParams(q): QueryParams<ExecQuery>,
 ) -> ApiResult<Json<ExecutionPage>> {
@@ -61,10 +63,10 @@ pub async fn of_job(
     let to = parse_time(q.to.as_deref(), "to")?;
     let client = state.pg.get().await?;
     // A deleted job's history stays readable; an unknown id is a 404.
-    if client.query_opt("SELECT 1 FROM jobs WHERE id = $1", &[&id]).await?.is_none() {
+    if !tenancy::job_visible(&client, id, &caller.scope).await? {
         return Err(not_found(id));
     }
-    let filter = Filter { job_id: Some(id), status, from, to };
+    let filter = Filter { namespaces: None, job_id: Some(id), status, from, to };
     let (items, more) = read::list(&client, &filter, before.map(|t| (t, None)), limit).await?;
     let next_cursor = more.then(|| items.last().map(|e| format_instant(e.scheduled_at))).flatten();
     Ok(Json(ExecutionPage { items, next_cursor }))
@@ -105,6 +107,7 @@ pub struct AllQuery {
 )]
 pub async fn all(
     State(state): State<AppState>,
+    caller: Caller,
     QueryParams(q): QueryParams<AllQuery>,
 ) -> ApiResult<Json<ExecutionSearchPage>> {
     let limit = parse_limit(q.limit.as_deref())?;
@@ -126,7 +129,7 @@ pub async fn all(
         }
     };
     let client = state.pg.get().await?;
-    let filter = Filter { job_id, status, from, to };
+    let filter = Filter { namespaces: caller.scope.sql(), job_id, status, from, to };
     let (items, more) = read::list(&client, &filter, cursor.map(|(t, id)| (t, Some(id))), limit).await?;
     let next_cursor =
         more.then(|| items.last().map(|e| format!("{}|{}", format_instant(e.scheduled_at), e.job_id))).flatten();
@@ -166,12 +169,20 @@ async fn replay_where(state: &AppState, selection: ReplaySelection) -> ApiResult
 )]
 pub async fn replay_one(
     State(state): State<AppState>,
+    caller: Caller,
     PathParams((job, at)): PathParams<(String, String)>,
 ) -> ApiResult<(StatusCode, Json<Execution>)> {
+    caller.require(Role::Write)?;
     let (job_id, at) = parse_slot(&job, &at)?;
+    let no_execution =
+        || ApiError::NotFound(format!("no execution of job {job_id} scheduled at {}", format_instant(at)));
+    if !tenancy::job_visible(&state.pg.get().await?, job_id, &caller.scope).await? {
+        return Err(no_execution());
+    }
     let selection = ReplaySelection {
         statuses: Status::REPLAYABLE.to_vec(),
         filter: Filter {
+            namespaces: None,
             job_id: Some(job_id),
             status: None,
             from: Some(at),
@@ -185,7 +196,7 @@ pub async fn replay_one(
         None => {
             let client = state.pg.get().await?;
             Err(match changes::status_of(&client, job_id, at).await? {
-                None => ApiError::NotFound(format!("no execution of job {job_id} scheduled at {}", format_instant(at))),
+                None => no_execution(),
                 Some(status) => ApiError::Conflict(format!(
                     "the execution is {}; replay takes executions of existing jobs that failed, or that no \
                      process holds: pending once due, retrying, or running on a worker presumed gone",
@@ -217,8 +228,10 @@ pub async fn replay_one(
 )]
 pub async fn replay_many(
     State(state): State<AppState>,
+    caller: Caller,
     JsonBody(body): JsonBody,
 ) -> ApiResult<(StatusCode, Json<ReplayResult>)> {
+    caller.require(Role::Write)?;
     let obj = body.as_object().ok_or_else(|| field("", "the request body must be a JSON object"))?;
     for key in obj.keys() {
         if !["status", "job_id", "from", "to", "limit"].contains(&key.as_str()) {
@@ -243,8 +256,11 @@ pub async fn replay_many(
             _ => return Err(field("limit", "must be an integer from 1 to 1000")),
         },
     };
-    let selection =
-        ReplaySelection { statuses: vec![status], filter: Filter { job_id, status: None, from, to }, max: limit };
+    let selection = ReplaySelection {
+        statuses: vec![status],
+        filter: Filter { namespaces: caller.scope.sql(), job_id, status: None, from, to },
+        max: limit,
+    };
     let items = replay_where(&state, selection).await?;
     Ok((StatusCode::ACCEPTED, Json(ReplayResult { replayed: items.len() as u64, items })))
 }

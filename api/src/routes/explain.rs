@@ -8,12 +8,13 @@ use chrono::Utc;
 
 use common::execution::format_instant;
 
-use crate::AppState;
+use crate::auth::Caller;
 use crate::error::ApiResult;
 use crate::explain::{JobFacts, absent, of_row, show};
 use crate::extract::PathParams;
 use crate::model::SlotExplanation;
 use crate::params::{not_found, parse_slot};
+use crate::{AppState, tenancy};
 
 #[utoipa::path(
     get,
@@ -35,10 +36,14 @@ use crate::params::{not_found, parse_slot};
 )]
 pub async fn explain(
     State(state): State<AppState>,
+    caller: Caller,
     PathParams((job, at)): PathParams<(String, String)>,
 ) -> ApiResult<Json<SlotExplanation>> {
     let (job_id, at) = parse_slot(&job, &at)?;
     let client = state.pg.get().await?;
+    if !tenancy::job_visible(&client, job_id, &caller.scope).await? {
+        return Err(not_found(job_id));
+    }
     // Deleted jobs included: their slots stay explainable.
     let job = client
         .query_opt("SELECT spec, paused, created_at, updated_at, deleted_at FROM jobs WHERE id = $1", &[&job_id])

@@ -17,18 +17,19 @@ use serde_json::Value;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
-use common::job::JobSpec;
+use common::job::{JobSpec, Target};
 use common::ledger::{self, Execution, changes::Cancel};
 
+use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiResult, field};
 use crate::extract::{JobIdPath, JsonBody, QueryParams};
 use crate::model::{FireTime, Job, JobPage, NextFires};
 use crate::params::{not_found, parse_limit};
-use crate::{AppState, idempotency};
+use crate::{AppState, idempotency, quota};
 
 macro_rules! job_columns {
     () => {
-        "id, version, spec, paused, created_at, updated_at"
+        "id, namespace, version, spec, paused, created_at, updated_at, peak_fires_per_second"
     };
 }
 
@@ -39,11 +40,24 @@ const JOB_COLUMNS: &str = concat!(job_columns!(), ", ", common::ledger_runs_used
 /// The same for a job just created, which has run nothing. The runs
 /// subquery spans every ledger partition: planned on each create, it cost
 /// about 40% of the API's create throughput.
+/// SQL predicate on `jobs`: in the caller's namespaces (`$2`, NULL = every one).
+const IN_SCOPE: &str = "($2::text[] IS NULL OR namespace = ANY($2))";
+
 const NEW_JOB_COLUMNS: &str = concat!(job_columns!(), ", NULL::bigint AS runs");
 
-/// A job as the API shows it, from a row of `JOB_COLUMNS`.
+/// What the API shows instead of a secret header's value. Sent back in a
+/// replace, it keeps the stored value.
+pub const SECRET_SHOWN_AS: &str = "***";
+
+/// A job as the API shows it, from a row of `JOB_COLUMNS`: secret header
+/// values are never shown.
 pub fn job_of_row(row: &Row, now: DateTime<Utc>) -> ApiResult<Job> {
     let mut spec: JobSpec = serde_json::from_value(row.get("spec"))?;
+    if let Target::Http(http) = &mut spec.target {
+        for value in http.secret_headers.values_mut() {
+            *value = SECRET_SHOWN_AS.to_owned();
+        }
+    }
     spec.paused = row.get("paused");
     let created_at: DateTime<Utc> = row.get("created_at");
     let runs_used_up = match (spec.schedule.max_runs, row.get::<_, Option<i64>>("runs")) {
@@ -54,6 +68,7 @@ pub fn job_of_row(row: &Row, now: DateTime<Utc>) -> ApiResult<Job> {
         if spec.paused || runs_used_up { None } else { spec.compile(created_at).ok().and_then(|s| s.next_after(now)) };
     Ok(Job {
         id: row.get("id"),
+        namespace: row.get("namespace"),
         version: row.get("version"),
         created_at,
         updated_at: row.get("updated_at"),
@@ -78,20 +93,28 @@ fn versioned(status: StatusCode, version: i64, body: impl serde::Serialize) -> R
 }
 
 /// Validates a definition and checks it can ever fire.
-fn validated(body: &Value) -> ApiResult<JobSpec> {
-    let spec = parsed(body)?;
+fn validated(body: &Value, limits: &common::job::Limits) -> ApiResult<(JobSpec, Option<String>)> {
+    let (spec, namespace) = parsed(body, limits)?;
     fires_ever(&spec)?;
-    Ok(spec)
+    Ok((spec, namespace))
 }
 
-/// Validates a definition's fields.
-fn parsed(body: &Value) -> ApiResult<JobSpec> {
+/// Validates a definition's fields; returns it with the `namespace` it
+/// names, if any (a property of the job, not of its definition).
+fn parsed(body: &Value, limits: &common::job::Limits) -> ApiResult<(JobSpec, Option<String>)> {
     let mut nul = Vec::new();
     find_nul("", body, &mut nul);
     if !nul.is_empty() {
-        return Err(ApiError::Validation(nul));
+        return Err(ApiError::Validation(common::job::cap_field_errors(nul)));
     }
-    JobSpec::from_json(body).map_err(ApiError::Validation)
+    let mut definition = body.clone();
+    let namespace = match definition.as_object_mut().and_then(|o| o.remove("namespace")) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) => Some(name),
+        Some(_) => return Err(field("namespace", "must be a string")),
+    };
+    let spec = JobSpec::from_json_with(&definition, limits).map_err(ApiError::Validation)?;
+    Ok((spec, namespace))
 }
 
 /// A job that would never fire is almost always a mistake (a past `at`, an
@@ -166,10 +189,13 @@ fn find_nul(path: &str, value: &Value, out: &mut Vec<common::job::FieldError>) {
 )]
 pub async fn create(
     State(state): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
-    let spec = parsed(&body)?;
+    caller.require(Role::Write)?;
+    let (spec, named) = parsed(&body, &state.limits)?;
+    let namespace = caller.namespace_for_new_job(named.as_deref())?;
     let key = idempotency::Key::from_request(&headers, &state, &spec)?;
     let mut client = state.pg.get().await?;
     // A retry is answered before the fire-time check: the first response
@@ -182,10 +208,16 @@ pub async fn create(
     fires_ever(&spec)?;
     let id = Uuid::now_v7();
     let tx = client.transaction().await?;
+    let peak = quota::peak_fires_per_second(&spec, Utc::now());
+    let counted = if spec.paused { 0.0 } else { peak };
+    quota::check(&tx, &namespace, quota::Demand { new_job: true, peak: counted, peak_before: 0.0 }).await?;
     let row = tx
         .query_one(
-            &format!("INSERT INTO jobs (id, name, spec, paused) VALUES ($1, $2, $3, $4) RETURNING {NEW_JOB_COLUMNS}"),
-            &[&id, &spec.name, &serde_json::to_value(&spec)?, &spec.paused],
+            &format!(
+                "INSERT INTO jobs (id, name, spec, paused, namespace, peak_fires_per_second)
+                 VALUES ($1, $2, $3, $4, $5, $6) RETURNING {NEW_JOB_COLUMNS}"
+            ),
+            &[&id, &spec.name, &serde_json::to_value(&spec)?, &spec.paused, &namespace, &peak],
         )
         .await?;
     let job = job_of_row(&row, Utc::now())?;
@@ -200,7 +232,7 @@ pub async fn create(
         return Ok(created(first.status, first.body, true));
     }
     tx.commit().await?;
-    tracing::info!(job.id = %id, job.name = %spec.name, "job created");
+    tracing::info!(job.id = %id, job.name = %spec.name, job.namespace = %namespace, "job created");
     if key.is_some() {
         idempotency::purge_expired(&client).await;
     }
@@ -238,10 +270,13 @@ fn created(status: u16, body: Value, replayed: bool) -> Response {
     ),
     security(("bearer" = [])),
 )]
-pub async fn get(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
+pub async fn get(State(state): State<AppState>, caller: Caller, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
     let client = state.pg.get().await?;
     let row = client
-        .query_opt(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND deleted_at IS NULL"), &[&id])
+        .query_opt(
+            &format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND deleted_at IS NULL AND {IN_SCOPE}"),
+            &[&id, &caller.scope.sql()],
+        )
         .await?
         .ok_or_else(|| not_found(id))?;
     Ok(with_etag(StatusCode::OK, job_of_row(&row, Utc::now())?))
@@ -254,6 +289,7 @@ pub struct ListQuery {
     name_prefix: Option<String>,
     kind: Option<String>,
     paused: Option<String>,
+    namespace: Option<String>,
 }
 
 #[utoipa::path(
@@ -276,7 +312,11 @@ pub struct ListQuery {
     ),
     security(("bearer" = [])),
 )]
-pub async fn list(State(state): State<AppState>, QueryParams(q): QueryParams<ListQuery>) -> ApiResult<Json<JobPage>> {
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    QueryParams(q): QueryParams<ListQuery>,
+) -> ApiResult<Json<JobPage>> {
     let limit = parse_limit(q.limit.as_deref())?;
     let after = match q.cursor.as_deref() {
         None | Some("") => Uuid::nil(),
@@ -307,9 +347,11 @@ pub async fn list(State(state): State<AppState>, QueryParams(q): QueryParams<Lis
                    AND ($2::text IS NULL OR name LIKE $2)
                    AND ($3::text IS NULL OR spec->'schedule'->>'kind' = $3)
                    AND ($4::bool IS NULL OR paused = $4)
+                   AND ($6::text[] IS NULL OR namespace = ANY($6))
+                   AND ($7::text IS NULL OR namespace = $7)
                  ORDER BY id LIMIT $5"
             ),
-            &[&after, &prefix, &q.kind, &paused, &(limit + 1)],
+            &[&after, &prefix, &q.kind, &paused, &(limit + 1), &caller.scope.sql(), &q.namespace],
         )
         .await?;
     let now = Utc::now();
@@ -390,21 +432,51 @@ struct Before {
     paused: bool,
     spec: JobSpec,
     created_at: DateTime<Utc>,
+    namespace: String,
+    /// What the job counts against its namespace's rate quota.
+    counted_peak: f64,
 }
 
-async fn lock_for_change(tx: &impl deadpool_postgres::GenericClient, id: Uuid) -> ApiResult<Before> {
+/// A replace that sends a secret header back as the API showed it
+/// (`SECRET_SHOWN_AS`) keeps its stored value, so that a job read, edited
+/// and written back keeps its secrets.
+fn keep_stored_secrets(mut spec: JobSpec, stored: &JobSpec) -> ApiResult<JobSpec> {
+    let (Target::Http(new), Target::Http(old)) = (&mut spec.target, &stored.target) else { return Ok(spec) };
+    for (name, value) in new.secret_headers.iter_mut() {
+        if value == SECRET_SHOWN_AS {
+            *value = old.secret_headers.get(name).cloned().ok_or_else(|| {
+                field(
+                    &format!("target.secret_headers.{name}"),
+                    format!(
+                        "is {SECRET_SHOWN_AS:?}, which keeps a stored secret, but the job has no secret header {name:?}"
+                    ),
+                )
+            })?;
+        }
+    }
+    Ok(spec)
+}
+
+/// Locks a live job of the caller's namespaces for a change.
+async fn lock_for_change(tx: &impl deadpool_postgres::GenericClient, caller: &Caller, id: Uuid) -> ApiResult<Before> {
     let row = tx
         .query_opt(
-            "SELECT version, paused, spec, created_at FROM jobs WHERE id = $1 AND deleted_at IS NULL FOR UPDATE",
-            &[&id],
+            &format!(
+                "SELECT version, paused, spec, created_at, namespace, peak_fires_per_second FROM jobs
+                 WHERE id = $1 AND deleted_at IS NULL AND {IN_SCOPE} FOR UPDATE"
+            ),
+            &[&id, &caller.scope.sql()],
         )
         .await?
         .ok_or_else(|| not_found(id))?;
+    let paused: bool = row.get(1);
     Ok(Before {
         version: row.get(0),
-        paused: row.get(1),
+        paused,
         spec: serde_json::from_value(row.get(2))?,
         created_at: row.get(3),
+        namespace: row.get(4),
+        counted_peak: if paused { 0.0 } else { row.get(5) },
     })
 }
 
@@ -445,24 +517,39 @@ async fn settle_change(
 )]
 pub async fn replace(
     State(state): State<AppState>,
+    caller: Caller,
     JobIdPath(id): JobIdPath,
     headers: HeaderMap,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
+    caller.require(Role::Write)?;
     let expected = if_match(&headers)?;
-    let spec = validated(&body)?;
+    let (spec, named) = validated(&body, &state.limits)?;
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
-    let before = lock_for_change(&tx, id).await?;
+    let before = lock_for_change(&tx, &caller, id).await?;
     if let Some(expected) = expected
         && expected != before.version
     {
         return Err(ApiError::PreconditionFailed(format!("job {id} is at version {}, not {expected}", before.version)));
     }
+    if let Some(named) = named
+        && named != before.namespace
+    {
+        return Err(field("namespace", format!("is {:?}; a job cannot move to another namespace", before.namespace)));
+    }
+    let spec = keep_stored_secrets(spec, &before.spec)?;
+    let peak = quota::peak_fires_per_second(&spec, Utc::now());
+    let counted = if spec.paused { 0.0 } else { peak };
+    let demand = quota::Demand { new_job: false, peak: counted, peak_before: before.counted_peak };
+    quota::check(&tx, &before.namespace, demand).await?;
     let row = tx
         .query_one(
-            &format!("UPDATE jobs SET name = $2, spec = $3, paused = $4, version = version + 1 WHERE id = $1 RETURNING {JOB_COLUMNS}"),
-            &[&id, &spec.name, &serde_json::to_value(&spec)?, &spec.paused],
+            &format!(
+                "UPDATE jobs SET name = $2, spec = $3, paused = $4, peak_fires_per_second = $5, version = version + 1
+                 WHERE id = $1 RETURNING {JOB_COLUMNS}"
+            ),
+            &[&id, &spec.name, &serde_json::to_value(&spec)?, &spec.paused, &peak],
         )
         .await?;
     settle_change(&tx, id, &before, spec.paused).await?;
@@ -486,13 +573,17 @@ pub async fn replace(
     ),
     security(("bearer" = [])),
 )]
-pub async fn delete(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> ApiResult<StatusCode> {
+pub async fn delete(State(state): State<AppState>, caller: Caller, JobIdPath(id): JobIdPath) -> ApiResult<StatusCode> {
+    caller.require(Role::Write)?;
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
     let n = tx
         .execute(
-            "UPDATE jobs SET deleted_at = now(), version = version + 1 WHERE id = $1 AND deleted_at IS NULL",
-            &[&id],
+            &format!(
+                "UPDATE jobs SET deleted_at = now(), version = version + 1
+                 WHERE id = $1 AND deleted_at IS NULL AND {IN_SCOPE}"
+            ),
+            &[&id, &caller.scope.sql()],
         )
         .await?;
     if n == 0 {
@@ -504,10 +595,16 @@ pub async fn delete(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> 
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn set_paused(state: &AppState, id: Uuid, paused: bool) -> ApiResult<Response> {
+async fn set_paused(state: &AppState, caller: &Caller, id: Uuid, paused: bool) -> ApiResult<Response> {
+    caller.require(Role::Write)?;
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
-    let before = lock_for_change(&tx, id).await?;
+    let before = lock_for_change(&tx, caller, id).await?;
+    if !paused && before.paused {
+        // A resumed job counts against the rate quota again.
+        let peak: f64 = tx.query_one("SELECT peak_fires_per_second FROM jobs WHERE id = $1", &[&id]).await?.get(0);
+        quota::check(&tx, &before.namespace, quota::Demand { new_job: false, peak, peak_before: 0.0 }).await?;
+    }
     let row = tx
         .query_one(
             &format!(
@@ -538,8 +635,8 @@ async fn set_paused(state: &AppState, id: Uuid, paused: bool) -> ApiResult<Respo
     ),
     security(("bearer" = [])),
 )]
-pub async fn pause(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
-    set_paused(&state, id, true).await
+pub async fn pause(State(state): State<AppState>, caller: Caller, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
+    set_paused(&state, &caller, id, true).await
 }
 
 #[utoipa::path(
@@ -558,8 +655,8 @@ pub async fn pause(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> A
     ),
     security(("bearer" = [])),
 )]
-pub async fn resume(State(state): State<AppState>, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
-    set_paused(&state, id, false).await
+pub async fn resume(State(state): State<AppState>, caller: Caller, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
+    set_paused(&state, &caller, id, false).await
 }
 
 #[derive(Deserialize)]
@@ -587,6 +684,7 @@ pub struct NextQuery {
 )]
 pub async fn next(
     State(state): State<AppState>,
+    caller: Caller,
     JobIdPath(id): JobIdPath,
     QueryParams(q): QueryParams<NextQuery>,
 ) -> ApiResult<Json<NextFires>> {
@@ -599,7 +697,10 @@ pub async fn next(
     };
     let client = state.pg.get().await?;
     let row = client
-        .query_opt(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND deleted_at IS NULL"), &[&id])
+        .query_opt(
+            &format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND deleted_at IS NULL AND {IN_SCOPE}"),
+            &[&id, &caller.scope.sql()],
+        )
         .await?
         .ok_or_else(|| not_found(id))?;
     let spec: JobSpec = serde_json::from_value(row.get("spec"))?;
@@ -647,12 +748,17 @@ pub async fn next(
 )]
 pub async fn trigger(
     State(state): State<AppState>,
+    caller: Caller,
     JobIdPath(id): JobIdPath,
 ) -> ApiResult<(StatusCode, Json<Execution>)> {
+    caller.require(Role::Write)?;
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
     let version: i64 = tx
-        .query_opt("SELECT version FROM jobs WHERE id = $1 AND deleted_at IS NULL FOR SHARE", &[&id])
+        .query_opt(
+            &format!("SELECT version FROM jobs WHERE id = $1 AND deleted_at IS NULL AND {IN_SCOPE} FOR SHARE"),
+            &[&id, &caller.scope.sql()],
+        )
         .await?
         .ok_or_else(|| not_found(id))?
         .get(0);

@@ -52,6 +52,11 @@ pub struct Options {
     pub tokens: Vec<String>,
     pub pg_url: Option<String>,
     pub redis_url: Option<String>,
+    /// The server's header-read timeout, instead of its default.
+    pub header_read_timeout: Option<std::time::Duration>,
+    /// What job definitions may be (`MIN_INTERVAL_MS`, `CALLBACK_ALLOW_CIDRS`);
+    /// the API's defaults unless given.
+    pub job_limits: common::job::Limits,
 }
 
 impl TestApp {
@@ -72,13 +77,19 @@ impl TestApp {
             keys: common::redis::Keys::new(&cluster),
             cluster: cluster.clone(),
             tokens: Arc::new(opts.tokens),
+            token_cache: Default::default(),
             publisher: api::AppState::publisher(&common::testing::amqp_url(), &cluster),
             retention: Default::default(),
+            limits: Arc::new(opts.job_limits),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(api::serve(listener, state, async move {
+        let mut limits = api::server::Limits::default();
+        if let Some(timeout) = opts.header_read_timeout {
+            limits.header_read_timeout = timeout;
+        }
+        tokio::spawn(api::server::serve(listener, api::router(state), limits, async move {
             let _ = rx.await;
         }));
         TestApp { base, http: reqwest::Client::new(), cluster, redis, shutdown: Some(tx), db }
@@ -86,6 +97,11 @@ impl TestApp {
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+
+    /// The server's address, for a raw TCP client.
+    pub fn addr(&self) -> &str {
+        self.base.trim_start_matches("http://")
     }
 
     pub async fn send(&self, rb: reqwest::RequestBuilder) -> Resp {

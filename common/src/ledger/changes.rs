@@ -144,6 +144,7 @@ pub async fn replay(
                  WHERE l.status = ANY($1)
                    AND (l.status <> 'pending' OR l.scheduled_at <= now()) AND (l.status <> 'running' OR {WORKER_PRESUMED_GONE})
                    AND ($2::uuid IS NULL OR l.job_id = $2)
+                   AND ($7::text[] IS NULL OR j.namespace = ANY($7))
                    AND ($3::timestamptz IS NULL OR l.scheduled_at >= $3) AND ($4::timestamptz IS NULL OR l.scheduled_at < $4)
                  ORDER BY l.scheduled_at LIMIT $5 FOR UPDATE OF l SKIP LOCKED)
              UPDATE scheduled_jobs l SET status = 'pending', fire_id = gen_random_uuid(), published_at = NULL,
@@ -152,7 +153,7 @@ pub async fn replay(
                     history = l.history || $6::jsonb
              FROM picked WHERE l.job_id = picked.job_id AND l.scheduled_at = picked.scheduled_at
              RETURNING l.*"),
-            &[&statuses, &f.job_id, &f.from, &f.to, &selection.max, &entry],
+            &[&statuses, &f.job_id, &f.from, &f.to, &selection.max, &entry, &f.namespaces],
         )
         .await?;
     Ok((rows.iter().map(Execution::from_row).collect(), due_now(tx, &rows).await?))

@@ -80,7 +80,9 @@ impl Execution {
             http_status: r.get("http_status"),
             sqs_message_id: r.get("sqs_message_id"),
             response_excerpt: r.get("response_excerpt"),
-            error: r.get("error"),
+            // Redacted again on the way out: rows written before the worker
+            // redacted its errors may hold a callback's credentials.
+            error: r.get::<_, Option<String>>("error").map(|e| crate::redact::text(&e)),
             reason: r.get("reason"),
         }
     }
@@ -90,7 +92,16 @@ impl ExecutionWithHistory {
     pub(super) fn from_row(r: &Row) -> Self {
         ExecutionWithHistory {
             execution: Execution::from_row(r),
-            history: serde_json::from_value(r.get("history")).unwrap_or_default(),
+            history: serde_json::from_value::<Vec<serde_json::Map<String, Value>>>(r.get("history"))
+                .unwrap_or_default()
+                .into_iter()
+                .map(|mut entry| {
+                    if let Some(Value::String(error)) = entry.get_mut("error") {
+                        *error = crate::redact::text(error);
+                    }
+                    entry
+                })
+                .collect(),
         }
     }
 }
@@ -99,6 +110,8 @@ impl ExecutionWithHistory {
 /// inclusive, `to` exclusive, on the slot's instant.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
+    /// Only rows of jobs in these namespaces (None = every namespace).
+    pub namespaces: Option<Vec<String>>,
     pub job_id: Option<Uuid>,
     pub status: Option<Status>,
     pub from: Option<DateTime<Utc>>,
@@ -124,8 +137,18 @@ pub async fn list(
                AND ($3::timestamptz IS NULL OR scheduled_at >= $3) AND ($4::timestamptz IS NULL OR scheduled_at < $4)
                AND ($5::timestamptz IS NULL
                     OR CASE WHEN $6::uuid IS NULL THEN scheduled_at < $5 ELSE (scheduled_at, job_id) < ($5, $6) END)
+               AND ($8::text[] IS NULL OR job_id IN (SELECT id FROM jobs WHERE namespace = ANY($8)))
              ORDER BY scheduled_at DESC, job_id DESC LIMIT $7",
-            &[&status, &filter.job_id, &filter.from, &filter.to, &cursor_at, &cursor_job, &(limit + 1)],
+            &[
+                &status,
+                &filter.job_id,
+                &filter.from,
+                &filter.to,
+                &cursor_at,
+                &cursor_job,
+                &(limit + 1),
+                &filter.namespaces,
+            ],
         )
         .await?;
     let more = rows.len() as i64 > limit;

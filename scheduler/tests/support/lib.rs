@@ -132,8 +132,15 @@ impl Stack {
             keys: common::redis::Keys::new(&cluster),
             cluster: cluster.clone(),
             tokens: Arc::new(vec![]),
+            token_cache: Default::default(),
             publisher: api::AppState::publisher(&common::testing::amqp_url(), &cluster),
             retention: Default::default(),
+            // As the workers (`worker_config`): callbacks go to loopback sinks,
+            // and some tests run sub-second intervals.
+            limits: Arc::new(common::job::Limits {
+                min_interval_ms: 1,
+                allow_cidrs: vec!["127.0.0.0/8".parse().unwrap()],
+            }),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let api = format!("http://{}", listener.local_addr().unwrap());

@@ -33,8 +33,13 @@ struct Args {
     callback_allow_cidrs: String,
 }
 
+fn main() -> std::process::ExitCode {
+    // A failure's text may quote a connection string: printed redacted.
+    common::redact::exit_code(run())
+}
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     common::telemetry::init(args.log.log_format);
     common::metrics::install_exporter(args.metrics_addr)?;
@@ -67,5 +72,12 @@ mod tests {
     #[test]
     fn cli_is_well_formed() {
         super::Args::command().debug_assert();
+    }
+
+    /// clap shows an environment variable's value in `--help` unless told
+    /// not to: no flag whose variable may hold a secret shows it.
+    #[test]
+    fn help_shows_no_secret_env_value() {
+        assert_eq!(common::config::unhidden_secret_env_flags(&super::Args::command()), Vec::<String>::new());
     }
 }

@@ -1,13 +1,26 @@
 //! HTTP callback delivery with reqwest: the target's request plus the
-//! `X-Cronshard-*` headers; 2xx is success. Two clients share one guarded
-//! resolver: one never follows redirects (the default), one follows up to 5
-//! (each hop checked by the SSRF guard). Connections are pooled per host.
+//! `X-Cronshard-*` headers; 2xx is success. One client, behind the guarded
+//! resolver, that never follows redirects itself: when the target says
+//! `follow_redirects`, `deliver` follows up to 5 of them, each hop checked by
+//! the SSRF guard. Connections are pooled per host.
+//!
+//! Redirects are followed here rather than by reqwest's policy, which can
+//! refuse a hop but not change its headers: the target's `headers` and
+//! `secret_headers` go only to the origin (scheme, host, port) of the
+//! target's URL, unless the target says `forward_headers_on_redirect`, so a
+//! redirect cannot carry a job's credentials to another site. The
+//! `X-Cronshard-*` headers go to every hop. As browsers and reqwest do, a
+//! 301, 302 or 303 turns a request other than GET or HEAD into a GET without
+//! a body (and without the body's `Content-Type` and `Content-Encoding`); a
+//! 307 or 308 repeats the method and body. The target's `timeout_ms` bounds
+//! all hops together.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::redirect::Policy;
-use reqwest::{Client, Method, Url};
+use reqwest::{Client, Method, StatusCode, Url};
+use tokio::time::Instant;
 
 use common::execution::format_instant;
 use common::job::HttpTarget;
@@ -17,10 +30,11 @@ use super::ssrf::{CallbackRefused, GuardedResolver, SsrfGuard};
 use super::{DeliveryError, Outcome};
 
 const EXCERPT_BYTES: usize = 1024;
+/// Most redirects followed for one attempt.
+pub const MAX_REDIRECTS: usize = 5;
 
 pub struct HttpDelivery {
-    direct: Client,
-    following: Client,
+    client: Client,
     guard: Arc<SsrfGuard>,
 }
 
@@ -30,73 +44,159 @@ impl HttpDelivery {
     /// reuses its connections instead of opening and closing hundreds.
     pub fn new(guard: SsrfGuard, max_idle_per_host: usize) -> anyhow::Result<Self> {
         let guard = Arc::new(guard);
-        let build = |policy: Policy| {
-            Client::builder()
-                .user_agent(concat!("cronshard/", env!("CARGO_PKG_VERSION")))
-                .no_proxy()
-                .connect_timeout(Duration::from_secs(10))
-                .pool_max_idle_per_host(max_idle_per_host)
-                .dns_resolver(Arc::new(GuardedResolver { guard: guard.clone() }))
-                .redirect(policy)
-                .build()
-        };
-        let hop_guard = guard.clone();
-        let follow = Policy::custom(move |attempt| {
-            if attempt.previous().len() >= 5 {
-                return attempt.error("more than 5 redirects");
-            }
-            match literal_refusal(&hop_guard, attempt.url()) {
-                Some(reason) => attempt.error(reason),
-                None => attempt.follow(),
-            }
-        });
-        Ok(Self { direct: build(Policy::none())?, following: build(follow)?, guard })
+        let client = Client::builder()
+            .user_agent(concat!("cronshard/", env!("CARGO_PKG_VERSION")))
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(10))
+            .pool_max_idle_per_host(max_idle_per_host)
+            .dns_resolver(Arc::new(GuardedResolver { guard: guard.clone() }))
+            .redirect(Policy::none())
+            .build()?;
+        Ok(Self { client, guard })
     }
 
     pub async fn deliver(&self, target: &HttpTarget, message: &FireMessage, attempt: u32) -> Outcome {
-        let url = match Url::parse(&target.url) {
+        let first = match Url::parse(&target.url) {
             Ok(u) => u,
             Err(e) => return Outcome::failure(DeliveryError::InvalidTarget(format!("invalid URL: {e}"))),
         };
         // IP literals never reach the resolver, so check them here.
-        if let Some(reason) = literal_refusal(&self.guard, &url) {
-            return Outcome::failure(DeliveryError::CallbackRefused(reason));
+        if let Some(refusal) = literal_refusal(&self.guard, &first) {
+            return Outcome::failure(DeliveryError::CallbackRefused(format!(
+                "callback refused: the URL refers to {refusal}; allow it with CALLBACK_ALLOW_CIDRS"
+            )));
         }
-        let method = Method::from_bytes(target.method.as_bytes()).unwrap_or(Method::POST);
-        let client = if target.follow_redirects { &self.following } else { &self.direct };
-        let mut request = client.request(method, url).timeout(Duration::from_millis(target.timeout_ms));
-        for (name, value) in &target.headers {
-            request = request.header(name, value);
-        }
-        request = request
-            .header("X-Cronshard-Execution-Id", &message.execution_id)
-            .header("X-Cronshard-Scheduled-At", format_instant(message.scheduled_at))
-            .header("X-Cronshard-Attempt", attempt.to_string());
-        if let Some(body) = &target.body {
-            request = request.body(body.clone());
-        }
-        match request.send().await {
-            Ok(mut response) => {
-                let status = response.status();
-                let mut excerpt = Vec::new();
-                while excerpt.len() < EXCERPT_BYTES {
-                    match response.chunk().await {
-                        Ok(Some(chunk)) => {
-                            excerpt.extend_from_slice(&chunk[..chunk.len().min(EXCERPT_BYTES - excerpt.len())])
-                        }
-                        _ => break,
+        let deadline = Instant::now() + Duration::from_millis(target.timeout_ms);
+        let origin = first.origin();
+        let mut hop = Hop {
+            url: first,
+            method: Method::from_bytes(target.method.as_bytes()).unwrap_or(Method::POST),
+            body: target.body.clone(),
+            body_dropped: false,
+        };
+        let mut redirects = 0;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Outcome::failure(DeliveryError::TimedOut { timeout_ms: target.timeout_ms });
+            }
+            let mut request = self.client.request(hop.method.clone(), hop.url.clone()).timeout(remaining);
+            if hop.url.origin() == origin || target.forward_headers_on_redirect {
+                for (name, value) in target.headers.iter().chain(&target.secret_headers) {
+                    if sendable(name, hop.body_dropped) {
+                        request = request.header(name, value);
                     }
                 }
-                let excerpt = String::from_utf8_lossy(&excerpt).into_owned();
-                if status.is_success() {
-                    Outcome::Success { http_status: Some(status.as_u16()), excerpt }
-                } else {
-                    Outcome::Failure { error: DeliveryError::HttpStatus(status), excerpt }
+            }
+            request = request
+                .header("X-Cronshard-Execution-Id", &message.execution_id)
+                .header("X-Cronshard-Scheduled-At", format_instant(message.scheduled_at))
+                .header("X-Cronshard-Attempt", attempt.to_string());
+            if let Some(body) = &hop.body {
+                request = request.body(body.clone());
+            }
+            let mut response = match request.send().await {
+                Ok(r) => r,
+                Err(e) => return Outcome::failure(request_error(&e, target.timeout_ms)),
+            };
+            let status = response.status();
+            if target.follow_redirects
+                && let Some(location) = redirect_location(&response)
+            {
+                if redirects == MAX_REDIRECTS {
+                    return Outcome::failure(DeliveryError::Connection(format!(
+                        "more than {MAX_REDIRECTS} redirects (the last an HTTP {status})"
+                    )));
+                }
+                let next = match hop.url.join(location) {
+                    Ok(u) if u.scheme() == "http" || u.scheme() == "https" => u,
+                    Ok(u) => {
+                        return Outcome::failure(DeliveryError::Connection(format!(
+                            "HTTP {status} redirects to a {} URL; only http and https are followed",
+                            u.scheme()
+                        )));
+                    }
+                    Err(e) => {
+                        return Outcome::failure(DeliveryError::Connection(format!(
+                            "HTTP {status} redirects to an invalid location: {e}"
+                        )));
+                    }
+                };
+                if let Some(refusal) = literal_refusal(&self.guard, &next) {
+                    return Outcome::failure(DeliveryError::CallbackRefused(format!(
+                        "callback refused: HTTP {status} redirects to {refusal}; allow it with CALLBACK_ALLOW_CIDRS"
+                    )));
+                }
+                hop.redirect(status, next);
+                redirects += 1;
+                continue;
+            }
+            let mut excerpt = Vec::new();
+            while excerpt.len() < EXCERPT_BYTES {
+                match response.chunk().await {
+                    Ok(Some(chunk)) => {
+                        excerpt.extend_from_slice(&chunk[..chunk.len().min(EXCERPT_BYTES - excerpt.len())])
+                    }
+                    _ => break,
                 }
             }
-            Err(e) => Outcome::failure(request_error(&e, target.timeout_ms)),
+            let excerpt = String::from_utf8_lossy(&excerpt).into_owned();
+            return if status.is_success() {
+                Outcome::Success { http_status: Some(status.as_u16()), excerpt }
+            } else {
+                Outcome::Failure { error: DeliveryError::HttpStatus(status), excerpt }
+            };
         }
     }
+}
+
+/// One request of a delivery: the first, or one after a redirect.
+struct Hop {
+    url: Url,
+    method: Method,
+    body: Option<String>,
+    /// A 301/302/303 turned the request into one without a body: the body's
+    /// own headers are not sent either.
+    body_dropped: bool,
+}
+
+impl Hop {
+    fn redirect(&mut self, status: StatusCode, to: Url) {
+        self.url = to;
+        if matches!(status, StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND | StatusCode::SEE_OTHER) {
+            if self.method != Method::GET && self.method != Method::HEAD {
+                self.method = Method::GET;
+            }
+            if self.body.take().is_some() {
+                self.body_dropped = true;
+            }
+        }
+    }
+}
+
+/// Whether a target header goes out: never a reserved one (validation
+/// refuses them; a definition stored before it did may hold one), nor the
+/// body's own headers once a redirect dropped the body.
+fn sendable(name: &str, body_dropped: bool) -> bool {
+    common::job::reserved_header(name).is_none()
+        && !(body_dropped
+            && (name.eq_ignore_ascii_case("content-type") || name.eq_ignore_ascii_case("content-encoding")))
+}
+
+/// The `Location` of a redirect that is followed (301, 302, 303, 307, 308).
+fn redirect_location(response: &reqwest::Response) -> Option<&str> {
+    let followed = matches!(
+        response.status(),
+        StatusCode::MOVED_PERMANENTLY
+            | StatusCode::FOUND
+            | StatusCode::SEE_OTHER
+            | StatusCode::TEMPORARY_REDIRECT
+            | StatusCode::PERMANENT_REDIRECT
+    );
+    if !followed {
+        return None;
+    }
+    response.headers().get(reqwest::header::LOCATION)?.to_str().ok()
 }
 
 /// A request that got no response. The refusal is looked for first: it
@@ -104,6 +204,10 @@ impl HttpDelivery {
 fn request_error(e: &reqwest::Error, timeout_ms: u64) -> DeliveryError {
     if refused_by_guard(e) {
         DeliveryError::CallbackRefused(error_chain(e))
+    } else if e.is_builder() {
+        // The request cannot be built from the target (a header a stored
+        // definition holds that reqwest refuses): every attempt would fail.
+        DeliveryError::InvalidTarget(error_chain(e))
     } else if e.is_timeout() {
         DeliveryError::TimedOut { timeout_ms }
     } else {
@@ -111,15 +215,10 @@ fn request_error(e: &reqwest::Error, timeout_ms: u64) -> DeliveryError {
     }
 }
 
-fn literal_refusal(guard: &SsrfGuard, url: &Url) -> Option<String> {
-    let ip = match url.host()? {
-        url::Host::Ipv4(v4) => std::net::IpAddr::V4(v4),
-        url::Host::Ipv6(v6) => std::net::IpAddr::V6(v6),
-        url::Host::Domain(_) => return None,
-    };
-    guard
-        .refusal(ip)
-        .map(|reason| format!("callback refused: {ip} is a {reason} address; allow it with CALLBACK_ALLOW_CIDRS"))
+/// The guard's refusal of a URL's IP literal host (a name is checked by the
+/// resolver when it is looked up).
+fn literal_refusal(guard: &SsrfGuard, url: &Url) -> Option<common::netguard::Refusal> {
+    guard.refusal(common::netguard::literal_host(url)?)
 }
 
 /// Whether the SSRF guard refused the callback's address somewhere in the
@@ -129,7 +228,8 @@ fn refused_by_guard(e: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// The error and its causes on one line: reqwest's top-level message alone
-/// ("error sending request") does not say what went wrong.
+/// ("error sending request") does not say what went wrong. reqwest's text
+/// quotes the URL, so its credentials and query values are masked.
 fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
@@ -138,5 +238,269 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
         out.push_str(&s.to_string());
         source = s.source();
     }
-    out
+    common::redact::text(&out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::net::SocketAddr;
+    use std::sync::{Arc, Mutex};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// A request as a receiver saw it.
+    #[derive(Debug, Clone)]
+    struct Seen {
+        method: String,
+        path: String,
+        headers: Vec<(String, String)>,
+        body: String,
+    }
+
+    impl Seen {
+        fn header(&self, name: &str) -> Vec<&str> {
+            self.headers.iter().filter(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str()).collect()
+        }
+    }
+
+    type Respond = dyn Fn(&str) -> (u16, Option<String>) + Send + Sync;
+
+    /// A loopback HTTP/1.1 receiver: answers each request with the status
+    /// (and `Location`, if any) `respond` gives for its path, and keeps it.
+    struct Receiver {
+        addr: SocketAddr,
+        seen: Arc<Mutex<Vec<Seen>>>,
+    }
+
+    impl Receiver {
+        async fn start(respond: impl Fn(&str) -> (u16, Option<String>) + Send + Sync + 'static) -> Receiver {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let respond: Arc<Respond> = Arc::new(respond);
+            let log = seen.clone();
+            tokio::spawn(async move {
+                while let Ok((mut socket, _)) = listener.accept().await {
+                    let (log, respond) = (log.clone(), respond.clone());
+                    tokio::spawn(async move {
+                        let mut buf = Vec::new();
+                        let mut chunk = [0u8; 4096];
+                        let head_end = loop {
+                            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                                break i;
+                            }
+                            match socket.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        };
+                        let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+                        let mut lines = head.split("\r\n");
+                        let mut request_line = lines.next().unwrap_or_default().split(' ');
+                        let method = request_line.next().unwrap_or_default().to_owned();
+                        let path = request_line.next().unwrap_or_default().to_owned();
+                        let headers: Vec<(String, String)> = lines
+                            .filter_map(|l| l.split_once(':'))
+                            .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
+                            .collect();
+                        let length: usize = headers
+                            .iter()
+                            .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+                            .and_then(|(_, v)| v.parse().ok())
+                            .unwrap_or(0);
+                        let mut body = buf[head_end + 4..].to_vec();
+                        while body.len() < length {
+                            match socket.read(&mut chunk).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => body.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        let (status, location) = respond(&path);
+                        let body = String::from_utf8_lossy(&body).into_owned();
+                        log.lock().unwrap().push(Seen { method, path, headers, body });
+                        let location = location.map(|l| format!("Location: {l}\r\n")).unwrap_or_default();
+                        let answer = format!(
+                            "HTTP/1.1 {status} X\r\n{location}Content-Length: 2\r\nConnection: close\r\n\r\nok"
+                        );
+                        let _ = socket.write_all(answer.as_bytes()).await;
+                        let _ = socket.shutdown().await;
+                    });
+                }
+            });
+            Receiver { addr, seen }
+        }
+
+        fn url(&self, path: &str) -> String {
+            format!("http://{}{path}", self.addr)
+        }
+
+        fn seen(&self) -> Vec<Seen> {
+            self.seen.lock().unwrap().clone()
+        }
+    }
+
+    fn target(url: &str) -> HttpTarget {
+        HttpTarget {
+            url: url.to_owned(),
+            method: "POST".into(),
+            headers: BTreeMap::from([
+                ("X-Api-Key".to_owned(), "k-123".to_owned()),
+                ("Content-Type".to_owned(), "application/json".to_owned()),
+            ]),
+            secret_headers: BTreeMap::from([("Authorization".to_owned(), "Bearer s3cret".to_owned())]),
+            body: Some("{\"a\":1}".into()),
+            timeout_ms: 5_000,
+            follow_redirects: true,
+            forward_headers_on_redirect: false,
+        }
+    }
+
+    fn message(target: &HttpTarget) -> FireMessage {
+        let at = chrono::DateTime::parse_from_rfc3339("2026-12-15T15:00:00Z").unwrap().to_utc();
+        let job_id = uuid::Uuid::now_v7();
+        FireMessage {
+            v: common::message::FIRE_MESSAGE_VERSION,
+            fire_id: uuid::Uuid::now_v7(),
+            job_id,
+            scheduled_at: at,
+            due_at: at,
+            execution_id: common::execution::execution_id(job_id, at),
+            trigger: common::ledger::Trigger::Schedule,
+            target: common::job::Target::Http(target.clone()),
+            retry: None,
+        }
+    }
+
+    fn loopback_allowed() -> HttpDelivery {
+        HttpDelivery::new(SsrfGuard::new(SsrfGuard::parse_allow_list("127.0.0.0/8").unwrap()), 4).unwrap()
+    }
+
+    async fn deliver(delivery: &HttpDelivery, target: &HttpTarget) -> Outcome {
+        delivery.deliver(target, &message(target), 3).await
+    }
+
+    #[track_caller]
+    fn assert_success(outcome: &Outcome) {
+        assert!(matches!(outcome, Outcome::Success { http_status: Some(200), .. }), "{outcome:?}");
+    }
+
+    #[tokio::test]
+    async fn a_redirect_to_another_origin_drops_the_targets_headers_unless_the_job_opts_in() {
+        let second = Receiver::start(|_| (200, None)).await;
+        let landing = second.url("/landed");
+        let first = Receiver::start(move |_| (307, Some(landing.clone()))).await;
+        assert_ne!(first.addr.port(), second.addr.port());
+        let delivery = loopback_allowed();
+
+        let plain = target(&first.url("/start"));
+        assert_success(&deliver(&delivery, &plain).await);
+        let at_first = &first.seen()[0];
+        assert_eq!(at_first.header("x-api-key"), ["k-123"]);
+        assert_eq!(at_first.header("authorization"), ["Bearer s3cret"]);
+        let at_second = &second.seen()[0];
+        assert_eq!(at_second.path, "/landed");
+        assert!(at_second.header("x-api-key").is_empty(), "{at_second:?}");
+        assert!(at_second.header("authorization").is_empty(), "{at_second:?}");
+        // cronshard's own headers go to every hop; a 307 repeats method and body.
+        assert_eq!(at_second.header("x-cronshard-attempt"), ["3"]);
+        assert_eq!(at_second.header("x-cronshard-execution-id").len(), 1);
+        assert_eq!((at_second.method.as_str(), at_second.body.as_str()), ("POST", "{\"a\":1}"));
+
+        let opted_in = HttpTarget { forward_headers_on_redirect: true, ..plain };
+        assert_success(&deliver(&delivery, &opted_in).await);
+        let at_second = &second.seen()[1];
+        assert_eq!(at_second.header("x-api-key"), ["k-123"]);
+        assert_eq!(at_second.header("authorization"), ["Bearer s3cret"]);
+    }
+
+    #[tokio::test]
+    async fn a_redirect_within_the_origin_keeps_the_headers_and_a_302_turns_a_post_into_a_get() {
+        let receiver = Receiver::start(|path| match path {
+            "/moved" => (302, Some("/here?x=1".into())),
+            _ => (200, None),
+        })
+        .await;
+        assert_success(&deliver(&loopback_allowed(), &target(&receiver.url("/moved"))).await);
+        let seen = receiver.seen();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        let after = &seen[1];
+        assert_eq!((after.method.as_str(), after.path.as_str(), after.body.as_str()), ("GET", "/here?x=1", ""));
+        assert_eq!(after.header("x-api-key"), ["k-123"]);
+        assert_eq!(after.header("authorization"), ["Bearer s3cret"]);
+        assert!(after.header("content-type").is_empty(), "the body's header went with it: {after:?}");
+    }
+
+    #[tokio::test]
+    async fn redirects_are_not_followed_unless_the_target_says_so() {
+        let second = Receiver::start(|_| (200, None)).await;
+        let landing = second.url("/landed");
+        let first = Receiver::start(move |_| (302, Some(landing.clone()))).await;
+        let target = HttpTarget { follow_redirects: false, ..target(&first.url("/start")) };
+        match deliver(&loopback_allowed(), &target).await {
+            Outcome::Failure { error: DeliveryError::HttpStatus(s), .. } => assert_eq!(s, StatusCode::FOUND),
+            other => panic!("{other:?}"),
+        }
+        assert!(second.seen().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_redirect_to_an_internal_address_is_refused_and_not_retried() {
+        let first = Receiver::start(|_| (302, Some("http://[::ffff:169.254.169.254]/latest/meta-data/".into()))).await;
+        let Outcome::Failure { error, .. } = deliver(&loopback_allowed(), &target(&first.url("/start"))).await else {
+            panic!("the redirect was followed")
+        };
+        let text = error.to_string();
+        assert!(matches!(error, DeliveryError::CallbackRefused(_)), "{error:?}");
+        assert!(!error.retryable());
+        assert!(text.contains("169.254.169.254") && text.contains("cloud metadata"), "{text}");
+        assert!(text.contains("CALLBACK_ALLOW_CIDRS"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_redirect_loop_stops_after_five_redirects() {
+        let receiver = Receiver::start(|_| (302, Some("/again".into()))).await;
+        let Outcome::Failure { error, .. } = deliver(&loopback_allowed(), &target(&receiver.url("/start"))).await
+        else {
+            panic!("a loop succeeded")
+        };
+        assert!(matches!(&error, DeliveryError::Connection(t) if t.contains("more than 5 redirects")), "{error:?}");
+        assert_eq!(receiver.seen().len(), 1 + MAX_REDIRECTS);
+    }
+
+    #[tokio::test]
+    async fn secret_headers_are_sent_like_headers_and_reserved_ones_of_old_definitions_are_not() {
+        let receiver = Receiver::start(|_| (200, None)).await;
+        let mut stored = target(&receiver.url("/hook"));
+        // Refused by validation now; a definition stored before may hold them.
+        stored.headers.insert("X-Cronshard-Attempt".into(), "99".into());
+        stored.headers.insert("Host".into(), "evil.example".into());
+        stored.headers.insert("Connection".into(), "upgrade".into());
+        assert_success(&deliver(&loopback_allowed(), &stored).await);
+        let seen = &receiver.seen()[0];
+        assert_eq!(seen.header("authorization"), ["Bearer s3cret"]);
+        assert_eq!(seen.header("x-api-key"), ["k-123"]);
+        assert_eq!(seen.header("x-cronshard-attempt"), ["3"]);
+        assert_eq!(seen.header("host"), [receiver.addr.to_string().as_str()]);
+        assert!(!seen.header("connection").contains(&"upgrade"), "{seen:?}");
+    }
+
+    #[tokio::test]
+    async fn ip_literals_are_refused_by_rule_before_connecting() {
+        let delivery = HttpDelivery::new(SsrfGuard::default(), 4).unwrap();
+        for (url, rule) in [
+            ("http://127.0.0.1:9/hook", "a loopback address"),
+            ("http://[::127.0.0.1]:9/hook", "a loopback address"),
+            ("http://[64:ff9b::a9fe:a9fe]/", "a cloud metadata address"),
+            ("http://[2002:a9fe:a9fe::]/", "a cloud metadata address"),
+            ("http://[fec0::1]/", "a site-local address"),
+        ] {
+            let Outcome::Failure { error, .. } = deliver(&delivery, &target(url)).await else { panic!("{url}") };
+            let text = error.to_string();
+            assert!(matches!(error, DeliveryError::CallbackRefused(_)), "{url}: {error:?}");
+            assert!(text.contains(rule) && text.contains("CALLBACK_ALLOW_CIDRS"), "{url}: {text}");
+        }
+    }
 }

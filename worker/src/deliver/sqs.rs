@@ -22,9 +22,12 @@
 //! - Attributes: the target's `message_attributes` as `String` attributes,
 //!   then `X-Cronshard-Execution-Id` and `X-Cronshard-Scheduled-At`
 //!   (`String`) and `X-Cronshard-Attempt` (`Number`, e.g. `1`). The three
-//!   `X-Cronshard-*` names are reserved: a target attribute of the same name
-//!   is replaced. SQS allows 10 attributes per message, so a target may name
-//!   at most 7; names must be SQS names (letters, digits, `-`, `_`, `.`).
+//!   `X-Cronshard-*` names are reserved: the API refuses a target attribute
+//!   of such a name (in any case), and one stored before it did is replaced.
+//!   SQS allows 10 attributes per message, so a target may name at most 7;
+//!   names must be SQS names (letters, digits, `-`, `_`, `.`). The API checks
+//!   all of this when a job is created (`common::job`); the checks here are
+//!   for definitions stored before it did.
 //! - FIFO queues (URL ends in `.fifo`): `MessageGroupId` from the target
 //!   (required), `MessageDeduplicationId` from the target or else the
 //!   execution id (≤ 128 characters of letters, digits and punctuation — a
@@ -50,7 +53,7 @@ use aws_sdk_sqs::types::MessageAttributeValue;
 use tokio::sync::OnceCell;
 
 use common::execution::format_instant;
-use common::job::SqsTarget;
+use common::job::{SqsTarget, check_sqs_attribute_name, is_sqs_char as sqs_char};
 use common::message::FireMessage;
 
 use super::{DeliveryError, Outcome, SqsFault};
@@ -187,10 +190,12 @@ fn attributes(
     };
     let mut out = std::collections::HashMap::new();
     for (name, v) in &target.message_attributes {
-        if RESERVED.contains(&name.as_str()) {
+        // Validation refuses these names (in any case); a definition stored
+        // before it did may hold one.
+        if RESERVED.iter().any(|r| r.eq_ignore_ascii_case(name)) {
             continue;
         }
-        if let Err(why) = check_attribute_name(name) {
+        if let Err(why) = check_sqs_attribute_name(name) {
             return Err(format!("message attribute {name:?} is not a valid SQS attribute name: {why}"));
         }
         if v.is_empty() {
@@ -211,31 +216,6 @@ fn attributes(
     out.insert(SCHEDULED_AT_ATTRIBUTE.into(), value("String", format_instant(m.scheduled_at))?);
     out.insert(ATTEMPT_ATTRIBUTE.into(), value("Number", attempt.to_string())?);
     Ok(out)
-}
-
-/// SQS message attribute names: 1–256 of `A-Za-z0-9-_.`, no leading or
-/// trailing period, no `..`, and no `AWS.` / `Amazon.` prefix (any case).
-pub fn check_attribute_name(name: &str) -> Result<(), &'static str> {
-    if name.is_empty() || name.len() > 256 {
-        return Err("must be 1 to 256 characters");
-    }
-    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
-        return Err("only letters, digits, '-', '_' and '.' are allowed");
-    }
-    if name.starts_with('.') || name.ends_with('.') || name.contains("..") {
-        return Err("must not start or end with '.' or contain '..'");
-    }
-    let lower = name.to_ascii_lowercase();
-    if lower.starts_with("aws.") || lower.starts_with("amazon.") {
-        return Err("the AWS. and Amazon. prefixes are reserved");
-    }
-    Ok(())
-}
-
-/// The characters SQS accepts in a body or attribute value: #x9, #xA, #xD,
-/// #x20–#xD7FF, #xE000–#xFFFD, #x10000–#x10FFFF.
-fn sqs_char(c: char) -> bool {
-    matches!(c, '\t' | '\n' | '\r' | ' '..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
 }
 
 /// The SDK's error as a `DeliveryError`: whether a retry may help is
@@ -271,17 +251,17 @@ mod tests {
     #[test]
     fn reserved_names_are_valid_sqs_attribute_names() {
         for name in RESERVED {
-            assert_eq!(check_attribute_name(name), Ok(()), "{name}");
+            assert_eq!(check_sqs_attribute_name(name), Ok(()), "{name}");
         }
     }
 
     #[test]
     fn attribute_names_follow_sqs_rules() {
         for ok in ["a", "Trace-Id", "x_y.z", &"a".repeat(256)] {
-            assert_eq!(check_attribute_name(ok), Ok(()), "{ok}");
+            assert_eq!(check_sqs_attribute_name(ok), Ok(()), "{ok}");
         }
         for bad in ["", "has space", "a!b", "a~b", ".a", "a.", "a..b", "AWS.x", "amazon.Thing", &"a".repeat(257)] {
-            assert!(check_attribute_name(bad).is_err(), "{bad}");
+            assert!(check_sqs_attribute_name(bad).is_err(), "{bad}");
         }
     }
 

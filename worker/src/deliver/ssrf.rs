@@ -1,12 +1,16 @@
 //! The SSRF guard: callbacks may not reach loopback, private, link-local,
-//! cloud-metadata or other special addresses unless the operator allows the
-//! range in `CALLBACK_ALLOW_CIDRS`. Enforced on the resolved addresses (a DNS
-//! resolver wrapper), so a public name pointing at 10.0.0.5 is refused too,
-//! and on IP literals and redirect targets, which bypass the resolver.
+//! cloud-metadata or other special addresses (IPv6 forms that carry such an
+//! IPv4 address included) unless the operator allows the range in
+//! `CALLBACK_ALLOW_CIDRS`. The rules are `common::netguard`'s, which the API
+//! also applies to IP literals when a job is created. Enforced here on the
+//! resolved addresses (a DNS resolver wrapper), so a public name pointing at
+//! 10.0.0.5 is refused too, and on IP literals and redirect targets, which
+//! bypass the resolver.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
+use common::netguard::{self, Refusal};
 use ipnet::IpNet;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
@@ -22,62 +26,12 @@ impl SsrfGuard {
 
     /// Parses `CALLBACK_ALLOW_CIDRS` (comma-separated CIDRs or addresses).
     pub fn parse_allow_list(raw: &str) -> anyhow::Result<Vec<IpNet>> {
-        raw.split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                s.parse::<IpNet>()
-                    .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
-                    .map_err(|_| anyhow::anyhow!("CALLBACK_ALLOW_CIDRS: {s:?} is not a CIDR such as 127.0.0.0/8"))
-            })
-            .collect()
+        netguard::parse_allow_list(raw).map_err(anyhow::Error::msg)
     }
 
     /// Why `ip` may not be called, or None when it may.
-    pub fn refusal(&self, ip: IpAddr) -> Option<&'static str> {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-            v4 => v4,
-        };
-        let reason = special_range(ip)?;
-        if self.allow.iter().any(|net| net.contains(&ip)) { None } else { Some(reason) }
-    }
-}
-
-fn special_range(ip: IpAddr) -> Option<&'static str> {
-    match ip {
-        IpAddr::V4(v4) => {
-            let o = v4.octets();
-            if v4.is_loopback() {
-                Some("loopback")
-            } else if o == [169, 254, 169, 254] || o == [100, 100, 100, 200] {
-                Some("cloud metadata")
-            } else if v4.is_link_local() {
-                Some("link-local")
-            } else if v4.is_private() || (o[0] == 100 && (64..128).contains(&o[1])) {
-                Some("private")
-            } else if v4.is_unspecified() || v4.is_broadcast() || v4.is_multicast() || o[0] == 0 || o[0] >= 240 {
-                Some("reserved")
-            } else {
-                None
-            }
-        }
-        IpAddr::V6(v6) => {
-            let s = v6.segments();
-            if v6.is_loopback() {
-                Some("loopback")
-            } else if v6.is_unspecified() || v6.is_multicast() {
-                Some("reserved")
-            } else if s[0] & 0xffc0 == 0xfe80 {
-                Some("link-local")
-            } else if s[0] & 0xfe00 == 0xfc00 {
-                Some("private")
-            } else if s[0] == 0xfd00 && s[1..7] == [0, 0, 0, 0, 0, 0] && s[7] == 0x254 {
-                Some("cloud metadata")
-            } else {
-                None
-            }
-        }
+    pub fn refusal(&self, ip: IpAddr) -> Option<Refusal> {
+        netguard::refusal(ip, &self.allow)
     }
 }
 
@@ -100,8 +54,8 @@ impl Resolve for GuardedResolver {
             let allowed: Vec<SocketAddr> = addrs
                 .into_iter()
                 .filter(|a| match guard.refusal(a.ip()) {
-                    Some(reason) => {
-                        refused = Some((a.ip(), reason));
+                    Some(refusal) => {
+                        refused = Some((a.ip(), refusal.rule.name()));
                         false
                     }
                     None => true,
@@ -148,6 +102,11 @@ mod tests {
             "fe80::1",
             "fd00::1",
             "::ffff:127.0.0.1",
+            "::127.0.0.1",
+            "::ffff:0:127.0.0.1",
+            "64:ff9b::a9fe:a9fe",
+            "2002:a9fe:a9fe::",
+            "fec0::1",
             "0.0.0.0",
             "100.64.0.1",
         ] {
@@ -159,7 +118,29 @@ mod tests {
         let allow = SsrfGuard::new(SsrfGuard::parse_allow_list("127.0.0.0/8, ::1").unwrap());
         assert_eq!(allow.refusal("127.0.0.1".parse().unwrap()), None);
         assert_eq!(allow.refusal("::1".parse().unwrap()), None);
+        assert_eq!(allow.refusal("::ffff:127.0.0.1".parse().unwrap()), None);
         assert!(allow.refusal("10.0.0.1".parse().unwrap()).is_some());
         assert!(SsrfGuard::parse_allow_list("not-a-cidr").is_err());
+    }
+
+    #[tokio::test]
+    async fn the_resolver_refuses_a_name_of_internal_addresses_by_type() {
+        let resolver = GuardedResolver { guard: Arc::new(SsrfGuard::default()) };
+        let error = match resolver.resolve("localhost".parse().unwrap()).await {
+            Ok(_) => panic!("localhost was not refused"),
+            Err(e) => e,
+        };
+        let refused = error.downcast_ref::<CallbackRefused>().expect("a CallbackRefused");
+        assert_eq!(refused.reason, "loopback");
+        assert!(error.to_string().starts_with("callback refused: localhost resolves to "), "{error}");
+
+        let allowed = GuardedResolver {
+            guard: Arc::new(SsrfGuard::new(SsrfGuard::parse_allow_list("127.0.0.0/8,::1").unwrap())),
+        };
+        let addrs: Vec<SocketAddr> = match allowed.resolve("localhost".parse().unwrap()).await {
+            Ok(a) => a.collect(),
+            Err(e) => panic!("{e}"),
+        };
+        assert!(!addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback()), "{addrs:?}");
     }
 }

@@ -1,0 +1,116 @@
+//! Per-namespace quotas: how many live jobs, and how many fires per second
+//! its live, unpaused jobs may add up to. Each job counts at the densest
+//! stretch of its schedule, computed when it is created or changed, so a
+//! quota bounds what the namespace can ask of the cluster, not what it
+//! happens to be firing right now.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+
+use common::job::{JobSpec, ScheduleKind};
+
+use crate::error::{ApiError, ApiResult, field};
+use crate::tenancy;
+
+/// Fire times of a cron schedule looked at for its densest stretch.
+const CRON_SAMPLE: usize = 500;
+
+/// The most fires per second `spec`'s schedule makes: 1000/`every_ms` for
+/// an interval, one over the shortest gap between the next fires of a cron
+/// expression, 0 for a one-time job (one fire is no rate).
+pub fn peak_fires_per_second(spec: &JobSpec, now: DateTime<Utc>) -> f64 {
+    match &spec.schedule.kind {
+        ScheduleKind::Once { .. } => 0.0,
+        ScheduleKind::Interval { every_ms } => 1000.0 / (*every_ms).max(1) as f64,
+        ScheduleKind::Cron { .. } => {
+            let Ok(schedule) = spec.compile(now) else { return 0.0 };
+            let fires = schedule.upcoming(now, CRON_SAMPLE);
+            let shortest = fires.windows(2).map(|w| (w[1] - w[0]).num_milliseconds()).filter(|ms| *ms > 0).min();
+            shortest.map_or(0.0, |ms| 1000.0 / ms as f64)
+        }
+    }
+}
+
+/// What a create or a change adds to its namespace.
+#[derive(Debug, Clone, Copy)]
+pub struct Demand {
+    /// A new job (counts against `max_jobs`).
+    pub new_job: bool,
+    /// The job's peak rate once the change is made (0 while paused).
+    pub peak: f64,
+    /// What the job counted before the change (0 for a new or paused job).
+    pub peak_before: f64,
+}
+
+/// Checks `demand` against the namespace's quotas, locking its row for the
+/// caller's transaction so two requests cannot both take the last place.
+/// A job that alone exceeds the rate quota is a 422 on its schedule; a
+/// namespace that would go over a quota is a 409.
+pub async fn check(tx: &impl GenericClient, namespace: &str, demand: Demand) -> ApiResult<()> {
+    let ns = tenancy::namespace(tx, namespace, true)
+        .await?
+        .ok_or_else(|| field("namespace", format!("no namespace {namespace:?} that this token may use")))?;
+    if let Some(max) = ns.max_jobs
+        && demand.new_job
+        && ns.jobs >= max
+    {
+        return Err(ApiError::Conflict(format!(
+            "namespace {namespace:?} has {} jobs, its quota (max_jobs {max}); delete one or ask an admin to raise it",
+            ns.jobs
+        )));
+    }
+    if let Some(max) = ns.max_fires_per_second {
+        if demand.peak > max {
+            return Err(field(
+                "schedule",
+                format!(
+                    "fires up to {} times per second, more than namespace {namespace:?} allows for all its jobs \
+                     together (max_fires_per_second {max})",
+                    rate(demand.peak)
+                ),
+            ));
+        }
+        let total = ns.peak_fires_per_second - demand.peak_before + demand.peak;
+        if total > max + 1e-9 {
+            return Err(ApiError::Conflict(format!(
+                "namespace {namespace:?} would fire up to {} times per second with this job, over its quota \
+                 (max_fires_per_second {max}); its jobs already use {}",
+                rate(total),
+                rate(ns.peak_fires_per_second - demand.peak_before)
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn rate(r: f64) -> String {
+    format!("{:.3}", r).trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(schedule: serde_json::Value) -> JobSpec {
+        JobSpec::from_json(&serde_json::json!({
+            "name": "q", "schedule": schedule,
+            "target": { "kind": "http", "url": "https://example.com/hook" }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_peak_rate_is_the_densest_stretch_of_the_schedule() {
+        let now = Utc::now();
+        assert_eq!(peak_fires_per_second(&spec(serde_json::json!({ "kind": "interval", "every_ms": 2000 })), now), 0.5);
+        let every_second = spec(serde_json::json!({ "kind": "cron", "expr": "* * * * * *", "timezone": "UTC" }));
+        assert_eq!(peak_fires_per_second(&every_second, now), 1.0);
+        // Bursts of three a second apart once an hour: the burst counts.
+        let burst = spec(serde_json::json!({ "kind": "cron", "expr": "0-2 0 * * * *", "timezone": "UTC" }));
+        assert_eq!(peak_fires_per_second(&burst, now), 1.0);
+        let hourly = spec(serde_json::json!({ "kind": "cron", "expr": "0 0 * * * *", "timezone": "UTC" }));
+        assert!((peak_fires_per_second(&hourly, now) - 1.0 / 3600.0).abs() < 1e-9);
+        assert_eq!(rate(0.5), "0.5");
+        assert_eq!(rate(2.0), "2");
+    }
+}

@@ -1,0 +1,58 @@
+//! The `cronshard-scheduler` binary as an operator meets it: `--help`, the
+//! errors at startup and the logs of a node that cannot reach its services
+//! never show a secret from the environment.
+
+use std::process::Command;
+use std::time::Duration;
+
+const SECRET: &str = "Sk-scheduler-3b9f10";
+
+fn scheduler() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_cronshard-scheduler"));
+    c.env("DATABASE_URL", format!("postgres://app:{SECRET}@127.0.0.1:1/cronshard"))
+        .env("REDIS_URLS", format!("redis://:{SECRET}@127.0.0.1:1"))
+        .env("AMQP_URL", format!("amqp://app:{SECRET}@127.0.0.1:1/%2f"))
+        .env("METRICS_ADDR", "127.0.0.1:0")
+        .env("NODE_ID", "cli-test")
+        .env("RUST_LOG", "debug");
+    c
+}
+
+fn run(c: &mut Command, limit: Duration) -> (Option<std::process::ExitStatus>, String) {
+    common::testing::output_within(c, limit).expect("running cronshard-scheduler")
+}
+
+#[test]
+fn help_shows_which_variables_are_read_but_not_their_secret_values() {
+    let (status, out) = run(scheduler().arg("--help"), Duration::from_secs(20));
+    assert!(status.is_some_and(|s| s.success()), "{out}");
+    assert!(!out.contains(SECRET), "--help shows a secret:\n{out}");
+    for name in ["DATABASE_URL", "REDIS_URLS", "AMQP_URL"] {
+        assert!(out.contains(&format!("[env: {name}]")), "{name} is not listed:\n{out}");
+    }
+    assert!(out.contains("[env: NODE_ID=cli-test]"), "{out}");
+}
+
+#[test]
+fn a_malformed_connection_string_stops_the_node_without_printing_its_password() {
+    let cases = [
+        ("REDIS_URLS", format!("redis://:{SECRET}@[bad")),
+        ("REDIS_URLS", format!("redis://:{SECRET}@a,redis://:{SECRET}@b,redis://:{SECRET}@c")),
+        ("DATABASE_URL", format!("postgres://app:{SECRET}@host:notaport/db")),
+    ];
+    for (name, value) in cases {
+        let (status, out) = run(scheduler().env(name, &value), Duration::from_secs(20));
+        assert!(status.is_some_and(|s| !s.success()), "{name}={value} did not stop the node: {out}");
+        assert!(out.contains("Error:"), "{name}={value}: no error shown: {out}");
+        assert!(!out.contains(SECRET), "{name}={value}: the error shows the secret:\n{out}");
+    }
+}
+
+/// Nothing reachable: whether the node gives up or keeps trying, what it
+/// says holds no password.
+#[test]
+fn a_node_that_cannot_reach_its_services_says_so_without_the_passwords() {
+    let (_, out) = run(&mut scheduler(), Duration::from_secs(4));
+    assert!(!out.trim().is_empty(), "the node said nothing");
+    assert!(!out.contains(SECRET), "the output shows the secret:\n{out}");
+}
