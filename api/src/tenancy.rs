@@ -137,6 +137,13 @@ pub struct Quotas {
     pub max_fires_per_second: Option<f64>,
 }
 
+/// A namespace's quotas, without counting its jobs; None = no such namespace.
+pub async fn quotas(client: &impl GenericClient, name: &str) -> Result<Option<Quotas>, tokio_postgres::Error> {
+    let row =
+        client.query_opt("SELECT max_jobs, max_fires_per_second FROM namespaces WHERE name = $1", &[&name]).await?;
+    Ok(row.map(|r| Quotas { max_jobs: r.get(0), max_fires_per_second: r.get(1) }))
+}
+
 /// How [`write_namespace`] treats an existing namespace of that name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Write {
