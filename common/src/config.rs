@@ -79,6 +79,14 @@ pub fn unhidden_secret_env_flags(command: &clap::Command) -> Vec<String> {
     out
 }
 
+/// What every binary's command line must satisfy (each binary's unit test
+/// calls this): clap's own consistency checks, and no flag whose variable
+/// may hold a secret showing its value in `--help`.
+pub fn assert_cli_well_formed(command: clap::Command) {
+    assert_eq!(unhidden_secret_env_flags(&command), Vec::<String>::new(), "secret env values shown by --help");
+    command.debug_assert();
+}
+
 /// Log output settings.
 #[derive(Args, Clone, Debug)]
 pub struct LogArgs {

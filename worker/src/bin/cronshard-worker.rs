@@ -69,15 +69,9 @@ async fn run() -> anyhow::Result<()> {
 mod tests {
     use clap::CommandFactory;
 
+    /// clap's consistency checks, and `--help` shows no secret env value.
     #[test]
     fn cli_is_well_formed() {
-        super::Args::command().debug_assert();
-    }
-
-    /// clap shows an environment variable's value in `--help` unless told
-    /// not to: no flag whose variable may hold a secret shows it.
-    #[test]
-    fn help_shows_no_secret_env_value() {
-        assert_eq!(common::config::unhidden_secret_env_flags(&super::Args::command()), Vec::<String>::new());
+        common::config::assert_cli_well_formed(super::Args::command());
     }
 }
