@@ -107,7 +107,8 @@ pod_env() {
 
 echo "==> every variable the chart and the compose file set is one a binary reads"
 for b in api scheduler worker; do "$BIN/cronshard-$b" --help; done |
-    grep -o '\[env: [A-Z0-9_]*=' | sed 's/\[env: //; s/=$//' | sort -u >"$WORK/known-env"
+    # `[env: NAME=value]`, or `[env: NAME]` for a flag whose value --help hides.
+    grep -oE '\[env: [A-Z0-9_]+[]=]' | sed -E 's/\[env: //; s/[]=]$//' | sort -u >"$WORK/known-env"
 "$VENV/bin/python" - "$WORK/manifests" "$ROOT/deploy/docker-compose.yml" "$WORK/known-env" <<'PY' ||
 import sys, pathlib, yaml
 manifests, compose, known_file = sys.argv[1:]
