@@ -934,3 +934,21 @@ async fn a_body_of_thousands_of_bad_fields_gets_a_bounded_422() {
     assert_eq!(errors_of(&r).len(), 50);
     assert!(r.text.len() < 16 * 1024, "a {} byte answer", r.text.len());
 }
+
+/// A body of thousands of unknown keys (about 200 KB) once answered a
+/// 4.5 MB 422 listing each; the list is capped, and says how many it left out.
+#[tokio::test]
+async fn a_body_of_many_unknown_keys_gets_a_short_422() {
+    let app = TestApp::start("many-unknown-keys").await;
+    let mut body = example_job();
+    for i in 0..8_000 {
+        body[format!("unknown_field_number_{i:05}")] = json!(1);
+    }
+    let r = app.post_json("/v1/jobs", &body).await;
+    let problem = assert_problem(&r, 422);
+    let errors = problem["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 50, "the list is capped");
+    assert!(errors[49]["message"].as_str().unwrap().contains("more"), "{}", errors[49]);
+    assert!(r.text.len() < 20_000, "the 422 is {} bytes", r.text.len());
+    assert_eq!(app.job_rows().await, 0);
+}
