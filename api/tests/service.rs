@@ -441,3 +441,23 @@ async fn duplicate_json_keys_are_refused_naming_the_key() {
     assert_eq!(r.status, 201, "{}", r.text);
     assert_eq!(app.job_rows().await, 1);
 }
+
+/// An unknown query parameter (`?label=…`, a misspelt `?statuss=`) once
+/// answered as if it were absent, e.g. every job; it is a 400 naming it.
+#[tokio::test]
+async fn unknown_query_parameters_are_refused_naming_them() {
+    let app = TestApp::start("unknown-query").await;
+    let job = app.create_id(&example_job()).await;
+    for path in [
+        "/v1/jobs?label=team%3Dpayments".to_owned(),
+        format!("/v1/jobs/{job}/executions?statuss=failed"),
+        "/v1/executions?job=1".to_owned(),
+        format!("/v1/jobs/{job}/next?from=2026-01-01T00:00:00Z"),
+    ] {
+        let r = app.get(&path).await;
+        assert_problem(&r, 400);
+        let name = path.split('?').nth(1).unwrap().split('=').next().unwrap();
+        assert!(r.json()["detail"].as_str().unwrap().contains(name), "{path}: {}", r.text);
+    }
+    assert_eq!(app.get("/v1/jobs?limit=5&paused=false").await.status, 200, "known parameters still work");
+}

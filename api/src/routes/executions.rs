@@ -19,7 +19,9 @@ use crate::model::{ExecutionPage, ExecutionSearchPage, ReplayResult};
 use crate::params::{not_found, parse_cursor, parse_job_id, parse_limit, parse_slot, parse_status, parse_time};
 use crate::{AppState, tenancy};
 
+/// An unknown parameter is a 400 naming it, not silently ignored.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ExecQuery {
     status: Option<String>,
     from: Option<String>,
@@ -72,7 +74,9 @@ pub async fn of_job(
     Ok(Json(ExecutionPage { items, next_cursor }))
 }
 
+/// An unknown parameter is a 400 naming it, not silently ignored.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AllQuery {
     status: Option<String>,
     job_id: Option<String>,

@@ -282,7 +282,9 @@ pub async fn get(State(state): State<AppState>, caller: Caller, JobIdPath(id): J
     Ok(with_etag(StatusCode::OK, job_of_row(&row, Utc::now())?))
 }
 
+/// An unknown parameter is a 400 naming it, not silently ignored.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ListQuery {
     limit: Option<String>,
     cursor: Option<String>,
@@ -302,6 +304,7 @@ pub struct ListQuery {
         ("name_prefix" = Option<String>, Query, description = "Only jobs whose name starts with this text"),
         ("kind" = Option<String>, Query, description = "Only jobs of this schedule kind: once, interval or cron"),
         ("paused" = Option<bool>, Query, description = "Only paused (true) or active (false) jobs"),
+        ("namespace" = Option<String>, Query, description = "Only jobs of this namespace (among those the token acts in)"),
     ),
     responses(
         (status = 200, description = "A page of jobs", body = crate::model::JobPage),
@@ -659,7 +662,9 @@ pub async fn resume(State(state): State<AppState>, caller: Caller, JobIdPath(id)
     set_paused(&state, &caller, id, false).await
 }
 
+/// An unknown parameter is a 400 naming it, not silently ignored.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NextQuery {
     count: Option<String>,
 }
