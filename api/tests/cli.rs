@@ -8,13 +8,10 @@ use std::time::Duration;
 const SECRET: &str = "Sk-api-41c7d2";
 
 fn api() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_cronshard-api"));
-    c.env("DATABASE_URL", format!("postgres://app:{SECRET}@127.0.0.1:1/cronshard"))
-        .env("REDIS_URLS", format!("redis://:{SECRET}@127.0.0.1:1,redis://u:{SECRET}@127.0.0.1:2"))
-        .env("AMQP_URL", format!("amqp://app:{SECRET}@127.0.0.1:1/%2f"))
+    let mut c = common::testing::command_with_secret_env(env!("CARGO_BIN_EXE_cronshard-api"), SECRET);
+    c.env("REDIS_URLS", format!("redis://:{SECRET}@127.0.0.1:1,redis://u:{SECRET}@127.0.0.1:2"))
         .env("API_TOKENS", format!("{SECRET},other-{SECRET}"))
-        .env("LISTEN_ADDR", "127.0.0.1:0")
-        .env("RUST_LOG", "debug");
+        .env("LISTEN_ADDR", "127.0.0.1:0");
     c
 }
 

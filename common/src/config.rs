@@ -79,6 +79,16 @@ pub fn unhidden_secret_env_flags(command: &clap::Command) -> Vec<String> {
     out
 }
 
+/// This machine's host name (a pod's name on Kubernetes), or `fallback`
+/// when it cannot be read: the default identity of a node or a worker.
+pub fn host_name(fallback: &str) -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| fallback.to_owned())
+}
+
 /// What every binary's command line must satisfy (each binary's unit test
 /// calls this): clap's own consistency checks, and no flag whose variable
 /// may hold a secret showing its value in `--help`.

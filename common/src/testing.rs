@@ -130,6 +130,30 @@ pub fn output_within(
     Ok((status, output))
 }
 
+/// A service binary's command with every connection string carrying
+/// `secret` as its password (services on unreachable loopback ports) and
+/// debug logging: what the CLI tests run to check that no secret shows.
+pub fn command_with_secret_env(binary: &str, secret: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(binary);
+    c.env("DATABASE_URL", format!("postgres://app:{secret}@127.0.0.1:1/cronshard"))
+        .env("REDIS_URLS", format!("redis://:{secret}@127.0.0.1:1"))
+        .env("AMQP_URL", format!("amqp://app:{secret}@127.0.0.1:1/%2f"))
+        .env("RUST_LOG", "debug");
+    c
+}
+
+/// `--help` output that succeeded, names the connection variables
+/// without their values, shows no `secret`, and shows `visible` (an env
+/// value that is not a secret, proving values are shown where allowed).
+pub fn assert_help_hides_secrets(status: Option<std::process::ExitStatus>, out: &str, secret: &str, visible: &str) {
+    assert!(status.is_some_and(|s| s.success()), "{out}");
+    assert!(!out.contains(secret), "--help shows a secret:\n{out}");
+    for name in ["DATABASE_URL", "REDIS_URLS", "AMQP_URL"] {
+        assert!(out.contains(&format!("[env: {name}]")), "{name} is not listed:\n{out}");
+    }
+    assert!(out.contains(visible), "{out}");
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -57,14 +57,6 @@ struct Args {
     ledger_partitions_ahead_days: u32,
 }
 
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_owned())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "cronshard-scheduler".to_owned())
-}
-
 fn main() -> std::process::ExitCode {
     // A failure's text may quote a connection string: printed redacted.
     common::redact::exit_code(run())
@@ -75,7 +67,7 @@ async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     common::telemetry::init(args.log.log_format);
     common::metrics::install_exporter(args.metrics_addr)?;
-    let node_id = args.node_id.clone().unwrap_or_else(host_name);
+    let node_id = args.node_id.clone().unwrap_or_else(|| common::config::host_name("cronshard-scheduler"));
     let mut config = NodeConfig::new(
         node_id,
         args.service.cluster_name.clone(),

@@ -43,7 +43,7 @@ async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     common::telemetry::init(args.log.log_format);
     common::metrics::install_exporter(args.metrics_addr)?;
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_owned()).unwrap_or_default();
+    let host = common::config::host_name("cronshard-worker");
     let config = WorkerConfig {
         worker_id: args.worker_id.unwrap_or_else(|| format!("{host}-{}", std::process::id())),
         cluster: args.service.cluster_name.clone(),
