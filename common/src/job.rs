@@ -45,6 +45,13 @@ pub mod limits {
     pub const MIN_INTERVAL_MS_DEFAULT: u64 = 1_000;
     /// The largest minimum interval an operator may set (an hour).
     pub const MIN_INTERVAL_MS_MAX: u64 = 3_600_000;
+    /// Labels on one job.
+    pub const LABELS_MAX: usize = 64;
+    /// The widest jitter (an hour): a worker holds a pre-armed slot until
+    /// its jittered instant, so the spread is bounded.
+    pub const JITTER_MAX_MS: u64 = 3_600_000;
+    /// Calendars one job may reference.
+    pub const CALENDARS_MAX: usize = 16;
 }
 
 /// What the operator decides about job definitions; the API's flags.
@@ -123,6 +130,59 @@ pub struct JobSpec {
     #[serde(default)]
     #[schema(required = false, default = false)]
     pub paused: bool,
+    /// `key=value` labels in Kubernetes label syntax, for selectors and bulk actions.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schema(required = false, example = json!({"team": "payments", "tier": "batch"}))]
+    pub labels: BTreeMap<String, String>,
+    /// What a slot does when the job's previous execution is still running or retrying.
+    #[serde(default, skip_serializing_if = "Overlap::is_allow")]
+    #[schema(required = false)]
+    pub overlap: Overlap,
+    /// Delivery of each slot is delayed by a fixed pseudo-random offset in
+    /// `[0, jitter_ms)`, derived from the job id and the slot, so a herd of
+    /// jobs sharing a schedule spreads out; the slot's scheduled time and
+    /// execution id do not change. 0 = none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schema(required = false, minimum = 0, maximum = 3_600_000, default = 0)]
+    pub jitter_ms: u64,
+    /// Names of calendars (in the job's namespace) whose excluded times the
+    /// job does not fire at: such a slot is recorded `skipped`, reason `calendar:NAME`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(required = false, max_items = 16)]
+    pub calendars: Vec<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// What a slot does when the job's previous execution is still running or
+/// retrying (Kubernetes `concurrencyPolicy`, Temporal's overlap policy).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Overlap {
+    /// Both run (the default).
+    #[default]
+    Allow,
+    /// The newer slot is recorded `skipped`, reason `overlap`.
+    Forbid,
+    /// The newer slot runs; the older execution's remaining retries are
+    /// cancelled and it is recorded `skipped`, reason `replaced`.
+    Replace,
+}
+
+impl Overlap {
+    pub fn is_allow(&self) -> bool {
+        *self == Overlap::Allow
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Overlap::Allow => "allow",
+            Overlap::Forbid => "forbid",
+            Overlap::Replace => "replace",
+        }
+    }
 }
 
 fn default_misfire_cap() -> u32 {
@@ -429,7 +489,19 @@ impl Validator<'_> {
     }
 
     fn job(&mut self, value: &Value) -> Option<JobSpec> {
-        let allowed = ["name", "schedule", "target", "retry", "misfire", "misfire_cap", "paused"];
+        let allowed = [
+            "name",
+            "schedule",
+            "target",
+            "retry",
+            "misfire",
+            "misfire_cap",
+            "paused",
+            "labels",
+            "overlap",
+            "jitter_ms",
+            "calendars",
+        ];
         let map = self.object(value, "", &allowed)?;
 
         let name = self.required(map, "", "name").and_then(|v| self.string(v, "name"));
@@ -472,7 +544,106 @@ impl Validator<'_> {
             }
             None => false,
         };
-        Some(JobSpec { name: name?, schedule: schedule?, target: target?, retry, misfire, misfire_cap, paused })
+        let labels = match Self::field(map, "labels") {
+            Some(v) => self.labels(v),
+            None => BTreeMap::new(),
+        };
+        let overlap = match Self::field(map, "overlap") {
+            Some(v) => match v.as_str() {
+                Some("allow") => Overlap::Allow,
+                Some("forbid") => Overlap::Forbid,
+                Some("replace") => Overlap::Replace,
+                _ => {
+                    self.err("overlap", "must be one of: allow, forbid, replace");
+                    Overlap::default()
+                }
+            },
+            None => Overlap::default(),
+        };
+        let jitter_ms = match Self::field(map, "jitter_ms") {
+            Some(v) => self.uint(v, "jitter_ms", 0, limits::JITTER_MAX_MS).unwrap_or(0),
+            None => 0,
+        };
+        if let Some(ScheduleSpec { kind: ScheduleKind::Interval { every_ms }, .. }) = &schedule
+            && jitter_ms >= *every_ms
+        {
+            self.err(
+                "jitter_ms",
+                format!("must be less than schedule.every_ms ({every_ms}), or slots would overtake each other"),
+            );
+        }
+        let calendars = match Self::field(map, "calendars") {
+            Some(v) => self.calendar_names(v),
+            None => Vec::new(),
+        };
+        Some(JobSpec {
+            name: name?,
+            schedule: schedule?,
+            target: target?,
+            retry,
+            misfire,
+            misfire_cap,
+            paused,
+            labels,
+            overlap,
+            jitter_ms,
+            calendars,
+        })
+    }
+
+    fn labels(&mut self, value: &Value) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::new();
+        let Some(map) = value.as_object() else {
+            self.err("labels", "must be an object of string keys to string values");
+            return labels;
+        };
+        if map.len() > limits::LABELS_MAX {
+            self.err("labels", format!("must have at most {} labels", limits::LABELS_MAX));
+            return labels;
+        }
+        for (key, v) in map {
+            let field = format!("labels.{key}");
+            if let Err(e) = crate::labels::check_key(key) {
+                self.err(&field, e);
+                continue;
+            }
+            match v.as_str() {
+                Some(s) => match crate::labels::check_value(s) {
+                    Ok(()) => {
+                        labels.insert(key.clone(), s.to_owned());
+                    }
+                    Err(e) => self.err(&field, e),
+                },
+                None => self.err(&field, "must be a string"),
+            }
+        }
+        labels
+    }
+
+    fn calendar_names(&mut self, value: &Value) -> Vec<String> {
+        let Some(items) = value.as_array() else {
+            self.err("calendars", "must be an array of calendar names");
+            return Vec::new();
+        };
+        if items.len() > limits::CALENDARS_MAX {
+            self.err("calendars", format!("must name at most {} calendars", limits::CALENDARS_MAX));
+            return Vec::new();
+        }
+        let mut names: Vec<String> = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let field = format!("calendars[{i}]");
+            match item.as_str() {
+                Some(name) => match crate::labels::check_name(name) {
+                    Ok(()) if names.iter().any(|n| n == name) => {
+                        self.err(&field, format!("\"{name}\" is listed twice"))
+                    }
+                    Ok(()) => names.push(name.to_owned()),
+                    Err(e) => self.err(&field, e),
+                },
+                None => self.err(&field, "must be a string"),
+            }
+        }
+        names
     }
 
     fn schedule(&mut self, value: &Value) -> Option<ScheduleSpec> {

@@ -50,7 +50,8 @@ pub enum Status {
     Succeeded,
     /// Every attempt failed; the message is parked.
     Failed,
-    /// Decided without a delivery (`reason` says why: paused, superseded, deleted, misfire policy).
+    /// Decided without a delivery (`reason` says why: paused, superseded, deleted, misfire policy,
+    /// overlap, replaced, calendar:NAME).
     Skipped,
     /// Too late to fire by the misfire policy.
     Missed,
@@ -124,6 +125,22 @@ impl<'a> tokio_postgres::types::FromSql<'a> for Status {
 
     fn accepts(ty: &tokio_postgres::types::Type) -> bool {
         <&str as tokio_postgres::types::FromSql>::accepts(ty)
+    }
+}
+
+/// The `reason` of rows decided without (or instead of more) delivery,
+/// beside those the job's changes and misfire policy write.
+pub mod reason {
+    /// Overlap policy `forbid`: an older execution was still in flight.
+    pub const OVERLAP: &str = "overlap";
+    /// Overlap policy `replace`: a newer execution superseded this one.
+    pub const REPLACED: &str = "replaced";
+    /// Prefix of `calendar:NAME`: the slot falls on a time the named
+    /// calendar excludes.
+    pub const CALENDAR_PREFIX: &str = "calendar:";
+
+    pub fn calendar(name: &str) -> String {
+        format!("{CALENDAR_PREFIX}{name}")
     }
 }
 

@@ -10,6 +10,7 @@ pub mod config;
 pub mod db;
 pub mod execution;
 pub mod job;
+pub mod labels;
 pub mod ledger;
 pub mod message;
 pub mod metrics;

@@ -8,8 +8,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::job::{JobSpec, RetryPolicy, Target};
+use crate::job::{JobSpec, Overlap, RetryPolicy, Target};
 use crate::ledger::Trigger;
+use crate::schedule::jitter_offset;
 
 pub const FIRE_MESSAGE_VERSION: u8 = 1;
 
@@ -86,6 +87,10 @@ pub struct FireMessage {
     pub target: Target,
     /// `None` = the worker's cluster defaults.
     pub retry: Option<RetryPolicy>,
+    /// What the worker does when the job's previous execution is still
+    /// running or retrying as this one starts.
+    #[serde(default, skip_serializing_if = "Overlap::is_allow")]
+    pub overlap: Overlap,
 }
 
 impl FireMessage {
@@ -118,17 +123,27 @@ impl FireMessage {
     }
 
     /// The message for one ledger row of `spec`'s job.
+    /// A scheduled slot of a job with jitter is not due before its
+    /// jittered instant, whoever publishes it (claim or sweep).
     fn for_row(row: &tokio_postgres::Row, spec: JobSpec, due_at: DateTime<Utc>) -> Self {
+        let job_id = row.get("job_id");
+        let scheduled_at = row.get("scheduled_at");
+        let trigger = row.get("trigger");
+        let due_at = match trigger {
+            Trigger::Schedule => due_at.max(scheduled_at + jitter_offset(job_id, scheduled_at, spec.jitter_ms)),
+            Trigger::Manual | Trigger::Misfire => due_at,
+        };
         FireMessage {
             v: FIRE_MESSAGE_VERSION,
             fire_id: row.get("fire_id"),
-            job_id: row.get("job_id"),
-            scheduled_at: row.get("scheduled_at"),
+            job_id,
+            scheduled_at,
             due_at,
             execution_id: row.get("execution_id"),
-            trigger: row.get("trigger"),
+            trigger,
             target: spec.target,
             retry: spec.retry,
+            overlap: spec.overlap,
         }
     }
 }
@@ -160,6 +175,7 @@ mod tests {
                 forward_headers_on_redirect: false,
             }),
             retry: None,
+            overlap: Default::default(),
         }
     }
 

@@ -989,3 +989,41 @@ mod tests {
         }
     }
 }
+
+/// The delivery offset of one slot of a job with `jitter_ms`: a fixed
+/// pseudo-random value in `[0, jitter_ms)` ms, a hash of the job and the
+/// slot, so every node, every re-publish and every view (next, preview,
+/// explain) computes the same instant without storing it. The slot keeps its
+/// scheduled time and execution id; only when it is delivered moves.
+pub fn jitter_offset(job_id: uuid::Uuid, scheduled_at: DateTime<Utc>, jitter_ms: u64) -> TimeDelta {
+    use std::hash::Hasher;
+    if jitter_ms == 0 {
+        return TimeDelta::zero();
+    }
+    // Fixed keys: the offset must be the same on every node and release.
+    let mut h = siphasher::sip::SipHasher13::new_with_keys(0x6372_6f6e_7368_6172, 0x6a69_7474_6572_0001);
+    h.write(job_id.as_bytes());
+    h.write_i64(scheduled_at.timestamp_millis());
+    TimeDelta::milliseconds((h.finish() % jitter_ms) as i64)
+}
+
+#[cfg(test)]
+mod jitter_tests {
+    use super::*;
+
+    #[test]
+    fn jitter_is_stable_bounded_and_spread() {
+        let at: DateTime<Utc> = "2026-12-01T08:00:00Z".parse().unwrap();
+        let offsets: Vec<i64> =
+            (0..10_000u128).map(|i| jitter_offset(uuid::Uuid::from_u128(i), at, 1_000).num_milliseconds()).collect();
+        assert!(offsets.iter().all(|o| (0..1_000).contains(o)));
+        // Every tenth of the window gets about a tenth of the jobs.
+        for decile in 0..10 {
+            let n = offsets.iter().filter(|o| **o / 100 == decile).count();
+            assert!((800..1_200).contains(&n), "decile {decile} has {n} of 10000");
+        }
+        let id = uuid::Uuid::from_u128(42);
+        assert_eq!(jitter_offset(id, at, 1_000), jitter_offset(id, at, 1_000));
+        assert_eq!(jitter_offset(id, at, 0), TimeDelta::zero());
+    }
+}

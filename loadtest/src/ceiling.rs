@@ -83,6 +83,7 @@ pub fn sample_message() -> anyhow::Result<FireMessage> {
         trigger: Trigger::Schedule,
         target: spec.target,
         retry: spec.retry,
+        overlap: spec.overlap,
     })
 }
 

@@ -78,6 +78,7 @@ pub async fn run(args: DeliverArgs) -> anyhow::Result<()> {
             trigger: Trigger::Manual,
             target: spec.target.clone(),
             retry: None,
+            overlap: Default::default(),
         });
     }
     for chunk in messages.chunks(5000) {

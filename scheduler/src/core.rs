@@ -34,6 +34,10 @@ struct Owned {
     max_runs: Option<u64>,
     /// Its live timer entry; 0 = not scheduled (it never fires again).
     generation: Generation,
+    /// The slot that entry stands for: the timer runs on the delivery
+    /// instant (the slot plus its jitter), the ledger on the slot.
+    next_slot: DateTime<Utc>,
+    jitter_ms: u64,
 }
 
 pub struct Core {
@@ -175,7 +179,14 @@ impl Core {
         // due at or after it (those before belong to the previous version).
         let changed_at = row.created_at.max(row.updated_at) - TimeDelta::microseconds(1);
         let mut from = changed_at.max(now - self.misfire_threshold);
-        let mut owned = Owned { runs, max_runs: spec.schedule.max_runs, schedule, generation: 0 };
+        let mut owned = Owned {
+            runs,
+            max_runs: spec.schedule.max_runs,
+            schedule,
+            generation: 0,
+            next_slot: DateTime::<Utc>::MIN_UTC,
+            jitter_ms: spec.jitter_ms,
+        };
         if let Some(history) = row.history {
             let since =
                 changed_at.max(history.looked_back_to).max(history.last_slot.unwrap_or(DateTime::<Utc>::MIN_UTC));
@@ -216,9 +227,7 @@ impl Core {
         // The slots after `from` are counted as `take_due` takes them.
         let counted_again = row.runs_since_change.iter().filter(|t| **t > from).count() as u64;
         owned.runs = owned.runs.saturating_sub(counted_again);
-        if let Some(next) = owned.next_after(from) {
-            owned.generation = self.heap.push(row.id, next);
-        }
+        owned.arm(&mut self.heap, row.id, from);
         self.owned_count += 1;
         self.jobs.insert(row.id, Known { version: row.version, owned: Some(Box::new(owned)) });
     }
@@ -304,15 +313,13 @@ impl Core {
         let mut slots = Vec::new();
         while slots.len() < max {
             let jobs = &self.jobs;
-            let Some((id, at)) = self.heap.pop_due(horizon, |job, g| is_live(jobs, job, g)) else { break };
+            let Some((id, _delivery)) = self.heap.pop_due(horizon, |job, g| is_live(jobs, job, g)) else { break };
             let Some(known) = self.jobs.get_mut(&id) else { continue };
             let Some(owned) = known.owned.as_mut() else { continue };
+            let at = owned.next_slot;
             slots.push(Slot { job_id: id, scheduled_at: at, job_version: known.version, trigger: Trigger::Schedule });
             owned.runs += 1;
-            owned.generation = match owned.next_after(at) {
-                Some(next) => self.heap.push(id, next),
-                None => 0,
-            };
+            owned.arm(&mut self.heap, id, at);
         }
         slots
     }
@@ -334,6 +341,18 @@ impl Owned {
             return None;
         }
         self.schedule.next_after(t)
+    }
+
+    /// Puts the job's first slot after `t` on the timer at its delivery
+    /// instant, or leaves it off (generation 0) when it never fires again.
+    fn arm(&mut self, heap: &mut TimerHeap, id: Uuid, t: DateTime<Utc>) {
+        self.generation = match self.next_after(t) {
+            Some(slot) => {
+                self.next_slot = slot;
+                heap.push(id, slot + common::schedule::jitter_offset(id, slot, self.jitter_ms))
+            }
+            None => 0,
+        };
     }
 }
 
@@ -541,6 +560,40 @@ mod tests {
                 let expected: Vec<_> =
                     (0..).map(|k| ms(anchor + k * *every as i64)).take_while(|at| *at <= ms(until)).collect();
                 prop_assert_eq!(got, expected);
+            }
+        }
+
+        /// With jitter, every slot still comes out exactly once, keyed by its
+        /// scheduled time, and never before its delivery instant minus the
+        /// horizon step nor later than one step after it.
+        #[test]
+        fn jittered_slots_come_out_by_their_delivery_instant(jobs in jobs(), jitter in 1u64..400, step in 1i64..300) {
+            let mut core = core_of(&["n0"]);
+            for (i, (every, anchor)) in jobs.iter().enumerate() {
+                let mut spec = interval(*every, *anchor);
+                spec.jitter_ms = jitter.min(*every - 1);
+                core.apply(changed(i as u128 + 1, 1, spec, 0), ms(0));
+            }
+            let until = 10_000;
+            let mut horizon = 0;
+            let mut out = Vec::new();
+            while horizon < until {
+                horizon = (horizon + step).min(until);
+                for slot in core.take_due(ms(horizon), usize::MAX) {
+                    out.push((slot.clone(), horizon));
+                }
+            }
+            for (i, (every, anchor)) in jobs.iter().enumerate() {
+                let id = Uuid::from_u128(i as u128 + 1);
+                let jitter_ms = jitter.min(*every - 1);
+                let got: Vec<_> = out.iter().filter(|(s, _)| s.job_id == id).collect();
+                for (slot, taken_at) in &got {
+                    let delivery = slot.scheduled_at + common::schedule::jitter_offset(id, slot.scheduled_at, jitter_ms);
+                    prop_assert!(delivery <= ms(*taken_at) && ms(*taken_at) < delivery + TimeDelta::milliseconds(step));
+                }
+                let delivered_by_end = |at: DateTime<Utc>| at + common::schedule::jitter_offset(id, at, jitter_ms) <= ms(until);
+                let expected: Vec<_> = (0..).map(|k| ms(anchor + k * *every as i64)).take_while(|at| delivered_by_end(*at)).collect();
+                prop_assert_eq!(got.iter().map(|(s, _)| s.scheduled_at).collect::<Vec<_>>(), expected);
             }
         }
 

@@ -20,7 +20,9 @@ use tokio_util::sync::CancellationToken;
 use common::backoff::Backoff;
 use common::ledger::Status;
 use common::ledger::Trigger;
-use common::ledger::delivery::{self as ledger, FinishRequest, HeldSlot, JobsSeen, Start, StartRequest, VerifyRequest};
+use common::ledger::delivery::{
+    self as ledger, FinishRequest, HeldSlot, JobsSeen, OverlapDecision, Start, StartRequest, VerifyRequest,
+};
 use common::message::{ATTEMPT_HEADER, FireMessage};
 
 use super::WorkerConfig;
@@ -363,8 +365,16 @@ async fn process(
     // for a round trip.) A delete after the check is ordered after the
     // fire, as one after the due instant should be.
     if armed_early
-        && !go_on(m, attempt, timed("verify", shared.verifies.call(VerifyRequest { row: request, jobs_seen })).await?)
+        && !go_on(
+            m,
+            attempt,
+            timed("verify", shared.verifies.call(VerifyRequest { row: request.clone(), jobs_seen })).await?,
+        )
     {
+        return Ok(Processed::Done);
+    }
+    // A manual trigger is an operator's explicit run: no overlap policy.
+    if !m.overlap.is_allow() && m.trigger != Trigger::Manual && !shared.overlap_lets_run(m, &request).await? {
         return Ok(Processed::Done);
     }
     let permit = in_flight.acquire().await?;
@@ -430,6 +440,29 @@ async fn process(
 }
 
 impl Shared {
+    /// Applies the job's overlap policy at the due instant; false when the
+    /// slot was skipped instead of delivered.
+    async fn overlap_lets_run(&self, m: &FireMessage, request: &StartRequest) -> anyhow::Result<bool> {
+        let decision =
+            timed("overlap", ledger::apply_overlap(&self.pg, &self.config.worker_id, request, m.overlap)).await?;
+        match decision {
+            OverlapDecision::Run { replaced } => {
+                if !replaced.is_empty() {
+                    tracing::info!(execution.id = %m.execution_id, replaced = ?replaced, "older executions' remaining retries cancelled (overlap policy replace)");
+                    metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Skipped.as_str())
+                        .increment(replaced.len() as u64);
+                }
+                Ok(true)
+            }
+            OverlapDecision::Skipped { reason, because_of } => {
+                tracing::info!(execution.id = %m.execution_id, reason, because_of = %because_of, "slot skipped by the job's overlap policy");
+                metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Skipped.as_str())
+                    .increment(1);
+                Ok(false)
+            }
+        }
+    }
+
     /// Records the outcome, through the batched outcome writes.
     async fn finish(&self, m: &FireMessage, request: FinishRequest) -> anyhow::Result<()> {
         // The callback has been made: a failed write is tried again for a

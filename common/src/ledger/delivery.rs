@@ -537,3 +537,105 @@ async fn finish_rows(
 pub fn lateness_seconds(started: DateTime<Utc>, scheduled_at: DateTime<Utc>) -> f64 {
     (started - scheduled_at).num_milliseconds() as f64 / 1000.0
 }
+
+/// What a job's overlap policy made of a slot about to be delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OverlapDecision {
+    /// Deliver it; `replaced` are the older executions whose remaining
+    /// retries this slot cancelled (policy `replace`).
+    Run { replaced: Vec<String> },
+    /// Recorded `skipped`: `forbid` and an older execution still in flight,
+    /// or `replace` and a newer one already begun. Names that execution.
+    Skipped { reason: &'static str, because_of: String },
+}
+
+/// An older execution of the job still in flight at `now()`: claimed and
+/// not final, begun (a row armed ahead of its due instant has not), and
+/// due before the slot `$2`. A pending row due earlier counts: it is about
+/// to run. Every partition's key index answers it (job id, slot range).
+const OLDER_IN_FLIGHT: &str = "o.job_id = $1 AND o.scheduled_at < $2
+    AND (o.status IN ('pending', 'retrying') OR (o.status = 'running' AND o.started_at <= now()))";
+
+/// A newer execution of the job that has begun: started, or past it.
+const NEWER_BEGUN: &str = "o.job_id = $1 AND o.scheduled_at > $2
+    AND (o.status NOT IN ('pending', 'running') OR (o.status = 'running' AND o.started_at <= now()))";
+
+/// Applies the job's overlap policy to the slot this worker holds
+/// (`running`, this fire and attempt) at its due instant, before delivery.
+///
+/// - `forbid`: the slot's first attempt is skipped (reason `overlap`) while
+///   an older execution is in flight. An older row never waits for a newer
+///   one, so two slots cannot both wait for each other, and one whose
+///   predecessor is final runs.
+/// - `replace`: an attempt of a slot that a newer execution has already
+///   begun is skipped (reason `replaced`); otherwise the older executions
+///   waiting for a retry are skipped (reason `replaced`) and their retry
+///   messages are dropped on arrival, as for any final row. An older attempt
+///   already in flight finishes; its next attempt, if any, meets the newer
+///   slot here and is skipped.
+///
+/// All decisions are rows in the ledger, so they hold across workers and
+/// restarts.
+pub async fn apply_overlap(
+    pool: &Pool,
+    worker_id: &str,
+    r: &StartRequest,
+    policy: crate::job::Overlap,
+) -> anyhow::Result<OverlapDecision> {
+    use crate::job::Overlap;
+    let client = pool.get().await?;
+    let skip_self = |reason: &'static str, other: &'static str| {
+        format!(
+            "WITH other AS (SELECT o.execution_id FROM scheduled_jobs o WHERE {other} ORDER BY o.scheduled_at LIMIT 1)
+             UPDATE scheduled_jobs l SET status = 'skipped', reason = '{reason}', finished_at = now(),
+                    history = l.history || jsonb_build_array(jsonb_build_object(
+                        'event', 'skipped', 'at', cronshard_instant(now()), 'reason', '{reason}',
+                        'execution_id', other.execution_id))
+             FROM other
+             WHERE l.job_id = $1 AND l.scheduled_at = $2 AND l.fire_id = $3 AND l.attempts = $4
+               AND l.status = 'running' AND l.worker_id = $5
+             RETURNING other.execution_id"
+        )
+    };
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+        [&r.job_id, &r.scheduled_at, &r.fire_id, &r.attempt, &worker_id];
+    match policy {
+        Overlap::Allow => Ok(OverlapDecision::Run { replaced: Vec::new() }),
+        Overlap::Forbid => {
+            if r.attempt > 1 {
+                return Ok(OverlapDecision::Run { replaced: Vec::new() });
+            }
+            let sql = skip_self(super::reason::OVERLAP, OLDER_IN_FLIGHT);
+            Ok(match client.query_opt(&sql, &params).await? {
+                Some(row) => OverlapDecision::Skipped { reason: super::reason::OVERLAP, because_of: row.get(0) },
+                None => OverlapDecision::Run { replaced: Vec::new() },
+            })
+        }
+        Overlap::Replace => {
+            let sql = skip_self(super::reason::REPLACED, NEWER_BEGUN);
+            if let Some(row) = client.query_opt(&sql, &params).await? {
+                return Ok(OverlapDecision::Skipped { reason: super::reason::REPLACED, because_of: row.get(0) });
+            }
+            let replaced = client
+                .query(
+                    &format!(
+                        "UPDATE scheduled_jobs o SET status = 'skipped', reason = '{reason}', finished_at = now(),
+                                next_attempt_at = NULL,
+                                history = o.history || jsonb_build_array(jsonb_build_object(
+                                    'event', 'skipped', 'at', cronshard_instant(now()), 'reason', '{reason}',
+                                    'execution_id', (SELECT execution_id FROM scheduled_jobs
+                                                     WHERE job_id = $1 AND scheduled_at = $2)))
+                         WHERE o.job_id = $1 AND o.scheduled_at < $2 AND o.status = 'retrying'
+                         RETURNING o.execution_id",
+                        reason = super::reason::REPLACED
+                    ),
+                    &[&r.job_id, &r.scheduled_at],
+                )
+                .await?
+                .iter()
+                .map(|row| row.get(0))
+                .collect();
+            Ok(OverlapDecision::Run { replaced })
+        }
+    }
+}

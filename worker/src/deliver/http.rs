@@ -371,6 +371,7 @@ mod tests {
             trigger: common::ledger::Trigger::Schedule,
             target: common::job::Target::Http(target.clone()),
             retry: None,
+            overlap: Default::default(),
         }
     }
 

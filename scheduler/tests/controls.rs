@@ -1,0 +1,196 @@
+//! Scheduling controls on the real pipeline (API → node → RabbitMQ →
+//! workers → receiver → ledger): jitter, overlap policies and calendars.
+//! Each test has its own database and cluster name, and two workers, so
+//! decisions that must hold across workers are made by different ones.
+
+#[path = "support/lib.rs"]
+mod support;
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde_json::json;
+
+use common::execution::{format_instant, truncate_ms};
+use common::testing::wait_for;
+use support::{Sink, Stack, http_target};
+
+fn at(t: DateTime<Utc>) -> String {
+    format_instant(truncate_ms(t))
+}
+
+async fn stack_with_two_workers(label: &str, lookahead: Duration) -> Stack {
+    let mut stack = Stack::start(label).await;
+    let mut cfg = stack.node_config("node-a");
+    cfg.lookahead = lookahead;
+    stack.start_node(cfg);
+    stack.start_worker(stack.worker_config("worker-a"));
+    stack.start_worker(stack.worker_config("worker-b"));
+    stack
+}
+
+/// Every ledger row of a job, oldest slot first: (slot, status, reason, attempts, history).
+async fn rows_of(stack: &Stack, job_id: &str) -> Vec<(DateTime<Utc>, String, Option<String>, i32, serde_json::Value)> {
+    let client = stack.pg.get().await.unwrap();
+    let id: uuid::Uuid = job_id.parse().unwrap();
+    client
+        .query(
+            "SELECT scheduled_at, status, reason, attempts, history FROM scheduled_jobs WHERE job_id = $1 ORDER BY scheduled_at",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect()
+}
+
+async fn final_rows(
+    stack: &Stack,
+    job_id: &str,
+    n: usize,
+) -> Vec<(DateTime<Utc>, String, Option<String>, i32, serde_json::Value)> {
+    wait_for("every slot of the job to reach a final status", Duration::from_secs(40), || async {
+        let rows = rows_of(stack, job_id).await;
+        (rows.len() == n && rows.iter().all(|r| ["succeeded", "failed", "skipped", "missed"].contains(&r.1.as_str())))
+            .then_some(rows)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn jitter_spreads_a_herd_while_slots_and_execution_ids_stay_put() {
+    const JOBS: usize = 300;
+    const JITTER_MS: u64 = 2_000;
+    let sink = Sink::start().await;
+    let stack = stack_with_two_workers("jitter", Duration::from_secs(5)).await;
+    let due = truncate_ms(Utc::now() + TimeDelta::seconds(6));
+    let creates = (0..JOBS).map(|i| {
+        stack.create_job(json!({
+            "name": format!("herd-{i}"), "schedule": { "kind": "once", "at": at(due) },
+            "jitter_ms": JITTER_MS, "target": http_target(&sink.url("herd")),
+        }))
+    });
+    let jobs: Vec<serde_json::Value> = futures::future::join_all(creates).await;
+    assert!(Utc::now() < due, "creating {JOBS} jobs took past their due time");
+    assert_eq!(jobs[0]["jitter_ms"], JITTER_MS);
+    let got = wait_for("every slot delivered", Duration::from_secs(30), || async {
+        let r = sink.received_on("herd");
+        (r.len() >= JOBS).then_some(r)
+    })
+    .await;
+    let expected: std::collections::BTreeSet<String> =
+        jobs.iter().map(|j| format!("{}@{}", j["id"].as_str().unwrap(), at(due))).collect();
+    support::assert_exactly_once(&got, &expected);
+    for r in &got {
+        let id: uuid::Uuid = r.execution_id.split('@').next().unwrap().parse().unwrap();
+        let deliver_at = due + common::schedule::jitter_offset(id, due, JITTER_MS);
+        assert_eq!(r.scheduled_at, at(due), "the scheduled time header keeps the slot");
+        assert!(
+            r.received_at >= deliver_at,
+            "{} came {} before its jittered instant",
+            r.execution_id,
+            deliver_at - r.received_at
+        );
+        assert!(
+            r.received_at - deliver_at < TimeDelta::seconds(1),
+            "{} came {} late",
+            r.execution_id,
+            r.received_at - deliver_at
+        );
+    }
+    // Spread over the window: no 200 ms tenth of it holds more than a
+    // quarter of the herd (unjittered, all of it lands in the first one).
+    let mut per_tenth = [0usize; 11];
+    for r in &got {
+        per_tenth[((r.received_at - due).num_milliseconds() / 200).clamp(0, 10) as usize] += 1;
+    }
+    assert!(per_tenth.iter().all(|n| *n < JOBS / 4), "deliveries per 200 ms: {per_tenth:?}");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overlap_forbid_skips_slots_due_while_the_previous_execution_runs() {
+    const SLOTS: usize = 7;
+    const CALLBACK: Duration = Duration::from_millis(2_500);
+    let sink = Sink::start().await;
+    sink.set_delay(CALLBACK);
+    let stack = stack_with_two_workers("overlap-forbid", Duration::from_secs(2)).await;
+    let start = truncate_ms(Utc::now() + TimeDelta::seconds(3));
+    let job = stack
+        .create_job(json!({
+            "name": "slow", "overlap": "forbid",
+            "schedule": { "kind": "interval", "every_ms": 1000, "start_at": at(start), "max_runs": SLOTS },
+            "target": { "kind": "http", "url": sink.url("slow"), "method": "POST", "timeout_ms": 10_000 },
+        }))
+        .await;
+    assert_eq!(job["overlap"], "forbid");
+    let id = job["id"].as_str().unwrap().to_owned();
+    let rows = final_rows(&stack, &id, SLOTS).await;
+    let got = sink.received_on("slow");
+    // Never two at once at the receiver.
+    for pair in got.windows(2) {
+        assert!(
+            pair[1].received_at - pair[0].received_at >= TimeDelta::from_std(CALLBACK).unwrap(),
+            "{} began while {} was still running",
+            pair[1].execution_id,
+            pair[0].execution_id
+        );
+    }
+    let delivered: Vec<DateTime<Utc>> = rows.iter().filter(|r| r.1 == "succeeded").map(|r| r.0).collect();
+    assert_eq!(got.len(), delivered.len(), "one delivery per succeeded slot");
+    for (slot, status, reason, attempts, history) in &rows {
+        match status.as_str() {
+            "succeeded" => assert_eq!(*attempts, 1),
+            "skipped" => {
+                assert_eq!(reason.as_deref(), Some("overlap"), "slot {slot}");
+                // An older slot was delivered and still running at this one's due instant.
+                let blocker = delivered.iter().rev().find(|d| *d < slot).expect("an older delivered slot");
+                assert!(*slot - *blocker < TimeDelta::from_std(CALLBACK).unwrap() + TimeDelta::milliseconds(500));
+                assert!(
+                    history.to_string().contains(&format!("{id}@{}", at(*blocker))),
+                    "history names the running execution: {history}"
+                );
+            }
+            other => panic!("slot {slot} ended {other}"),
+        }
+    }
+    assert!(delivered.len() >= 2 && rows.len() - delivered.len() >= 3, "rows: {rows:?}");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overlap_replace_cancels_the_older_executions_remaining_retries() {
+    let sink = Sink::start().await;
+    // The first slot's first attempt fails; its retry would come 4 s later.
+    sink.fail_first(1, 503);
+    let stack = stack_with_two_workers("overlap-replace", Duration::from_secs(2)).await;
+    let start = truncate_ms(Utc::now() + TimeDelta::seconds(3));
+    let job = stack
+        .create_job(json!({
+            "name": "replaced", "overlap": "replace",
+            "schedule": { "kind": "interval", "every_ms": 1000, "start_at": at(start), "max_runs": 6 },
+            "retry": { "max_retries": 3, "base_delay_ms": 4000, "multiplier": 1.0, "max_delay_ms": 4000 },
+            "target": http_target(&sink.url("r")),
+        }))
+        .await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    // The last slot comes after the first one's retry would have.
+    let rows = final_rows(&stack, &id, 6).await;
+    let (first, status, reason, attempts, history) = &rows[0];
+    assert_eq!((status.as_str(), reason.as_deref(), *attempts), ("skipped", Some("replaced"), 1), "{history}");
+    let second = format!("{id}@{}", at(start + TimeDelta::seconds(1)));
+    assert!(history.to_string().contains(&second), "history names the replacing execution: {history}");
+    assert!(rows[1..].iter().all(|r| r.1 == "succeeded"), "rows: {rows:?}");
+    let first_id = format!("{id}@{}", at(*first));
+    let got = sink.received_on("r");
+    let attempts_of_first: Vec<u32> = got.iter().filter(|r| r.execution_id == first_id).map(|r| r.attempt).collect();
+    assert_eq!(attempts_of_first, [1], "the replaced execution was retried");
+    // Its retry message reached a worker and was dropped, not delivered.
+    wait_for("the retry's due instant to pass", Duration::from_secs(10), || async {
+        (Utc::now() > *first + TimeDelta::seconds(5)).then_some(())
+    })
+    .await;
+    assert_eq!(sink.received_on("r").iter().filter(|r| r.execution_id == first_id).count(), 1);
+    stack.stop().await;
+}
