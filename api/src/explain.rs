@@ -181,6 +181,18 @@ fn reason_text(reason: Option<&str>) -> String {
         Some("superseded") => "the job was changed before this slot was due, and the version in force at the \
              slot does not fire at this instant (when it does, it re-takes the slot)"
             .to_owned(),
+        Some(common::ledger::reason::OVERLAP) => {
+            "the job's overlap policy is forbid and its previous execution was still \
+             running or retrying at this slot's due instant"
+                .to_owned()
+        }
+        Some(common::ledger::reason::REPLACED) => "the job's overlap policy is replace and a newer slot started: this \
+             execution's remaining retries were cancelled"
+            .to_owned(),
+        Some(r) if r.starts_with(common::ledger::reason::CALENDAR_PREFIX) => format!(
+            "the slot falls on a time that calendar \"{}\" excludes",
+            &r[common::ledger::reason::CALENDAR_PREFIX.len()..]
+        ),
         Some(r) if r.starts_with("misfire policy") => {
             format!("no scheduler could fire it on time (the cluster or the job's owners were down), and the job's {r}")
         }
@@ -240,6 +252,24 @@ fn describe_entry(e: &Value) -> String {
             s("at").unwrap_or("(unknown)"),
             s("worker_id").unwrap_or("(unknown)"),
             e.get("attempt").map_or("?".to_owned(), Value::to_string)
+        ),
+        Some("waiting") => format!(
+            "waiting from {} for its destination {}: {} (an outage seen by worker {} since {}); attempt {} is not \
+             spent while it waits",
+            s("at").unwrap_or("(unknown)"),
+            s("destination").unwrap_or("(unknown)"),
+            s("reason").unwrap_or("(no reason recorded)"),
+            s("worker_id").unwrap_or("(unknown)"),
+            s("since").unwrap_or("(unknown)"),
+            e.get("attempt").map_or("?".to_owned(), Value::to_string)
+        ),
+        Some("gave_up") => format!(
+            "given up at {} without attempt {}: {} for {} since {}, past the slot's retry horizon",
+            s("at").unwrap_or("(unknown)"),
+            e.get("attempt").map_or("?".to_owned(), Value::to_string),
+            s("reason").unwrap_or("(no reason recorded)"),
+            s("destination").unwrap_or("(unknown)"),
+            s("since").unwrap_or("(unknown)")
         ),
         Some("replay") => format!("replayed through the API at {}", s("at").unwrap_or("(unknown)")),
         _ => format!("event {e}"),
@@ -327,11 +357,45 @@ pub fn of_row(row: &ExecutionWithHistory, now: DateTime<Utc>) -> Explanation {
             reason.as_deref().unwrap_or("no reason recorded")
         ),
     };
+    // Waiting for its destination (or given up waiting) is the latest word.
+    let last = history.last().filter(|e| {
+        let event = e.get("event").and_then(Value::as_str);
+        matches!((status, event), (Status::Pending | Status::Running | Status::Retrying, Some("waiting")))
+            || (status == Status::Failed && event == Some("gave_up"))
+    });
+    let summary = match last {
+        Some(e) => {
+            let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("(unknown)");
+            let reason = s("reason");
+            if status == Status::Failed {
+                format!(
+                    "It was not delivered: {reason} for {} since {}, past the slot's retry horizon, so it was \
+                     parked as failed without making attempt {}. Replay it with POST /v1/executions/{}/{}/replay.",
+                    s("destination"),
+                    s("since"),
+                    e.get("attempt").map_or("?".to_owned(), Value::to_string),
+                    r.job_id,
+                    show(at)
+                )
+            } else {
+                format!(
+                    "Waiting: {reason} for {} (an outage seen by worker {} since {}). The delivery waits without \
+                     spending an attempt ({attempts} made so far) and goes once the destination takes deliveries again.",
+                    s("destination"),
+                    s("worker_id"),
+                    s("since")
+                )
+            }
+        }
+        None => summary,
+    };
     // An armed row counts an attempt before its due instant; a cancellation
-    // then (the row says `skipped`) means no callback was ever made.
+    // then (the row says `skipped`) means no callback was ever made. Nor was
+    // one for a slot waiting for its destination, but for earlier attempts.
     let fired = has_attempts
-        || matches!(status, Status::Running | Status::Retrying | Status::Succeeded | Status::Failed)
-        || (attempts > 0 && history.is_empty() && status != Status::Skipped);
+        || (last.is_none()
+            && (matches!(status, Status::Running | Status::Retrying | Status::Succeeded | Status::Failed)
+                || (attempts > 0 && history.is_empty() && status != Status::Skipped)));
     let verdict = Verdict::Recorded(status);
     Explanation { verdict, fired, summary, details, previous_fire_at: None, next_fire_at: None }
 }
@@ -435,7 +499,16 @@ pub fn absent(
             format!(
                 "{when} is older than the ledger retention ({} days): its day partition has been dropped, so whatever \
                  happened to this slot is no longer recorded.",
-                retention.retention_days
+                retention.unsuccessful_days
+            ),
+        )
+    } else if at.date_naive() < retention.oldest_succeeded_day(now) {
+        (
+            Verdict::BeyondRetention,
+            format!(
+                "{when} is older than the ledger retention of slots that succeeded ({} days); slots that failed, were \
+                 skipped or missed are kept {} days and this one has no record, so it most likely succeeded.",
+                retention.succeeded_days, retention.unsuccessful_days
             ),
         )
     } else if let Some((max, runs)) = max_runs_hit {
@@ -526,6 +599,11 @@ mod tests {
         assert_eq!(verdict(&hourly, "2026-02-01T10:00:00Z", now, Some(10)), Verdict::MaxRunsReached);
         assert_eq!(verdict(&hourly, "2026-02-01T10:00:00Z", now, Some(9)), Verdict::NotRecorded);
         assert_eq!(verdict(&hourly, "2026-01-03T10:00:00Z", "2026-05-01T00:00:00Z", Some(0)), Verdict::BeyondRetention);
+        // Past the retention of slots that succeeded only: no row most likely means it succeeded.
+        let e =
+            absent(&hourly, utc("2026-01-03T10:00:00Z"), utc("2026-03-01T00:00:00Z"), Some(0), Retention::default());
+        assert_eq!(e.verdict, Verdict::BeyondRetention);
+        assert!(e.summary.contains("most likely succeeded"), "{}", e.summary);
 
         let now = "2026-01-10T00:00:00Z";
         let mut paused = job(json!({ "kind": "interval", "every_ms": 60_000 }), "2026-01-01T00:00:00Z");
@@ -576,5 +654,77 @@ mod tests {
             describe_entry(&json!({ "event": "released", "at": "t", "worker_id": "w", "attempt": 1 }))
                 .starts_with("released at t by worker w: it took attempt 1")
         );
+        let waiting = json!({ "event": "waiting", "at": "t", "reason": "destination circuit open",
+                              "destination": "hooks.example:443", "since": "s", "worker_id": "w", "attempt": 2 });
+        let line = describe_entry(&waiting);
+        for part in ["waiting from t", "hooks.example:443", "destination circuit open", "worker w since s", "attempt 2"]
+        {
+            assert!(line.contains(part), "{line}");
+        }
+        let gave_up = json!({ "event": "gave_up", "at": "t", "reason": "destination circuit open",
+                              "destination": "hooks.example:443", "since": "s", "worker_id": "w", "attempt": 1 });
+        assert!(describe_entry(&gave_up).starts_with("given up at t without attempt 1: destination circuit open"));
+    }
+
+    fn row(status: Status, attempts: i32, history: Vec<Value>) -> ExecutionWithHistory {
+        let at = utc("2026-03-01T12:00:00Z");
+        let job_id = uuid::Uuid::nil();
+        ExecutionWithHistory {
+            execution: common::ledger::read::Execution {
+                job_id,
+                scheduled_at: at,
+                execution_id: common::execution::execution_id(job_id, at),
+                fire_id: uuid::Uuid::nil(),
+                trigger: Trigger::Schedule,
+                status,
+                attempts,
+                scheduler_node: Some("node-a".into()),
+                worker_id: None,
+                fired_at: Some(at),
+                published_at: Some(at),
+                started_at: None,
+                finished_at: None,
+                http_status: None,
+                sqs_message_id: None,
+                response_excerpt: None,
+                error: None,
+                reason: None,
+            },
+            history: history.into_iter().map(|v| v.as_object().unwrap().clone()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_slot_waiting_for_its_destination_says_the_circuit_is_open_and_that_it_did_not_fire() {
+        let now = utc("2026-03-01T12:01:00Z");
+        let waiting = json!({ "event": "waiting", "at": "2026-03-01T12:00:00.100Z", "reason": "destination circuit open",
+                              "destination": "hooks.example:443", "since": "2026-03-01T11:59:50.000Z",
+                              "worker_id": "w-1", "attempt": 1 });
+        for status in [Status::Running, Status::Retrying] {
+            let e = of_row(&row(status, if status == Status::Running { 1 } else { 0 }, vec![waiting.clone()]), now);
+            assert_eq!(e.verdict, Verdict::Recorded(status));
+            assert!(e.summary.starts_with("Waiting: destination circuit open for hooks.example:443"), "{}", e.summary);
+            assert!(!e.fired, "no callback was made");
+        }
+        // A retry waiting: the earlier attempt was made.
+        let attempt =
+            json!({ "event": "attempt", "attempt": 1, "worker_id": "w-1", "outcome": "retrying", "http_status": 503 });
+        let e = of_row(&row(Status::Retrying, 1, vec![attempt.clone(), waiting.clone()]), now);
+        assert!(e.summary.contains("destination circuit open") && e.summary.contains("1 made so far"), "{}", e.summary);
+        assert!(e.fired);
+        // Delivered after the wait: the usual words.
+        let done = json!({ "event": "attempt", "attempt": 1, "worker_id": "w-1", "outcome": "succeeded" });
+        let e = of_row(&row(Status::Succeeded, 1, vec![waiting.clone(), done]), now);
+        assert!(e.summary.starts_with("It fired"), "{}", e.summary);
+        assert!(e.details.iter().any(|d| d.contains("destination circuit open")), "{:?}", e.details);
+        // Given up past its horizon: failed, not attempted, replayable.
+        let gave_up = json!({ "event": "gave_up", "at": "2026-03-01T12:05:00.000Z", "reason": "destination circuit open",
+                              "destination": "hooks.example:443", "since": "2026-03-01T11:59:50.000Z",
+                              "worker_id": "w-1", "attempt": 1 });
+        let e = of_row(&row(Status::Failed, 0, vec![waiting, gave_up]), now);
+        assert_eq!(e.verdict, Verdict::Recorded(Status::Failed));
+        assert!(e.summary.starts_with("It was not delivered: destination circuit open"), "{}", e.summary);
+        assert!(e.summary.contains("/replay"), "{}", e.summary);
+        assert!(!e.fired);
     }
 }

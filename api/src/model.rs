@@ -165,16 +165,44 @@ pub struct ReplayResult {
 /// One upcoming fire time.
 #[derive(Serialize, ToSchema)]
 pub struct FireTime {
+    /// The slot: its scheduled instant (and execution id).
     #[serde(serialize_with = "serialize_instant")]
     pub at: DateTime<Utc>,
-    /// The same instant in the cron job's time zone (cron jobs only).
-    #[schema(required = false)]
+    /// When the slot is delivered, for a job with `jitter_ms`: `at` plus the
+    /// slot's fixed offset in `[0, jitter_ms)`.
+    #[schema(required = false, value_type = Option<DateTime<Utc>>)]
+    #[serde(serialize_with = "serialize_opt_instant", skip_serializing_if = "Option::is_none")]
+    pub fires_at: Option<DateTime<Utc>>,
+    /// The same instant as wall time in the cron schedule's time zone, with
+    /// its offset (cron schedules only).
+    #[schema(required = false, example = "2026-03-29T03:00:00.000+02:00")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub local: Option<String>,
-    /// Set when this fire's local offset differs from a millisecond before (DST).
+    /// The zone's UTC offset at this instant (cron schedules only).
+    #[schema(required = false, example = "+02:00")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset: Option<String>,
+    /// How daylight saving time bent this fire, if it did (cron schedules only).
+    #[schema(required = false)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dst: Option<DstMark>,
+    /// Set when the zone's offset changes at this very instant (a DST
+    /// transition); see `dst` for whether the fire was moved.
     #[schema(required = false)]
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub dst_shift: bool,
+}
+
+/// How daylight saving time bent a cron fire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DstMark {
+    /// The expression names a wall time the clocks skipped (spring forward):
+    /// it fires at the end of the gap, this instant.
+    Gap,
+    /// This wall time happens twice (fall back): it fires at this, its first
+    /// occurrence, and not at the second.
+    Overlap,
 }
 
 /// The next fire times of a job.
@@ -182,6 +210,94 @@ pub struct FireTime {
 pub struct NextFires {
     pub job_id: Uuid,
     pub fire_times: Vec<FireTime>,
+}
+
+/// The body of `POST /v1/schedules/preview`. Unknown fields are refused.
+#[derive(Serialize, ToSchema)]
+pub struct SchedulePreviewRequest {
+    /// A schedule as a job's `schedule`, validated the same way. An interval
+    /// without `start_at` is anchored at `from`, as a job created then.
+    pub schedule: common::job::ScheduleSpec,
+    /// Fire times at or after this instant; default now.
+    #[schema(required = false)]
+    pub from: Option<DateTime<Utc>>,
+    /// How many fire times (at most the schedule's `max_runs`).
+    #[schema(required = false, minimum = 1, maximum = 1000, default = 10)]
+    pub count: Option<u32>,
+    /// A job's `jitter_ms`: with `job_id`, each fire time shows its delivery instant `fires_at`.
+    #[schema(required = false, minimum = 0, maximum = 3_600_000)]
+    pub jitter_ms: Option<u64>,
+    /// The job whose jitter offsets to show (they are derived from its id); it need not exist.
+    #[schema(required = false)]
+    pub job_id: Option<Uuid>,
+}
+
+/// The fire times a schedule would have.
+#[derive(Serialize, ToSchema)]
+pub struct SchedulePreview {
+    /// The instant the fire times start at (inclusive).
+    #[serde(serialize_with = "serialize_instant")]
+    pub from: DateTime<Utc>,
+    pub fire_times: Vec<FireTime>,
+    /// Said when the answer leaves something out (jitter without a job id).
+    #[schema(required = false)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// What a bulk action does to each job its selector matches, as the
+/// single-job route of the same name would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BulkAction {
+    /// Pauses the jobs that are not paused.
+    Pause,
+    /// Resumes the paused jobs.
+    Resume,
+    /// Deletes every matched job.
+    Delete,
+    /// Fires every matched job once now (paused ones too, as `trigger` does).
+    Trigger,
+}
+
+impl BulkAction {
+    pub const ALL: [BulkAction; 4] = [BulkAction::Pause, BulkAction::Resume, BulkAction::Delete, BulkAction::Trigger];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            BulkAction::Pause => "pause",
+            BulkAction::Resume => "resume",
+            BulkAction::Delete => "delete",
+            BulkAction::Trigger => "trigger",
+        }
+    }
+}
+
+/// The body of `POST /v1/jobs/bulk`. Unknown fields are refused.
+#[derive(Serialize, ToSchema)]
+pub struct BulkRequest {
+    pub action: BulkAction,
+    /// A label selector, as `selector` of `GET /v1/jobs`; must not be empty.
+    #[schema(min_length = 1, example = "team=payments,tier!=batch")]
+    pub selector: String,
+    /// Only jobs of this namespace (among those the token acts in).
+    #[schema(required = false)]
+    pub namespace: Option<String>,
+}
+
+/// What a bulk action did: all of it, or (on an error) nothing.
+#[derive(Serialize, ToSchema)]
+pub struct BulkResult {
+    pub action: BulkAction,
+    /// The selector as understood, in canonical form.
+    #[schema(example = "team=payments,tier!=batch")]
+    pub selector: String,
+    /// Live jobs of the caller's namespaces the selector matched.
+    pub matched: u64,
+    /// Those the action changed: a new version for pause, resume and delete
+    /// (a job already paused is not paused again, nor an active one resumed),
+    /// a manual execution for trigger.
+    pub changed: u64,
 }
 
 /// A live scheduler node, from its heartbeat.
@@ -246,3 +362,38 @@ problem_response!(JobNotFound, 404, "No such job (or the id is not a UUID)");
 problem_response!(PayloadTooLarge, 413, "The request body exceeds 256 KiB");
 problem_response!(ValidationFailed, 422, "Validation failed; `errors` names each bad field");
 problem_response!(InternalError, 500, "Internal error (details only in the server log)");
+
+/// A calendar: excluded dates, date ranges and cron rules in a time zone.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Calendar {
+    pub namespace: String,
+    pub name: String,
+    /// Bumped by every replace.
+    pub version: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    #[serde(flatten)]
+    pub spec: common::calendar::CalendarSpec,
+}
+
+impl From<common::calendar::store::Stored> for Calendar {
+    fn from(s: common::calendar::store::Stored) -> Self {
+        Calendar {
+            namespace: s.namespace,
+            name: s.name,
+            version: s.version,
+            created_at: s.created_at,
+            updated_at: s.updated_at,
+            spec: s.spec,
+        }
+    }
+}
+
+/// One page of calendars, by namespace and name.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct CalendarPage {
+    pub items: Vec<Calendar>,
+    /// Pass as `cursor` for the next page; absent on the last one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}

@@ -1,8 +1,10 @@
 //! Request handlers, one module per resource.
 
+pub mod calendars;
 pub mod cluster;
 pub mod executions;
 pub mod explain;
 pub mod health;
 pub mod jobs;
+pub mod schedules;
 pub mod tenancy;

@@ -260,3 +260,30 @@ mod tests {
         }
     }
 }
+
+/// In a job write's transaction: every calendar the job names exists in
+/// its namespace (locked until the write commits, so a delete cannot slip
+/// in between); otherwise a 422 naming each missing one.
+pub async fn check_references(
+    tx: &impl deadpool_postgres::GenericClient,
+    namespace: &str,
+    names: &[String],
+) -> crate::error::ApiResult<()> {
+    let missing = common::calendar::store::lock_referenced(tx, namespace, names).await?;
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(crate::error::ApiError::Validation(
+        names
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| missing.contains(n))
+            .map(|(i, n)| {
+                common::job::FieldError::new(
+                    format!("calendars[{i}]"),
+                    format!("no calendar {n:?} in namespace {namespace:?}; create it with PUT /v1/calendars/{n}"),
+                )
+            })
+            .collect(),
+    ))
+}

@@ -19,6 +19,9 @@
 //! | verify an armed row at its due instant | `running` (armed) → stays, or `skipped` | [`delivery::verify_batch`] |
 //! | record an attempt's outcome | `running` → `succeeded`/`failed`/`retrying` | [`delivery::finish_batch`] |
 //! | give back an attempt not delivered | `running` → `pending` | [`delivery::release`], [`delivery::release_orphans`] |
+//! | note that a held slot waits for its destination | `running` (stays) | [`delivery::note_waiting`] |
+//! | hand a slot back to wait for its destination | `running` → `retrying` (attempt not counted) | [`delivery::wait_for_destination`] |
+//! | park a slot that waited past its horizon | `running` → `failed` (not attempted) | [`delivery::give_up_waiting`] |
 //! | cancel what a change took away (API) | `pending`/`retrying` → `skipped` | [`changes::cancel_claimed`] |
 //! | record a paused period's slots | none → `skipped` (`paused`) | [`changes::record_paused_slots`] |
 //! | fire once now, outside the schedule | none → `pending` (`manual`) | [`changes::insert_manual`] |
@@ -45,7 +48,9 @@ pub enum Status {
     Pending,
     /// A worker holds it (armed ahead of its due instant, or delivering).
     Running,
-    /// An attempt failed; the next one waits out its backoff.
+    /// An attempt failed and the next one waits out its backoff, or the
+    /// next attempt waits for its destination's circuit to close (history
+    /// `waiting`, the attempt not counted).
     Retrying,
     Succeeded,
     /// Every attempt failed; the message is parked.
@@ -301,13 +306,23 @@ macro_rules! held_by_older_version {
 
 /// The ledger rows that count towards a job's `max_runs` (SQL predicate,
 /// columns prefixed with `$alias`, e.g. `"l."` or `""`): fired slots of its
-/// schedule, not manual triggers, skips or misses. Exported only for
+/// schedule, not manual triggers, skips or misses — but for the slots the
+/// overlap policy skipped at delivery: the scheduler fired those (it cannot
+/// know ahead what a worker will find), so they count, the same for the
+/// node that fired them and for one that reloads the job. Exported only for
 /// [`ledger_runs_used_by_jobs_row`](crate::ledger_runs_used_by_jobs_row).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! ledger_counts_as_run {
     ($alias:literal) => {
-        concat!($alias, "trigger <> 'manual' AND ", $alias, "status NOT IN ('skipped', 'missed')")
+        concat!(
+            $alias,
+            "trigger <> 'manual' AND (",
+            $alias,
+            "status NOT IN ('skipped', 'missed') OR ",
+            $alias,
+            "reason IN ('overlap', 'replaced'))"
+        )
     };
 }
 macro_rules! counts_as_run {

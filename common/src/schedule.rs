@@ -134,6 +134,24 @@ impl CronSchedule {
         self.inner.timezone
     }
 
+    /// Whether the wall time of `at` in the schedule's zone matches the
+    /// expression, at the expression's resolution: the second for 6 fields,
+    /// the minute for 5 fields and shortcuts (so `* * * * SAT,SUN` matches
+    /// every instant of a weekend). Calendars use it for exclusion rules.
+    pub fn matches_wall_time(&self, at: DateTime<Utc>) -> bool {
+        use chrono::Timelike;
+        let cron = &*self.inner;
+        let wall = at.with_timezone(&cron.timezone).naive_local();
+        let seconds_field = cron.expr.split_whitespace().count() == 6;
+        let wall = if seconds_field {
+            wall.with_nanosecond(0)
+        } else {
+            wall.with_second(0).and_then(|w| w.with_nanosecond(0))
+        };
+        let Some(wall) = wall else { return false };
+        cron.local.iter().any(|s| s.includes(wall.and_utc()))
+    }
+
     /// The expression as given to [`CronSchedule::parse`].
     pub fn expr(&self) -> &str {
         &self.inner.expr

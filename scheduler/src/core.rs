@@ -5,11 +5,13 @@
 //! to those loops.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use uuid::Uuid;
 
-use common::ledger::Trigger;
+use common::calendar::{self, Calendar};
+use common::ledger::{Status, Trigger};
 use common::schedule::CompiledSchedule;
 
 use crate::feed::{self, JobRow};
@@ -38,6 +40,8 @@ struct Owned {
     /// instant (the slot plus its jitter), the ledger on the slot.
     next_slot: DateTime<Utc>,
     jitter_ms: u64,
+    /// Keys (`namespace/name`) of the calendars whose excluded times it skips.
+    calendars: Box<[String]>,
 }
 
 pub struct Core {
@@ -53,6 +57,8 @@ pub struct Core {
     jobs: HashMap<Uuid, Known>,
     owned_count: usize,
     heap: TimerHeap,
+    /// Every calendar, by `namespace/name`, as last loaded.
+    calendars: HashMap<String, Arc<Calendar>>,
 }
 
 /// Whether `generation` is `job`'s live timer entry.
@@ -79,7 +85,21 @@ impl Core {
             jobs: HashMap::new(),
             owned_count: 0,
             heap: TimerHeap::default(),
+            calendars: HashMap::new(),
         }
+    }
+
+    /// Replaces the calendars; slots handed over from now on are judged by them.
+    pub fn set_calendars(&mut self, calendars: HashMap<String, Arc<Calendar>>) {
+        self.calendars = calendars;
+    }
+
+    /// The first of the job's calendars that excludes `at`, by name. A
+    /// calendar the node has not loaded excludes nothing: the API refuses
+    /// to delete one a job references, so it is only one created moments
+    /// ago, and a slot fired is better than one lost.
+    fn excluded_by(calendars: &HashMap<String, Arc<Calendar>>, keys: &[String], at: DateTime<Utc>) -> Option<String> {
+        keys.iter().filter_map(|k| calendars.get(k)).find(|c| c.excludes(at)).map(|c| c.name.clone())
     }
 
     pub fn owned_count(&self) -> usize {
@@ -110,7 +130,20 @@ impl Core {
         while n < self.catchup.len() && self.catchup[n].job_id == self.catchup[n - 1].job_id {
             n += 1;
         }
-        self.catchup.drain(..n).collect()
+        let mut slots = Vec::with_capacity(n);
+        for slot in self.catchup.drain(..n) {
+            let keys =
+                self.jobs.get(&slot.job_id).and_then(|k| k.owned.as_ref()).map(|o| &o.calendars[..]).unwrap_or(&[]);
+            match Self::excluded_by(&self.calendars, keys, slot.scheduled_at) {
+                Some(name) => self.records.push(Decided {
+                    slot,
+                    status: Status::Skipped,
+                    reason: common::ledger::reason::calendar(&name),
+                }),
+                None => slots.push(slot),
+            }
+        }
+        slots
     }
 
     fn is_owner(&self, job: Uuid) -> bool {
@@ -186,6 +219,7 @@ impl Core {
             generation: 0,
             next_slot: DateTime::<Utc>::MIN_UTC,
             jitter_ms: spec.jitter_ms,
+            calendars: spec.calendars.iter().map(|name| calendar::store::key(&row.namespace, name)).collect(),
         };
         if let Some(history) = row.history {
             let since =
@@ -317,8 +351,19 @@ impl Core {
             let Some(known) = self.jobs.get_mut(&id) else { continue };
             let Some(owned) = known.owned.as_mut() else { continue };
             let at = owned.next_slot;
-            slots.push(Slot { job_id: id, scheduled_at: at, job_version: known.version, trigger: Trigger::Schedule });
-            owned.runs += 1;
+            let slot = Slot { job_id: id, scheduled_at: at, job_version: known.version, trigger: Trigger::Schedule };
+            // An excluded slot is recorded, not fired, and is no run.
+            match Self::excluded_by(&self.calendars, &owned.calendars, at) {
+                Some(name) => self.records.push(Decided {
+                    slot,
+                    status: Status::Skipped,
+                    reason: common::ledger::reason::calendar(&name),
+                }),
+                None => {
+                    slots.push(slot);
+                    owned.runs += 1;
+                }
+            }
             owned.arm(&mut self.heap, id, at);
         }
         slots
@@ -378,6 +423,7 @@ mod tests {
             jobs: HashMap::new(),
             owned_count: 0,
             heap: TimerHeap::default(),
+            calendars: HashMap::new(),
         }
     }
 
@@ -400,6 +446,7 @@ mod tests {
             version: 2,
             created_at: t("2026-01-01T11:59:59Z"),
             updated_at: t("2026-01-01T12:00:20Z"),
+            namespace: "default".into(),
             spec: Some(spec.clone()),
             deleted: false,
             runs,
@@ -502,6 +549,7 @@ mod tests {
             version,
             created_at: ms(-60_000),
             updated_at: ms(changed_ms),
+            namespace: "default".into(),
             spec: Some(spec),
             deleted: false,
             runs: 0,

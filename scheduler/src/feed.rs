@@ -30,6 +30,8 @@ pub struct JobRow {
     pub version: i64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Where its calendars' names are looked up.
+    pub namespace: String,
     /// `None` when the job is deleted or paused: it must not fire.
     pub spec: Option<JobSpec>,
     /// The job is deleted: it is forgotten, nothing of it fires again.
@@ -120,7 +122,8 @@ async fn fill_history(
     Ok(())
 }
 
-const SELECT: &str = "SELECT id, version, created_at, spec, paused, deleted_at IS NOT NULL, updated_at FROM jobs";
+const SELECT: &str =
+    "SELECT id, version, created_at, spec, paused, deleted_at IS NOT NULL, updated_at, namespace FROM jobs";
 const PAGE: i64 = 10_000;
 
 fn parse(row: &Row) -> JobRow {
@@ -144,6 +147,7 @@ fn parse(row: &Row) -> JobRow {
         version: row.get(1),
         created_at: row.get(2),
         updated_at: row.get::<_, Option<DateTime<Utc>>>(6).unwrap_or_default(),
+        namespace: row.get(7),
         spec,
         deleted,
         runs: 0,
@@ -226,12 +230,13 @@ pub async fn poll(pool: &Pool, since: i64) -> anyhow::Result<(Vec<JobRow>, i64)>
     let rows = client
         .query(
             "WITH snap AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin)
-             SELECT j.id, j.version, j.created_at, j.spec, j.paused, j.deleted_at IS NOT NULL, j.updated_at, snap.xmin
+             SELECT j.id, j.version, j.created_at, j.spec, j.paused, j.deleted_at IS NOT NULL, j.updated_at,
+                    j.namespace, snap.xmin
              FROM snap LEFT JOIN jobs j ON j.change_xid >= $1",
             &[&since],
         )
         .await?;
-    let xmin = rows.first().map(|r| r.get::<_, i64>(7)).unwrap_or(since);
+    let xmin = rows.first().map(|r| r.get::<_, i64>(8)).unwrap_or(since);
     let mut changed: Vec<JobRow> = rows.iter().filter(|r| r.get::<_, Option<Uuid>>(0).is_some()).map(parse).collect();
     count_runs(&client, &mut changed).await?;
     Ok((changed, xmin))

@@ -6,6 +6,7 @@
 //! stops taking slots, the dispatcher finishes what it was handed, then the
 //! heartbeat is deleted so the other owners take over at once.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -180,6 +181,35 @@ impl Node {
             feed_token.clone(),
         ));
 
+        // Calendars before the first slot: a slot must not fire only because
+        // its calendar was not read yet. Bounded, like the partitions.
+        let (calendars_tx, mut calendars_rx) = watch::channel(HashMap::new());
+        let first_calendars = tokio::time::timeout(Duration::from_secs(10), async {
+            let mut backoff = Backoff::new(Duration::from_millis(200));
+            loop {
+                match load_calendars(&self.pg).await {
+                    Ok(loaded) => break loaded,
+                    Err(e) => {
+                        tracing::warn!(error = %format!("{e:#}"), "loading calendars failed; retrying");
+                        backoff.wait().await;
+                    }
+                }
+            }
+        })
+        .await
+        .ok();
+        let fingerprint = first_calendars.as_ref().map(|(f, _)| f.clone());
+        if let Some((_, calendars)) = first_calendars {
+            calendars_tx.send_replace(calendars);
+        }
+        feeders.spawn(watch_calendars(
+            self.pg.clone(),
+            fingerprint,
+            cfg.poll_interval,
+            calendars_tx,
+            feed_token.clone(),
+        ));
+
         let (batch_tx, batch_rx) = mpsc::channel::<Work>(64);
         let dispatcher = Dispatcher::new(
             DispatchConfig {
@@ -208,6 +238,7 @@ impl Node {
             cfg.misfire_record_max,
             initial_members,
         );
+        state.set_calendars(calendars_rx.borrow_and_update().clone());
         let lookahead = TimeDelta::from_std(cfg.lookahead)?;
         // Slots are handed over at most once per tick: at a steady rate the
         // next deadline is always a millisecond away, and taking one or two
@@ -232,6 +263,9 @@ impl Node {
             tokio::select! {
                 biased;
                 _ = token.cancelled() => break,
+                Ok(()) = calendars_rx.changed() => {
+                    state.set_calendars(calendars_rx.borrow_and_update().clone());
+                }
                 Ok(()) = members_rx.changed() => {
                     let members = members_rx.borrow_and_update().clone();
                     let gained = state.rebalance(members);
@@ -271,6 +305,11 @@ impl Node {
                     if !slots.is_empty() && batch_tx.send(Work::Fire(slots)).await.is_err() {
                         break;
                     }
+                    // Slots a calendar excluded.
+                    let records = state.take_records();
+                    if !records.is_empty() && batch_tx.send(Work::Record(records)).await.is_err() {
+                        break;
+                    }
                 }
                 _ = catchup_tick.tick(), if state.has_catchup() => {
                     // The cluster-wide rate, shared by the live nodes. A job's
@@ -282,6 +321,10 @@ impl Node {
                     let slots = state.take_catchup(catchup_credit.max(0) as usize);
                     catchup_credit -= slots.len() as i64;
                     if !slots.is_empty() && batch_tx.send(Work::Fire(slots)).await.is_err() {
+                        break;
+                    }
+                    let records = state.take_records();
+                    if !records.is_empty() && batch_tx.send(Work::Record(records)).await.is_err() {
                         break;
                     }
                 }
@@ -299,6 +342,48 @@ impl Node {
         let _ = heartbeat.await;
         tracing::info!(node.id = %cfg.node_id, "stopped");
         Ok(())
+    }
+}
+
+type Calendars = HashMap<String, Arc<common::calendar::Calendar>>;
+
+async fn load_calendars(pg: &PgPool) -> anyhow::Result<(String, Calendars)> {
+    common::calendar::store::load_all(&pg.get().await?).await
+}
+
+/// Reloads the calendars whenever they change (checked every
+/// `every`, a cheap fingerprint read) and hands them to the core.
+async fn watch_calendars(
+    pg: deadpool_postgres::Pool,
+    mut fingerprint: Option<String>,
+    every: Duration,
+    out: watch::Sender<Calendars>,
+    token: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let changed = async {
+            let client = pg.get().await?;
+            let now = common::calendar::store::fingerprint(&client).await?;
+            anyhow::Ok(fingerprint.as_deref() != Some(now.as_str()))
+        };
+        match changed.await {
+            Ok(false) => {}
+            Ok(true) => match load_calendars(&pg).await {
+                Ok((f, calendars)) => {
+                    tracing::info!(calendars = calendars.len(), "calendars loaded");
+                    fingerprint = Some(f);
+                    out.send_replace(calendars);
+                }
+                Err(e) => tracing::warn!(error = %format!("{e:#}"), "loading calendars failed; keeping the last ones"),
+            },
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "checking calendars failed"),
+        }
     }
 }
 

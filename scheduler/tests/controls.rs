@@ -194,3 +194,48 @@ async fn overlap_replace_cancels_the_older_executions_remaining_retries() {
     assert_eq!(sink.received_on("r").iter().filter(|r| r.execution_id == first_id).count(), 1);
     stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slots_a_calendar_excludes_are_recorded_skipped_and_the_rest_delivered() {
+    const SLOTS: usize = 6;
+    let sink = Sink::start().await;
+    let stack = stack_with_two_workers("calendar", Duration::from_secs(2)).await;
+    // Every even second of the wall clock is excluded.
+    let response = stack
+        .http
+        .put(format!("{}/v1/calendars/even-seconds", stack.api))
+        .json(&json!({ "timezone": "Europe/Berlin", "rules": ["*/2 * * * * *"] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    // An even second first: skipped, delivered, skipped, ...; the job stops
+    // after its third delivery, so six rows in all.
+    let first = Utc::now().timestamp() + 4;
+    let start = DateTime::from_timestamp(first + first % 2, 0).unwrap();
+    let job = stack
+        .create_job(json!({
+            "name": "weekdays-only", "calendars": ["even-seconds"],
+            "schedule": { "kind": "interval", "every_ms": 1000, "start_at": at(start), "max_runs": SLOTS / 2 },
+            "target": http_target(&sink.url("cal")),
+        }))
+        .await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    // Excluded slots are no runs: max_runs counts the delivered ones.
+    let rows = final_rows(&stack, &id, SLOTS).await;
+    for (slot, status, reason, _, _) in &rows {
+        if slot.timestamp() % 2 == 0 {
+            assert_eq!((status.as_str(), reason.as_deref()), ("skipped", Some("calendar:even-seconds")), "slot {slot}");
+        } else {
+            assert_eq!(status, "succeeded", "slot {slot}");
+        }
+    }
+    let delivered: Vec<String> = sink.received_on("cal").iter().map(|r| r.scheduled_at.clone()).collect();
+    let expected: Vec<String> = rows.iter().filter(|r| r.1 == "succeeded").map(|r| at(r.0)).collect();
+    assert_eq!(delivered, expected);
+    // Explain says which calendar.
+    let excluded = rows.iter().find(|r| r.1 == "skipped").unwrap().0;
+    let explained = stack.get(&format!("/v1/jobs/{id}/executions/{}", at(excluded))).await;
+    assert!(explained.to_string().contains("calendar \\\"even-seconds\\\" excludes"), "{explained}");
+    stack.stop().await;
+}

@@ -18,7 +18,7 @@ pub struct Slot {
     pub trigger: Trigger,
 }
 
-/// A slot decided without firing (misfire policy): recorded in the ledger.
+/// A slot decided without firing (misfire policy, calendar): recorded in the ledger.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decided {
     pub slot: Slot,
@@ -125,20 +125,21 @@ pub async fn record_decided(
     let exec_ids: Vec<String> = rows.iter().map(|r| execution_id(r.slot.job_id, r.slot.scheduled_at)).collect();
     let statuses: Vec<&str> = rows.iter().map(|r| r.status.as_str()).collect();
     let reasons: Vec<&str> = rows.iter().map(|r| r.reason.as_str()).collect();
+    let triggers: Vec<&str> = rows.iter().map(|r| r.slot.trigger.as_str()).collect();
     client
         .execute(
             concat!(
                 r#"INSERT INTO scheduled_jobs
                      (job_id, scheduled_at, fire_id, execution_id, trigger, status, reason, scheduler_node, finished_at, job_version)
-                 SELECT s.job_id, s.scheduled_at, s.fire_id, s.execution_id, 'misfire', s.status, s.reason, $8, now(), s.job_version
-                 FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[], $4::uuid[], $5::text[], $6::text[], $7::text[])
-                      AS s(job_id, scheduled_at, job_version, fire_id, execution_id, status, reason)
+                 SELECT s.job_id, s.scheduled_at, s.fire_id, s.execution_id, s.trigger, s.status, s.reason, $8, now(), s.job_version
+                 FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[], $4::uuid[], $5::text[], $6::text[], $7::text[], $9::text[])
+                      AS s(job_id, scheduled_at, job_version, fire_id, execution_id, status, reason, trigger)
                  WHERE "#,
                 claimable_by!("s.job_id", "s.job_version", "s.scheduled_at"),
                 r#"
                  ON CONFLICT (job_id, scheduled_at) DO NOTHING"#
             ),
-            &[&job_ids, &times, &versions, &fire_ids, &exec_ids, &statuses, &reasons, &node_id],
+            &[&job_ids, &times, &versions, &fire_ids, &exec_ids, &statuses, &reasons, &node_id, &triggers],
         )
         .await
 }
