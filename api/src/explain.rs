@@ -271,7 +271,23 @@ fn describe_entry(e: &Value) -> String {
             s("destination").unwrap_or("(unknown)"),
             s("since").unwrap_or("(unknown)")
         ),
-        Some("replay") => format!("replayed through the API at {}", s("at").unwrap_or("(unknown)")),
+        Some("replay") => {
+            let mut line = format!("replayed through the API at {}", s("at").unwrap_or("(unknown)"));
+            if let Some(original) = e.get("original").filter(|o| o.is_object()) {
+                let o = |k: &str| original.get(k).and_then(Value::as_str).unwrap_or("(unknown)");
+                line += &format!(
+                    "; it had been claimed by {} at {} and was {} after {} attempt(s)",
+                    o("scheduler_node"),
+                    o("fired_at"),
+                    o("status"),
+                    original.get("attempts").and_then(Value::as_i64).unwrap_or(0)
+                );
+            }
+            if let Some(from) = e.get("retry_from").and_then(Value::as_i64) {
+                line += &format!("; a fresh retry budget counts from attempt {}", from + 1);
+            }
+            line
+        }
         _ => format!("event {e}"),
     }
 }

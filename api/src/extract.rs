@@ -17,39 +17,97 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         if let Some(content_type) = req.headers().get(axum::http::header::CONTENT_TYPE) {
-            check_json_media_type(content_type.as_bytes())?;
+            media_type_problem(content_type.as_bytes(), &["application/json"])
+                .map_or(Ok(()), |p| Err(ApiError::BadRequest(p)))?;
         }
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge(format!("the request body exceeds {} bytes", crate::BODY_LIMIT_BYTES))
-            } else {
-                ApiError::BadRequest(format!("could not read the request body: {e}"))
-            }
-        })?;
-        let value = serde_json::from_slice(&bytes)
-            .map_err(|e| ApiError::BadRequest(format!("the request body is not valid JSON: {e}")))?;
-        check_unique_keys(&bytes)?;
-        Ok(JsonBody(value))
+        read_json(req, state).await.map(JsonBody)
     }
 }
 
-/// `application/json`, its type and subtype in any case, with parameters or
+/// The media type of a JSON Merge Patch (RFC 7396).
+pub const MERGE_PATCH: &str = "application/merge-patch+json";
+
+/// A JSON Merge Patch body (`PATCH`): `application/merge-patch+json`, or
+/// `application/json`, read as a merge patch too (clients that know only
+/// JSON send that); another media type is a 415. Otherwise read as
+/// [`JsonBody`] is.
+pub struct MergePatchBody(pub Value);
+
+impl<S: Send + Sync> FromRequest<S> for MergePatchBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        if let Some(content_type) = req.headers().get(axum::http::header::CONTENT_TYPE) {
+            media_type_problem(content_type.as_bytes(), &[MERGE_PATCH, "application/json"])
+                .map_or(Ok(()), |p| Err(ApiError::UnsupportedMediaType(p)))?;
+        }
+        read_json(req, state).await.map(MergePatchBody)
+    }
+}
+
+/// The body as one JSON document: any syntax error, duplicate object key or
+/// oversize body is a clear 4xx.
+/// A JSON body that may be left out: an empty body is `None` (for
+/// operations whose options are all optional, such as a replay).
+pub struct OptionalJsonBody(pub Option<Value>);
+
+impl<S: Send + Sync> FromRequest<S> for OptionalJsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let content_type = req.headers().get(axum::http::header::CONTENT_TYPE).cloned();
+        let bytes = read_bytes(req, state).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptionalJsonBody(None));
+        }
+        if let Some(content_type) = content_type {
+            media_type_problem(content_type.as_bytes(), &["application/json"])
+                .map_or(Ok(()), |p| Err(ApiError::BadRequest(p)))?;
+        }
+        parse_json(&bytes).map(|v| OptionalJsonBody(Some(v)))
+    }
+}
+
+async fn read_json<S: Send + Sync>(req: Request, state: &S) -> Result<Value, ApiError> {
+    parse_json(&read_bytes(req, state).await?)
+}
+
+fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    let value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::BadRequest(format!("the request body is not valid JSON: {e}")))?;
+    check_unique_keys(bytes)?;
+    Ok(value)
+}
+
+async fn read_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+    Bytes::from_request(req, state).await.map_err(|e| {
+        if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge(format!("the request body exceeds {} bytes", crate::BODY_LIMIT_BYTES))
+        } else {
+            ApiError::BadRequest(format!("could not read the request body: {e}"))
+        }
+    })
+}
+
+/// What is wrong with a `Content-Type` that should be one of `accepted`
+/// (JSON types): the type and subtype in any case, with parameters or
 /// without (`; charset=utf-8`); a charset other than UTF-8 is refused (JSON
-/// is UTF-8, RFC 8259 §8.1). Anything else, `application/jsonx` or
-/// `application/merge-patch+json` (whose meaning is not a full document)
-/// included, is a 400 as it has always been.
-fn check_json_media_type(raw: &[u8]) -> Result<(), ApiError> {
+/// is UTF-8, RFC 8259 §8.1). For [`JsonBody`], anything else
+/// (`application/jsonx`, or `application/merge-patch+json`, whose meaning is
+/// not a full document) is a 400 as it has always been.
+fn media_type_problem(raw: &[u8], accepted: &[&str]) -> Option<String> {
     let refused = || {
-        ApiError::BadRequest(format!(
-            "Content-Type must be application/json, got {:?}",
+        format!(
+            "Content-Type must be {}, got {:?}",
+            accepted.join(" or "),
             String::from_utf8_lossy(raw).chars().take(100).collect::<String>()
-        ))
+        )
     };
-    let value = std::str::from_utf8(raw).map_err(|_| refused())?;
+    let Ok(value) = std::str::from_utf8(raw) else { return Some(refused()) };
     let mut parts = value.split(';');
     let essence = parts.next().unwrap_or_default().trim_matches([' ', '\t']);
-    if !essence.eq_ignore_ascii_case("application/json") {
-        return Err(refused());
+    if !accepted.iter().any(|a| essence.eq_ignore_ascii_case(a)) {
+        return Some(refused());
     }
     for parameter in parts {
         let parameter = parameter.trim_matches([' ', '\t']);
@@ -57,17 +115,17 @@ fn check_json_media_type(raw: &[u8]) -> Result<(), ApiError> {
             continue;
         }
         let Some((name, value)) = parameter.split_once('=') else {
-            return Err(refused());
+            return Some(refused());
         };
         let value = value.trim_matches('"');
         if name.trim_end().eq_ignore_ascii_case("charset") && !value.eq_ignore_ascii_case("utf-8") {
-            return Err(ApiError::BadRequest(format!(
+            return Some(format!(
                 "Content-Type: the charset of a JSON body must be utf-8, got {:?}",
                 value.chars().take(40).collect::<String>()
-            )));
+            ));
         }
     }
-    Ok(())
+    None
 }
 
 /// serde_json keeps the last of two equal keys without a word, so

@@ -151,8 +151,22 @@ pub struct ReplayRequest {
     pub from: Option<chrono::DateTime<chrono::Utc>>,
     /// Scheduled before (exclusive).
     pub to: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only executions made by this trigger.
+    pub trigger: Option<common::ledger::Trigger>,
+    /// Only executions whose last error contains this text (case-insensitive).
+    #[schema(min_length = 1, max_length = 500)]
+    pub error_contains: Option<String>,
+    /// The replayed executions' retry policy (default: each job's own).
+    pub retry: Option<common::job::RetryPolicy>,
     #[schema(minimum = 1, maximum = 1000, default = 100)]
     pub limit: Option<i64>,
+}
+
+/// Options of a single replay.
+#[derive(Serialize, ToSchema)]
+pub struct ReplayOneRequest {
+    /// The replayed execution's retry policy (default: the job's own).
+    pub retry: Option<common::job::RetryPolicy>,
 }
 
 /// The executions a bulk replay moved back to `pending`.

@@ -326,6 +326,17 @@ pub struct RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// Validates a retry policy given on its own (as in a replay request),
+    /// naming fields under `retry.`.
+    pub fn from_json(value: &Value) -> Result<RetryPolicy, Vec<FieldError>> {
+        let limits = Limits::default();
+        let mut v = Validator { limits: &limits, errors: Vec::new(), dropped: 0 };
+        match v.retry(value) {
+            Some(policy) if v.errors.is_empty() => Ok(policy),
+            _ => Err(v.finish()),
+        }
+    }
+
     /// Delay before retry `n` (1-based): base × multiplier^(n−1), capped.
     pub fn delay_ms(&self, retry: u32) -> u64 {
         let exp = retry.saturating_sub(1) as i32;

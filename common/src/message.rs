@@ -91,6 +91,14 @@ pub struct FireMessage {
     /// running or retrying as this one starts.
     #[serde(default, skip_serializing_if = "Overlap::is_allow")]
     pub overlap: Overlap,
+    /// Attempts before this budget began: a replay gives the execution
+    /// `retry`'s retries again, counted from attempt `retry_from + 1`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retry_from: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl FireMessage {
@@ -142,8 +150,16 @@ impl FireMessage {
             execution_id: row.get("execution_id"),
             trigger,
             target: spec.target,
-            retry: spec.retry,
+            // A replay's own policy, if it gave one (rows read without the
+            // column are never replayed ones: claims and decisions).
+            retry: row
+                .try_get::<_, Option<serde_json::Value>>("retry_policy")
+                .ok()
+                .flatten()
+                .and_then(|p| serde_json::from_value(p).ok())
+                .or(spec.retry),
             overlap: spec.overlap,
+            retry_from: row.try_get::<_, i32>("retry_from").map_or(0, |n| n.max(0) as u32),
         }
     }
 }
@@ -176,6 +192,7 @@ mod tests {
             }),
             retry: None,
             overlap: Default::default(),
+            retry_from: 0,
         }
     }
 

@@ -84,6 +84,7 @@ pub fn sample_message() -> anyhow::Result<FireMessage> {
         target: spec.target,
         retry: spec.retry,
         overlap: spec.overlap,
+        retry_from: 0,
     })
 }
 

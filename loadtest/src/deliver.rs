@@ -79,6 +79,7 @@ pub async fn run(args: DeliverArgs) -> anyhow::Result<()> {
             target: spec.target.clone(),
             retry: None,
             overlap: Default::default(),
+            retry_from: 0,
         });
     }
     for chunk in messages.chunks(5000) {

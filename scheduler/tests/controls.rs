@@ -239,3 +239,94 @@ async fn slots_a_calendar_excludes_are_recorded_skipped_and_the_rest_delivered()
     assert!(explained.to_string().contains("calendar \\\"even-seconds\\\" excludes"), "{explained}");
     stack.stop().await;
 }
+
+/// Deliveries of an execution at a sink, by attempt number.
+fn attempts_at(sink: &Sink, path: &str, execution_id: &str) -> Vec<u32> {
+    sink.received_on(path).iter().filter(|r| r.execution_id == execution_id).map(|r| r.attempt).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replay_gets_a_fresh_retry_budget_filters_by_error_and_trigger_and_keeps_the_original_claim() {
+    let (down, unavailable) = (Sink::start().await, Sink::start().await);
+    down.fail_first(usize::MAX, 500);
+    unavailable.fail_first(usize::MAX, 503);
+    let stack = stack_with_two_workers("replay-budget", Duration::from_secs(2)).await;
+    let due = truncate_ms(Utc::now() + TimeDelta::seconds(3));
+    let retry = json!({ "max_retries": 1, "base_delay_ms": 200, "multiplier": 1.0, "max_delay_ms": 200 });
+    let job = |name: &str, sink: &Sink| json!({ "name": name, "schedule": { "kind": "once", "at": at(due) }, "retry": retry, "target": http_target(&sink.url(name)) });
+    let a = stack.create_job(job("a", &down)).await["id"].as_str().unwrap().to_owned();
+    let b = stack.create_job(job("b", &unavailable)).await["id"].as_str().unwrap().to_owned();
+    for id in [&a, &b] {
+        let row = wait_for("the slot to fail for good", Duration::from_secs(20), || async {
+            stack.ledger(id, due).await.filter(|r| r["status"] == "failed")
+        })
+        .await;
+        assert_eq!(row["attempts"], 2, "1 attempt + 1 retry");
+    }
+    // A manual run of `a` fails too.
+    let manual = stack.post(&format!("/v1/jobs/{a}/trigger")).await;
+    let manual_id = manual["execution_id"].as_str().unwrap().to_owned();
+    wait_for("the manual run to fail for good", Duration::from_secs(20), || async {
+        (attempts_at(&down, "a", &manual_id).len() == 2).then_some(())
+    })
+    .await;
+
+    // Replay what failed with 503, with three retries this time: `b` only.
+    let response = stack
+        .http
+        .post(format!("{}/v1/executions/replay", stack.api))
+        .json(&json!({ "error_contains": "503", "retry": { "max_retries": 3, "base_delay_ms": 100, "multiplier": 1.0, "max_delay_ms": 100 } }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let replayed: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(replayed["replayed"], 1, "{replayed}");
+    assert_eq!(replayed["items"][0]["job_id"], b.as_str());
+    let b_exec = format!("{b}@{}", at(due));
+    let row = wait_for("the replay to fail for good again", Duration::from_secs(20), || async {
+        stack.ledger(&b, due).await.filter(|r| r["status"] == "failed" && r["attempts"] == 6)
+    })
+    .await;
+    // Attempts 3..6: the replay's first attempt and its own three retries.
+    assert_eq!(attempts_at(&unavailable, "b", &b_exec), [1, 2, 3, 4, 5, 6]);
+    let history = row["history"].as_array().unwrap();
+    let replay = history.iter().find(|e| e["event"] == "replay").expect("a replay entry");
+    assert_eq!(replay["retry_from"], 2);
+    assert_eq!(replay["original"]["scheduler_node"], "node-a");
+    assert_eq!(replay["original"]["status"], "failed");
+    assert!(replay["original"]["fired_at"].as_str().is_some_and(|t| t < at(due).as_str()), "{replay}");
+    // The scheduled `a` was not touched.
+    assert_eq!(stack.ledger(&a, due).await.unwrap()["attempts"], 2);
+
+    // Replay manual runs only: `a`'s triggered one, with the job's own policy.
+    down.fail_first(0, 200);
+    let response = stack
+        .http
+        .post(format!("{}/v1/executions/replay", stack.api))
+        .json(&json!({ "trigger": "manual" }))
+        .send()
+        .await
+        .unwrap();
+    let replayed: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(replayed["replayed"], 1, "{replayed}");
+    assert_eq!(replayed["items"][0]["execution_id"], manual_id.as_str());
+    wait_for("the manual run's replay to succeed", Duration::from_secs(20), || async {
+        (attempts_at(&down, "a", &manual_id) == [1, 2, 3]).then_some(())
+    })
+    .await;
+    assert_eq!(attempts_at(&down, "a", &format!("{a}@{}", at(due))), [1, 2], "the scheduled slot was not replayed");
+
+    // Bad filters name the field.
+    for (body, field) in [
+        (json!({ "trigger": "cron" }), "trigger"),
+        (json!({ "error_contains": "" }), "error_contains"),
+        (json!({ "retry": { "max_retries": -1 } }), "retry.max_retries"),
+    ] {
+        let r = stack.http.post(format!("{}/v1/executions/replay", stack.api)).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), 422);
+        let problem: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(problem["errors"][0]["field"], field, "{problem}");
+    }
+    stack.stop().await;
+}

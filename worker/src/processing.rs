@@ -28,7 +28,8 @@ use common::message::{ATTEMPT_HEADER, FireMessage};
 use super::WorkerConfig;
 use super::backpressure::DueBacklog;
 use super::batch::Batcher;
-use super::deliver::{Deliverers, Outcome};
+use super::deliver::{Deliverers, Outcome, destination_health};
+use super::destination::{self, Gate, Waiting};
 use super::heartbeat::{Holding, LastBeat};
 use super::retry::{self, RetryPublisher};
 
@@ -178,6 +179,7 @@ pub(crate) async fn handle(
     // A retried message passed through one retry queue per earlier failure.
     if let Some(retries) = retries_by_x_death(&delivery)
         && retries + 1 != attempt
+        && !retry::is_wait(&delivery)
     {
         tracing::debug!(execution.id = %messages[0].execution_id, attempt, x_death_retries = retries, "x-death disagrees with the attempt header; going by the header");
         metrics::counter!(common::metrics::WORKER_X_DEATH_MISMATCHES_TOTAL).increment(1);
@@ -377,6 +379,24 @@ async fn process(
     if !m.overlap.is_allow() && m.trigger != Trigger::Manual && !shared.overlap_lets_run(m, &request).await? {
         return Ok(Processed::Done);
     }
+    // The destination's gate before the worker-wide permit: a slot waiting
+    // for a busy or broken host holds no permit another host needs.
+    let policy = m.retry.unwrap_or(shared.config.retry_defaults);
+    let horizon = destination::wait_horizon(&policy, attempt, m.due_at, shared.config.destinations.breaker.open_max);
+    let slot: HeldSlot = (m.job_id, m.scheduled_at, attempt as i32);
+    let gate = shared
+        .deliverers
+        .destinations
+        .pass(&m.target, horizon, &shared.due_backlog, due_guard, token, |waiting| {
+            shared.note_waiting(m, slot, waiting)
+        })
+        .await;
+    let pass = match gate {
+        Gate::Go(pass) => pass,
+        Gate::Stopping => return Ok(Processed::Stopping),
+        Gate::Release { delay, waiting } => return shared.wait_elsewhere(m, attempt, delay, waiting).await,
+        Gate::GiveUp(waiting) => return shared.give_up_waiting(m, attempt, waiting).await,
+    };
     let permit = in_flight.acquire().await?;
     let started = Utc::now();
     if attempt == 1 {
@@ -390,8 +410,7 @@ async fn process(
         .record((Utc::now() - started).num_milliseconds() as f64 / 1000.0);
     metrics::histogram!(common::metrics::WORKER_ATTEMPT).record(f64::from(attempt));
     drop(permit);
-    drop(due_guard);
-    let policy = m.retry.unwrap_or(shared.config.retry_defaults);
+    pass.record(destination_health(&outcome));
     let done = |status, excerpt| FinishRequest::new(m, attempt, redelivered, status, excerpt);
     match outcome {
         Outcome::Success { http_status, excerpt } => {
@@ -413,7 +432,9 @@ async fn process(
             // The follow-up is published (and confirmed) before the outcome
             // is recorded and the message acked: a crash in between
             // redelivers the attempt rather than losing the retry.
-            let status = match retry::next_delay(&policy, attempt, error.retryable()) {
+            // A replay's budget counts from its first attempt.
+            let budget_attempt = attempt.saturating_sub(m.retry_from).max(1);
+            let status = match retry::next_delay(&policy, budget_attempt, error.retryable()) {
                 Some(delay) => {
                     next_attempt_at = Some(Utc::now() + chrono::TimeDelta::milliseconds(delay as i64));
                     shared.retry.publish_retry(m, attempt + 1, delay).await?;
@@ -440,6 +461,78 @@ async fn process(
 }
 
 impl Shared {
+    fn destination_wait<'a>(
+        &'a self,
+        slot: HeldSlot,
+        m: &FireMessage,
+        waiting: &'a Waiting,
+    ) -> ledger::DestinationWait<'a> {
+        ledger::DestinationWait {
+            worker_id: &self.config.worker_id,
+            slot,
+            fire_id: m.fire_id,
+            reason: waiting.reason.as_str(),
+            destination: &waiting.destination,
+            since: waiting.since,
+        }
+    }
+
+    /// Says on the held row that its delivery waits for its destination.
+    /// A failed write does not stop the wait: the row is only less telling.
+    async fn note_waiting(&self, m: &FireMessage, slot: HeldSlot, waiting: Waiting) {
+        match ledger::note_waiting(&self.pg, &self.destination_wait(slot, m, &waiting)).await {
+            Ok(_) => {
+                tracing::info!(execution.id = %m.execution_id, destination = %waiting.destination, reason = waiting.reason.as_str(), "delivery waits for its destination")
+            }
+            Err(e) => {
+                tracing::warn!(execution.id = %m.execution_id, error = %format!("{e:#}"), "recording the wait in the ledger failed")
+            }
+        }
+    }
+
+    /// Hands the slot back to wait in a delay queue as the same attempt:
+    /// the row first (`retrying`, the attempt not counted), then the
+    /// message. A failed publish requeues the original message, which then
+    /// finds the row startable again.
+    async fn wait_elsewhere(
+        &self,
+        m: &FireMessage,
+        attempt: u32,
+        delay: Duration,
+        waiting: Waiting,
+    ) -> anyhow::Result<Processed> {
+        let slot: HeldSlot = (m.job_id, m.scheduled_at, attempt as i32);
+        let back_at = Utc::now() + chrono::TimeDelta::from_std(delay)?;
+        if !ledger::wait_for_destination(&self.pg, &self.destination_wait(slot, m, &waiting), back_at).await? {
+            // Taken over meanwhile (this worker was presumed gone): not ours to hand back.
+            return Ok(Processed::Done);
+        }
+        self.retry.publish_wait(m, attempt, delay.as_millis() as u64).await?;
+        self.deliverers.destinations.released(&waiting);
+        tracing::info!(execution.id = %m.execution_id, attempt, destination = %waiting.destination, reason = waiting.reason.as_str(), back_in_ms = delay.as_millis() as u64, "handed back to wait for its destination; the attempt is not counted");
+        Ok(Processed::Done)
+    }
+
+    /// Parks a slot whose destination's circuit stayed open past its
+    /// horizon, without making the attempt: to the failed queue (where a
+    /// replay can take it once the host is back), then `failed` in the ledger.
+    async fn give_up_waiting(&self, m: &FireMessage, attempt: u32, waiting: Waiting) -> anyhow::Result<Processed> {
+        let slot: HeldSlot = (m.job_id, m.scheduled_at, attempt as i32);
+        let error = format!(
+            "not delivered: {} ({}) since {}, past the slot's retry horizon; attempt {attempt} was not made",
+            waiting.reason.as_str(),
+            waiting.destination,
+            common::execution::format_instant(waiting.since)
+        );
+        self.retry.publish_failed(m, attempt - 1, &error).await?;
+        if ledger::give_up_waiting(&self.pg, &self.destination_wait(slot, m, &waiting), &error).await? {
+            metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Failed.as_str())
+                .increment(1);
+            tracing::error!(execution.id = %m.execution_id, attempt, error, "delivery given up");
+        }
+        Ok(Processed::Done)
+    }
+
     /// Applies the job's overlap policy at the due instant; false when the
     /// slot was skipped instead of delivered.
     async fn overlap_lets_run(&self, m: &FireMessage, request: &StartRequest) -> anyhow::Result<bool> {

@@ -10,11 +10,11 @@ use serde_json::Value;
 use common::execution::format_instant;
 use common::ledger::changes::{self, ReplaySelection};
 use common::ledger::read::{self, Filter};
-use common::ledger::{Execution, Status};
+use common::ledger::{Execution, Status, Trigger};
 
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiResult, field};
-use crate::extract::{JobIdPath, JsonBody, PathParams, QueryParams};
+use crate::extract::{JobIdPath, JsonBody, OptionalJsonBody, PathParams, QueryParams};
 use crate::model::{ExecutionPage, ExecutionSearchPage, ReplayResult};
 use crate::params::{not_found, parse_cursor, parse_job_id, parse_limit, parse_slot, parse_status, parse_time};
 use crate::{AppState, tenancy};
@@ -160,8 +160,9 @@ async fn replay_where(state: &AppState, selection: ReplaySelection) -> ApiResult
         ("job_id" = uuid::Uuid, Path, description = "The job id"),
         ("scheduled_at" = chrono::DateTime<chrono::Utc>, Path, description = "The slot (RFC 3339)"),
     ),
+    request_body(content = Option<crate::model::ReplayOneRequest>, description = "Optional: `{retry}`, the replayed execution's retry policy (default: the job's)", content_type = "application/json"),
     responses(
-        (status = 202, description = "The execution, back to pending under a new fire id", body = crate::model::Execution),
+        (status = 202, description = "The execution, back to pending under a new fire id, with a fresh retry budget", body = crate::model::Execution),
         crate::model::BadRequest,
         crate::model::Unauthorized,
         (status = 404, description = "No such execution", body = crate::model::Problem, content_type = "application/problem+json"),
@@ -175,9 +176,20 @@ pub async fn replay_one(
     State(state): State<AppState>,
     caller: Caller,
     PathParams((job, at)): PathParams<(String, String)>,
+    OptionalJsonBody(body): OptionalJsonBody,
 ) -> ApiResult<(StatusCode, Json<Execution>)> {
     caller.require(Role::Write)?;
     let (job_id, at) = parse_slot(&job, &at)?;
+    let retry = match &body {
+        Some(body) => {
+            let obj = body.as_object().ok_or_else(|| field("", "the request body must be a JSON object"))?;
+            if let Some(key) = obj.keys().find(|k| *k != "retry") {
+                return Err(field(key, "unknown field; expected: retry"));
+            }
+            retry_policy(obj)?
+        }
+        None => None,
+    };
     let no_execution =
         || ApiError::NotFound(format!("no execution of job {job_id} scheduled at {}", format_instant(at)));
     if !tenancy::job_visible(&state.pg.get().await?, job_id, &caller.scope).await? {
@@ -192,6 +204,9 @@ pub async fn replay_one(
             from: Some(at),
             to: Some(at + chrono::TimeDelta::microseconds(1)),
         },
+        error_contains: None,
+        triggers: None,
+        retry,
         max: 1,
     };
     let replayed = replay_where(&state, selection).await?;
@@ -211,10 +226,22 @@ pub async fn replay_one(
     }
 }
 
-/// `POST /v1/executions/replay` with `{status?, job_id?, from?, to?, limit?}`:
-/// replays executions in bulk (oldest first, at most `limit`, default 100)
-/// in one status (default `failed`; `pending`, `retrying` and `running`
-/// take only rows no process holds).
+/// A replay's own `retry` policy, validated like a job's (`None`: the job's).
+fn retry_policy(obj: &serde_json::Map<String, Value>) -> ApiResult<Option<common::job::RetryPolicy>> {
+    match obj.get("retry") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => common::job::RetryPolicy::from_json(v).map(Some).map_err(ApiError::Validation),
+    }
+}
+
+/// Longest `error_contains` a bulk replay takes.
+const ERROR_FILTER_MAX_CHARS: usize = 500;
+
+/// `POST /v1/executions/replay` with `{status?, job_id?, from?, to?,
+/// trigger?, error_contains?, retry?, limit?}`: replays executions in bulk
+/// (oldest first, at most `limit`, default 100) in one status (default
+/// `failed`; `pending`, `retrying` and `running` take only rows no process
+/// holds), each with a fresh retry budget (`retry`, or the job's policy).
 #[utoipa::path(
     post,
     path = "/v1/executions/replay",
@@ -237,10 +264,9 @@ pub async fn replay_many(
 ) -> ApiResult<(StatusCode, Json<ReplayResult>)> {
     caller.require(Role::Write)?;
     let obj = body.as_object().ok_or_else(|| field("", "the request body must be a JSON object"))?;
-    for key in obj.keys() {
-        if !["status", "job_id", "from", "to", "limit"].contains(&key.as_str()) {
-            return Err(field(key, "unknown field; expected one of: status, job_id, from, to, limit"));
-        }
+    const FIELDS: [&str; 8] = ["status", "job_id", "from", "to", "trigger", "error_contains", "retry", "limit"];
+    if let Some(key) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(field(key, format!("unknown field; expected one of: {}", FIELDS.join(", "))));
     }
     let text = |k: &str| -> ApiResult<Option<&str>> {
         match obj.get(k) {
@@ -260,9 +286,24 @@ pub async fn replay_many(
             _ => return Err(field("limit", "must be an integer from 1 to 1000")),
         },
     };
+    let triggers = match text("trigger")? {
+        None => None,
+        Some(t) => Some(vec![Trigger::ALL.into_iter().find(|k| k.as_str() == t).ok_or_else(|| {
+            field("trigger", format!("must be one of: {}", Trigger::ALL.map(|k| k.as_str()).join(", ")))
+        })?]),
+    };
+    let error_contains = match text("error_contains")? {
+        Some(e) if e.is_empty() || e.chars().count() > ERROR_FILTER_MAX_CHARS => {
+            return Err(field("error_contains", format!("must be 1 to {ERROR_FILTER_MAX_CHARS} characters")));
+        }
+        e => e.map(str::to_owned),
+    };
     let selection = ReplaySelection {
         statuses: vec![status],
         filter: Filter { namespaces: caller.scope.sql(), job_id, status: None, from, to },
+        error_contains,
+        triggers,
+        retry: retry_policy(obj)?,
         max: limit,
     };
     let items = replay_where(&state, selection).await?;

@@ -121,6 +121,12 @@ pub async fn insert_manual(
 pub struct ReplaySelection {
     pub statuses: Vec<Status>,
     pub filter: super::read::Filter,
+    /// Only rows whose last error contains this text (case-insensitive).
+    pub error_contains: Option<String>,
+    /// Only rows made by one of these triggers (`None`: any).
+    pub triggers: Option<Vec<super::Trigger>>,
+    /// The retry policy of the replayed executions (`None`: the job's).
+    pub retry: Option<crate::job::RetryPolicy>,
     pub max: i64,
 }
 
@@ -130,12 +136,19 @@ pub struct ReplaySelection {
 /// it: a `pending` row of a due slot, a `retrying` row, a `running` row
 /// whose worker is presumed gone. The fresh fire id makes any copy still on
 /// its way a duplicate that workers drop, so a replay never delivers twice.
+///
+/// The replayed execution gets a retry budget of its own (`retry_from` =
+/// the attempts so far, with the selection's policy or the job's), and
+/// the history keeps what the replay overwrote: the original claim's node
+/// and fire instant, and the status, attempts and error it had.
 pub async fn replay(
     tx: &impl deadpool_postgres::GenericClient,
     selection: &ReplaySelection,
 ) -> Result<(Vec<Execution>, Vec<(FireMessage, u32)>), tokio_postgres::Error> {
-    let entry = json!([history_entry("replay", Utc::now(), json!({}))]);
     let statuses: Vec<&str> = selection.statuses.iter().map(|s| s.as_str()).collect();
+    let triggers: Option<Vec<&str>> = selection.triggers.as_ref().map(|t| t.iter().map(|t| t.as_str()).collect());
+    let error_like = selection.error_contains.as_ref().map(|e| format!("%{}%", like_escape(e)));
+    let policy = selection.retry.as_ref().map(serde_json::to_value).transpose().unwrap_or(None);
     let f = &selection.filter;
     let rows = tx
         .query(
@@ -144,19 +157,32 @@ pub async fn replay(
                  WHERE l.status = ANY($1)
                    AND (l.status <> 'pending' OR l.scheduled_at <= now()) AND (l.status <> 'running' OR {WORKER_PRESUMED_GONE})
                    AND ($2::uuid IS NULL OR l.job_id = $2)
-                   AND ($7::text[] IS NULL OR j.namespace = ANY($7))
+                   AND ($6::text[] IS NULL OR j.namespace = ANY($6))
                    AND ($3::timestamptz IS NULL OR l.scheduled_at >= $3) AND ($4::timestamptz IS NULL OR l.scheduled_at < $4)
+                   AND ($7::text[] IS NULL OR l.trigger = ANY($7))
+                   AND ($8::text IS NULL OR l.error ILIKE $8)
                  ORDER BY l.scheduled_at LIMIT $5 FOR UPDATE OF l SKIP LOCKED)
              UPDATE scheduled_jobs l SET status = 'pending', fire_id = gen_random_uuid(), published_at = NULL,
                     finished_at = NULL, next_attempt_at = NULL, reason = 'replay', fired_at = now(),
                     scheduler_node = 'api', job_version = (SELECT version FROM jobs WHERE id = l.job_id),
-                    history = l.history || $6::jsonb
+                    retry_from = l.attempts, retry_policy = $9::jsonb,
+                    history = l.history || jsonb_build_array(jsonb_build_object(
+                        'event', 'replay', 'at', cronshard_instant(now()),
+                        'retry_from', l.attempts, 'retry', $9::jsonb,
+                        'original', jsonb_strip_nulls(jsonb_build_object(
+                            'scheduler_node', l.scheduler_node, 'fired_at', cronshard_instant(l.fired_at),
+                            'status', l.status, 'attempts', l.attempts, 'error', l.error))))
              FROM picked WHERE l.job_id = picked.job_id AND l.scheduled_at = picked.scheduled_at
              RETURNING l.*"),
-            &[&statuses, &f.job_id, &f.from, &f.to, &selection.max, &entry, &f.namespaces],
+            &[&statuses, &f.job_id, &f.from, &f.to, &selection.max, &f.namespaces, &triggers, &error_like, &policy],
         )
         .await?;
     Ok((rows.iter().map(Execution::from_row).collect(), due_now(tx, &rows).await?))
+}
+
+/// `text` matched literally inside a `LIKE` pattern.
+fn like_escape(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")
 }
 
 /// The messages of rows the API moved to `pending`, each as the attempt

@@ -29,7 +29,7 @@ pub async fn republish_unconfirmed(
     let tx = client.transaction().await?;
     let rows = tx
         .query(
-            "SELECT s.job_id, s.scheduled_at, s.fire_id, s.execution_id, s.trigger, j.spec, s.attempts
+            "SELECT s.job_id, s.scheduled_at, s.fire_id, s.execution_id, s.trigger, j.spec, s.attempts, s.retry_from, s.retry_policy
              FROM scheduled_jobs s JOIN jobs j ON j.id = s.job_id
              WHERE s.status = 'pending' AND s.published_at IS NULL AND s.fired_at < $1
              ORDER BY s.fired_at LIMIT $2 FOR UPDATE OF s SKIP LOCKED",
@@ -78,7 +78,7 @@ pub async fn recover_running(
                             'event', 'recovered', 'at', cronshard_instant(now()), 'lost_attempt', l.attempts,
                             'worker_id', l.worker_id, 'started_at', cronshard_instant(l.started_at)))
                  FROM stuck WHERE l.job_id = stuck.job_id AND l.scheduled_at = stuck.scheduled_at
-                 RETURNING l.job_id, l.scheduled_at, l.fire_id, l.execution_id, l.trigger, l.attempts,
+                 RETURNING l.job_id, l.scheduled_at, l.fire_id, l.execution_id, l.trigger, l.attempts, l.retry_from, l.retry_policy,
                            (SELECT spec FROM jobs WHERE id = l.job_id) AS spec"
             ),
             &[&grace],
@@ -124,7 +124,7 @@ pub async fn move_on_stranded(
                         'event', 'stranded', 'at', cronshard_instant(now()), 'status', l.status,
                         'attempts', l.attempts))
              FROM stranded WHERE l.job_id = stranded.job_id AND l.scheduled_at = stranded.scheduled_at
-             RETURNING l.job_id, l.scheduled_at, l.fire_id, l.execution_id, l.trigger, l.attempts, l.status,
+             RETURNING l.job_id, l.scheduled_at, l.fire_id, l.execution_id, l.trigger, l.attempts, l.retry_from, l.retry_policy, l.status,
                        (SELECT spec FROM jobs WHERE id = l.job_id) AS spec",
             &[&after, &SWEEP_BATCH],
         )

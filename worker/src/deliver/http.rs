@@ -372,6 +372,7 @@ mod tests {
             target: common::job::Target::Http(target.clone()),
             retry: None,
             overlap: Default::default(),
+            retry_from: 0,
         }
     }
 
