@@ -1,14 +1,24 @@
 //! Prometheus exporter for the scheduler and worker (`METRICS_ADDR`).
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_util::MetricKindMask;
 
 /// Serves `/metrics` on `addr`. Latency histograms get buckets in seconds.
 pub fn install_exporter(addr: SocketAddr) -> anyhow::Result<()> {
+    install_exporter_forgetting_gauges(addr, None)
+}
+
+/// As [`install_exporter`]; with `idle`, a gauge series not set for that
+/// long leaves `/metrics` (per-host gauges of hosts no longer tracked: the
+/// process must set the gauges it keeps more often than that).
+pub fn install_exporter_forgetting_gauges(addr: SocketAddr, idle: Option<Duration>) -> anyhow::Result<()> {
     PrometheusBuilder::new()
         .with_http_listener(addr)
         .set_buckets(&[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0])?
+        .idle_timeout(MetricKindMask::GAUGE, idle)
         .install()?;
     describe_all();
     Ok(())
@@ -97,6 +107,14 @@ catalog! {
         "Rows per batched ledger statement of a worker (label stage).";
     WORKER_STAGE_SECONDS = "cronshard_worker_stage_seconds", Histogram,
         "Time a worker spent per stage (label stage: start, verify, finish, ack).";
+    WORKER_CIRCUIT_STATE = "cronshard_worker_circuit_state", Gauge,
+        "Circuit breaker of each destination host this worker tracks (label host, host:port): 0 closed, 1 half-open, 2 open.";
+    WORKER_CIRCUIT_OPENS_TOTAL = "cronshard_worker_circuit_opens_total", Counter,
+        "Times a destination's circuit opened (label from: closed, a new outage; half_open, a failed probe).";
+    WORKER_DESTINATION_WAITING = "cronshard_worker_destination_waiting", Gauge,
+        "Slots held on this worker for their destination host (label host): its circuit is open or half-open, or it is at WORKER_MAX_PER_HOST.";
+    WORKER_DESTINATION_RELEASED_TOTAL = "cronshard_worker_destination_released_total", Counter,
+        "Slots handed back to the broker with a delay, without an attempt, for their destination (label reason: circuit_open, concurrency).";
     API_REQUEST_SECONDS = "cronshard_api_request_seconds", Histogram,
         "API request duration by method, route and status.";
 }

@@ -14,6 +14,8 @@ use self::http::HttpDelivery;
 use self::sqs::SqsDelivery;
 use self::ssrf::SsrfGuard;
 use super::WorkerConfig;
+use super::destination::Destinations;
+use super::destination::breaker::Call;
 
 /// What one delivery attempt came to.
 #[derive(Debug)]
@@ -103,6 +105,37 @@ impl DeliveryError {
         }
     }
 
+    /// What the failure says about the destination host, for its circuit
+    /// breaker: only what says the host is down or overloaded counts
+    /// against it (no connection, no answer in time, 5xx, 429). An answer
+    /// that blames the job (another 4xx, SQS refusing the message) shows the
+    /// host is up; a failure before any request (refused by the SSRF guard,
+    /// a target that cannot be sent, this worker's configuration) says
+    /// nothing. No wildcard arm, so that a new variant has to be decided here.
+    pub fn destination_health(&self) -> Call {
+        match self {
+            DeliveryError::CallbackRefused(_)
+            | DeliveryError::InvalidTarget(_)
+            | DeliveryError::NoAwsRegion
+            | DeliveryError::SqsUnbuildable(_) => Call::NotCounted,
+            DeliveryError::TimedOut { .. }
+            | DeliveryError::Connection(_)
+            | DeliveryError::SqsTimedOut(_)
+            | DeliveryError::SqsTransport(_) => Call::Unhealthy,
+            DeliveryError::HttpStatus(status) => status_health(status.as_u16()),
+            // SQS's own answers: throttling or a fault on its side.
+            DeliveryError::SqsService(fault) => {
+                if fault.code.contains("Throttl") {
+                    Call::Unhealthy
+                } else {
+                    status_health(fault.status)
+                }
+            }
+            // It answered: the fault is in the job (or SQS's odd answer).
+            DeliveryError::SqsRejected(_) | DeliveryError::SqsNoMessageId => Call::Healthy,
+        }
+    }
+
     /// The receiver's status, for the ledger's `http_status`; only an HTTP
     /// answer has one (an SQS error's status is in the text).
     pub fn http_status(&self) -> Option<u16> {
@@ -110,6 +143,20 @@ impl DeliveryError {
             DeliveryError::HttpStatus(status) => Some(status.as_u16()),
             _ => None,
         }
+    }
+}
+
+/// 5xx and 429 say the host is broken or overloaded; any other answer
+/// shows it is up.
+fn status_health(status: u16) -> Call {
+    if status >= 500 || status == 429 { Call::Unhealthy } else { Call::Healthy }
+}
+
+/// What one attempt said about its destination (a success: that it is up).
+pub(crate) fn destination_health(outcome: &Outcome) -> Call {
+    match outcome {
+        Outcome::Success { .. } => Call::Healthy,
+        Outcome::Failure { error, .. } => error.destination_health(),
     }
 }
 
@@ -132,17 +179,22 @@ impl std::fmt::Display for SqsFault {
 }
 
 /// The two kinds of delivery a worker makes, built once and kept across
-/// broker sessions (the HTTP connection pool and the SQS client with them).
+/// broker sessions (the HTTP connection pool and the SQS client with them),
+/// with the destinations' concurrency limits and circuit breakers.
 pub(crate) struct Deliverers {
     http: HttpDelivery,
     sqs: SqsDelivery,
+    pub(crate) destinations: std::sync::Arc<Destinations>,
 }
 
 impl Deliverers {
     pub(crate) fn new(config: &WorkerConfig) -> anyhow::Result<Self> {
+        let mut destinations = config.destinations;
+        destinations.max_per_host = destinations.max_per_host.clamp(1, config.max_in_flight.max(1));
         Ok(Self {
             http: HttpDelivery::new(SsrfGuard::new(config.allow_cidrs.clone()), config.max_in_flight)?,
             sqs: SqsDelivery::new(config.aws.clone()),
+            destinations: Destinations::new(destinations),
         })
     }
 
@@ -216,6 +268,48 @@ mod tests {
         for (error, retryable) in cases {
             assert_eq!(error.retryable(), retryable, "{}: {error}", variant(&error));
         }
+    }
+
+    #[test]
+    fn destination_health_decides_every_variant() {
+        let expected = |e: &DeliveryError| match variant(e) {
+            "CallbackRefused" | "InvalidTarget" | "NoAwsRegion" | "SqsUnbuildable" => Call::NotCounted,
+            "TimedOut" | "Connection" | "SqsTimedOut" | "SqsTransport" => Call::Unhealthy,
+            // 500 in `one_of_each`.
+            "HttpStatus" => Call::Unhealthy,
+            // ThrottlingException in `one_of_each`.
+            "SqsService" => Call::Unhealthy,
+            "SqsRejected" | "SqsNoMessageId" => Call::Healthy,
+            other => panic!("no expectation for {other}"),
+        };
+        for (error, _) in one_of_each() {
+            assert_eq!(error.destination_health(), expected(&error), "{}: {error}", variant(&error));
+        }
+    }
+
+    #[test]
+    fn only_5xx_and_429_count_against_a_host() {
+        for code in [500, 502, 503, 504, 599, 429] {
+            let error = DeliveryError::HttpStatus(StatusCode::from_u16(code).unwrap());
+            assert_eq!(error.destination_health(), Call::Unhealthy, "{code}");
+        }
+        for code in [300, 400, 401, 403, 404, 409, 410, 422] {
+            let error = DeliveryError::HttpStatus(StatusCode::from_u16(code).unwrap());
+            assert_eq!(error.destination_health(), Call::Healthy, "{code}");
+        }
+        let sqs = |status: u16, code: &str| {
+            DeliveryError::SqsService(SqsFault { status, code: code.into(), ..fault(false) }).destination_health()
+        };
+        assert_eq!(sqs(400, "ThrottlingException"), Call::Unhealthy);
+        assert_eq!(sqs(400, "RequestThrottled"), Call::Unhealthy);
+        assert_eq!(sqs(500, "InternalError"), Call::Unhealthy);
+        assert_eq!(sqs(503, "ServiceUnavailable"), Call::Unhealthy);
+        assert_eq!(sqs(403, "AccessDenied"), Call::Healthy, "credentials: the operator's to fix, SQS is up");
+        assert_eq!(
+            destination_health(&Outcome::Success { http_status: Some(200), excerpt: String::new() }),
+            Call::Healthy
+        );
+        assert_eq!(destination_health(&Outcome::failure(DeliveryError::TimedOut { timeout_ms: 1 })), Call::Unhealthy);
     }
 
     #[test]

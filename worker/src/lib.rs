@@ -17,19 +17,23 @@
 //! Modules, in the order a message meets them: `session` (broker
 //! connection, consumers, reconnecting; `run`), `processing` (one message
 //! from parse to ack), `backpressure` (outcome writes wait out a burst),
-//! `deliver` (HTTP and SQS, and why a delivery failed), `retry` (the next
-//! attempt, or the failed queue), with `heartbeat` (this worker's liveness
-//! and its orphaned rows) and `batch` (statement batching) beside them.
+//! `destination` (per host: a concurrency limit and a circuit breaker; a
+//! slot waits here, without an attempt, while its host is down), `deliver`
+//! (HTTP and SQS, and why a delivery failed), `retry` (the next attempt, or
+//! the failed queue), with `heartbeat` (this worker's liveness and its
+//! orphaned rows) and `batch` (statement batching) beside them.
 
 mod backpressure;
 pub mod batch;
 pub mod deliver;
+pub mod destination;
 mod heartbeat;
 mod processing;
 mod retry;
 mod session;
 
 pub use self::deliver::{DeliveryError, Outcome};
+pub use self::destination::{DestinationArgs, DestinationConfig};
 pub use self::session::run;
 
 use common::job::RetryPolicy;
@@ -45,6 +49,8 @@ pub struct WorkerConfig {
     pub prefetch: u16,
     /// Deliveries in progress at once.
     pub max_in_flight: usize,
+    /// Per destination host: deliveries at once and the circuit breaker.
+    pub destinations: DestinationConfig,
     pub retry_defaults: RetryPolicy,
     pub allow_cidrs: Vec<ipnet::IpNet>,
     /// AWS configuration for SQS targets; `None` = the usual AWS environment

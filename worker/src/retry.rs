@@ -1,7 +1,8 @@
 //! After a failed delivery: whether there is a next attempt and after what
 //! delay (`next_delay`), and the confirmed publish of the message to the
 //! retry queue of that delay or, after the last retry, to the failed queue
-//! (`RetryPublisher`).
+//! (`RetryPublisher`). A slot waiting for its destination goes through the
+//! same delay queues as the same attempt (`publish_wait`).
 
 use std::collections::HashSet;
 
@@ -21,6 +22,21 @@ use common::message::{ATTEMPT_HEADER, FireMessage};
 pub(crate) fn next_delay(policy: &RetryPolicy, attempt: u32, retryable: bool) -> Option<u64> {
     let retries_used = attempt - 1;
     (retryable && retries_used < policy.max_retries).then(|| policy.delay_ms(attempt))
+}
+
+/// Marks a message handed back to wait for its destination: it went
+/// through a delay queue without an attempt, so its broker death count
+/// says nothing about its attempt.
+const WAIT_HEADER: &str = "x-cronshard-wait";
+
+/// Whether the message was handed back to wait for its destination.
+pub(crate) fn is_wait(delivery: &lapin::message::Delivery) -> bool {
+    delivery
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get(WAIT_HEADER))
+        .is_some_and(|v| matches!(v, AMQPValue::Boolean(true)))
 }
 
 /// Publishes follow-up messages on a confirm-mode channel of its own: the
@@ -66,6 +82,19 @@ impl RetryPublisher {
     /// To the retry queue of `delay_ms`, which dead-letters it back to the
     /// main queue once the delay has passed.
     pub(crate) async fn publish_retry(&self, m: &FireMessage, next_attempt: u32, delay_ms: u64) -> anyhow::Result<()> {
+        // The message is due again only after its delay.
+        let mut retry = m.clone();
+        retry.due_at = Utc::now();
+        self.publish_delayed(&retry, next_attempt, delay_ms, false).await
+    }
+
+    /// The same attempt again after `delay_ms` (a slot that waits for its
+    /// destination): its due instant is kept, which its wait is bounded from.
+    pub(crate) async fn publish_wait(&self, m: &FireMessage, attempt: u32, delay_ms: u64) -> anyhow::Result<()> {
+        self.publish_delayed(m, attempt, delay_ms, true).await
+    }
+
+    async fn publish_delayed(&self, m: &FireMessage, attempt: u32, delay_ms: u64, wait: bool) -> anyhow::Result<()> {
         {
             let mut declared = self.declared_retry_queues.lock().await;
             if !declared.contains(&delay_ms) {
@@ -74,11 +103,11 @@ impl RetryPublisher {
             }
         }
         let mut headers = FieldTable::default();
-        headers.insert(ATTEMPT_HEADER.into(), AMQPValue::LongInt(next_attempt as i32));
-        // The message is due again only after its delay.
-        let mut retry = m.clone();
-        retry.due_at = Utc::now();
-        let result = self.publish_to(&self.topology.retry_queue(delay_ms), &retry, headers).await;
+        headers.insert(ATTEMPT_HEADER.into(), AMQPValue::LongInt(attempt as i32));
+        if wait {
+            headers.insert(WAIT_HEADER.into(), AMQPValue::Boolean(true));
+        }
+        let result = self.publish_to(&self.topology.retry_queue(delay_ms), m, headers).await;
         if result.is_err() {
             // The queue may have expired since we declared it.
             self.declared_retry_queues.lock().await.remove(&delay_ms);

@@ -639,3 +639,120 @@ pub async fn apply_overlap(
         }
     }
 }
+
+/// Why a slot waits for its destination without an attempt (the `reason`
+/// of its `waiting` history entry): the host's circuit breaker is open.
+pub const WAITING_CIRCUIT_OPEN: &str = "destination circuit open";
+/// The host was at its concurrency limit for longer than a message may be
+/// held.
+pub const WAITING_CONCURRENCY: &str = "destination at its concurrency limit";
+
+/// A slot this worker holds that waits for its destination host.
+#[derive(Debug, Clone)]
+pub struct DestinationWait<'a> {
+    pub worker_id: &'a str,
+    /// The attempt the worker took (`running`) and has not made.
+    pub slot: HeldSlot,
+    pub fire_id: Uuid,
+    /// `WAITING_CIRCUIT_OPEN` or `WAITING_CONCURRENCY`.
+    pub reason: &'static str,
+    /// `host:port`.
+    pub destination: &'a str,
+    /// When the outage began on this worker: one `waiting` entry per row
+    /// per (worker, outage).
+    pub since: DateTime<Utc>,
+}
+
+/// The `waiting` history entry (alias `l`; `$1`…`$8` as in
+/// [`DestinationWait::params`]), and whether the row already has it.
+const WAITING_ENTRY: &str = "jsonb_build_object('event', 'waiting', 'reason', $6::text, 'at', cronshard_instant(now()),
+    'destination', $7::text, 'since', cronshard_instant($8), 'worker_id', $5::text, 'attempt', $4::int)";
+const WAITING_NOTED: &str = "l.history @> jsonb_build_array(jsonb_build_object(
+    'event', 'waiting', 'worker_id', $5::text, 'since', cronshard_instant($8)))";
+
+impl DestinationWait<'_> {
+    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 8] {
+        let (job_id, scheduled_at, attempt) = &self.slot;
+        [job_id, scheduled_at, &self.fire_id, attempt, &self.worker_id, &self.reason, &self.destination, &self.since]
+    }
+}
+
+/// The row this worker holds for the slot's attempt (alias `l`).
+const HELD_BY_ME: &str = "l.job_id = $1 AND l.scheduled_at = $2 AND l.fire_id = $3 AND l.attempts = $4
+    AND l.status = 'running' AND l.worker_id = $5";
+
+/// Says on the row that its delivery waits for its destination while this
+/// worker holds it (`running`): a `waiting` entry, once per outage.
+/// Answers whether the entry was added.
+pub async fn note_waiting(pool: &Pool, wait: &DestinationWait<'_>) -> anyhow::Result<bool> {
+    let n = pool
+        .get()
+        .await?
+        .execute(
+            &format!(
+                "UPDATE scheduled_jobs l SET history = l.history || jsonb_build_array({WAITING_ENTRY})
+                 WHERE {HELD_BY_ME} AND NOT {WAITING_NOTED}"
+            ),
+            &wait.params(),
+        )
+        .await?;
+    Ok(n == 1)
+}
+
+/// Hands a held slot back to wait elsewhere (its message goes to a delay
+/// queue as the same attempt): `running` → `retrying` with the attempt
+/// not counted (`attempts` back to n − 1, which the start rule expects of
+/// the returning message) and `next_attempt_at` when the message is back,
+/// so that the stranded-row sweep finds it if the message is lost. Adds the
+/// `waiting` entry unless the row has it for this outage. Answers whether
+/// the row was this worker's to hand back.
+pub async fn wait_for_destination(
+    pool: &Pool,
+    wait: &DestinationWait<'_>,
+    next_attempt_at: DateTime<Utc>,
+) -> anyhow::Result<bool> {
+    let mut params = wait.params().to_vec();
+    params.push(&next_attempt_at);
+    let n = pool
+        .get()
+        .await?
+        .execute(
+            &format!(
+                "UPDATE scheduled_jobs l SET status = 'retrying', attempts = l.attempts - 1, worker_id = NULL,
+                        started_at = NULL, next_attempt_at = $9,
+                        history = CASE WHEN {WAITING_NOTED} THEN l.history
+                                       ELSE l.history || jsonb_build_array({WAITING_ENTRY}) END
+                 WHERE {HELD_BY_ME}"
+            ),
+            &params,
+        )
+        .await?;
+    Ok(n == 1)
+}
+
+/// Parks a held slot that waited past its horizon without an attempt:
+/// `running` → `failed` (`attempts` back to n − 1: the attempt was never
+/// made), the `error` saying why and a `gave_up` history entry. The caller
+/// has published it to the failed queue first. Answers whether the row was
+/// this worker's to park.
+pub async fn give_up_waiting(pool: &Pool, wait: &DestinationWait<'_>, error: &str) -> anyhow::Result<bool> {
+    let mut params = wait.params().to_vec();
+    params.push(&error);
+    let n = pool
+        .get()
+        .await?
+        .execute(
+            &format!(
+                "UPDATE scheduled_jobs l SET status = 'failed', attempts = l.attempts - 1, finished_at = now(),
+                        next_attempt_at = NULL, error = $9::text,
+                        history = l.history || jsonb_build_array(jsonb_build_object(
+                            'event', 'gave_up', 'reason', $6::text, 'at', cronshard_instant(now()),
+                            'destination', $7::text, 'since', cronshard_instant($8), 'worker_id', $5::text,
+                            'attempt', $4::int))
+                 WHERE {HELD_BY_ME}"
+            ),
+            &params,
+        )
+        .await?;
+    Ok(n == 1)
+}

@@ -56,7 +56,12 @@ pub struct ExecutionWithHistory {
     /// `outcome`, `http_status`, `sqs_message_id`, `error`, `redelivered`),
     /// `skipped` (`at`, `reason`), `recovered` (`at`), `released` (`at`,
     /// `attempt`, `worker_id`: a worker gave back an attempt it did not
-    /// deliver), `retaken`, `stranded` or `replay` (`at`).
+    /// deliver), `waiting` (`at`, `reason`, `destination`, `since`,
+    /// `worker_id`, `attempt`: the delivery waits, without spending the
+    /// attempt, for its destination host, e.g. `destination circuit open`;
+    /// once per outage), `gave_up` (the same fields: it waited past the
+    /// slot's retry horizon and was parked as failed without the attempt),
+    /// `retaken`, `stranded` or `replay` (`at`).
     pub history: Vec<serde_json::Map<String, Value>>,
 }
 

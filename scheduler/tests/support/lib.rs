@@ -181,6 +181,7 @@ impl Stack {
             amqp_url: common::testing::amqp_url(),
             prefetch: 500,
             max_in_flight: 64,
+            destinations: Default::default(),
             retry_defaults: common::job::RetryPolicy {
                 max_retries: 3,
                 base_delay_ms: 1000,

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use clap::Parser;
 
 use common::config::{LogArgs, RetryDefaults, ServiceArgs};
-use worker::{WorkerConfig, deliver::ssrf::SsrfGuard};
+use worker::{DestinationArgs, WorkerConfig, deliver::ssrf::SsrfGuard};
 
 #[derive(Parser, Debug)]
 #[command(version, about = "A cronshard worker")]
@@ -31,6 +31,8 @@ struct Args {
     /// Private/loopback ranges callbacks may reach anyway, e.g. `127.0.0.0/8`.
     #[arg(long, env = "CALLBACK_ALLOW_CIDRS", default_value = "")]
     callback_allow_cidrs: String,
+    #[command(flatten)]
+    destinations: DestinationArgs,
 }
 
 fn main() -> std::process::ExitCode {
@@ -42,7 +44,11 @@ fn main() -> std::process::ExitCode {
 async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     common::telemetry::init(args.log.log_format);
-    common::metrics::install_exporter(args.metrics_addr)?;
+    // Per-host gauges of hosts no longer tracked leave /metrics.
+    common::metrics::install_exporter_forgetting_gauges(
+        args.metrics_addr,
+        Some(worker::destination::GAUGES_FORGOTTEN_AFTER),
+    )?;
     let host = common::config::host_name("cronshard-worker");
     let config = WorkerConfig {
         worker_id: args.worker_id.unwrap_or_else(|| format!("{host}-{}", std::process::id())),
@@ -50,6 +56,7 @@ async fn run() -> anyhow::Result<()> {
         amqp_url: args.service.amqp_url.clone(),
         prefetch: args.prefetch,
         max_in_flight: args.max_in_flight.max(1),
+        destinations: args.destinations.config(),
         retry_defaults: args.retry.policy(),
         allow_cidrs: SsrfGuard::parse_allow_list(&args.callback_allow_cidrs)?,
         // SQS targets use the standard AWS environment (AWS_REGION,
