@@ -27,6 +27,11 @@ pub struct HerdArgs {
     /// Give up waiting for deliveries this long after the due instant.
     #[arg(long, default_value_t = 180)]
     timeout_secs: i64,
+    /// Give every job this `jitter_ms`: deliveries spread over the window
+    /// while the slots stay the same; the report adds the receiver's peak
+    /// rate and the lateness against each slot's jittered instant.
+    #[arg(long, default_value_t = 0)]
+    jitter_ms: u64,
     /// Measure the broker ceiling first and report the drain rate against it.
     #[arg(long)]
     with_ceiling: bool,
@@ -42,7 +47,15 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     let mut report = Report::new(
         "herd",
         format!("herd-{}", args.jobs),
-        format!("Herd: {} one-shot jobs due in the same instant", fmt_int(args.jobs as i64)),
+        if args.jitter_ms > 0 {
+            format!(
+                "Herd: {} one-shot jobs due in the same instant, jitter_ms {}",
+                fmt_int(args.jobs as i64),
+                fmt_int(args.jitter_ms as i64)
+            )
+        } else {
+            format!("Herd: {} one-shot jobs due in the same instant", fmt_int(args.jobs as i64))
+        },
         &args.out,
     );
     let ceiling = if args.with_ceiling { Some(crate::ceiling::measure(&args.ceiling).await?) } else { None };
@@ -57,6 +70,7 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
                 "name": format!("herd-{i}"),
                 "schedule": { "kind": "once", "at": common::execution::format_instant(due) },
                 "target": { "kind": "http", "url": receiver.hook_url(), "timeout_ms": 10_000 },
+                "jitter_ms": args.jitter_ms,
             })
         })
         .collect();
@@ -113,6 +127,15 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
             report.row("drain rate (first → last delivery)", format!("{}/s", fmt_int(rate as i64)));
         }
     }
+    let peak = peak_rate(&got);
+    report.row("receiver's peak rate (busiest 100 ms, per second)", format!("{}/s", fmt_int(peak as i64)));
+    let jittered = (args.jitter_ms > 0).then(|| jittered_lateness(&got, args.jitter_ms));
+    if let Some(l) = &jittered {
+        report.row(
+            "lateness vs each slot's jittered instant p50 / p99 / max",
+            format!("{} / {} / {} ms", fmt_int(l.0), fmt_int(l.1), fmt_int(l.2)),
+        );
+    }
     if let Some(c) = &ceiling {
         report.row(
             "broker ceiling in the same run",
@@ -135,6 +158,41 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     report.data("last_delivery_after_due_ms", last.map(|l| (l - due).num_milliseconds()));
     report.data("drain_per_second", drain.map(f64::round));
     report.data("ceiling", &ceiling);
+    report.data("jitter_ms", args.jitter_ms);
+    report.data("receiver_peak_per_second", peak.round());
+    report.data("jittered_lateness_p50_p99_max_ms", jittered);
     report.finish(&args.out)?;
     Ok(())
+}
+
+/// The most first deliveries in any 100 ms window, per second.
+fn peak_rate(got: &[crate::receiver::Delivery]) -> f64 {
+    let mut times: Vec<i64> = got.iter().map(|d| d.received_at.timestamp_millis()).collect();
+    times.sort_unstable();
+    let (mut best, mut start) = (0usize, 0usize);
+    for end in 0..times.len() {
+        while times[end] - times[start] >= 100 {
+            start += 1;
+        }
+        best = best.max(end - start + 1);
+    }
+    best as f64 * 10.0
+}
+
+/// Lateness p50, p99 and max (ms) of first deliveries against each slot's
+/// jittered instant (`common::schedule::jitter_offset`).
+fn jittered_lateness(got: &[crate::receiver::Delivery], jitter_ms: u64) -> (i64, i64, i64) {
+    let mut seen = std::collections::HashSet::new();
+    let mut late: Vec<i64> = got
+        .iter()
+        .filter(|d| seen.insert(d.execution_id.clone()))
+        .filter_map(|d| {
+            let at = d.scheduled_at?;
+            let job: uuid::Uuid = d.execution_id.split('@').next()?.parse().ok()?;
+            Some((d.received_at - (at + common::schedule::jitter_offset(job, at, jitter_ms))).num_milliseconds())
+        })
+        .collect();
+    late.sort_unstable();
+    let pick = |q: f64| late.get(((late.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0);
+    (pick(0.5), pick(0.99), late.last().copied().unwrap_or(0))
 }
