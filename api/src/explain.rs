@@ -117,6 +117,11 @@ pub struct Explanation {
     /// The job's first fire time after the slot (its current schedule).
     #[schema(value_type = Option<chrono::DateTime<chrono::Utc>>)]
     pub next_fire_at: Option<String>,
+    /// For a job with `jitter_ms`: when the slot is delivered (the slot
+    /// plus its fixed offset).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<chrono::DateTime<chrono::Utc>>)]
+    pub delivery_at: Option<String>,
 }
 
 /// What the explanation needs of a job.
@@ -413,7 +418,7 @@ pub fn of_row(row: &ExecutionWithHistory, now: DateTime<Utc>) -> Explanation {
             && (matches!(status, Status::Running | Status::Retrying | Status::Succeeded | Status::Failed)
                 || (attempts > 0 && history.is_empty() && status != Status::Skipped)));
     let verdict = Verdict::Recorded(status);
-    Explanation { verdict, fired, summary, details, previous_fire_at: None, next_fire_at: None }
+    Explanation { verdict, fired, summary, details, previous_fire_at: None, next_fire_at: None, delivery_at: None }
 }
 
 /// What the schedule is, in words.
@@ -566,7 +571,15 @@ pub fn absent(
         };
         (Verdict::NotRecorded, summary)
     };
-    Explanation { verdict, fired: false, summary, details, previous_fire_at: None, next_fire_at: None }
+    Explanation {
+        verdict,
+        fired: false,
+        summary,
+        details,
+        previous_fire_at: None,
+        next_fire_at: None,
+        delivery_at: None,
+    }
 }
 
 #[cfg(test)]

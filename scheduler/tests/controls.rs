@@ -106,6 +106,11 @@ async fn jitter_spreads_a_herd_while_slots_and_execution_ids_stay_put() {
         per_tenth[((r.received_at - due).num_milliseconds() / 200).clamp(0, 10) as usize] += 1;
     }
     assert!(per_tenth.iter().all(|n| *n < JOBS / 4), "deliveries per 200 ms: {per_tenth:?}");
+    // Explain shows the jittered delivery instant.
+    let id: uuid::Uuid = jobs[7]["id"].as_str().unwrap().parse().unwrap();
+    let explained = stack.get(&format!("/v1/jobs/{id}/executions/{}", at(due))).await;
+    let offset = common::schedule::jitter_offset(id, due, JITTER_MS);
+    assert_eq!(explained["explanation"]["delivery_at"], at(due + offset).as_str(), "{explained}");
     stack.stop().await;
 }
 

@@ -66,6 +66,17 @@ pub async fn explain(
     if let Some(job) = &job {
         explanation.previous_fire_at = job.schedule.prev_before(at).map(format_instant);
         explanation.next_fire_at = job.schedule.next_after(at).map(format_instant);
+        if job.spec.jitter_ms > 0 {
+            let offset = common::schedule::jitter_offset(job_id, at, job.spec.jitter_ms);
+            explanation.delivery_at = Some(format_instant(at + offset));
+            explanation.details.push(format!(
+                "The job has jitter_ms {}: this slot is delivered {} ms after its scheduled time, at {} \
+                 (its execution id and scheduled time stay those of the slot).",
+                job.spec.jitter_ms,
+                offset.num_milliseconds(),
+                show(at + offset)
+            ));
+        }
     }
     Ok(Json(SlotExplanation { job_id, scheduled_at: show(at), execution: row, explanation }))
 }
