@@ -17,6 +17,8 @@ pub enum ApiError {
     PreconditionFailed(String),
     Conflict(String),
     PayloadTooLarge(String),
+    /// A `PATCH` body of a media type other than a merge patch's.
+    UnsupportedMediaType(String),
     Unauthorized,
     /// The token's role does not allow the operation.
     Forbidden(String),
@@ -60,6 +62,9 @@ impl IntoResponse for ApiError {
             ApiError::PreconditionFailed(d) => (StatusCode::PRECONDITION_FAILED, "Precondition failed", d, None),
             ApiError::Conflict(d) => (StatusCode::CONFLICT, "Conflict", d, None),
             ApiError::PayloadTooLarge(d) => (StatusCode::PAYLOAD_TOO_LARGE, "Payload too large", d, None),
+            ApiError::UnsupportedMediaType(d) => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "Unsupported media type", d, None)
+            }
             ApiError::Unauthorized => (
                 StatusCode::UNAUTHORIZED,
                 "Unauthorized",
@@ -96,6 +101,10 @@ impl IntoResponse for ApiError {
         response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
         if status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if status == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+            // RFC 5789 §2.2: say which patch formats are accepted.
+            response.headers_mut().insert("accept-patch", HeaderValue::from_static(crate::extract::MERGE_PATCH));
         }
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

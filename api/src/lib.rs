@@ -8,12 +8,14 @@ pub mod auth;
 pub mod error;
 pub mod explain;
 pub mod extract;
+pub mod fires;
 pub mod idempotency;
 pub mod model;
 pub mod openapi;
 pub mod params;
 pub mod quota;
 pub mod routes;
+pub mod selector;
 pub mod server;
 pub mod tenancy;
 
@@ -91,16 +93,29 @@ impl AppState {
 pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/jobs", post(routes::jobs::create).get(routes::jobs::list))
-        .route("/jobs/{id}", get(routes::jobs::get).put(routes::jobs::replace).delete(routes::jobs::delete))
+        .route("/jobs/bulk", post(routes::jobs::bulk::run))
+        .route(
+            "/jobs/{id}",
+            get(routes::jobs::get)
+                .put(routes::jobs::replace)
+                .patch(routes::jobs::patch::patch)
+                .delete(routes::jobs::delete),
+        )
         .route("/jobs/{id}/pause", post(routes::jobs::pause))
         .route("/jobs/{id}/resume", post(routes::jobs::resume))
         .route("/jobs/{id}/next", get(routes::jobs::next))
         .route("/jobs/{id}/trigger", post(routes::jobs::trigger))
+        .route("/schedules/preview", post(routes::schedules::preview))
         .route("/executions", get(routes::executions::all))
         .route("/executions/replay", post(routes::executions::replay_many))
         .route("/executions/{job_id}/{scheduled_at}/replay", post(routes::executions::replay_one))
         .route("/jobs/{id}/executions", get(routes::executions::of_job))
         .route("/jobs/{id}/executions/{scheduled_at}", get(routes::explain::explain))
+        .route("/calendars", get(routes::calendars::list))
+        .route(
+            "/calendars/{name}",
+            get(routes::calendars::get).put(routes::calendars::put).delete(routes::calendars::delete),
+        )
         .route("/cluster", get(routes::cluster::status))
         .route("/namespaces", post(routes::tenancy::create_namespace).get(routes::tenancy::list_namespaces))
         .route(

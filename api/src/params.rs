@@ -2,11 +2,31 @@
 //! sizes, cursors, instants, statuses, slot paths, and "no such job".
 
 use chrono::{DateTime, Utc};
+use serde_json::Value;
 use uuid::Uuid;
 
+use common::job::FieldError;
 use common::ledger::Status;
 
 use crate::error::{ApiError, ApiResult, field};
+
+/// A request body that must be a JSON object of the `allowed` fields: each
+/// unknown field is a problem naming it, as in a job definition. `None`
+/// (with the problem recorded) when the body is not an object.
+pub fn body_object<'a>(
+    body: &'a Value,
+    allowed: &[&str],
+    problems: &mut Vec<FieldError>,
+) -> Option<&'a serde_json::Map<String, Value>> {
+    let Some(map) = body.as_object() else {
+        problems.push(FieldError::new("", "the request body must be a JSON object"));
+        return None;
+    };
+    for key in map.keys().filter(|k| !allowed.contains(&k.as_str())) {
+        problems.push(FieldError::new(key.as_str(), format!("unknown field; expected one of: {}", allowed.join(", "))));
+    }
+    Some(map)
+}
 
 /// The answer for a job id that names no job.
 pub fn not_found(id: Uuid) -> ApiError {

@@ -654,11 +654,12 @@ async fn next_shows_local_time_and_marks_the_spring_forward_gap() {
     assert_eq!(
         body["fire_times"],
         json!([
-            { "at": "2027-03-12T07:30:00.000Z", "local": "2027-03-12T02:30:00.000-05:00" },
-            { "at": "2027-03-13T07:30:00.000Z", "local": "2027-03-13T02:30:00.000-05:00" },
-            { "at": "2027-03-14T07:00:00.000Z", "local": "2027-03-14T03:00:00.000-04:00", "dst_shift": true },
-            { "at": "2027-03-15T06:30:00.000Z", "local": "2027-03-15T02:30:00.000-04:00" },
-            { "at": "2027-03-16T06:30:00.000Z", "local": "2027-03-16T02:30:00.000-04:00" },
+            { "at": "2027-03-12T07:30:00.000Z", "local": "2027-03-12T02:30:00.000-05:00", "offset": "-05:00" },
+            { "at": "2027-03-13T07:30:00.000Z", "local": "2027-03-13T02:30:00.000-05:00", "offset": "-05:00" },
+            { "at": "2027-03-14T07:00:00.000Z", "local": "2027-03-14T03:00:00.000-04:00", "offset": "-04:00",
+              "dst": "gap", "dst_shift": true },
+            { "at": "2027-03-15T06:30:00.000Z", "local": "2027-03-15T02:30:00.000-04:00", "offset": "-04:00" },
+            { "at": "2027-03-16T06:30:00.000Z", "local": "2027-03-16T02:30:00.000-04:00", "offset": "-04:00" },
         ]),
         "{body}"
     );
@@ -672,6 +673,7 @@ async fn next_shows_local_time_and_marks_the_spring_forward_gap() {
     let at: Vec<&str> = body["fire_times"].as_array().unwrap().iter().map(|t| t["at"].as_str().unwrap()).collect();
     assert_eq!(at, ["2027-11-06T05:30:00.000Z", "2027-11-07T05:30:00.000Z", "2027-11-08T06:30:00.000Z"], "{body}");
     assert_eq!(body["fire_times"][1]["local"], "2027-11-07T01:30:00.000-04:00");
+    assert_eq!(body["fire_times"][1]["dst"], "overlap");
     assert_eq!(body["fire_times"][2]["local"], "2027-11-08T01:30:00.000-05:00");
 }
 

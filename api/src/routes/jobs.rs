@@ -1,4 +1,7 @@
-//! `/v1/jobs`: create, read, list, replace, delete, pause, resume, preview.
+//! `/v1/jobs`: create, read, list (with label selectors), replace, delete,
+//! pause, resume, next fire times, trigger; `bulk` and `patch` (submodules)
+//! go through the same per-job steps (`update_job`, `pause_or_resume`,
+//! `delete_job`, `trigger_job`), each run inside its caller's transaction.
 //!
 //! Every mutation bumps `version` (the change feed and the fire lock key on
 //! it); the new version is in force from the instant it was made, for the
@@ -23,9 +26,12 @@ use common::ledger::{self, Execution, changes::Cancel};
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiResult, field};
 use crate::extract::{JobIdPath, JsonBody, QueryParams};
-use crate::model::{FireTime, Job, JobPage, NextFires};
-use crate::params::{not_found, parse_limit};
-use crate::{AppState, idempotency, quota};
+use crate::model::{Job, JobPage, NextFires};
+use crate::params::{not_found, parse_limit, parse_time};
+use crate::{AppState, fires, idempotency, quota, selector};
+
+pub mod bulk;
+pub mod patch;
 
 macro_rules! job_columns {
     () => {
@@ -211,6 +217,7 @@ pub async fn create(
     let peak = quota::peak_fires_per_second(&spec, Utc::now());
     let counted = if spec.paused { 0.0 } else { peak };
     quota::check(&tx, &namespace, quota::Demand { new_job: true, peak: counted, peak_before: 0.0 }).await?;
+    crate::tenancy::check_references(&tx, &namespace, &spec.calendars).await?;
     let row = tx
         .query_one(
             &format!(
@@ -292,6 +299,7 @@ pub struct ListQuery {
     kind: Option<String>,
     paused: Option<String>,
     namespace: Option<String>,
+    selector: Option<String>,
 }
 
 #[utoipa::path(
@@ -305,6 +313,11 @@ pub struct ListQuery {
         ("kind" = Option<String>, Query, description = "Only jobs of this schedule kind: once, interval or cron"),
         ("paused" = Option<bool>, Query, description = "Only paused (true) or active (false) jobs"),
         ("namespace" = Option<String>, Query, description = "Only jobs of this namespace (among those the token acts in)"),
+        ("selector" = Option<String>, Query, example = "team=payments,tier!=batch",
+         description = "Only jobs whose labels match this label selector (Kubernetes syntax): terms joined by `,`, \
+                        all of which must hold: `k=v` (or `k==v`), `k!=v` (also matches jobs without `k`), \
+                        `k in (a,b)`, `k notin (a,b)` (also matches jobs without `k`), `k` (has the label), \
+                        `!k` (has not). At most 64 terms and 100 values per set; empty = no filter"),
     ),
     responses(
         (status = 200, description = "A page of jobs", body = crate::model::JobPage),
@@ -341,6 +354,12 @@ pub async fn list(
     }
     // Escape LIKE wildcards: a prefix is literal text.
     let prefix = q.name_prefix.map(|p| format!("{}%", p.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")));
+    let labels = selector::Predicate::new(&selector::parse("selector", q.selector.as_deref().unwrap_or(""))?, 8);
+    let scope = caller.scope.sql();
+    let limit_plus_one = limit + 1;
+    let own: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
+        [&after, &prefix, &q.kind, &paused, &limit_plus_one, &scope, &q.namespace];
+    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = own.into_iter().chain(labels.params()).collect();
     let client = state.pg.get().await?;
     let rows = client
         .query(
@@ -352,9 +371,11 @@ pub async fn list(
                    AND ($4::bool IS NULL OR paused = $4)
                    AND ($6::text[] IS NULL OR namespace = ANY($6))
                    AND ($7::text IS NULL OR namespace = $7)
-                 ORDER BY id LIMIT $5"
+                   AND {}
+                 ORDER BY id LIMIT $5",
+                labels.sql
             ),
-            &[&after, &prefix, &q.kind, &paused, &(limit + 1), &caller.scope.sql(), &q.namespace],
+            &params,
         )
         .await?;
     let now = Utc::now();
@@ -531,11 +552,32 @@ pub async fn replace(
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
     let before = lock_for_change(&tx, &caller, id).await?;
-    if let Some(expected) = expected
-        && expected != before.version
-    {
-        return Err(ApiError::PreconditionFailed(format!("job {id} is at version {}, not {expected}", before.version)));
+    check_version(id, &before, expected)?;
+    let row = update_job(&tx, id, &before, spec, named).await?;
+    tx.commit().await?;
+    Ok(with_etag(StatusCode::OK, job_of_row(&row, Utc::now())?))
+}
+
+/// 412 unless the job is at the version `If-Match` asked for (`None`: any).
+fn check_version(id: Uuid, before: &Before, expected: Option<i64>) -> ApiResult<()> {
+    match expected {
+        Some(expected) if expected != before.version => {
+            Err(ApiError::PreconditionFailed(format!("job {id} is at version {}, not {expected}", before.version)))
+        }
+        _ => Ok(()),
     }
+}
+
+/// Replaces a locked job's definition with `spec` (validated, with the
+/// `namespace` it names, if any): the step of a replace and of a patch.
+/// Returns the job's row (`JOB_COLUMNS`).
+async fn update_job(
+    tx: &impl deadpool_postgres::GenericClient,
+    id: Uuid,
+    before: &Before,
+    spec: JobSpec,
+    named: Option<String>,
+) -> ApiResult<Row> {
     if let Some(named) = named
         && named != before.namespace
     {
@@ -545,7 +587,8 @@ pub async fn replace(
     let peak = quota::peak_fires_per_second(&spec, Utc::now());
     let counted = if spec.paused { 0.0 } else { peak };
     let demand = quota::Demand { new_job: false, peak: counted, peak_before: before.counted_peak };
-    quota::check(&tx, &before.namespace, demand).await?;
+    quota::check(tx, &before.namespace, demand).await?;
+    crate::tenancy::check_references(tx, &before.namespace, &spec.calendars).await?;
     let row = tx
         .query_one(
             &format!(
@@ -555,9 +598,8 @@ pub async fn replace(
             &[&id, &spec.name, &serde_json::to_value(&spec)?, &spec.paused, &peak],
         )
         .await?;
-    settle_change(&tx, id, &before, spec.paused).await?;
-    tx.commit().await?;
-    Ok(with_etag(StatusCode::OK, job_of_row(&row, Utc::now())?))
+    settle_change(tx, id, before, spec.paused).await?;
+    Ok(row)
 }
 
 #[utoipa::path(
@@ -580,6 +622,16 @@ pub async fn delete(State(state): State<AppState>, caller: Caller, JobIdPath(id)
     caller.require(Role::Write)?;
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
+    let skipped = delete_job(&tx, &caller, id).await?;
+    tx.commit().await?;
+    tracing::info!(job.id = %id, cancelled_slots = skipped, "job deleted");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Deletes a live job of the caller's namespaces (a tombstone, a new
+/// version) and cancels what it had not delivered. Returns the ledger rows
+/// cancelled.
+async fn delete_job(tx: &impl deadpool_postgres::GenericClient, caller: &Caller, id: Uuid) -> ApiResult<u64> {
     let n = tx
         .execute(
             &format!(
@@ -592,21 +644,32 @@ pub async fn delete(State(state): State<AppState>, caller: Caller, JobIdPath(id)
     if n == 0 {
         return Err(not_found(id));
     }
-    let skipped = ledger::changes::cancel_claimed(&tx, id, Cancel::Deleted).await?;
-    tx.commit().await?;
-    tracing::info!(job.id = %id, cancelled_slots = skipped, "job deleted");
-    Ok(StatusCode::NO_CONTENT)
+    Ok(ledger::changes::cancel_claimed(tx, id, Cancel::Deleted).await?)
 }
 
 async fn set_paused(state: &AppState, caller: &Caller, id: Uuid, paused: bool) -> ApiResult<Response> {
     caller.require(Role::Write)?;
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
-    let before = lock_for_change(&tx, caller, id).await?;
+    let row = pause_or_resume(&tx, caller, id, paused).await?;
+    tx.commit().await?;
+    Ok(with_etag(StatusCode::OK, job_of_row(&row, Utc::now())?))
+}
+
+/// Pauses (or resumes) a live job of the caller's namespaces: a new
+/// version, its claimed rows cancelled, a resume's paused period recorded.
+/// Returns the job's row (`JOB_COLUMNS`).
+async fn pause_or_resume(
+    tx: &impl deadpool_postgres::GenericClient,
+    caller: &Caller,
+    id: Uuid,
+    paused: bool,
+) -> ApiResult<Row> {
+    let before = lock_for_change(tx, caller, id).await?;
     if !paused && before.paused {
         // A resumed job counts against the rate quota again.
         let peak: f64 = tx.query_one("SELECT peak_fires_per_second FROM jobs WHERE id = $1", &[&id]).await?.get(0);
-        quota::check(&tx, &before.namespace, quota::Demand { new_job: false, peak, peak_before: 0.0 }).await?;
+        quota::check(tx, &before.namespace, quota::Demand { new_job: false, peak, peak_before: 0.0 }).await?;
     }
     let row = tx
         .query_one(
@@ -617,9 +680,8 @@ async fn set_paused(state: &AppState, caller: &Caller, id: Uuid, paused: bool) -
             &[&id, &paused],
         )
         .await?;
-    settle_change(&tx, id, &before, paused).await?;
-    tx.commit().await?;
-    Ok(with_etag(StatusCode::OK, job_of_row(&row, Utc::now())?))
+    settle_change(tx, id, &before, paused).await?;
+    Ok(row)
 }
 
 #[utoipa::path(
@@ -667,6 +729,7 @@ pub async fn resume(State(state): State<AppState>, caller: Caller, JobIdPath(id)
 #[serde(deny_unknown_fields)]
 pub struct NextQuery {
     count: Option<String>,
+    from: Option<String>,
 }
 
 #[utoipa::path(
@@ -676,9 +739,12 @@ pub struct NextQuery {
     params(
         ("id" = uuid::Uuid, Path, description = "The job id"),
         ("count" = Option<i64>, Query, minimum = 1, maximum = 1000, description = "How many (default 10)"),
+        ("from" = Option<chrono::DateTime<chrono::Utc>>, Query,
+         description = "Fire times at or after this RFC 3339 instant (default now), e.g. 2026-10-25T00:00:00Z"),
     ),
     responses(
-        (status = 200, description = "The next fire times", body = crate::model::NextFires),
+        (status = 200, description = "The next fire times; with the job's `jitter_ms`, each one's delivery \
+                                      instant `fires_at`", body = crate::model::NextFires),
         crate::model::BadRequest,
         crate::model::Unauthorized,
         crate::model::JobNotFound,
@@ -700,6 +766,7 @@ pub async fn next(
             _ => return Err(field("count", "must be an integer from 1 to 1000")),
         },
     };
+    let from = parse_time(q.from.as_deref(), "from")?.unwrap_or_else(Utc::now);
     let client = state.pg.get().await?;
     let row = client
         .query_opt(
@@ -710,26 +777,8 @@ pub async fn next(
         .ok_or_else(|| not_found(id))?;
     let spec: JobSpec = serde_json::from_value(row.get("spec"))?;
     let schedule = spec.compile(row.get("created_at")).map_err(|e| ApiError::Internal(e.into()))?;
-    let tz = match &spec.schedule.kind {
-        common::job::ScheduleKind::Cron { timezone, .. } => common::schedule::parse_timezone(timezone).ok(),
-        _ => None,
-    };
-    let fire_times: Vec<FireTime> = schedule
-        .upcoming(Utc::now(), count)
-        .into_iter()
-        .map(|at| {
-            let mut fire = FireTime { at, local: None, dst_shift: false };
-            if let Some(tz) = tz {
-                let local = at.with_timezone(&tz);
-                fire.local = Some(local.to_rfc3339_opts(chrono::SecondsFormat::Millis, false));
-                // A fire at a local time other than the expression's marks a DST shift.
-                let before = (at - TimeDelta::milliseconds(1)).with_timezone(&tz);
-                use chrono::Offset;
-                fire.dst_shift = before.offset().fix() != local.offset().fix();
-            }
-            fire
-        })
-        .collect();
+    let jitter = fires::Jitter { job_id: id, jitter_ms: spec.jitter_ms };
+    let fire_times = fires::fire_times(&schedule, from, count, Some(jitter));
     Ok(Json(NextFires { job_id: id, fire_times }))
 }
 
@@ -759,6 +808,19 @@ pub async fn trigger(
     caller.require(Role::Write)?;
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
+    let (execution, messages) = trigger_job(&tx, &caller, id).await?;
+    tx.commit().await?;
+    state.publish(&messages).await;
+    Ok((StatusCode::ACCEPTED, Json(execution)))
+}
+
+/// A manual fire of a live job of the caller's namespaces, now: its ledger
+/// row, and the message to publish once the transaction commits.
+async fn trigger_job(
+    tx: &impl deadpool_postgres::GenericClient,
+    caller: &Caller,
+    id: Uuid,
+) -> ApiResult<(Execution, Vec<(common::message::FireMessage, u32)>)> {
     let version: i64 = tx
         .query_opt(
             &format!("SELECT version FROM jobs WHERE id = $1 AND deleted_at IS NULL AND {IN_SCOPE} FOR SHARE"),
@@ -767,8 +829,5 @@ pub async fn trigger(
         .await?
         .ok_or_else(|| not_found(id))?
         .get(0);
-    let (execution, messages) = ledger::changes::insert_manual(&tx, id, version).await?;
-    tx.commit().await?;
-    state.publish(&messages).await;
-    Ok((StatusCode::ACCEPTED, Json(execution)))
+    Ok(ledger::changes::insert_manual(tx, id, version).await?)
 }

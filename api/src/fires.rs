@@ -1,0 +1,149 @@
+//! Fire times as the API shows them (`GET /v1/jobs/{id}/next`,
+//! `POST /v1/schedules/preview`): each slot with its wall time and UTC
+//! offset in a cron schedule's zone, how DST bent it, and its jittered
+//! delivery instant. The fire times themselves come from `common::schedule`
+//! (whose DST rule is: a wall time that occurs twice fires at its first
+//! occurrence only, one that does not exist fires at the end of the gap);
+//! this module only describes them.
+
+use chrono::{DateTime, LocalResult, Offset, SecondsFormat, TimeDelta, TimeZone, Utc};
+use uuid::Uuid;
+
+use common::schedule::{CompiledSchedule, CronSchedule, Recurrence, jitter_offset};
+
+use crate::model::{DstMark, FireTime};
+
+/// Whose jitter offsets to show.
+#[derive(Debug, Clone, Copy)]
+pub struct Jitter {
+    pub job_id: Uuid,
+    pub jitter_ms: u64,
+}
+
+/// Up to `count` fire times at or after `from` (a fire exactly at `from`
+/// included).
+pub fn fire_times(
+    schedule: &CompiledSchedule,
+    from: DateTime<Utc>,
+    count: usize,
+    jitter: Option<Jitter>,
+) -> Vec<FireTime> {
+    let after = from - TimeDelta::nanoseconds(1);
+    let cron = match &schedule.recurrence {
+        Recurrence::Cron(cron) => Some((cron, wall_clock(cron))),
+        _ => None,
+    };
+    schedule
+        .upcoming(after, count)
+        .into_iter()
+        .map(|at| {
+            let mut fire = FireTime { at, fires_at: None, local: None, offset: None, dst: None, dst_shift: false };
+            if let Some(Jitter { job_id, jitter_ms }) = jitter.filter(|j| j.jitter_ms > 0) {
+                fire.fires_at = Some(at + jitter_offset(job_id, at, jitter_ms));
+            }
+            if let Some((cron, wall)) = &cron {
+                describe(&mut fire, &cron.timezone(), wall.as_ref());
+            }
+            fire
+        })
+        .collect()
+}
+
+/// The same expression read in UTC, where wall time and instant coincide:
+/// it tells whether the expression names a wall time that a spring-forward
+/// gap skipped.
+fn wall_clock(cron: &CronSchedule) -> Option<CronSchedule> {
+    CronSchedule::parse(cron.expr(), "UTC").ok()
+}
+
+/// Local time, offset and DST marks of a cron fire at `fire.at` in `tz`.
+fn describe<Z: TimeZone>(fire: &mut FireTime, tz: &Z, wall: Option<&CronSchedule>) {
+    let at = fire.at;
+    let local = at.with_timezone(tz);
+    let before = (at - TimeDelta::milliseconds(1)).with_timezone(tz);
+    let (offset, offset_before) = (local.offset().fix(), before.offset().fix());
+    fire.local = Some(local.to_rfc3339_opts(SecondsFormat::Millis, false));
+    fire.offset = Some(offset.to_string());
+    fire.dst_shift = offset != offset_before;
+    // The clocks went forward at this very instant: wall times after the
+    // one a millisecond before and before this one's did not exist, and a
+    // fire the expression names among them is moved here.
+    if offset.local_minus_utc() > offset_before.local_minus_utc() {
+        let skipped_from = before.naive_local().and_utc();
+        let skipped_to = local.naive_local().and_utc();
+        if wall.and_then(|w| w.next_after(skipped_from)).is_some_and(|w| w < skipped_to) {
+            fire.dst = Some(DstMark::Gap);
+            return;
+        }
+    }
+    // A wall time that occurs twice: the schedule fires at its first
+    // occurrence, which this is, and not at the second.
+    if matches!(tz.from_local_datetime(&local.naive_local()), LocalResult::Ambiguous(..)) {
+        fire.dst = Some(DstMark::Overlap);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cron(expr: &str, tz: &str) -> CompiledSchedule {
+        CompiledSchedule {
+            recurrence: Recurrence::Cron(CronSchedule::parse(expr, tz).unwrap()),
+            start_at: None,
+            end_at: None,
+        }
+    }
+
+    fn t(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_gap_fire_and_an_overlap_fire_are_marked_and_plain_ones_are_not() {
+        // Berlin, 2026-03-29: 02:00 CET becomes 03:00 CEST at 01:00Z.
+        let fires = fire_times(&cron("30 2 * * *", "Europe/Berlin"), t("2026-03-28T00:00:00Z"), 3, None);
+        let at: Vec<_> = fires.iter().map(|f| (f.at, f.dst, f.offset.clone().unwrap())).collect();
+        assert_eq!(
+            at,
+            [
+                (t("2026-03-28T01:30:00Z"), None, "+01:00".to_owned()),
+                (t("2026-03-29T01:00:00Z"), Some(DstMark::Gap), "+02:00".to_owned()),
+                (t("2026-03-30T00:30:00Z"), None, "+02:00".to_owned()),
+            ]
+        );
+        assert_eq!(fires[1].local.as_deref(), Some("2026-03-29T03:00:00.000+02:00"));
+        // 03:00 itself exists: at the transition instant, but not moved.
+        let three = fire_times(&cron("0 3 * * *", "Europe/Berlin"), t("2026-03-29T00:00:00Z"), 1, None);
+        assert_eq!((three[0].at, three[0].dst, three[0].dst_shift), (t("2026-03-29T01:00:00Z"), None, true));
+
+        // Berlin, 2026-10-25: 03:00 CEST becomes 02:00 CET at 01:00Z, so
+        // 02:00-03:00 happens twice; 02:30 fires at its first occurrence.
+        let fires = fire_times(&cron("30 2 * * *", "Europe/Berlin"), t("2026-10-24T00:00:00Z"), 3, None);
+        let at: Vec<_> = fires.iter().map(|f| (f.at, f.dst)).collect();
+        assert_eq!(
+            at,
+            [
+                (t("2026-10-24T00:30:00Z"), None),
+                (t("2026-10-25T00:30:00Z"), Some(DstMark::Overlap)),
+                (t("2026-10-26T01:30:00Z"), None),
+            ]
+        );
+        assert_eq!(fires[1].local.as_deref(), Some("2026-10-25T02:30:00.000+02:00"));
+    }
+
+    #[test]
+    fn from_is_inclusive_and_jitter_moves_only_the_delivery() {
+        let s = cron("0 * * * *", "UTC");
+        let from = t("2026-05-01T10:00:00Z");
+        let job_id = Uuid::from_u128(7);
+        let fires = fire_times(&s, from, 2, Some(Jitter { job_id, jitter_ms: 60_000 }));
+        assert_eq!(fires[0].at, from);
+        assert_eq!(fires[1].at, t("2026-05-01T11:00:00Z"));
+        for f in &fires {
+            assert_eq!(f.fires_at, Some(f.at + jitter_offset(job_id, f.at, 60_000)));
+            assert!(f.fires_at.unwrap() - f.at < TimeDelta::minutes(1));
+        }
+        assert!(fire_times(&s, from, 1, Some(Jitter { job_id, jitter_ms: 0 }))[0].fires_at.is_none());
+    }
+}

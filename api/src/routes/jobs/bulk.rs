@@ -1,0 +1,221 @@
+//! `POST /v1/jobs/bulk`: pause, resume, delete or trigger every live job a
+//! label selector matches in the caller's namespaces. Each job goes through
+//! the step of the single-job route (`pause_or_resume`, `delete_job`,
+//! `trigger_job`), so it changes exactly as it would there: the same new
+//! version, the same cancelled ledger rows, the same manual execution. All
+//! the jobs change in one transaction: an error (a resume that would exceed
+//! a quota, a lost connection) changes none of them.
+
+use axum::Json;
+use axum::extract::State;
+use serde_json::Value;
+use uuid::Uuid;
+
+use common::job::cap_field_errors;
+use common::labels::Selector;
+
+use super::{delete_job, pause_or_resume, trigger_job};
+use crate::AppState;
+use crate::auth::{Caller, Role};
+use crate::error::{ApiError, ApiResult};
+use crate::extract::JsonBody;
+use crate::model::{BulkAction, BulkResult};
+use crate::params::{body_object, namespace_name};
+use crate::selector;
+
+/// Most jobs one call changes. A call is one transaction holding a row lock
+/// per job, and must end well within the request timeout (30 s).
+pub const BULK_MAX: usize = 10_000;
+
+struct BulkRequest {
+    action: BulkAction,
+    selector: Selector,
+    namespace: Option<String>,
+}
+
+/// The body, every problem named at once (422).
+fn parse(body: &Value) -> ApiResult<BulkRequest> {
+    use common::job::FieldError;
+    let mut problems = Vec::new();
+    let map = body_object(body, &["action", "selector", "namespace"], &mut problems);
+    let get = |key: &str| map.and_then(|m| m.get(key)).filter(|v| !v.is_null());
+    let names = || BulkAction::ALL.map(BulkAction::as_str).join(", ");
+    let action = match get("action").map(|v| v.as_str()) {
+        None if map.is_some() => {
+            problems.push(FieldError::new("action", format!("is required: one of {}", names())));
+            None
+        }
+        None => None,
+        Some(text) => {
+            let action = text.and_then(|t| BulkAction::ALL.into_iter().find(|a| a.as_str() == t));
+            if action.is_none() {
+                problems.push(FieldError::new("action", format!("must be one of {}", names())));
+            }
+            action
+        }
+    };
+    let selector = match get("selector") {
+        None if map.is_some() => {
+            problems.push(FieldError::new("selector", "is required: a label selector such as team=payments"));
+            None
+        }
+        None => None,
+        Some(Value::String(text)) => match selector::parse("selector", text) {
+            Ok(s) if s.is_empty() => {
+                problems.push(FieldError::new(
+                    "selector",
+                    "must not be empty: an empty selector would match every job; name the labels of the jobs to change",
+                ));
+                None
+            }
+            Ok(s) => Some(s),
+            Err(ApiError::Validation(errors)) => {
+                problems.extend(errors);
+                None
+            }
+            Err(e) => return Err(e),
+        },
+        Some(_) => {
+            problems.push(FieldError::new("selector", "must be a string"));
+            None
+        }
+    };
+    let namespace = match get("namespace") {
+        None => None,
+        Some(Value::String(name)) => match namespace_name(name) {
+            Ok(()) => Some(name.clone()),
+            Err(why) => {
+                problems.push(FieldError::new("namespace", why));
+                None
+            }
+        },
+        Some(_) => {
+            problems.push(FieldError::new("namespace", "must be a string"));
+            None
+        }
+    };
+    match (action, selector) {
+        (Some(action), Some(selector)) if problems.is_empty() => Ok(BulkRequest { action, selector, namespace }),
+        _ => Err(ApiError::Validation(cap_field_errors(problems))),
+    }
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/bulk",
+    tag = "jobs",
+    request_body(content = crate::model::BulkRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The action was applied to every job the selector matched (at most 10,000 per \
+                                      call): how many matched and how many changed", body = crate::model::BulkResult),
+        crate::model::BadRequest,
+        crate::model::Unauthorized,
+        crate::model::Forbidden,
+        (status = 409, description = "A resume would take a namespace over its quota; no job was changed", body = crate::model::Problem, content_type = "application/problem+json"),
+        crate::model::PayloadTooLarge,
+        crate::model::ValidationFailed,
+        crate::model::InternalError,
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn run(
+    State(state): State<AppState>,
+    caller: Caller,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Json<BulkResult>> {
+    caller.require(Role::Write)?;
+    let BulkRequest { action, selector, namespace } = parse(&body)?;
+    let labels = selector::Predicate::new(&selector, 3);
+    let scope = caller.scope.sql();
+    let own: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&scope, &namespace];
+    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = own.into_iter().chain(labels.params()).collect();
+    // A trigger changes no job row: it only reads the version, as the
+    // single-job trigger does.
+    let lock = if action == BulkAction::Trigger { "FOR SHARE" } else { "FOR UPDATE" };
+    let mut client = state.pg.get().await?;
+    let tx = client.transaction().await?;
+    // Every matched job is locked up front, in id order, so two bulk calls
+    // over overlapping jobs wait for each other instead of deadlocking.
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT id, paused FROM jobs
+                 WHERE deleted_at IS NULL
+                   AND ($1::text[] IS NULL OR namespace = ANY($1))
+                   AND ($2::text IS NULL OR namespace = $2)
+                   AND {}
+                 ORDER BY id LIMIT {} {lock}",
+                labels.sql,
+                BULK_MAX + 1
+            ),
+            &params,
+        )
+        .await?;
+    if rows.len() > BULK_MAX {
+        return Err(crate::error::field(
+            "selector",
+            format!(
+                "matches more than {BULK_MAX} jobs, the most one bulk call changes; narrow it (another label, \
+                 a namespace) and make several calls"
+            ),
+        ));
+    }
+    let mut changed = 0u64;
+    let mut messages = Vec::new();
+    for row in &rows {
+        let (id, paused): (Uuid, bool) = (row.get(0), row.get(1));
+        match action {
+            BulkAction::Pause | BulkAction::Resume => {
+                let pause = action == BulkAction::Pause;
+                if paused == pause {
+                    continue;
+                }
+                pause_or_resume(&tx, &caller, id, pause).await?;
+            }
+            BulkAction::Delete => {
+                delete_job(&tx, &caller, id).await?;
+            }
+            BulkAction::Trigger => {
+                let (_, message) = trigger_job(&tx, &caller, id).await?;
+                messages.extend(message);
+            }
+        }
+        changed += 1;
+    }
+    tx.commit().await?;
+    state.publish(&messages).await;
+    let selector = selector.to_string();
+    tracing::info!(action = action.as_str(), %selector, matched = rows.len(), changed, "bulk action");
+    Ok(Json(BulkResult { action, selector, matched: rows.len() as u64, changed }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fields(body: Value) -> Vec<String> {
+        match parse(&body) {
+            Err(ApiError::Validation(errors)) => errors.into_iter().map(|e| e.field).collect(),
+            Err(e) => panic!("{body}: {e:?}"),
+            Ok(_) => panic!("{body} was accepted"),
+        }
+    }
+
+    #[test]
+    fn a_bulk_body_names_each_bad_field_and_refuses_an_empty_selector() {
+        let ok = parse(&json!({ "action": "pause", "selector": "team=payments", "namespace": "team-a" })).unwrap();
+        assert_eq!(
+            (ok.action, ok.selector.to_string(), ok.namespace.as_deref()),
+            (BulkAction::Pause, "team=payments".into(), Some("team-a"))
+        );
+        assert_eq!(fields(json!({ "action": "pause", "selector": "" })), ["selector"]);
+        assert_eq!(fields(json!({ "action": "pause", "selector": "  " })), ["selector"]);
+        assert_eq!(fields(json!({ "action": "pause" })), ["selector"]);
+        assert_eq!(fields(json!({ "action": "stop", "selector": "a=b" })), ["action"]);
+        assert_eq!(fields(json!({ "selector": "a=b,=c" })), ["action", "selector"]);
+        assert_eq!(fields(json!({ "action": "delete", "selector": "a", "label": "x" })), ["label"]);
+        assert_eq!(fields(json!({ "action": "delete", "selector": "a", "namespace": "Bad_Name" })), ["namespace"]);
+        assert_eq!(fields(json!([1])), [""]);
+    }
+}
