@@ -382,7 +382,10 @@ async fn process(
     // The destination's gate before the worker-wide permit: a slot waiting
     // for a busy or broken host holds no permit another host needs.
     let policy = m.retry.unwrap_or(shared.config.retry_defaults);
-    let horizon = destination::wait_horizon(&policy, attempt, m.due_at, shared.config.destinations.breaker.open_max);
+    // A replay's budget counts from its first attempt.
+    let budget_attempt = attempt.saturating_sub(m.retry_from).max(1);
+    let horizon =
+        destination::wait_horizon(&policy, budget_attempt, m.due_at, shared.config.destinations.breaker.open_max);
     let slot: HeldSlot = (m.job_id, m.scheduled_at, attempt as i32);
     let gate = shared
         .deliverers
@@ -432,8 +435,6 @@ async fn process(
             // The follow-up is published (and confirmed) before the outcome
             // is recorded and the message acked: a crash in between
             // redelivers the attempt rather than losing the retry.
-            // A replay's budget counts from its first attempt.
-            let budget_attempt = attempt.saturating_sub(m.retry_from).max(1);
             let status = match retry::next_delay(&policy, budget_attempt, error.retryable()) {
                 Some(delay) => {
                     next_attempt_at = Some(Utc::now() + chrono::TimeDelta::milliseconds(delay as i64));

@@ -35,6 +35,8 @@ struct SinkState {
     fail_first: Arc<Mutex<(usize, u16)>>,
     /// Hold each answer this long (a slow receiver).
     delay: Arc<Mutex<Duration>>,
+    /// (execution id, status) of every answer, in the order they were sent.
+    answers: Arc<Mutex<Vec<(String, u16)>>>,
 }
 
 /// A real HTTP receiver on 127.0.0.1 that records every delivery.
@@ -60,12 +62,17 @@ async fn record(State(s): State<SinkState>, uri: axum::http::Uri, headers: Heade
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    let mut fail = s.fail_first.lock().unwrap();
-    if fail.0 > 0 {
-        fail.0 -= 1;
-        return StatusCode::from_u16(fail.1).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    }
-    StatusCode::OK
+    let status = {
+        let mut fail = s.fail_first.lock().unwrap();
+        if fail.0 > 0 {
+            fail.0 -= 1;
+            StatusCode::from_u16(fail.1).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        } else {
+            StatusCode::OK
+        }
+    };
+    s.answers.lock().unwrap().push((header(&headers, "x-cronshard-execution-id"), status.as_u16()));
+    status
 }
 
 impl Sink {
@@ -104,6 +111,11 @@ impl Sink {
 
     pub fn fail_first(&self, n: usize, status: u16) {
         *self.state.fail_first.lock().unwrap() = (n, status);
+    }
+
+    /// (execution id, status) of every answer sent so far.
+    pub fn answers(&self) -> Vec<(String, u16)> {
+        self.state.answers.lock().unwrap().clone()
     }
 }
 

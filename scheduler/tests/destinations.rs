@@ -1,0 +1,268 @@
+//! Per-destination limits and circuit breakers on the real stack: a
+//! scheduler and a worker process on the real services, two receivers on
+//! loopback (two hosts: their ports differ). One receiver is dead (a slow
+//! 503), the other healthy; then the dead one comes back.
+
+#[path = "support/lib.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde_json::{Value, json};
+
+use common::execution::{format_instant, truncate_ms};
+use common::testing::wait_for;
+use support::{ProcEnv, Sink, Stack, assert_exactly_once, free_addr, http_target};
+
+/// Jobs per group (baseline healthy, healthy beside the dead host, dead).
+const JOBS: usize = 200;
+/// Each group's slots are spread over 10 instants 200 ms apart.
+const INSTANTS: usize = 10;
+const STEP_MS: i64 = 200;
+
+/// The worker's destination settings: small enough that the test sees a
+/// whole outage (open, failed probe, longer cool-down, hand-back) in
+/// seconds. A cool-down past `WORKER_CIRCUIT_HOLD_MS` hands slots back.
+const WORKER_ENV: [(&str, &str); 9] = [
+    ("WORKER_MAX_IN_FLIGHT", "16"),
+    ("WORKER_MAX_PER_HOST", "4"),
+    ("WORKER_CIRCUIT_WINDOW_MS", "10000"),
+    ("WORKER_CIRCUIT_MIN_CALLS", "8"),
+    ("WORKER_CIRCUIT_FAILURE_PERCENT", "50"),
+    ("WORKER_CIRCUIT_OPEN_MS", "2000"),
+    ("WORKER_CIRCUIT_OPEN_MAX_MS", "8000"),
+    ("WORKER_CIRCUIT_PROBES", "1"),
+    ("WORKER_CIRCUIT_HOLD_MS", "3000"),
+];
+const MIN_CALLS: usize = 8;
+const MAX_PER_HOST: usize = 4;
+const OPEN_MS: u64 = 2000;
+
+async fn live_nodes(stack: &Stack) -> Option<usize> {
+    let c: Value = stack.http.get(format!("{}/v1/cluster", stack.api)).send().await.ok()?.json().await.ok()?;
+    c["live_nodes"].as_u64().map(|n| n as usize)
+}
+
+/// `JOBS` one-time jobs on `sink`'s `path`, due from `first` over `INSTANTS`
+/// instants; their ids.
+async fn once_jobs(stack: &Stack, sink: &Sink, path: &str, first: DateTime<Utc>, retry: Option<Value>) -> Vec<String> {
+    let mut ids = Vec::with_capacity(JOBS);
+    for i in 0..JOBS {
+        let at = first + TimeDelta::milliseconds(STEP_MS * (i % INSTANTS) as i64);
+        let mut spec = json!({
+            "name": format!("{path}-{i}"),
+            "schedule": { "kind": "once", "at": format_instant(at) },
+            "target": http_target(&sink.url(path)),
+        });
+        if let Some(retry) = &retry {
+            spec["retry"] = retry.clone();
+        }
+        ids.push(stack.create_job(spec).await["id"].as_str().unwrap().to_owned());
+    }
+    ids
+}
+
+/// Lateness at the receiver (ms) of the first delivery of each slot on `path`.
+fn lateness_ms(sink: &Sink, path: &str) -> Vec<i64> {
+    let mut first: BTreeMap<String, i64> = BTreeMap::new();
+    for r in sink.received_on(path) {
+        let due = DateTime::parse_from_rfc3339(&r.scheduled_at).unwrap().to_utc();
+        first.entry(r.execution_id).or_insert((r.received_at - due).num_milliseconds());
+    }
+    first.into_values().collect()
+}
+
+fn p99(mut v: Vec<i64>) -> i64 {
+    v.sort_unstable();
+    v[((v.len() * 99).div_ceil(100)).saturating_sub(1)]
+}
+
+/// The value of `name{label="value"}` on the worker's `/metrics`.
+async fn metric(http: &reqwest::Client, addr: &str, name: &str, label: &str) -> Option<f64> {
+    let text = http.get(format!("http://{addr}/metrics")).send().await.ok()?.text().await.ok()?;
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// The dead host's rows: (status, attempts, has a `waiting` entry for an open circuit).
+async fn rows(stack: &Stack, ids: &[String]) -> Vec<(String, i32, bool)> {
+    let ids: Vec<uuid::Uuid> = ids.iter().map(|id| id.parse().unwrap()).collect();
+    let client = stack.pg.get().await.unwrap();
+    client
+        .query(
+            "SELECT status, attempts,
+                    history @> '[{\"event\": \"waiting\", \"reason\": \"destination circuit open\"}]'::jsonb
+             FROM scheduled_jobs WHERE job_id = ANY($1)",
+            &[&ids],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
+/// (a) A dead receiver (answering 503 after a second) beside a healthy one
+/// under load: the healthy one's lateness is what it is without the dead
+/// one (its deliveries never queue behind the dead one's: at most
+/// `WORKER_MAX_PER_HOST` of those run at once), the dead one's circuit
+/// opens, its rows say they wait and its slots do not spend attempts
+/// faster than the breaker lets probes through. (b) The receiver comes
+/// back: the circuit half-opens, closes, and every slot is delivered
+/// exactly once, each ledger row final.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_host_waits_on_its_circuit_without_delaying_a_healthy_one_and_every_slot_is_delivered_once_when_it_is_back()
+ {
+    let healthy = Sink::start().await;
+    let dead = Sink::start().await;
+    dead.fail_first(usize::MAX, 503);
+    dead.set_delay(Duration::from_secs(1));
+    let dead_host = format!("host=\"{}\"", dead.addr);
+    let stack = Stack::start("destinations").await;
+    let env = ProcEnv {
+        database_url: stack.db.url.clone(),
+        cluster: stack.cluster.clone(),
+        redis_urls: common::testing::redis_url(),
+    };
+    let metrics_addr = free_addr();
+    let _node = env.scheduler("node-0");
+    let _worker = env
+        .command("cronshard-worker")
+        .env("WORKER_ID", "worker-0")
+        .env("CALLBACK_ALLOW_CIDRS", "127.0.0.0/8")
+        .env("METRICS_ADDR", &metrics_addr)
+        .envs(WORKER_ENV)
+        .spawn()
+        .unwrap();
+    wait_for("1 live node", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 1).then_some(()) }).await;
+
+    // The baseline (healthy alone), then healthy and dead slots due together.
+    let base_at = truncate_ms(Utc::now() + TimeDelta::seconds(12));
+    let mixed_at = base_at + TimeDelta::seconds(5);
+    let baseline = once_jobs(&stack, &healthy, "base", base_at, None).await;
+    let beside = once_jobs(&stack, &healthy, "beside", mixed_at, None).await;
+    // Retries enough that no slot is given up within the test's outage:
+    // the horizon is the retries' span, 1 + 2 + 4 + 8 × 6 = 55 s.
+    let retry = json!({ "max_retries": 9, "base_delay_ms": 1000, "multiplier": 2.0, "max_delay_ms": 8000 });
+    let dead_jobs = once_jobs(&stack, &dead, "dead", mixed_at, Some(retry)).await;
+    assert!(Utc::now() < base_at - TimeDelta::seconds(1), "creating the jobs took too long for the test's timing");
+
+    // (a) The healthy receiver is on time beside the dead one.
+    wait_for("the healthy deliveries", Duration::from_secs(60), || async {
+        (healthy.received_on("beside").len() >= JOBS && healthy.received_on("base").len() >= JOBS).then_some(())
+    })
+    .await;
+    let (alone, beside_dead) = (p99(lateness_ms(&healthy, "base")), p99(lateness_ms(&healthy, "beside")));
+    // Generous: a loaded machine varies, but a healthy slot queued behind
+    // the dead host's one-second answers would be a second late.
+    let bound = (2 * alone).max(alone + 300);
+    eprintln!("healthy lateness p99: {alone} ms alone, {beside_dead} ms beside the dead host");
+    assert!(
+        beside_dead <= bound,
+        "healthy lateness p99 {beside_dead} ms beside the dead host, {alone} ms alone (bound {bound} ms)"
+    );
+
+    // Its circuit opened, and every dead slot says it waits.
+    wait_for("the dead host's circuit to be open", Duration::from_secs(30), || async {
+        let state = metric(&stack.http, &metrics_addr, "cronshard_worker_circuit_state", &dead_host).await?;
+        (state == 2.0).then_some(())
+    })
+    .await;
+    let opens = metric(&stack.http, &metrics_addr, "cronshard_worker_circuit_opens_total", "from=\"closed\"").await;
+    assert_eq!(opens, Some(1.0), "one outage");
+    wait_for("every dead slot's row to say it waits", Duration::from_secs(30), || async {
+        let rows = rows(&stack, &dead_jobs).await;
+        (rows.len() == JOBS && rows.iter().all(|(_, _, waiting)| *waiting)).then_some(())
+    })
+    .await;
+    // Some wait in the broker (the cool-down grew past the hold): `retrying`
+    // with the attempt not counted; explain says why.
+    let client = stack.pg.get().await.unwrap();
+    let dead_ids: Vec<uuid::Uuid> = dead_jobs.iter().map(|id| id.parse().unwrap()).collect();
+    let (job_id, slot): (uuid::Uuid, DateTime<Utc>) =
+        wait_for("a dead slot handed back to wait", Duration::from_secs(30), || async {
+            client
+                .query_opt(
+                    "SELECT job_id, scheduled_at FROM scheduled_jobs
+                     WHERE job_id = ANY($1) AND status = 'retrying' AND history->-1->>'event' = 'waiting' LIMIT 1",
+                    &[&dead_ids],
+                )
+                .await
+                .unwrap()
+                .map(|r| (r.get(0), r.get(1)))
+        })
+        .await;
+    // That took a failed probe (only the second cool-down exceeds the hold).
+    let reopened =
+        metric(&stack.http, &metrics_addr, "cronshard_worker_circuit_opens_total", "from=\"half_open\"").await;
+    assert!(reopened >= Some(1.0), "{reopened:?}");
+    let explained = stack.get(&format!("/v1/jobs/{job_id}/executions/{}", format_instant(slot))).await;
+    let summary = explained["explanation"]["summary"].as_str().unwrap();
+    assert!(summary.contains("destination circuit open"), "{summary}");
+    assert_eq!(explained["explanation"]["verdict"], "retrying");
+    // Attempts: the calls that opened it (and those in flight then), and
+    // one probe per cool-down (2 s, 4 s, then 8 s) — not one per slot.
+    let outage = (Utc::now() - mixed_at).to_std().unwrap();
+    let failed_calls = dead.answers().len();
+    let allowed = MIN_CALLS + MAX_PER_HOST + (outage.as_millis() as usize / OPEN_MS as usize) + 1;
+    eprintln!("{failed_calls} calls to the dead host in {outage:?} for {JOBS} slots");
+    assert!(
+        failed_calls <= allowed,
+        "{failed_calls} calls to the dead host in {outage:?} (the breaker allows {allowed}; {JOBS} slots)"
+    );
+
+    // (b) The receiver is back: a probe closes the circuit, and everything is delivered.
+    dead.set_delay(Duration::ZERO);
+    dead.fail_first(0, 200);
+    wait_for("every dead slot delivered", Duration::from_secs(60), || async {
+        let ok: std::collections::BTreeSet<String> =
+            dead.answers().into_iter().filter(|(_, status)| *status == 200).map(|(id, _)| id).collect();
+        (ok.len() >= JOBS).then_some(())
+    })
+    .await;
+    wait_for("the dead host's circuit to close", Duration::from_secs(10), || async {
+        let state = metric(&stack.http, &metrics_addr, "cronshard_worker_circuit_state", &dead_host).await?;
+        (state == 0.0).then_some(())
+    })
+    .await;
+    let mut all = baseline.clone();
+    all.extend(beside.iter().cloned());
+    all.extend(dead_jobs.iter().cloned());
+    wait_for("every row final", Duration::from_secs(30), || async {
+        let rows = rows(&stack, &all).await;
+        (rows.len() == 3 * JOBS && rows.iter().all(|(status, _, _)| status == "succeeded")).then_some(())
+    })
+    .await;
+    // Exactly once: one 200 per dead slot, one delivery per healthy slot;
+    // the ledger's attempts are the receiver's calls.
+    let mut ok_per_slot: BTreeMap<String, usize> = BTreeMap::new();
+    for (id, status) in dead.answers() {
+        if status == 200 {
+            *ok_per_slot.entry(id).or_default() += 1;
+        }
+    }
+    assert_eq!(ok_per_slot.len(), JOBS);
+    assert!(ok_per_slot.values().all(|n| *n == 1), "a dead slot delivered twice: {ok_per_slot:?}");
+    let attempts: i32 = rows(&stack, &dead_jobs).await.iter().map(|r| r.1).sum();
+    assert_eq!(attempts as usize, dead.answers().len(), "every call to the dead host is an attempt in the ledger");
+    let expected: std::collections::BTreeSet<String> = {
+        let client = stack.pg.get().await.unwrap();
+        let ids: Vec<uuid::Uuid> = baseline.iter().chain(&beside).map(|id| id.parse().unwrap()).collect();
+        client
+            .query("SELECT execution_id FROM scheduled_jobs WHERE job_id = ANY($1)", &[&ids])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    assert_eq!(expected.len(), 2 * JOBS);
+    assert_exactly_once(&healthy.received(), &expected);
+    let waiting =
+        metric(&stack.http, &metrics_addr, "cronshard_worker_destination_waiting", &dead_host).await.unwrap_or(0.0);
+    assert_eq!(waiting, 0.0, "nothing waits once the host is back");
+    stack.stop().await;
+}
