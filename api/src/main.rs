@@ -36,10 +36,11 @@ struct Args {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     http_header_read_timeout_ms: u64,
-    /// Days of ledger history the schedulers keep (set it as for them); the
-    /// explain endpoint tells a slot older than this from a missing one.
-    #[arg(long, env = "LEDGER_RETENTION_DAYS", default_value_t = common::ledger::partitions::Retention::DEFAULT_RETENTION_DAYS)]
-    ledger_retention_days: u32,
+    /// The ledger's retention as the schedulers apply it (set it as for them):
+    /// `migrate` maintains the partitions with it, and the explain endpoint
+    /// tells a slot past it from a missing one.
+    #[command(flatten)]
+    ledger: common::config::LedgerArgs,
     /// Namespaces `migrate` declares, as JSON: [{"name": "team-a", "max_jobs": 100,
     /// "max_fires_per_second": 50}, ...]. Each is created if missing and gets exactly the
     /// quotas given (an absent quota is no limit); namespaces not listed are left alone.
@@ -63,13 +64,13 @@ fn main() -> std::process::ExitCode {
 #[tokio::main]
 async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
+    let retention = args.ledger.retention()?;
     common::telemetry::init(args.log.log_format);
     match args.command.unwrap_or(Command::Serve) {
         Command::Migrate => {
             common::db::migrate(&args.service.database_url).await?;
             let mut client = common::db::connect(&args.service.database_url).await?;
-            let report =
-                common::ledger::partitions::maintain(&mut client, chrono::Utc::now(), Default::default()).await?;
+            let report = common::ledger::partitions::maintain(&mut client, chrono::Utc::now(), retention).await?;
             tracing::info!(created = report.created.len(), "migrations applied; ledger partitions ready");
             let declared = api::tenancy::Declared::parse_list(&args.namespaces)?;
             let pool = common::db::pool(&args.service.database_url, 1)?;
@@ -96,10 +97,7 @@ async fn run() -> anyhow::Result<()> {
                 tokens: Arc::new(tokens),
                 token_cache: Default::default(),
                 publisher: api::AppState::publisher(&args.service.amqp_url, &args.service.cluster_name),
-                retention: common::ledger::partitions::Retention {
-                    retention_days: args.ledger_retention_days,
-                    ..Default::default()
-                },
+                retention,
                 limits: Arc::new(args.limits.limits()?),
             };
             // `/metrics` sits beside the router: the recorder is process-global,

@@ -4,6 +4,8 @@
 
 use clap::{Args, ValueEnum};
 
+use crate::ledger::partitions::Retention;
+
 /// Connection settings every binary needs. The connection strings may carry
 /// passwords, so `--help` never shows the values the environment gives them
 /// (`hide_env_values`), and logs and errors show them only through
@@ -128,6 +130,55 @@ pub struct RetryDefaults {
     pub cron_retry_max_delay_ms: u64,
 }
 
+/// The ledger's retention and partitions ahead: the schedulers apply them
+/// (partition maintenance), `migrate` too, and the API explains with them.
+#[derive(Args, Clone, Debug)]
+pub struct LedgerArgs {
+    /// Days a ledger row that succeeded is kept; its day partition is then
+    /// compacted (those rows removed).
+    #[arg(
+        long,
+        env = "LEDGER_RETENTION_DAYS",
+        default_value_t = Retention::DEFAULT_SUCCEEDED_DAYS,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub ledger_retention_days: u32,
+    /// Days every other ledger row is kept (failed, skipped, missed); its day
+    /// partition is then dropped. At least --ledger-retention-days.
+    #[arg(
+        long,
+        env = "LEDGER_UNSUCCESSFUL_RETENTION_DAYS",
+        default_value_t = Retention::DEFAULT_UNSUCCESSFUL_DAYS,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub ledger_unsuccessful_retention_days: u32,
+    /// Day partitions kept created ahead of today.
+    #[arg(long, env = "LEDGER_PARTITIONS_AHEAD_DAYS", default_value_t = Retention::DEFAULT_AHEAD_DAYS)]
+    pub ledger_partitions_ahead_days: u32,
+}
+
+impl LedgerArgs {
+    /// The retention, or an error naming the flags when the longer one is
+    /// shorter.
+    pub fn retention(&self) -> anyhow::Result<Retention> {
+        let retention = Retention {
+            ahead_days: self.ledger_partitions_ahead_days,
+            succeeded_days: self.ledger_retention_days,
+            unsuccessful_days: self.ledger_unsuccessful_retention_days,
+        };
+        retention.check().map_err(|e| {
+            anyhow::anyhow!(
+                "--ledger-unsuccessful-retention-days (LEDGER_UNSUCCESSFUL_RETENTION_DAYS) is {}, shorter than \
+                 --ledger-retention-days (LEDGER_RETENTION_DAYS) {}: rows that did not succeed must be kept at least as \
+                 long as those that did",
+                e.unsuccessful_days,
+                e.succeeded_days
+            )
+        })?;
+        Ok(retention)
+    }
+}
+
 impl RetryDefaults {
     pub fn policy(&self) -> crate::job::RetryPolicy {
         crate::job::RetryPolicy {
@@ -152,6 +203,8 @@ mod tests {
         log: super::LogArgs,
         #[command(flatten)]
         retry: super::RetryDefaults,
+        #[command(flatten)]
+        ledger: super::LedgerArgs,
         /// A flag a later change might add without hiding it.
         #[arg(long, env = "SOME_API_KEY")]
         key: Option<String>,
@@ -175,5 +228,21 @@ mod tests {
     #[test]
     fn the_shared_connection_strings_are_hidden_and_an_unhidden_secret_is_found() {
         assert_eq!(super::unhidden_secret_env_flags(&Shared::command()), vec!["config --key (SOME_API_KEY)"]);
+    }
+
+    #[test]
+    fn ledger_retention_defaults_and_order() {
+        let defaults = Shared::parse_from(["config"]).ledger.retention().unwrap();
+        assert_eq!(defaults, crate::ledger::partitions::Retention::default());
+        let set =
+            Shared::parse_from(["config", "--ledger-retention-days=30", "--ledger-unsuccessful-retention-days=30"]);
+        let r = set.ledger.retention().unwrap();
+        assert_eq!((r.succeeded_days, r.unsuccessful_days), (30, 30));
+
+        let reversed = Shared::parse_from(["config", "--ledger-unsuccessful-retention-days=40"]);
+        let e = reversed.ledger.retention().unwrap_err().to_string();
+        assert!(e.contains("--ledger-unsuccessful-retention-days (LEDGER_UNSUCCESSFUL_RETENTION_DAYS) is 40"), "{e}");
+        assert!(e.contains("--ledger-retention-days (LEDGER_RETENTION_DAYS) 45"), "{e}");
+        assert!(Shared::try_parse_from(["config", "--ledger-retention-days=0"]).is_err());
     }
 }

@@ -46,3 +46,14 @@ fn a_node_that_cannot_reach_its_services_says_so_without_the_passwords() {
     assert!(!out.trim().is_empty(), "the node said nothing");
     assert!(!out.contains(SECRET), "the output shows the secret:\n{out}");
 }
+
+#[test]
+fn a_longer_retention_of_successes_than_of_failures_stops_the_node_naming_the_flags() {
+    let (status, out) = run(scheduler().env("LEDGER_UNSUCCESSFUL_RETENTION_DAYS", "30"), Duration::from_secs(20));
+    assert!(status.is_some_and(|s| !s.success()), "the node started: {out}");
+    assert!(
+        out.contains("--ledger-unsuccessful-retention-days (LEDGER_UNSUCCESSFUL_RETENTION_DAYS) is 30")
+            && out.contains("--ledger-retention-days (LEDGER_RETENTION_DAYS) 45"),
+        "{out}"
+    );
+}

@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use common::config::{LogArgs, ServiceArgs};
-use common::ledger::partitions::Retention;
+use common::config::{LedgerArgs, LogArgs, ServiceArgs};
 use scheduler::node::{Node, NodeConfig, defaults};
 
 #[derive(Parser, Debug)]
@@ -49,12 +48,8 @@ struct Args {
     /// attempt) counts as stranded and is published again.
     #[arg(long, env = "STRANDED_AFTER_SECS", default_value_t = defaults::STRANDED_AFTER_SECS)]
     stranded_after_secs: u64,
-    /// Days of ledger history kept.
-    #[arg(long, env = "LEDGER_RETENTION_DAYS", default_value_t = Retention::DEFAULT_RETENTION_DAYS)]
-    ledger_retention_days: u32,
-    /// Day partitions kept created ahead of today.
-    #[arg(long, env = "LEDGER_PARTITIONS_AHEAD_DAYS", default_value_t = Retention::DEFAULT_AHEAD_DAYS)]
-    ledger_partitions_ahead_days: u32,
+    #[command(flatten)]
+    ledger: LedgerArgs,
 }
 
 fn main() -> std::process::ExitCode {
@@ -65,6 +60,8 @@ fn main() -> std::process::ExitCode {
 #[tokio::main]
 async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
+    // Before anything connects: a bad retention stops the node at once.
+    let retention = args.ledger.retention()?;
     common::telemetry::init(args.log.log_format);
     common::metrics::install_exporter(args.metrics_addr)?;
     let node_id = args.node_id.clone().unwrap_or_else(|| common::config::host_name("cronshard-scheduler"));
@@ -82,8 +79,7 @@ async fn run() -> anyhow::Result<()> {
     config.misfire_lookback = Duration::from_secs(args.misfire_lookback_secs);
     config.catchup_rate = args.catchup_rate.max(1);
     config.stranded_after = Duration::from_secs(args.stranded_after_secs.max(1));
-    config.retention =
-        Retention { ahead_days: args.ledger_partitions_ahead_days, retention_days: args.ledger_retention_days };
+    config.retention = retention;
     let node = Node {
         config,
         pg: common::db::pool_with_settings(
