@@ -21,7 +21,8 @@ pub struct Jitter {
 }
 
 /// Up to `count` fire times at or after `from` (a fire exactly at `from`
-/// included).
+/// included). Instants after the year 9999 have no RFC 3339 form: the list
+/// ends before them.
 pub fn fire_times(
     schedule: &CompiledSchedule,
     from: DateTime<Utc>,
@@ -33,6 +34,12 @@ pub fn fire_times(
         Recurrence::Cron(cron) => Some((cron, wall_clock(cron))),
         _ => None,
     };
+    let last = DateTime::<Utc>::from_naive_utc_and_offset(
+        chrono::NaiveDate::from_ymd_opt(9999, 12, 31)
+            .and_then(|d| d.and_hms_milli_opt(23, 59, 59, 999))
+            .unwrap_or_default(),
+        Utc,
+    );
     schedule
         .upcoming(after, count)
         .into_iter()
@@ -46,6 +53,7 @@ pub fn fire_times(
             }
             fire
         })
+        .take_while(|fire| fire.fires_at.unwrap_or(fire.at) <= last)
         .collect()
 }
 
@@ -145,5 +153,16 @@ mod tests {
             assert!(f.fires_at.unwrap() - f.at < TimeDelta::minutes(1));
         }
         assert!(fire_times(&s, from, 1, Some(Jitter { job_id, jitter_ms: 0 }))[0].fires_at.is_none());
+        // The year 10000 has no RFC 3339 form.
+        let hourly = CompiledSchedule {
+            recurrence: Recurrence::Interval { every_ms: 3_600_000, anchor: DateTime::UNIX_EPOCH },
+            start_at: None,
+            end_at: None,
+        };
+        let end = fire_times(&hourly, t("9999-12-31T22:00:00Z"), 5, None);
+        assert_eq!(
+            end.iter().map(|f| f.at).collect::<Vec<_>>(),
+            [t("9999-12-31T22:00:00Z"), t("9999-12-31T23:00:00Z")]
+        );
     }
 }

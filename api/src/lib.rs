@@ -93,7 +93,7 @@ impl AppState {
 pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/jobs", post(routes::jobs::create).get(routes::jobs::list))
-        .route("/jobs/bulk", post(routes::jobs::bulk::run))
+        .route("/jobs/bulk", post(routes::jobs::bulk::bulk))
         .route(
             "/jobs/{id}",
             get(routes::jobs::get)

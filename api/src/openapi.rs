@@ -78,7 +78,7 @@ impl Modify for Tweaks {
         crate::routes::jobs::resume,
         crate::routes::jobs::next,
         crate::routes::jobs::trigger,
-        crate::routes::jobs::bulk::run,
+        crate::routes::jobs::bulk::bulk,
         crate::routes::schedules::preview,
         crate::routes::executions::of_job,
         crate::routes::explain::explain,

@@ -118,7 +118,7 @@ fn parse(body: &Value) -> ApiResult<BulkRequest> {
     ),
     security(("bearer" = [])),
 )]
-pub async fn run(
+pub async fn bulk(
     State(state): State<AppState>,
     caller: Caller,
     JsonBody(body): JsonBody,
