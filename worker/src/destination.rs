@@ -333,6 +333,7 @@ impl Destinations {
         let hold_until = Instant::now() + HOLD_LIMIT;
         let queued_since = Utc::now();
         let mut noted: Option<DateTime<Utc>> = None;
+        let mut probes_out_since: Option<Instant> = None;
         loop {
             // Registered before the state is read: a change in between still wakes us.
             let changed = host.changed.notified();
@@ -394,8 +395,15 @@ impl Destinations {
                     drop(permit);
                     due = None;
                     let waiting = circuit_waiting(host.lock().outage_since);
-                    if Instant::now() >= hold_until {
-                        return Gate::Release { delay: Duration::from_secs(1), waiting };
+                    if Utc::now() >= horizon {
+                        return Gate::GiveUp(waiting);
+                    }
+                    // A probe may take its whole timeout (minutes): past the
+                    // hold, wait in the broker as for an open circuit.
+                    let until =
+                        (*probes_out_since.get_or_insert_with(Instant::now) + self.config.hold_max).min(hold_until);
+                    if Instant::now() >= until {
+                        return Gate::Release { delay: release_delay(self.config.hold_max), waiting };
                     }
                     if noted != Some(waiting.since) {
                         noted = Some(waiting.since);
@@ -403,7 +411,7 @@ impl Destinations {
                     }
                     tokio::select! {
                         _ = token.cancelled() => return Gate::Stopping,
-                        _ = tokio::time::sleep_until(hold_until) => {}
+                        _ = tokio::time::sleep_until(until) => {}
                         _ = changed => {}
                     }
                 }
@@ -709,6 +717,29 @@ mod tests {
         go(pass(&d, &dead, &backlog, &notes).await).record(Call::Healthy);
         assert_eq!(d.state_of("dead.example:8080"), CircuitState::Closed);
         go(pass(&d, &dead, &backlog, &notes).await).record(Call::Healthy);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slot_waiting_on_a_slow_probe_is_handed_back_after_the_hold() {
+        let d = Destinations::new(config(8));
+        let backlog = Arc::new(DueBacklog::new(100));
+        let notes = Mutex::new(Vec::new());
+        let dead = http("http://dead.example/");
+        for _ in 0..4 {
+            go(pass(&d, &dead, &backlog, &notes).await).record(Call::Unhealthy);
+        }
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let _probe = go(pass(&d, &dead, &backlog, &notes).await);
+        let started = Instant::now();
+        match pass(&d, &dead, &backlog, &notes).await {
+            Gate::Release { delay, waiting } => {
+                assert_eq!(started.elapsed(), Duration::from_secs(3), "held for the hold");
+                assert_eq!(delay, Duration::from_secs(2));
+                assert_eq!(waiting.reason, WaitReason::CircuitOpen);
+            }
+            _ => panic!("expected Release"),
+        }
+        assert_eq!(notes.lock().unwrap().len(), 1);
     }
 
     #[tokio::test(start_paused = true)]
