@@ -4,7 +4,7 @@
 #   ./deploy/helm-check.sh            lint + render 5 value sets (helm/cronshard/ci/*.yaml and
 #                                     --set scheduler.replicas=5), validate every rendered manifest
 #                                     with kubernetes-validate --strict (Kubernetes 1.30 and 1.37),
-#                                     assert the chart's contracts, and check that 13 broken value
+#                                     assert the chart's contracts, and check that 14 broken value
 #                                     sets are refused with a clear message
 #   ./deploy/helm-check.sh render [-f FILE]... [--set A=B]... [--name N] OUTDIR
 #                                     render one value set into OUTDIR, one file per object

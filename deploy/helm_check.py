@@ -70,6 +70,8 @@ BAD = [
       "worker.autoscaling.maxReplicas=2"], "minReplicas"),
     ("namespace named like no label", ["default-values.yaml"], ["namespaces[0].name=Team_A"],
      "namespaces"),
+    ("failures kept shorter than successes", ["default-values.yaml"],
+     ["config.ledgerUnsuccessfulRetentionDays=30"], "config.ledgerUnsuccessfulRetentionDays (30) must be at least"),
 ]
 
 # kubernetes-validate has no schema for the Prometheus Operator CRD: check the fields the
@@ -267,6 +269,12 @@ def assert_contracts(name: str, values: dict[str, Any], docs: list[tuple[Path, d
     if (values.get("migrations") or {}).get("enabled", True):
         need(len(jobs) == 1 and jobs[0]["metadata"]["annotations"]["helm.sh/hook"]
              == "pre-install,pre-upgrade", "migrations run as a pre-install,pre-upgrade hook Job")
+        # migrate maintains the ledger partitions: with the schedulers' retention, never the defaults.
+        migrate_env = env_of(jobs[0]["spec"]["template"]["spec"]["containers"][0])
+        scheduler_env = env_of(by_kind(docs, "StatefulSet", "-scheduler")[0]["spec"]["template"]["spec"]["containers"][0])
+        for name in ("LEDGER_RETENTION_DAYS", "LEDGER_UNSUCCESSFUL_RETENTION_DAYS", "LEDGER_PARTITIONS_AHEAD_DAYS"):
+            need(name in scheduler_env and migrate_env.get(name) == scheduler_env[name] == api_env.get(name),
+                 f"the migrate Job, the API and the schedulers get the same {name}")
     secrets = by_kind(docs, "Secret")
     if values.get("existingSecret"):
         need(not secrets, "no Secret rendered with existingSecret")

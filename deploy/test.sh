@@ -10,7 +10,7 @@
 # the next run — `deploy/scripts/services.sh stop-started` stops them), then runs,
 # stopping at the first failure:
 #   0. deploy/helm-check.sh              (the Helm chart, offline: lint, render 5 value sets,
-#                                         kubernetes-validate --strict, 13 broken value sets
+#                                         kubernetes-validate --strict, 14 broken value sets
 #                                         refused; SKIP_HELM=1 skips it)
 #   1. cargo fmt --all -- --check        (checks only, rewrites nothing)
 #   2. cargo clippy --workspace --all-targets -- -D warnings

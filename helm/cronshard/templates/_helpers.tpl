@@ -97,6 +97,9 @@ every template that needs the settings, so `helm template` and `helm install` st
 {{- if and $v.api.ingress.enabled (not $v.api.ingress.hosts) }}
 {{- fail "cronshard: api.ingress.enabled is true but api.ingress.hosts is empty" }}
 {{- end }}
+{{- if lt (int $v.config.ledgerUnsuccessfulRetentionDays) (int $v.config.ledgerRetentionDays) }}
+{{- fail (printf "cronshard: config.ledgerUnsuccessfulRetentionDays (%d) must be at least config.ledgerRetentionDays (%d): rows that did not succeed are kept at least as long as those that did" (int $v.config.ledgerUnsuccessfulRetentionDays) (int $v.config.ledgerRetentionDays)) }}
+{{- end }}
 {{- end }}
 
 {{/* Environment every binary gets: the ConfigMap plus the connection settings from the Secret.
