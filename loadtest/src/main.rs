@@ -16,6 +16,8 @@
 //! - `churn`: jobs changed, paused, resumed, deleted, triggered and replayed
 //!   near their slots while schedulers die; every slot judged against a model.
 //! - `ceiling`: the broker's publish-with-confirms + consume rate, no scheduler.
+//! - `destinations`: a healthy receiver's lateness alone and beside a dead
+//!   one (per-host limit and circuit breaker).
 //! - `report`: renders result files into `docs/benchmarks.md`.
 //!
 //! The scenarios share one [`stack::Stack`] (the processes they start), one
@@ -28,6 +30,7 @@ mod benchdb;
 mod ceiling;
 mod churn;
 mod deliver;
+mod destinations;
 mod doc;
 mod herd;
 mod measure;
@@ -75,6 +78,8 @@ enum Command {
     Churn(churn::ChurnArgs),
     /// Broker ceiling: fire messages published with confirms and consumed, no scheduler.
     Ceiling(ceiling::CeilingCmd),
+    /// A healthy receiver's lateness alone, then beside a dead one (per-host limit, circuit breaker).
+    Destinations(destinations::DestinationsArgs),
     /// Render result files into the generated section of docs/benchmarks.md.
     Report(doc::DocArgs),
 }
@@ -93,6 +98,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Recovery(args) => recovery::run(args).await,
         Command::Ceiling(args) => ceiling::run(args).await,
         Command::Churn(args) => churn::run(args).await,
+        Command::Destinations(args) => destinations::run(args).await,
         Command::Report(args) => doc::run(args),
     }
 }

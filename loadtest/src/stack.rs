@@ -69,6 +69,15 @@ pub struct StackArgs {
     /// the ledger of a run that went wrong.
     #[arg(long)]
     pub keep_db: bool,
+    /// More environment for every worker, `NAME=VALUE` (repeatable), e.g.
+    /// `WORKER_MAX_PER_HOST=8`.
+    #[arg(long = "worker-env", value_parser = parse_env_pair)]
+    pub worker_env: Vec<(String, String)>,
+}
+
+fn parse_env_pair(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("{s:?} is not NAME=VALUE"))?;
+    Ok((k.to_owned(), v.to_owned()))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,15 +172,13 @@ impl Stack {
             stack.add_scheduler()?;
         }
         for i in 0..args.workers {
-            stack.spawn(
-                Role::Worker,
-                format!("worker-{i}"),
-                vec![
-                    ("CALLBACK_ALLOW_CIDRS", "127.0.0.0/8".into()),
-                    ("WORKER_PREFETCH", args.worker_prefetch.min(65_535).to_string()),
-                    ("WORKER_MAX_IN_FLIGHT", args.worker_max_in_flight.to_string()),
-                ],
-            )?;
+            let mut env = vec![
+                ("CALLBACK_ALLOW_CIDRS", "127.0.0.0/8".into()),
+                ("WORKER_PREFETCH", args.worker_prefetch.min(65_535).to_string()),
+                ("WORKER_MAX_IN_FLIGHT", args.worker_max_in_flight.to_string()),
+            ];
+            env.extend(args.worker_env.iter().map(|(k, v)| (k.as_str(), v.clone())));
+            stack.spawn(Role::Worker, format!("worker-{i}"), env)?;
         }
         let deadline = Instant::now() + Duration::from_secs(30);
         while stack.http.get(format!("{}/readyz", stack.api)).send().await.map(|r| r.status() != 200).unwrap_or(true) {
@@ -353,6 +360,21 @@ impl Stack {
         let client = common::db::connect(&db.url).await?;
         let rows =
             client.query("SELECT status, count(*) FROM scheduled_jobs GROUP BY status ORDER BY status", &[]).await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    /// Ledger rows whose history says they waited for their destination
+    /// (`waiting` entries), by status.
+    pub async fn waiting_by_status(&self) -> anyhow::Result<Vec<(String, i64)>> {
+        let db = self.db.as_ref().context("the stack is shut down")?;
+        let client = common::db::connect(&db.url).await?;
+        let rows = client
+            .query(
+                "SELECT status, count(*) FROM scheduled_jobs
+                 WHERE history @> '[{\"event\": \"waiting\"}]'::jsonb GROUP BY status ORDER BY status",
+                &[],
+            )
+            .await?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
