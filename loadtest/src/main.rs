@@ -18,6 +18,8 @@
 //! - `ceiling`: the broker's publish-with-confirms + consume rate, no scheduler.
 //! - `destinations`: a healthy receiver's lateness alone and beside a dead
 //!   one (per-host limit and circuit breaker).
+//! - `retention`: removing a day partition's rows that succeeded, by
+//!   compaction against a plain `DELETE` (time, WAL, blocks, size), no stack.
 //! - `report`: renders result files into `docs/benchmarks.md`.
 //!
 //! The scenarios share one [`stack::Stack`] (the processes they start), one
@@ -40,6 +42,7 @@ mod rebalance;
 mod receiver;
 mod recovery;
 mod report;
+mod retention;
 mod sink;
 mod stack;
 mod startup;
@@ -78,6 +81,8 @@ enum Command {
     Churn(churn::ChurnArgs),
     /// Broker ceiling: fire messages published with confirms and consumed, no scheduler.
     Ceiling(ceiling::CeilingCmd),
+    /// Ledger retention: compaction of a day partition against a plain DELETE.
+    Retention(retention::RetentionArgs),
     /// A healthy receiver's lateness alone, then beside a dead one (per-host limit, circuit breaker).
     Destinations(destinations::DestinationsArgs),
     /// Render result files into the generated section of docs/benchmarks.md.
@@ -98,6 +103,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Recovery(args) => recovery::run(args).await,
         Command::Ceiling(args) => ceiling::run(args).await,
         Command::Churn(args) => churn::run(args).await,
+        Command::Retention(args) => retention::run(args).await,
         Command::Destinations(args) => destinations::run(args).await,
         Command::Report(args) => doc::run(args),
     }
