@@ -353,7 +353,7 @@ async fn bulk_pause_resume_and_delete_change_each_matched_job_as_the_single_job_
     for id in matched.iter().chain([&already_paused]) {
         assert_problem(&app.get(&format!("/v1/jobs/{id}")).await, 404);
     }
-    assert_eq!(list_all(&app, None, "selector=team%3Dpayments").await, [batch.clone()]);
+    assert_eq!(list_all(&app, None, "selector=team%3Dpayments").await, [batch]);
     // Nothing left to match: a bulk call that matches nothing is not an error.
     let r = bulk(&app, None, json!({ "action": "delete", "selector": "tier=web" })).await;
     assert_eq!(r.json(), json!({ "action": "delete", "selector": "tier=web", "matched": 0, "changed": 0 }));

@@ -153,7 +153,7 @@ async fn unknown_routes_are_404_problems() {
 async fn a_wrong_method_is_a_405_problem() {
     let app = TestApp::start("405").await;
     let id = app.create_id(&example_job()).await;
-    let r = app.send(app.http.patch(app.url(&format!("/v1/jobs/{id}"))).json(&example_job())).await;
+    let r = app.send(app.http.post(app.url(&format!("/v1/jobs/{id}"))).json(&example_job())).await;
     assert_problem(&r, 405);
     assert!(r.header("allow").is_some(), "405 without Allow");
 }
@@ -183,7 +183,10 @@ async fn the_openapi_document_and_swagger_ui_are_open_and_cover_every_route() {
         ("get", "/v1/jobs"),
         ("get", "/v1/jobs/{id}"),
         ("put", "/v1/jobs/{id}"),
+        ("patch", "/v1/jobs/{id}"),
         ("delete", "/v1/jobs/{id}"),
+        ("post", "/v1/jobs/bulk"),
+        ("post", "/v1/schedules/preview"),
         ("post", "/v1/jobs/{id}/pause"),
         ("post", "/v1/jobs/{id}/resume"),
         ("get", "/v1/jobs/{id}/next"),
@@ -194,6 +197,10 @@ async fn the_openapi_document_and_swagger_ui_are_open_and_cover_every_route() {
         ("post", "/v1/executions/replay"),
         ("post", "/v1/executions/{job_id}/{scheduled_at}/replay"),
         ("get", "/v1/cluster"),
+        ("get", "/v1/calendars"),
+        ("get", "/v1/calendars/{name}"),
+        ("put", "/v1/calendars/{name}"),
+        ("delete", "/v1/calendars/{name}"),
         ("post", "/v1/namespaces"),
         ("get", "/v1/namespaces"),
         ("get", "/v1/namespaces/{name}"),
@@ -452,7 +459,7 @@ async fn unknown_query_parameters_are_refused_naming_them() {
         "/v1/jobs?label=team%3Dpayments".to_owned(),
         format!("/v1/jobs/{job}/executions?statuss=failed"),
         "/v1/executions?job=1".to_owned(),
-        format!("/v1/jobs/{job}/next?from=2026-01-01T00:00:00Z"),
+        format!("/v1/jobs/{job}/next?since=2026-01-01T00:00:00Z"),
     ] {
         let r = app.get(&path).await;
         assert_problem(&r, 400);
