@@ -386,21 +386,47 @@ async fn bulk_trigger_fires_each_matched_job_once() {
 }
 
 #[tokio::test]
-async fn a_bulk_action_over_ten_thousand_jobs_is_refused_and_changes_nothing() {
+async fn a_bulk_action_over_five_thousand_jobs_is_refused_and_changes_nothing() {
     let app = TestApp::start("labels-cap").await;
     let first = app.create_id(&job("seen", &labels(&[("fleet", "big")]))).await;
-    // 10,000 more of the same definition, written directly: the API would
+    // 5,000 more of the same definition, written directly: the API would
     // take minutes to create them on this machine.
     app.sql()
         .await
         .execute(
-            "INSERT INTO jobs (id, name, spec) SELECT gen_random_uuid(), name, spec FROM jobs, generate_series(1, 10000)",
+            "INSERT INTO jobs (id, name, spec) SELECT gen_random_uuid(), name, spec FROM jobs, generate_series(1, 5000)",
             &[],
         )
         .await
         .unwrap();
     let r = bulk(&app, None, json!({ "action": "pause", "selector": "fleet=big" })).await;
     assert_invalid(&r, &["selector"]);
-    assert!(r.text.contains("10000"), "{}", r.text);
+    assert!(r.text.contains("5000"), "{}", r.text);
     assert_eq!(app.job(&first).await["paused"], json!(false));
+}
+
+#[tokio::test]
+async fn a_bulk_resume_over_a_quota_changes_no_job() {
+    let app = TestApp::start("labels-quota").await;
+    let r = app.post_json("/v1/namespaces", &json!({ "name": "metered", "max_fires_per_second": 1.0 })).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    // Three paused jobs firing every 2 s: any two fit the quota, three do not.
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let mut body = job(&format!("m{i}"), &labels(&[("meter", "yes")]));
+        body["schedule"] = json!({ "kind": "interval", "every_ms": 2000 });
+        body["paused"] = json!(true);
+        body["namespace"] = json!("metered");
+        ids.push(app.create_id(&body).await);
+    }
+    let r = bulk(&app, None, json!({ "action": "resume", "selector": "meter=yes" })).await;
+    assert_problem(&r, 409);
+    for id in &ids {
+        let job = app.job(id).await;
+        assert_eq!((job["paused"].clone(), job["version"].clone()), (json!(true), json!(1)), "{job}");
+    }
+    // Within the quota, the same call resumes them.
+    assert_eq!(app.delete(&format!("/v1/jobs/{}", ids[2])).await.status, 204);
+    let r = bulk(&app, None, json!({ "action": "resume", "selector": "meter=yes" })).await;
+    assert_eq!((r.status, r.json()["changed"].clone()), (200, json!(2)), "{}", r.text);
 }
