@@ -240,27 +240,6 @@ impl Declared {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn declared_namespaces_are_read_strictly() {
-        let list = Declared::parse_list(r#"[{"name": "team-a", "max_jobs": 100}, {"name": "b"}]"#).unwrap();
-        let quotas = Quotas { max_jobs: Some(100), max_fires_per_second: None };
-        assert_eq!((list[0].name.as_str(), list[0].quotas()), ("team-a", quotas));
-        assert_eq!(list[1].quotas(), Quotas::default());
-        for bad in [
-            r#"{"name": "a"}"#,
-            r#"[{"name": "A"}]"#,
-            r#"[{"name": "a", "max_job": 1}]"#,
-            r#"[{"name": "a", "max_jobs": -1}]"#,
-        ] {
-            assert!(Declared::parse_list(bad).is_err(), "{bad}");
-        }
-    }
-}
-
 /// In a job write's transaction: every calendar the job names exists in
 /// its namespace (locked until the write commits, so a delete cannot slip
 /// in between); otherwise a 422 naming each missing one.
@@ -286,4 +265,25 @@ pub async fn check_references(
             })
             .collect(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn declared_namespaces_are_read_strictly() {
+        let list = Declared::parse_list(r#"[{"name": "team-a", "max_jobs": 100}, {"name": "b"}]"#).unwrap();
+        let quotas = Quotas { max_jobs: Some(100), max_fires_per_second: None };
+        assert_eq!((list[0].name.as_str(), list[0].quotas()), ("team-a", quotas));
+        assert_eq!(list[1].quotas(), Quotas::default());
+        for bad in [
+            r#"{"name": "a"}"#,
+            r#"[{"name": "A"}]"#,
+            r#"[{"name": "a", "max_job": 1}]"#,
+            r#"[{"name": "a", "max_jobs": -1}]"#,
+        ] {
+            assert!(Declared::parse_list(bad).is_err(), "{bad}");
+        }
+    }
 }
