@@ -34,8 +34,9 @@ async fn partitions(client: &tokio_postgres::Client) -> Vec<String> {
 async fn work_tables(client: &tokio_postgres::Client) -> Vec<String> {
     client
         .query(
-            "SELECT relname::text FROM pg_class WHERE relname LIKE 'scheduled\\_jobs\\_%\\_compact'
-                OR relname LIKE 'scheduled\\_jobs\\_%\\_changes' ORDER BY 1",
+            "SELECT relname::text FROM pg_class WHERE relkind = 'r' AND (relname LIKE 'scheduled\\_jobs\\_%\\_compact'
+                OR relname LIKE 'scheduled\\_jobs\\_%\\_changes' OR relname LIKE 'scheduled\\_jobs\\_%\\_replaced')
+             ORDER BY 1",
             &[],
         )
         .await
@@ -404,6 +405,34 @@ async fn a_compaction_stopped_between_steps_loses_and_duplicates_nothing() {
     assert_eq!(ledger(&client).await[&k(Status::Failed, 0)].0, Status::Succeeded);
 }
 
+/// Stopped after the swap, before the replaced table is dropped: the ledger
+/// is compacted, and the next run drops the leftover.
+#[tokio::test]
+async fn a_replaced_partition_left_by_a_crash_is_dropped_by_the_next_run() {
+    let db = TestDb::new().await.unwrap();
+    let mut client = common::db::connect(&db.url).await.unwrap();
+    let today = NaiveDate::from_ymd_opt(2026, 11, 22).unwrap();
+    let day = today - Days::new(60);
+    partitions_around(&mut client, day).await;
+    partitions_around(&mut client, today).await;
+    for (i, status) in Status::ALL.into_iter().enumerate() {
+        insert(&client, at(day, i as u32), status).await;
+    }
+    let before = ledger(&client).await;
+    let done = compact_interrupted(&mut client, day, CompactionStep::Swap).await.unwrap().unwrap();
+    assert_eq!(done.kept_rows, 6);
+    assert_eq!(ledger(&client).await, expected_after(&before, today));
+    assert_eq!(work_tables(&client).await, vec![format!("{}_replaced", partition_name(day))]);
+    drop(client);
+
+    let mut client = common::db::connect(&db.url).await.unwrap();
+    let report = maintain(&mut client, noon(today), Retention::default()).await.unwrap();
+    assert!(!report.compacted.iter().any(|c| c.partition == partition_name(day)), "{report:?}");
+    assert!(report.failed.is_empty(), "{report:?}");
+    assert_eq!(work_tables(&client).await, Vec::<String>::new());
+    assert_eq!(ledger(&client).await, expected_after(&before, today));
+}
+
 /// The swap waits for no long reader: it gives up after its lock timeout,
 /// the ledger is as it was, and the next run completes it.
 #[tokio::test]
@@ -598,9 +627,10 @@ async fn random_histories_match_the_model() {
             .collect();
         if !eligible.is_empty() {
             let day = eligible[rng.below(eligible.len() as u64) as usize];
-            let step = [CompactionStep::Track, CompactionStep::Copy][rng.below(2) as usize];
+            let step = [CompactionStep::Track, CompactionStep::Copy, CompactionStep::Swap][rng.below(3) as usize];
             if compact_interrupted(&mut client, day, step).await.unwrap().is_some() {
-                // Nothing had succeeded there: marked compacted at once.
+                // Swapped (or only marked: nothing had succeeded there).
+                model.rows.retain(|(_, at), (status, _)| at.date_naive() != day || *status != Status::Succeeded);
                 model.partitions.insert(day, true);
             }
             let count = 1 + rng.below(30);

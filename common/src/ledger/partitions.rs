@@ -17,9 +17,10 @@
 //!
 //! Compaction never deletes row by row in the partition (which would leave
 //! it as large as before, to be vacuumed). It copies the rows to keep into a
-//! new table and swaps that table in, in three steps, each one transaction,
-//! so that a crash between two steps leaves the old partition attached and
-//! complete and the next run resumes where it stopped:
+//! new table and swaps that table in, in steps, each one transaction, so
+//! that a crash between two steps leaves the ledger complete (the old
+//! partition attached until the swap) and the next run resumes where it
+//! stopped:
 //!
 //! 1. **track**: a trigger on the partition records in `<partition>_changes`
 //!    the key of every row written from then on;
@@ -29,8 +30,11 @@
 //! 3. **swap** (short, under `ACCESS EXCLUSIVE` on the ledger): detach the
 //!    partition, copy again the rows written since step 1 (their keys are in
 //!    `_changes`), attach the copy under the same range (its indexes attach
-//!    to the parent's), drop the old table, give the copy and its indexes the
-//!    old names, mark it compacted.
+//!    to the parent's), give the copy and its indexes the old names (the old
+//!    table becomes `<partition>_replaced`), mark it compacted;
+//! 4. **drop** `<partition>_replaced`: outside the swap, since removing a
+//!    large table's files at commit takes a while (a run that finds it left
+//!    drops it).
 //!
 //! Every run holds one session advisory lock, so every scheduler node runs
 //! maintenance on a timer (the others skip while one works) and `migrate`
@@ -53,6 +57,8 @@ const PREFIX: &str = "scheduled_jobs_";
 const COPY_SUFFIX: &str = "_compact";
 /// Suffix of the table of keys written during a compaction (step 1).
 const CHANGES_SUFFIX: &str = "_changes";
+/// Suffix of the replaced partition, dropped after the swap (step 4).
+const REPLACED_SUFFIX: &str = "_replaced";
 /// The table comment that marks a compacted day partition.
 const COMPACTED_MARK: &str = "cronshard: compacted, rows that succeeded removed";
 /// The trigger of step 1 and its function (created by maintenance itself,
@@ -171,6 +177,7 @@ pub enum CompactionStep {
     Track,
     Copy,
     Swap,
+    Drop,
 }
 
 pub fn partition_name(day: NaiveDate) -> String {
@@ -184,7 +191,7 @@ fn day_of_partition(name: &str) -> Option<NaiveDate> {
 
 /// The day of a compaction's work table (`..._compact`, `..._changes`).
 fn day_of_work_table(name: &str) -> Option<NaiveDate> {
-    let partition = name.strip_suffix(COPY_SUFFIX).or_else(|| name.strip_suffix(CHANGES_SUFFIX))?;
+    let partition = [COPY_SUFFIX, CHANGES_SUFFIX, REPLACED_SUFFIX].iter().find_map(|s| name.strip_suffix(s))?;
     day_of_partition(partition)
 }
 
@@ -232,7 +239,7 @@ pub async fn maintain(
 /// when the day has no partition, it is compacted already, or another
 /// session holds the maintenance lock.
 pub async fn compact(client: &mut tokio_postgres::Client, day: NaiveDate) -> anyhow::Result<Option<Compaction>> {
-    compact_until(client, day, CompactionStep::Swap).await
+    compact_until(client, day, CompactionStep::Drop).await
 }
 
 /// [`compact`] stopped after `last`, as a crash between two steps would
@@ -350,7 +357,7 @@ async fn maintain_locked(
                 Err(e) => report.failed.push(format!("{name}: {e:#}")),
             }
         } else if day < oldest_succeeded && !compacted {
-            match compact_locked(client, day, CompactionStep::Swap).await {
+            match compact_locked(client, day, CompactionStep::Drop).await {
                 Ok(done) => report.compacted.extend(done),
                 Err(e) => report.failed.push(format!("{name}: {e:#}")),
             }
@@ -501,10 +508,13 @@ async fn drop_partition(client: &mut tokio_postgres::Client, day: NaiveDate) -> 
             &[],
         )
         .await?;
-    tx.batch_execute(&format!("DROP TABLE {name}; DROP TABLE IF EXISTS {name}{COPY_SUFFIX}, {name}{CHANGES_SUFFIX}"))
-        .await?;
+    tx.batch_execute(&format!("DROP TABLE {name}; {}", drop_work_tables(&name))).await?;
     tx.commit().await?;
     Ok(kept)
+}
+
+fn drop_work_tables(name: &str) -> String {
+    format!("DROP TABLE IF EXISTS {name}{COPY_SUFFIX}, {name}{CHANGES_SUFFIX}, {name}{REPLACED_SUFFIX};")
 }
 
 /// Removes a compaction's work tables and trigger; the partition stays as
@@ -517,7 +527,7 @@ async fn abandon_compaction(client: &mut tokio_postgres::Client, day: NaiveDate)
     if exists {
         tx.batch_execute(&format!("DROP TRIGGER IF EXISTS {TRACK_TRIGGER} ON {name}")).await?;
     }
-    tx.batch_execute(&format!("DROP TABLE IF EXISTS {name}{COPY_SUFFIX}, {name}{CHANGES_SUFFIX}")).await?;
+    tx.batch_execute(&drop_work_tables(&name)).await?;
     tx.commit().await?;
     Ok(())
 }
@@ -582,6 +592,12 @@ async fn compact_locked(
         }
     }
     let (kept_rows, swap) = swap(client, day, &name, &copy, &changes).await?;
+    if last == CompactionStep::Drop {
+        // Outside the swap: removing a large table's files at its commit
+        // takes a while the ledger need not wait for. Left undone, the next
+        // run drops it.
+        client.batch_execute(&format!("DROP TABLE IF EXISTS {name}{REPLACED_SUFFIX}")).await?;
+    }
     // Statistics for the planner now, not when autovacuum gets to it (outside
     // the swap: it only reads).
     client.batch_execute(&format!("ANALYZE {name}")).await?;
@@ -693,7 +709,8 @@ async fn swap(
            AND EXISTS (SELECT 1 FROM {changes} d WHERE d.job_id = o.job_id AND d.scheduled_at = o.scheduled_at);
          ALTER TABLE scheduled_jobs ATTACH PARTITION {copy} FOR VALUES FROM ('{from}') TO ('{to}');
          ALTER TABLE {copy} DROP CONSTRAINT {copy}_range;
-         DROP TABLE {name}, {changes};
+         DROP TABLE {changes};
+         ALTER TABLE {name} RENAME TO {name}{REPLACED_SUFFIX};
          ALTER TABLE {copy} RENAME TO {name};
          COMMENT ON TABLE {name} IS '{COMPACTED_MARK}';",
         kept = kept_statuses()
@@ -711,6 +728,14 @@ async fn swap(
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
+    for (i, (_, old)) in index_names.iter().enumerate() {
+        tx.batch_execute(&format!(
+            "ALTER INDEX {} RENAME TO {}",
+            ident(old),
+            ident(&format!("{name}{REPLACED_SUFFIX}_{i}"))
+        ))
+        .await?;
+    }
     for (parent, current) in attached {
         if let Some((_, old)) = index_names.iter().find(|(p, _)| *p == parent) {
             tx.batch_execute(&format!("ALTER INDEX {} RENAME TO {}", ident(&current), ident(old))).await?;
@@ -734,6 +759,7 @@ mod tests {
         assert_eq!(day_of_partition("scheduled_jobs_20260105_compact"), None);
         assert_eq!(day_of_work_table("scheduled_jobs_20260105_compact"), Some(d));
         assert_eq!(day_of_work_table("scheduled_jobs_20260105_changes"), Some(d));
+        assert_eq!(day_of_work_table("scheduled_jobs_20260105_replaced"), Some(d));
         assert_eq!(day_of_work_table("scheduled_jobs_20260105"), None);
     }
 
