@@ -13,8 +13,8 @@
 //! (`Gate::Release`, through the retry queues, the attempt not counted), so
 //! no message stays unacked for long (the broker closes the channel of a
 //! message unacked past its consumer timeout) and waiting slots do not fill
-//! the prefetch. A slot that waited past its horizon (`wait_horizon`) is
-//! parked as failed (`Gate::GiveUp`).
+//! the prefetch. A slot whose host's circuit is still open at the slot's
+//! horizon (`wait_horizon`) is parked as failed (`Gate::GiveUp`).
 //!
 //! The hosts tracked are bounded (`MAX_TRACKED_HOSTS`, idle ones evicted),
 //! and so are the label values of the per-host gauges: they are refreshed
@@ -176,7 +176,8 @@ pub fn destination_of(target: &Target) -> Option<String> {
 /// The latest instant a slot waits for an open circuit: from its due
 /// instant, as long as the job's remaining retries would have gone on (the
 /// delays before attempts `attempt + 1` … `max_retries + 1`), and at least
-/// the longest cool-down, so that even a last attempt sees one probe window.
+/// the longest cool-down, so that a slot meeting a circuit that just
+/// opened always outlives its cool-down and sees a probe.
 pub fn wait_horizon(policy: &RetryPolicy, attempt: u32, due_at: DateTime<Utc>, open_max: Duration) -> DateTime<Utc> {
     let last_attempt = policy.max_retries.saturating_add(1);
     let retries_span: u64 = (attempt..last_attempt).map(|n| policy.delay_ms(n)).fold(0, u64::saturating_add);
@@ -354,7 +355,8 @@ impl Destinations {
                 // not wait for it.
                 due = None;
                 let waiting = circuit_waiting(outage);
-                if Utc::now() >= horizon {
+                // Still open at the horizon: it cannot go before then.
+                if Utc::now() + (until - now) >= horizon {
                     return Gate::GiveUp(waiting);
                 }
                 if until - now > self.config.hold_max || until > hold_until {
@@ -709,6 +711,13 @@ mod tests {
         let noted = notes.lock().unwrap().clone();
         assert_eq!(noted.len(), 2, "{noted:?}");
         assert_eq!(noted[0].since, noted[1].since);
+        // A slot whose horizon comes before the cool-down ends is given up
+        // at once: it could not be delivered in time.
+        let started = Instant::now();
+        let soon = Utc::now() + chrono::TimeDelta::seconds(2);
+        let gone = d.pass(&dead, soon, &backlog, backlog.enter(), &CancellationToken::new(), |_| async {}).await;
+        assert!(matches!(gone, Gate::GiveUp(_)));
+        assert_eq!(started.elapsed(), Duration::ZERO);
         // Past its horizon, a slot is given up.
         let gone = d.pass(&dead, Utc::now(), &backlog, backlog.enter(), &CancellationToken::new(), |_| async {}).await;
         assert!(matches!(gone, Gate::GiveUp(_)));

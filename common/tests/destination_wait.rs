@@ -1,0 +1,130 @@
+//! The ledger's writes for a slot waiting for its destination, on a real
+//! Postgres: the `waiting` entry once per (worker, outage), the hand-back
+//! (`running` → `retrying`, the attempt not counted), the give-up
+//! (`running` → `failed`, not attempted), each only on the row this worker
+//! holds for the attempt.
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use common::ledger::delivery::{
+    DestinationWait, WAITING_CIRCUIT_OPEN, give_up_waiting, note_waiting, wait_for_destination,
+};
+use common::testing::TestDb;
+
+struct Row {
+    status: String,
+    attempts: i32,
+    worker_id: Option<String>,
+    next_attempt_at: Option<DateTime<Utc>>,
+    error: Option<String>,
+    history: Vec<Value>,
+}
+
+async fn row(pool: &deadpool_postgres::Pool, job: Uuid, at: DateTime<Utc>) -> Row {
+    let r = pool
+        .get()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT status, attempts, worker_id, next_attempt_at, error, history FROM scheduled_jobs
+             WHERE job_id = $1 AND scheduled_at = $2",
+            &[&job, &at],
+        )
+        .await
+        .unwrap();
+    let history: Value = r.get(5);
+    Row {
+        status: r.get(0),
+        attempts: r.get(1),
+        worker_id: r.get(2),
+        next_attempt_at: r.get(3),
+        error: r.get(4),
+        history: history.as_array().unwrap().clone(),
+    }
+}
+
+/// Attempt `attempt` of the slot taken by `worker` (as the start transition leaves it).
+async fn hold(pool: &deadpool_postgres::Pool, job: Uuid, at: DateTime<Utc>, fire: Uuid, attempt: i32, worker: &str) {
+    pool.get()
+        .await
+        .unwrap()
+        .execute(
+            "INSERT INTO scheduled_jobs (job_id, scheduled_at, fire_id, execution_id, status, attempts, worker_id, started_at)
+             VALUES ($1, $2, $3, 'x', 'running', $4, $5, now())
+             ON CONFLICT (job_id, scheduled_at) DO UPDATE
+             SET status = 'running', attempts = $4, worker_id = $5, started_at = now()",
+            &[&job, &at, &fire, &attempt, &worker],
+        )
+        .await
+        .unwrap();
+}
+
+fn waiting_entries(r: &Row) -> Vec<&Value> {
+    r.history.iter().filter(|e| e["event"] == "waiting").collect()
+}
+
+#[tokio::test]
+async fn a_waiting_slot_is_noted_once_per_outage_handed_back_without_its_attempt_and_given_up_without_it() {
+    let db = TestDb::new().await.unwrap();
+    let pool = common::db::pool(&db.url, 2).unwrap();
+    let (job, fire) = (Uuid::new_v4(), Uuid::new_v4());
+    let at = common::execution::truncate_ms(Utc::now());
+    hold(&pool, job, at, fire, 1, "w-1").await;
+    let outage = common::execution::truncate_ms(Utc::now() - TimeDelta::seconds(5));
+    let wait = |worker: &'static str, attempt: i32, since: DateTime<Utc>| DestinationWait {
+        worker_id: worker,
+        slot: (job, at, attempt),
+        fire_id: fire,
+        reason: WAITING_CIRCUIT_OPEN,
+        destination: "hooks.example:443",
+        since,
+    };
+
+    // Held on the worker: one entry per outage, the row stays running.
+    assert!(note_waiting(&pool, &wait("w-1", 1, outage)).await.unwrap());
+    assert!(!note_waiting(&pool, &wait("w-1", 1, outage)).await.unwrap(), "the same outage again");
+    assert!(!note_waiting(&pool, &wait("w-2", 1, outage)).await.unwrap(), "not w-2's row");
+    assert!(!note_waiting(&pool, &wait("w-1", 2, outage)).await.unwrap(), "not the attempt w-1 holds");
+    let r = row(&pool, job, at).await;
+    assert_eq!((r.status.as_str(), r.attempts), ("running", 1));
+    let entries = waiting_entries(&r);
+    assert_eq!(entries.len(), 1);
+    let e = entries[0];
+    assert_eq!(e["reason"], "destination circuit open");
+    assert_eq!(e["destination"], "hooks.example:443");
+    assert_eq!(e["worker_id"], "w-1");
+    assert_eq!(e["attempt"], 1);
+    assert_eq!(e["since"], common::execution::format_instant(outage));
+
+    // Handed back: retrying, attempt not counted, no second entry for the outage.
+    let back_at = common::execution::truncate_ms(Utc::now() + TimeDelta::seconds(8));
+    assert!(!wait_for_destination(&pool, &wait("w-2", 1, outage), back_at).await.unwrap(), "not w-2's row");
+    assert!(wait_for_destination(&pool, &wait("w-1", 1, outage), back_at).await.unwrap());
+    let r = row(&pool, job, at).await;
+    assert_eq!((r.status.as_str(), r.attempts, r.worker_id.as_deref()), ("retrying", 0, None));
+    assert_eq!(r.next_attempt_at, Some(back_at));
+    assert_eq!(waiting_entries(&r).len(), 1);
+    assert!(!wait_for_destination(&pool, &wait("w-1", 1, outage), back_at).await.unwrap(), "no longer held");
+
+    // The message returns to w-2, in a new outage of w-2's breaker: a second entry.
+    hold(&pool, job, at, fire, 1, "w-2").await;
+    let later = outage + TimeDelta::seconds(60);
+    assert!(wait_for_destination(&pool, &wait("w-2", 1, later), back_at).await.unwrap());
+    assert_eq!(waiting_entries(&row(&pool, job, at).await).len(), 2);
+
+    // Past its horizon: failed without the attempt, with the reason.
+    hold(&pool, job, at, fire, 1, "w-2").await;
+    let error = "not delivered: destination circuit open (hooks.example:443) since then";
+    assert!(!give_up_waiting(&pool, &wait("w-1", 1, later), error).await.unwrap(), "not w-1's row");
+    assert!(give_up_waiting(&pool, &wait("w-2", 1, later), error).await.unwrap());
+    let r = row(&pool, job, at).await;
+    assert_eq!((r.status.as_str(), r.attempts, r.next_attempt_at), ("failed", 0, None));
+    assert_eq!(r.error.as_deref(), Some(error));
+    let last = r.history.last().unwrap();
+    assert_eq!(last["event"], "gave_up");
+    assert_eq!(last["reason"], "destination circuit open");
+    assert_eq!(last["attempt"], 1);
+    assert!(!r.history.iter().any(|e| e["event"] == "attempt"), "no attempt was made");
+}
