@@ -1,7 +1,7 @@
 //! Fire times as the API shows them (`GET /v1/jobs/{id}/next`,
 //! `POST /v1/schedules/preview`): each slot with its wall time and UTC
 //! offset in a cron schedule's zone, how DST bent it, and its jittered
-//! delivery instant. The fire times themselves come from `common::schedule`
+//! delivery instant, and the calendar that excludes it, if any. The fire times themselves come from `common::schedule`
 //! (whose DST rule is: a wall time that occurs twice fires at its first
 //! occurrence only, one that does not exist fires at the end of the gap);
 //! this module only describes them.
@@ -9,6 +9,7 @@
 use chrono::{DateTime, LocalResult, Offset, SecondsFormat, TimeDelta, TimeZone, Utc};
 use uuid::Uuid;
 
+use common::calendar::{Calendar, first_excluding};
 use common::schedule::{CompiledSchedule, CronSchedule, Recurrence, jitter_offset};
 
 use crate::model::{DstMark, FireTime};
@@ -28,6 +29,7 @@ pub fn fire_times(
     from: DateTime<Utc>,
     count: usize,
     jitter: Option<Jitter>,
+    calendars: &[Calendar],
 ) -> Vec<FireTime> {
     let after = from - TimeDelta::nanoseconds(1);
     let cron = match &schedule.recurrence {
@@ -44,7 +46,15 @@ pub fn fire_times(
         .upcoming(after, count)
         .into_iter()
         .map(|at| {
-            let mut fire = FireTime { at, fires_at: None, local: None, offset: None, dst: None, dst_shift: false };
+            let mut fire = FireTime {
+                at,
+                fires_at: None,
+                local: None,
+                offset: None,
+                dst: None,
+                dst_shift: false,
+                excluded_by: first_excluding(calendars, at).map(str::to_owned),
+            };
             if let Some(Jitter { job_id, jitter_ms }) = jitter.filter(|j| j.jitter_ms > 0) {
                 fire.fires_at = Some(at + jitter_offset(job_id, at, jitter_ms));
             }
@@ -110,7 +120,7 @@ mod tests {
     #[test]
     fn a_gap_fire_and_an_overlap_fire_are_marked_and_plain_ones_are_not() {
         // Berlin, 2026-03-29: 02:00 CET becomes 03:00 CEST at 01:00Z.
-        let fires = fire_times(&cron("30 2 * * *", "Europe/Berlin"), t("2026-03-28T00:00:00Z"), 3, None);
+        let fires = fire_times(&cron("30 2 * * *", "Europe/Berlin"), t("2026-03-28T00:00:00Z"), 3, None, &[]);
         let at: Vec<_> = fires.iter().map(|f| (f.at, f.dst, f.offset.clone().unwrap())).collect();
         assert_eq!(
             at,
@@ -122,12 +132,12 @@ mod tests {
         );
         assert_eq!(fires[1].local.as_deref(), Some("2026-03-29T03:00:00.000+02:00"));
         // 03:00 itself exists: at the transition instant, but not moved.
-        let three = fire_times(&cron("0 3 * * *", "Europe/Berlin"), t("2026-03-29T00:00:00Z"), 1, None);
+        let three = fire_times(&cron("0 3 * * *", "Europe/Berlin"), t("2026-03-29T00:00:00Z"), 1, None, &[]);
         assert_eq!((three[0].at, three[0].dst, three[0].dst_shift), (t("2026-03-29T01:00:00Z"), None, true));
 
         // Berlin, 2026-10-25: 03:00 CEST becomes 02:00 CET at 01:00Z, so
         // 02:00-03:00 happens twice; 02:30 fires at its first occurrence.
-        let fires = fire_times(&cron("30 2 * * *", "Europe/Berlin"), t("2026-10-24T00:00:00Z"), 3, None);
+        let fires = fire_times(&cron("30 2 * * *", "Europe/Berlin"), t("2026-10-24T00:00:00Z"), 3, None, &[]);
         let at: Vec<_> = fires.iter().map(|f| (f.at, f.dst)).collect();
         assert_eq!(
             at,
@@ -145,21 +155,21 @@ mod tests {
         let s = cron("0 * * * *", "UTC");
         let from = t("2026-05-01T10:00:00Z");
         let job_id = Uuid::from_u128(7);
-        let fires = fire_times(&s, from, 2, Some(Jitter { job_id, jitter_ms: 60_000 }));
+        let fires = fire_times(&s, from, 2, Some(Jitter { job_id, jitter_ms: 60_000 }), &[]);
         assert_eq!(fires[0].at, from);
         assert_eq!(fires[1].at, t("2026-05-01T11:00:00Z"));
         for f in &fires {
             assert_eq!(f.fires_at, Some(f.at + jitter_offset(job_id, f.at, 60_000)));
             assert!(f.fires_at.unwrap() - f.at < TimeDelta::minutes(1));
         }
-        assert!(fire_times(&s, from, 1, Some(Jitter { job_id, jitter_ms: 0 }))[0].fires_at.is_none());
+        assert!(fire_times(&s, from, 1, Some(Jitter { job_id, jitter_ms: 0 }), &[])[0].fires_at.is_none());
         // The year 10000 has no RFC 3339 form.
         let hourly = CompiledSchedule {
             recurrence: Recurrence::Interval { every_ms: 3_600_000, anchor: DateTime::UNIX_EPOCH },
             start_at: None,
             end_at: None,
         };
-        let end = fire_times(&hourly, t("9999-12-31T22:00:00Z"), 5, None);
+        let end = fire_times(&hourly, t("9999-12-31T22:00:00Z"), 5, None, &[]);
         assert_eq!(
             end.iter().map(|f| f.at).collect::<Vec<_>>(),
             [t("9999-12-31T22:00:00Z"), t("9999-12-31T23:00:00Z")]

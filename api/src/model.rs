@@ -205,6 +205,11 @@ pub struct FireTime {
     #[schema(required = false)]
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub dst_shift: bool,
+    /// The calendar that excludes this slot: it is recorded `skipped`
+    /// (reason `calendar:NAME`), not delivered.
+    #[schema(required = false)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub excluded_by: Option<String>,
 }
 
 /// How daylight saving time bent a cron fire.
@@ -244,6 +249,12 @@ pub struct SchedulePreviewRequest {
     /// The job whose jitter offsets to show (they are derived from its id); it need not exist.
     #[schema(required = false)]
     pub job_id: Option<Uuid>,
+    /// Names of calendars (in `namespace`) whose excluded slots are marked `excluded_by`.
+    #[schema(required = false, max_items = 16)]
+    pub calendars: Option<Vec<String>>,
+    /// Where the calendars are looked up (default: the token's only namespace, or `default`).
+    #[schema(required = false)]
+    pub namespace: Option<String>,
 }
 
 /// The fire times a schedule would have.

@@ -267,6 +267,30 @@ pub async fn check_references(
     ))
 }
 
+/// The named calendars of a namespace, compiled, for showing fire times;
+/// a name with no calendar is a 422 on `{field}[i]`.
+pub async fn calendars_named(
+    client: &impl deadpool_postgres::GenericClient,
+    namespace: &str,
+    names: &[String],
+    field: &str,
+) -> crate::error::ApiResult<Vec<common::calendar::Calendar>> {
+    let mut calendars = Vec::with_capacity(names.len());
+    let mut missing = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        match common::calendar::store::get(client, namespace, name).await? {
+            Some(stored) => {
+                calendars.push(common::calendar::Calendar::compile(name, &stored.spec).map_err(|e| anyhow::anyhow!(e))?)
+            }
+            None => missing.push(common::job::FieldError::new(
+                format!("{field}[{i}]"),
+                format!("no calendar {name:?} in namespace {namespace:?}"),
+            )),
+        }
+    }
+    if missing.is_empty() { Ok(calendars) } else { Err(crate::error::ApiError::Validation(missing)) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -108,3 +108,43 @@ async fn jobs_reference_calendars_that_exist_and_a_referenced_calendar_cannot_be
         &["calendars[0]"],
     );
 }
+
+#[tokio::test]
+async fn preview_and_next_mark_the_slots_a_calendar_excludes() {
+    let app = TestApp::start("calendars-preview").await;
+    assert_eq!(app.put_json("/v1/calendars/holidays", &holidays(), None).await.status, 201);
+    let schedule = json!({ "kind": "cron", "expr": "0 8 * * *", "timezone": "Europe/Berlin" });
+    let r = app
+        .post_json(
+            "/v1/schedules/preview",
+            &json!({ "schedule": schedule, "from": "2026-12-24T00:00:00Z", "count": 9, "calendars": ["holidays"] }),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let marks: Vec<(String, Option<String>)> = r.json()["fire_times"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["local"].as_str().unwrap()[..10].to_owned(), f["excluded_by"].as_str().map(str::to_owned)))
+        .collect();
+    // 25th, 26th (dates; the 26th is also a Saturday), 27th (Sunday), 30th-1st (range).
+    let excluded =
+        |d: &str| ["2026-12-25", "2026-12-26", "2026-12-27", "2026-12-30", "2026-12-31", "2027-01-01"].contains(&d);
+    for (day, by) in &marks {
+        assert_eq!(by.as_deref(), excluded(day).then_some("holidays"), "{day}");
+    }
+    assert_eq!(marks.len(), 9);
+    // An unknown calendar names its position.
+    let r = app.post_json("/v1/schedules/preview", &json!({ "schedule": schedule, "calendars": ["nope"] })).await;
+    assert_invalid(&r, &["calendars[0]"]);
+
+    // A job's next fire times carry the same marks.
+    let job = app.create_job(&job_with_calendars(json!(["holidays"]))).await;
+    let next = app
+        .get(&format!("/v1/jobs/{}/next?count=3&from=2026-12-25T00:00:00Z", job["id"].as_str().unwrap()))
+        .await
+        .json();
+    let by: Vec<Option<&str>> =
+        next["fire_times"].as_array().unwrap().iter().map(|f| f["excluded_by"].as_str()).collect();
+    assert_eq!(by, [Some("holidays"), Some("holidays"), Some("holidays")], "{next}");
+}

@@ -151,8 +151,9 @@ async fn a_bad_preview_is_a_422_naming_each_field() {
         (json!({ "schedule": { "kind": "interval", "every_ms": 10 } }), &["schedule.every_ms"]),
         (json!({ "schedule": berlin("0 * * * *"), "count": 1001, "from": "soon" }), &["from", "count"]),
         (json!({ "schedule": { "kind": "interval", "every_ms": 60_000 }, "jitter_ms": 60_000 }), &["jitter_ms"]),
-        // Calendars are not applied by previews yet: refused, not ignored.
-        (json!({ "schedule": berlin("0 * * * *"), "calendars": ["holidays"] }), &["calendars"]),
+        // A calendar that does not exist is named by its position.
+        (json!({ "schedule": berlin("0 * * * *"), "calendars": ["holidays"] }), &["calendars[0]"]),
+        (json!({ "schedule": berlin("0 * * * *"), "calendars": "holidays" }), &["calendars"]),
     ];
     for (body, fields) in cases {
         assert_invalid(&app.post_json("/v1/schedules/preview", &body).await, fields);

@@ -778,7 +778,9 @@ pub async fn next(
     let spec: JobSpec = serde_json::from_value(row.get("spec"))?;
     let schedule = spec.compile(row.get("created_at")).map_err(|e| ApiError::Internal(e.into()))?;
     let jitter = fires::Jitter { job_id: id, jitter_ms: spec.jitter_ms };
-    let fire_times = fires::fire_times(&schedule, from, count, Some(jitter));
+    let namespace: String = row.get("namespace");
+    let calendars = crate::tenancy::calendars_named(&client, &namespace, &spec.calendars, "calendars").await?;
+    let fire_times = fires::fire_times(&schedule, from, count, Some(jitter), &calendars);
     Ok(Json(NextFires { job_id: id, fire_times }))
 }
 

@@ -2,7 +2,7 @@
 //! before any job has it. The schedule (and `jitter_ms`) are validated
 //! exactly as a job's are, under the API's limits, and the fire times are
 //! described as `GET /v1/jobs/{id}/next` describes a job's (`crate::fires`).
-//! Nothing is stored or read: any role may ask.
+//! Nothing is stored; only the calendars named are read. Any role may ask.
 
 use axum::Json;
 use axum::extract::State;
@@ -13,6 +13,7 @@ use uuid::Uuid;
 use common::job::{FieldError, JobSpec, cap_field_errors};
 
 use crate::AppState;
+use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::JsonBody;
 use crate::fires::{self, Jitter};
@@ -22,15 +23,15 @@ use crate::params::body_object;
 /// Most fire times one preview lists (as `next`).
 pub const PREVIEW_MAX: usize = 1000;
 
-/// The fields of a preview request. Calendars are to come: a job's
-/// `calendars` will be accepted here once the schedulers apply them.
-const FIELDS: [&str; 5] = ["schedule", "from", "count", "jitter_ms", "job_id"];
+/// The fields of a preview request.
+const FIELDS: [&str; 7] = ["schedule", "from", "count", "jitter_ms", "job_id", "calendars", "namespace"];
 
 struct Preview {
     spec: JobSpec,
     from: DateTime<Utc>,
     count: usize,
     job_id: Option<Uuid>,
+    namespace: Option<String>,
 }
 
 /// The request, every problem named at once (422). The schedule and the
@@ -81,6 +82,19 @@ fn parse(body: &Value, limits: &common::job::Limits) -> ApiResult<Preview> {
     if let Some(jitter) = get("jitter_ms") {
         job["jitter_ms"] = jitter.clone();
     }
+    if let Some(calendars) = get("calendars") {
+        job["calendars"] = calendars.clone();
+    }
+    let namespace = match get("namespace") {
+        None => None,
+        Some(v) => {
+            let name = v.as_str().map(str::to_owned);
+            if name.is_none() {
+                problems.push(FieldError::new("namespace", "must be a namespace name (a string)"));
+            }
+            name
+        }
+    };
     let spec = if map.is_some() {
         match JobSpec::from_json_with(&job, limits) {
             Ok(spec) => Some(spec),
@@ -93,7 +107,7 @@ fn parse(body: &Value, limits: &common::job::Limits) -> ApiResult<Preview> {
         None
     };
     match (spec, from) {
-        (Some(spec), Some(from)) if problems.is_empty() => Ok(Preview { spec, from, count, job_id }),
+        (Some(spec), Some(from)) if problems.is_empty() => Ok(Preview { spec, from, count, job_id, namespace }),
         _ => Err(ApiError::Validation(cap_field_errors(problems))),
     }
 }
@@ -115,8 +129,18 @@ fn parse(body: &Value, limits: &common::job::Limits) -> ApiResult<Preview> {
     ),
     security(("bearer" = [])),
 )]
-pub async fn preview(State(state): State<AppState>, JsonBody(body): JsonBody) -> ApiResult<Json<SchedulePreview>> {
-    let Preview { spec, from, count, job_id } = parse(&body, &state.limits)?;
+pub async fn preview(
+    State(state): State<AppState>,
+    caller: Caller,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Json<SchedulePreview>> {
+    let Preview { spec, from, count, job_id, namespace } = parse(&body, &state.limits)?;
+    let calendars = if spec.calendars.is_empty() {
+        Vec::new()
+    } else {
+        let namespace = caller.namespace_for_new_job(namespace.as_deref())?;
+        crate::tenancy::calendars_named(&state.pg.get().await?, &namespace, &spec.calendars, "calendars").await?
+    };
     // An interval without `start_at` is anchored as a job created at `from` would be.
     let schedule = spec.compile(from).map_err(|e| ApiError::Internal(e.into()))?;
     let count = spec.schedule.max_runs.map_or(count, |max| count.min(max.try_into().unwrap_or(usize::MAX)));
@@ -128,7 +152,7 @@ pub async fn preview(State(state): State<AppState>, JsonBody(body): JsonBody) ->
             spec.jitter_ms
         )
     });
-    let fire_times = fires::fire_times(&schedule, from, count, jitter);
+    let fire_times = fires::fire_times(&schedule, from, count, jitter, &calendars);
     Ok(Json(SchedulePreview { from, fire_times, note }))
 }
 
@@ -165,7 +189,7 @@ mod tests {
             fields(json!({ "schedule": cron, "count": 0, "from": "yesterday", "job_id": "x" })),
             ["from", "count", "job_id"]
         );
-        assert_eq!(fields(json!({ "schedule": cron, "calendars": ["holidays"] })), ["calendars"]);
+        assert_eq!(fields(json!({ "schedule": cron, "calendars": "holidays" })), ["calendars"]);
         assert_eq!(fields(json!("x")), [""]);
     }
 }
