@@ -9,7 +9,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use common::ledger::delivery::{
-    DestinationWait, WAITING_CIRCUIT_OPEN, give_up_waiting, note_waiting, wait_for_destination,
+    DestinationWait, HandBack, WAITING_CIRCUIT_OPEN, give_up_waiting, note_waiting_batch, wait_for_destination_batch,
 };
 use common::testing::TestDb;
 
@@ -73,20 +73,29 @@ async fn a_waiting_slot_is_noted_once_per_outage_handed_back_without_its_attempt
     let at = common::execution::truncate_ms(Utc::now());
     hold(&pool, job, at, fire, 1, "w-1").await;
     let outage = common::execution::truncate_ms(Utc::now() - TimeDelta::seconds(5));
-    let wait = |worker: &'static str, attempt: i32, since: DateTime<Utc>| DestinationWait {
-        worker_id: worker,
+    let wait = |attempt: i32, since: DateTime<Utc>| DestinationWait {
         slot: (job, at, attempt),
         fire_id: fire,
         reason: WAITING_CIRCUIT_OPEN,
-        destination: "hooks.example:443",
+        destination: "hooks.example:443".into(),
         since,
+    };
+    let note = |worker: &'static str, w: DestinationWait| {
+        let pool = pool.clone();
+        async move { note_waiting_batch(&pool, worker, vec![w]).await.unwrap() == [true] }
+    };
+    let hand_back = |worker: &'static str, w: DestinationWait, back_at: DateTime<Utc>| {
+        let pool = pool.clone();
+        async move {
+            wait_for_destination_batch(&pool, worker, vec![HandBack { wait: w, back_at }]).await.unwrap() == [true]
+        }
     };
 
     // Held on the worker: one entry per outage, the row stays running.
-    assert!(note_waiting(&pool, &wait("w-1", 1, outage)).await.unwrap());
-    assert!(!note_waiting(&pool, &wait("w-1", 1, outage)).await.unwrap(), "the same outage again");
-    assert!(!note_waiting(&pool, &wait("w-2", 1, outage)).await.unwrap(), "not w-2's row");
-    assert!(!note_waiting(&pool, &wait("w-1", 2, outage)).await.unwrap(), "not the attempt w-1 holds");
+    assert!(note("w-1", wait(1, outage)).await);
+    assert!(!note("w-1", wait(1, outage)).await, "the same outage again");
+    assert!(!note("w-2", wait(1, outage)).await, "not w-2's row");
+    assert!(!note("w-1", wait(2, outage)).await, "not the attempt w-1 holds");
     let r = row(&pool, job, at).await;
     assert_eq!((r.status.as_str(), r.attempts), ("running", 1));
     let entries = waiting_entries(&r);
@@ -100,25 +109,25 @@ async fn a_waiting_slot_is_noted_once_per_outage_handed_back_without_its_attempt
 
     // Handed back: retrying, attempt not counted, no second entry for the outage.
     let back_at = common::execution::truncate_ms(Utc::now() + TimeDelta::seconds(8));
-    assert!(!wait_for_destination(&pool, &wait("w-2", 1, outage), back_at).await.unwrap(), "not w-2's row");
-    assert!(wait_for_destination(&pool, &wait("w-1", 1, outage), back_at).await.unwrap());
+    assert!(!hand_back("w-2", wait(1, outage), back_at).await, "not w-2's row");
+    assert!(hand_back("w-1", wait(1, outage), back_at).await);
     let r = row(&pool, job, at).await;
     assert_eq!((r.status.as_str(), r.attempts, r.worker_id.as_deref()), ("retrying", 0, None));
     assert_eq!(r.next_attempt_at, Some(back_at));
     assert_eq!(waiting_entries(&r).len(), 1);
-    assert!(!wait_for_destination(&pool, &wait("w-1", 1, outage), back_at).await.unwrap(), "no longer held");
+    assert!(!hand_back("w-1", wait(1, outage), back_at).await, "no longer held");
 
     // The message returns to w-2, in a new outage of w-2's breaker: a second entry.
     hold(&pool, job, at, fire, 1, "w-2").await;
     let later = outage + TimeDelta::seconds(60);
-    assert!(wait_for_destination(&pool, &wait("w-2", 1, later), back_at).await.unwrap());
+    assert!(hand_back("w-2", wait(1, later), back_at).await);
     assert_eq!(waiting_entries(&row(&pool, job, at).await).len(), 2);
 
     // Past its horizon: failed without the attempt, with the reason.
     hold(&pool, job, at, fire, 1, "w-2").await;
     let error = "not delivered: destination circuit open (hooks.example:443) since then";
-    assert!(!give_up_waiting(&pool, &wait("w-1", 1, later), error).await.unwrap(), "not w-1's row");
-    assert!(give_up_waiting(&pool, &wait("w-2", 1, later), error).await.unwrap());
+    assert!(!give_up_waiting(&pool, "w-1", &wait(1, later), error).await.unwrap(), "not w-1's row");
+    assert!(give_up_waiting(&pool, "w-2", &wait(1, later), error).await.unwrap());
     let r = row(&pool, job, at).await;
     assert_eq!((r.status.as_str(), r.attempts, r.next_attempt_at), ("failed", 0, None));
     assert_eq!(r.error.as_deref(), Some(error));
@@ -127,4 +136,36 @@ async fn a_waiting_slot_is_noted_once_per_outage_handed_back_without_its_attempt
     assert_eq!(last["reason"], "destination circuit open");
     assert_eq!(last["attempt"], 1);
     assert!(!r.history.iter().any(|e| e["event"] == "attempt"), "no attempt was made");
+}
+
+/// A batch answers per row, in input order, whatever the lock order.
+#[tokio::test]
+async fn a_batch_of_waits_answers_each_row_in_order() {
+    let db = TestDb::new().await.unwrap();
+    let pool = common::db::pool(&db.url, 2).unwrap();
+    let at = common::execution::truncate_ms(Utc::now());
+    let since = at - TimeDelta::seconds(1);
+    let mut waits = Vec::new();
+    for i in 0..50 {
+        let (job, fire) = (Uuid::new_v4(), Uuid::new_v4());
+        // Every third row is another worker's.
+        hold(&pool, job, at, fire, 1, if i % 3 == 0 { "other" } else { "w-1" }).await;
+        waits.push(DestinationWait {
+            slot: (job, at, 1),
+            fire_id: fire,
+            reason: WAITING_CIRCUIT_OPEN,
+            destination: "hooks.example:443".into(),
+            since,
+        });
+    }
+    let expected: Vec<bool> = (0..50).map(|i| i % 3 != 0).collect();
+    assert_eq!(note_waiting_batch(&pool, "w-1", waits.clone()).await.unwrap(), expected);
+    let back_at = at + TimeDelta::seconds(4);
+    let hand_backs = waits.iter().map(|w| HandBack { wait: w.clone(), back_at }).collect();
+    assert_eq!(wait_for_destination_batch(&pool, "w-1", hand_backs).await.unwrap(), expected);
+    for (w, ours) in waits.iter().zip(&expected) {
+        let r = row(&pool, w.slot.0, at).await;
+        assert_eq!(r.status, if *ours { "retrying" } else { "running" });
+        assert_eq!(waiting_entries(&r).len(), usize::from(*ours));
+    }
 }

@@ -43,6 +43,8 @@ const START_STATEMENTS: usize = 2;
 const START_BATCH: usize = 500;
 const FINISH_STATEMENTS: usize = 1;
 const FINISH_BATCH: usize = 2000;
+/// Rows per statement of the writes for slots waiting for their destination.
+const WAIT_BATCH: usize = 1000;
 /// How long an outcome write waits for others to share its statement. It
 /// only delays the ack; at 2,000 fires/s the outcomes otherwise went out
 /// ~500 statements/s of ~4 rows each, the largest share of Postgres's time.
@@ -60,6 +62,8 @@ pub(crate) struct Shared {
     starts: Batcher<StartRequest, (Start, JobsSeen)>,
     verifies: Batcher<VerifyRequest, Start>,
     finishes: Batcher<FinishRequest, bool>,
+    notes: Batcher<ledger::DestinationWait, bool>,
+    hand_backs: Batcher<ledger::HandBack, bool>,
     due_backlog: Arc<DueBacklog>,
     holding: Arc<Holding>,
 }
@@ -104,6 +108,22 @@ impl Shared {
                         backlog.defer_outcomes().await;
                         ledger::finish_batch(&pg, requests).await
                     }
+                })
+            },
+            // An outage makes every waiting slot of a host write at once:
+            // one statement at a time, each taking what has queued.
+            notes: {
+                let (pg, worker_id) = (pg.clone(), config.worker_id.clone());
+                Batcher::spawn(WAIT_BATCH, 1, OUTCOME_LINGER, move |waits| {
+                    let (pg, worker_id) = (pg.clone(), worker_id.clone());
+                    async move { ledger::note_waiting_batch(&pg, &worker_id, waits).await }
+                })
+            },
+            hand_backs: {
+                let (pg, worker_id) = (pg.clone(), config.worker_id.clone());
+                Batcher::spawn(WAIT_BATCH, 1, OUTCOME_LINGER, move |hand_backs| {
+                    let (pg, worker_id) = (pg.clone(), worker_id.clone());
+                    async move { ledger::wait_for_destination_batch(&pg, &worker_id, hand_backs).await }
                 })
             },
             due_backlog,
@@ -462,18 +482,12 @@ async fn process(
 }
 
 impl Shared {
-    fn destination_wait<'a>(
-        &'a self,
-        slot: HeldSlot,
-        m: &FireMessage,
-        waiting: &'a Waiting,
-    ) -> ledger::DestinationWait<'a> {
+    fn destination_wait(slot: HeldSlot, m: &FireMessage, waiting: &Waiting) -> ledger::DestinationWait {
         ledger::DestinationWait {
-            worker_id: &self.config.worker_id,
             slot,
             fire_id: m.fire_id,
             reason: waiting.reason.as_str(),
-            destination: &waiting.destination,
+            destination: waiting.destination.clone(),
             since: waiting.since,
         }
     }
@@ -481,9 +495,9 @@ impl Shared {
     /// Says on the held row that its delivery waits for its destination.
     /// A failed write does not stop the wait: the row is only less telling.
     async fn note_waiting(&self, m: &FireMessage, slot: HeldSlot, waiting: Waiting) {
-        match ledger::note_waiting(&self.pg, &self.destination_wait(slot, m, &waiting)).await {
+        match timed("note_waiting", self.notes.call(Self::destination_wait(slot, m, &waiting))).await {
             Ok(_) => {
-                tracing::info!(execution.id = %m.execution_id, destination = %waiting.destination, reason = waiting.reason.as_str(), "delivery waits for its destination")
+                tracing::debug!(execution.id = %m.execution_id, destination = %waiting.destination, reason = waiting.reason.as_str(), "delivery waits for its destination")
             }
             Err(e) => {
                 tracing::warn!(execution.id = %m.execution_id, error = %format!("{e:#}"), "recording the wait in the ledger failed")
@@ -504,29 +518,31 @@ impl Shared {
     ) -> anyhow::Result<Processed> {
         let slot: HeldSlot = (m.job_id, m.scheduled_at, attempt as i32);
         let back_at = Utc::now() + chrono::TimeDelta::from_std(delay)?;
-        if !ledger::wait_for_destination(&self.pg, &self.destination_wait(slot, m, &waiting), back_at).await? {
+        let hand_back = ledger::HandBack { wait: Self::destination_wait(slot, m, &waiting), back_at };
+        if !timed("hand_back", self.hand_backs.call(hand_back)).await? {
             // Taken over meanwhile (this worker was presumed gone): not ours to hand back.
             return Ok(Processed::Done);
         }
         self.retry.publish_wait(m, attempt, delay.as_millis() as u64).await?;
         self.deliverers.destinations.released(&waiting);
-        tracing::info!(execution.id = %m.execution_id, attempt, destination = %waiting.destination, reason = waiting.reason.as_str(), back_in_ms = delay.as_millis() as u64, "handed back to wait for its destination; the attempt is not counted");
+        tracing::debug!(execution.id = %m.execution_id, attempt, destination = %waiting.destination, reason = waiting.reason.as_str(), back_in_ms = delay.as_millis() as u64, "handed back to wait for its destination; the attempt is not counted");
         Ok(Processed::Done)
     }
 
-    /// Parks a slot whose destination's circuit stayed open past its
-    /// horizon, without making the attempt: to the failed queue (where a
-    /// replay can take it once the host is back), then `failed` in the ledger.
+    /// Parks a slot that cannot go before its horizon, without making the
+    /// attempt: to the failed queue (where a replay can take it once the
+    /// host is back), then `failed` in the ledger.
     async fn give_up_waiting(&self, m: &FireMessage, attempt: u32, waiting: Waiting) -> anyhow::Result<Processed> {
         let slot: HeldSlot = (m.job_id, m.scheduled_at, attempt as i32);
         let error = format!(
-            "not delivered: {} ({}) since {}, past the slot's retry horizon; attempt {attempt} was not made",
+            "not delivered: {} ({}) since {}, and still at the slot's retry horizon; attempt {attempt} was not made",
             waiting.reason.as_str(),
             waiting.destination,
             common::execution::format_instant(waiting.since)
         );
         self.retry.publish_failed(m, attempt - 1, &error).await?;
-        if ledger::give_up_waiting(&self.pg, &self.destination_wait(slot, m, &waiting), &error).await? {
+        let wait = Self::destination_wait(slot, m, &waiting);
+        if ledger::give_up_waiting(&self.pg, &self.config.worker_id, &wait, &error).await? {
             metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Failed.as_str())
                 .increment(1);
             tracing::error!(execution.id = %m.execution_id, attempt, error, "delivery given up");

@@ -647,111 +647,170 @@ pub const WAITING_CIRCUIT_OPEN: &str = "destination circuit open";
 /// held.
 pub const WAITING_CONCURRENCY: &str = "destination at its concurrency limit";
 
-/// A slot this worker holds that waits for its destination host.
+/// A slot a worker holds (`running`, this fire and attempt) that waits for
+/// its destination host.
 #[derive(Debug, Clone)]
-pub struct DestinationWait<'a> {
-    pub worker_id: &'a str,
-    /// The attempt the worker took (`running`) and has not made.
+pub struct DestinationWait {
+    /// The attempt the worker took and has not made.
     pub slot: HeldSlot,
     pub fire_id: Uuid,
     /// `WAITING_CIRCUIT_OPEN` or `WAITING_CONCURRENCY`.
     pub reason: &'static str,
     /// `host:port`.
-    pub destination: &'a str,
+    pub destination: String,
     /// When the outage began on this worker: one `waiting` entry per row
     /// per (worker, outage).
     pub since: DateTime<Utc>,
 }
 
-/// The `waiting` history entry (alias `l`; `$1`…`$8` as in
-/// [`DestinationWait::params`]), and whether the row already has it.
-const WAITING_ENTRY: &str = "jsonb_build_object('event', 'waiting', 'reason', $6::text, 'at', cronshard_instant(now()),
-    'destination', $7::text, 'since', cronshard_instant($8), 'worker_id', $5::text, 'attempt', $4::int)";
+/// A waiting slot handed back to the broker, due back at `back_at`.
+#[derive(Debug, Clone)]
+pub struct HandBack {
+    pub wait: DestinationWait,
+    pub back_at: DateTime<Utc>,
+}
+
+/// The `waiting` history entry of input row `b` (worker `$1`), and whether
+/// row `l` already has one for that worker and outage.
+const WAITING_ENTRY: &str = "jsonb_build_object('event', 'waiting', 'reason', b.reason, 'at', cronshard_instant(now()),
+    'destination', b.destination, 'since', cronshard_instant(b.since), 'worker_id', $1::text, 'attempt', b.attempt)";
 const WAITING_NOTED: &str = "l.history @> jsonb_build_array(jsonb_build_object(
-    'event', 'waiting', 'worker_id', $5::text, 'since', cronshard_instant($8)))";
+    'event', 'waiting', 'worker_id', $1::text, 'since', cronshard_instant(b.since)))";
+/// The rows of the input (`$2`… as in `wait_columns`, `$9` the hand-backs'
+/// `back_at`), joined to the rows worker `$1` holds for their attempt.
+const HELD_INPUT: &str = "unnest($2::uuid[], $3::timestamptz[], $4::uuid[], $5::int[], $6::text[], $7::text[],
+                          $8::timestamptz[], $9::timestamptz[])
+        AS b(job_id, scheduled_at, fire_id, attempt, reason, destination, since, back_at)";
+const HELD_BY_WORKER: &str = "l.job_id = b.job_id AND l.scheduled_at = b.scheduled_at
+    -- `IS TRUE`: see SLOT_KEY_ONLY.
+    AND (l.fire_id = b.fire_id AND l.attempts = b.attempt AND l.status = 'running' AND l.worker_id = $1) IS TRUE";
 
-impl DestinationWait<'_> {
-    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 8] {
-        let (job_id, scheduled_at, attempt) = &self.slot;
-        [job_id, scheduled_at, &self.fire_id, attempt, &self.worker_id, &self.reason, &self.destination, &self.since]
-    }
-}
-
-/// The row this worker holds for the slot's attempt (alias `l`).
-const HELD_BY_ME: &str = "l.job_id = $1 AND l.scheduled_at = $2 AND l.fire_id = $3 AND l.attempts = $4
-    AND l.status = 'running' AND l.worker_id = $5";
-
-/// Says on the row that its delivery waits for its destination while this
-/// worker holds it (`running`): a `waiting` entry, once per outage.
-/// Answers whether the entry was added.
-pub async fn note_waiting(pool: &Pool, wait: &DestinationWait<'_>) -> anyhow::Result<bool> {
-    let n = pool
-        .get()
-        .await?
-        .execute(
-            &format!(
-                "UPDATE scheduled_jobs l SET history = l.history || jsonb_build_array({WAITING_ENTRY})
-                 WHERE {HELD_BY_ME} AND NOT {WAITING_NOTED}"
-            ),
-            &wait.params(),
-        )
-        .await?;
-    Ok(n == 1)
-}
-
-/// Hands a held slot back to wait elsewhere (its message goes to a delay
-/// queue as the same attempt): `running` → `retrying` with the attempt
-/// not counted (`attempts` back to n − 1, which the start rule expects of
-/// the returning message) and `next_attempt_at` when the message is back,
-/// so that the stranded-row sweep finds it if the message is lost. Adds the
-/// `waiting` entry unless the row has it for this outage. Answers whether
-/// the row was this worker's to hand back.
-pub async fn wait_for_destination(
+/// Runs `sql` (a multi-row UPDATE over `HELD_INPUT` returning the key) for
+/// `waits` in lock order, a second time for rows a partition move made it
+/// skip; answers, per input, whether its row was updated.
+async fn update_held(
     pool: &Pool,
-    wait: &DestinationWait<'_>,
-    next_attempt_at: DateTime<Utc>,
-) -> anyhow::Result<bool> {
-    let mut params = wait.params().to_vec();
-    params.push(&next_attempt_at);
-    let n = pool
-        .get()
-        .await?
-        .execute(
-            &format!(
-                "UPDATE scheduled_jobs l SET status = 'retrying', attempts = l.attempts - 1, worker_id = NULL,
-                        started_at = NULL, next_attempt_at = $9,
-                        history = CASE WHEN {WAITING_NOTED} THEN l.history
-                                       ELSE l.history || jsonb_build_array({WAITING_ENTRY}) END
-                 WHERE {HELD_BY_ME}"
-            ),
-            &params,
-        )
-        .await?;
-    Ok(n == 1)
+    sql: &str,
+    worker_id: &str,
+    waits: &[(&DestinationWait, Option<DateTime<Utc>>)],
+) -> anyhow::Result<Vec<bool>> {
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(sql).await?;
+    let run = |rows: Vec<usize>| {
+        let (client, stmt) = (&client, &stmt);
+        async move {
+            let sorted: Vec<usize> =
+                crate::db::lock_order(rows.iter().map(|&i| (waits[i].0.slot.0, waits[i].0.slot.1)))
+                    .into_iter()
+                    .map(|k| rows[k])
+                    .collect();
+            let col = |f: &dyn Fn(&DestinationWait) -> Uuid| sorted.iter().map(|&i| f(waits[i].0)).collect::<Vec<_>>();
+            let (job_ids, fire_ids) = (col(&|w| w.slot.0), col(&|w| w.fire_id));
+            let times: Vec<DateTime<Utc>> = sorted.iter().map(|&i| waits[i].0.slot.1).collect();
+            let attempts: Vec<i32> = sorted.iter().map(|&i| waits[i].0.slot.2).collect();
+            let reasons: Vec<&str> = sorted.iter().map(|&i| waits[i].0.reason).collect();
+            let destinations: Vec<&str> = sorted.iter().map(|&i| waits[i].0.destination.as_str()).collect();
+            let since: Vec<DateTime<Utc>> = sorted.iter().map(|&i| waits[i].0.since).collect();
+            let back_at: Vec<Option<DateTime<Utc>>> = sorted.iter().map(|&i| waits[i].1).collect();
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] =
+                [&worker_id, &job_ids, &times, &fire_ids, &attempts, &reasons, &destinations, &since, &back_at];
+            let updated: HashSet<Slot> = crate::db::retry_deadlock(|| client.query(stmt, &params))
+                .await?
+                .iter()
+                .map(|row| (row.get(0), row.get(1)))
+                .collect();
+            anyhow::Ok(updated)
+        }
+    };
+    let mut updated = run((0..waits.len()).collect()).await?;
+    let missed: Vec<usize> =
+        (0..waits.len()).filter(|&i| !updated.contains(&(waits[i].0.slot.0, waits[i].0.slot.1))).collect();
+    if !missed.is_empty() {
+        updated.extend(run(missed).await?);
+    }
+    Ok(waits.iter().map(|(w, _)| updated.contains(&(w.slot.0, w.slot.1))).collect())
 }
 
-/// Parks a held slot that waited past its horizon without an attempt:
-/// `running` → `failed` (`attempts` back to n − 1: the attempt was never
-/// made), the `error` saying why and a `gave_up` history entry. The caller
-/// has published it to the failed queue first. Answers whether the row was
-/// this worker's to park.
-pub async fn give_up_waiting(pool: &Pool, wait: &DestinationWait<'_>, error: &str) -> anyhow::Result<bool> {
-    let mut params = wait.params().to_vec();
-    params.push(&error);
+/// Says on each row that its delivery waits for its destination while this
+/// worker holds it (`running`): a `waiting` entry, once per outage. Answers,
+/// per input, whether the entry was added. One statement for a batch: an
+/// outage makes every slot of the host wait at once.
+pub async fn note_waiting_batch(
+    pool: &Pool,
+    worker_id: &str,
+    waits: Vec<DestinationWait>,
+) -> anyhow::Result<Vec<bool>> {
+    let sql = format!(
+        "UPDATE scheduled_jobs l SET history = l.history || jsonb_build_array({WAITING_ENTRY})
+         FROM {HELD_INPUT}
+         WHERE {HELD_BY_WORKER} AND NOT {WAITING_NOTED}
+         RETURNING l.job_id, l.scheduled_at"
+    );
+    let rows: Vec<(&DestinationWait, Option<DateTime<Utc>>)> = waits.iter().map(|w| (w, None)).collect();
+    update_held(pool, &sql, worker_id, &rows).await
+}
+
+/// Hands held slots back to wait elsewhere (each message goes to a delay
+/// queue as the same attempt): `running` → `retrying` with the attempt not
+/// counted (`attempts` back to n − 1, which the start rule expects of the
+/// returning message) and `next_attempt_at` when the message is back, so
+/// that the stranded-row sweep finds it if the message is lost. Adds the
+/// `waiting` entry unless the row has it for this outage. Answers, per
+/// input, whether the row was this worker's to hand back.
+pub async fn wait_for_destination_batch(
+    pool: &Pool,
+    worker_id: &str,
+    hand_backs: Vec<HandBack>,
+) -> anyhow::Result<Vec<bool>> {
+    let sql = format!(
+        "UPDATE scheduled_jobs l SET status = 'retrying', attempts = l.attempts - 1, worker_id = NULL,
+                started_at = NULL, next_attempt_at = b.back_at,
+                history = CASE WHEN {WAITING_NOTED} THEN l.history
+                               ELSE l.history || jsonb_build_array({WAITING_ENTRY}) END
+         FROM {HELD_INPUT}
+         WHERE {HELD_BY_WORKER}
+         RETURNING l.job_id, l.scheduled_at"
+    );
+    let rows: Vec<(&DestinationWait, Option<DateTime<Utc>>)> =
+        hand_backs.iter().map(|h| (&h.wait, Some(h.back_at))).collect();
+    update_held(pool, &sql, worker_id, &rows).await
+}
+
+/// Parks a held slot that cannot be delivered within its horizon, without
+/// an attempt: `running` → `failed` (`attempts` back to n − 1: the attempt
+/// was never made), the `error` saying why and a `gave_up` history entry.
+/// The caller has published it to the failed queue first. Answers whether
+/// the row was this worker's to park.
+pub async fn give_up_waiting(
+    pool: &Pool,
+    worker_id: &str,
+    wait: &DestinationWait,
+    error: &str,
+) -> anyhow::Result<bool> {
+    let (job_id, scheduled_at, attempt) = &wait.slot;
     let n = pool
         .get()
         .await?
         .execute(
-            &format!(
-                "UPDATE scheduled_jobs l SET status = 'failed', attempts = l.attempts - 1, finished_at = now(),
-                        next_attempt_at = NULL, error = $9::text,
-                        history = l.history || jsonb_build_array(jsonb_build_object(
-                            'event', 'gave_up', 'reason', $6::text, 'at', cronshard_instant(now()),
-                            'destination', $7::text, 'since', cronshard_instant($8), 'worker_id', $5::text,
-                            'attempt', $4::int))
-                 WHERE {HELD_BY_ME}"
-            ),
-            &params,
+            "UPDATE scheduled_jobs l SET status = 'failed', attempts = l.attempts - 1, finished_at = now(),
+                    next_attempt_at = NULL, error = $9::text,
+                    history = l.history || jsonb_build_array(jsonb_build_object(
+                        'event', 'gave_up', 'reason', $6::text, 'at', cronshard_instant(now()),
+                        'destination', $7::text, 'since', cronshard_instant($8), 'worker_id', $5::text,
+                        'attempt', $4::int))
+             WHERE l.job_id = $1 AND l.scheduled_at = $2 AND l.fire_id = $3 AND l.attempts = $4
+               AND l.status = 'running' AND l.worker_id = $5",
+            &[
+                job_id,
+                scheduled_at,
+                &wait.fire_id,
+                attempt,
+                &worker_id,
+                &wait.reason,
+                &wait.destination,
+                &wait.since,
+                &error,
+            ],
         )
         .await?;
     Ok(n == 1)
