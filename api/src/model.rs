@@ -422,3 +422,162 @@ pub struct CalendarPage {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }
+
+/// The scheduler nodes that own a job now (`GET /v1/jobs/{id}/owners`).
+#[derive(Serialize, ToSchema)]
+pub struct JobOwners {
+    pub job_id: Uuid,
+    /// The replication factor the live nodes announce in their heartbeats
+    /// (the largest, should they differ; 2 for nodes that announce none).
+    pub replication_factor: u64,
+    /// The live nodes that own the job by rendezvous hashing, best first:
+    /// the ones that fire it (each node judged by its own factor).
+    pub owners: Vec<String>,
+    /// Every live node, by id.
+    pub live_nodes: Vec<String>,
+}
+
+/// A worker process, from its row in `worker_heartbeats`.
+#[derive(Serialize, ToSchema)]
+pub struct Worker {
+    pub worker_id: String,
+    /// When it last heartbeat (every 5 s); one not seen for 15 s is presumed gone.
+    #[serde(serialize_with = "serialize_instant")]
+    pub seen_at: DateTime<Utc>,
+    /// How long ago that was, by the database's clock.
+    pub age_ms: i64,
+}
+
+/// The workers that heartbeat, most recently seen first.
+#[derive(Serialize, ToSchema)]
+pub struct WorkerList {
+    pub items: Vec<Worker>,
+}
+
+/// Delivery lateness in one minute of scheduled time.
+#[derive(Serialize, ToSchema)]
+pub struct LatenessBucket {
+    /// The minute (its first instant).
+    #[serde(serialize_with = "serialize_instant")]
+    pub minute: DateTime<Utc>,
+    /// Slots of the minute whose first attempt started; when the answer is
+    /// `sampled`, an estimate (the minute's sampled rows ÷ `sample_rate`).
+    pub deliveries: u64,
+    /// The minute's rows the percentiles are computed from (= `deliveries`
+    /// unless sampled).
+    pub sampled_deliveries: u64,
+    /// Lateness percentiles (nearest rank) and maximum, in milliseconds: the
+    /// first attempt's start against the slot's due instant (its scheduled
+    /// time plus the job's jitter offset).
+    pub p50_ms: i64,
+    pub p99_ms: i64,
+    pub max_ms: i64,
+}
+
+/// Delivery lateness per minute (`GET /v1/stats/lateness`).
+#[derive(Serialize, ToSchema)]
+pub struct LatenessStats {
+    #[serde(serialize_with = "serialize_instant")]
+    pub from: DateTime<Utc>,
+    #[serde(serialize_with = "serialize_instant")]
+    pub to: DateTime<Utc>,
+    /// Minutes with at least one delivery, oldest first.
+    pub buckets: Vec<LatenessBucket>,
+    /// Whether only a sample of the window's rows was read (a window of
+    /// more than about 30,000 deliveries).
+    pub sampled: bool,
+    /// Rows the answer is computed from.
+    pub sample_size: u64,
+    /// The share of the window's rows read (1 when not sampled).
+    pub sample_rate: f64,
+}
+
+/// The latest failure of a group.
+#[derive(Serialize, ToSchema)]
+pub struct FailureExample {
+    pub job_id: Uuid,
+    #[serde(serialize_with = "serialize_instant")]
+    pub scheduled_at: DateTime<Utc>,
+    pub execution_id: String,
+}
+
+/// Failed executions with the same error text.
+#[derive(Serialize, ToSchema)]
+pub struct FailureGroup {
+    /// The last attempt's error (credentials redacted); null when none was recorded.
+    pub error: Option<String>,
+    pub count: u64,
+    /// Distinct jobs among them.
+    pub jobs: u64,
+    #[serde(serialize_with = "serialize_instant")]
+    pub first_at: DateTime<Utc>,
+    #[serde(serialize_with = "serialize_instant")]
+    pub last_at: DateTime<Utc>,
+    pub example: FailureExample,
+}
+
+/// Failed executions grouped by error (`GET /v1/executions/failures`).
+#[derive(Serialize, ToSchema)]
+pub struct FailureGroups {
+    #[serde(serialize_with = "serialize_instant")]
+    pub from: DateTime<Utc>,
+    #[serde(serialize_with = "serialize_instant")]
+    pub to: DateTime<Utc>,
+    /// Most frequent first.
+    pub groups: Vec<FailureGroup>,
+    /// Failed rows grouped.
+    pub rows_read: u64,
+    /// The window holds more failed rows than are read (`rows_read`, the
+    /// newest): counts are those of the newest failures only.
+    pub capped: bool,
+    /// Groups left out beyond `limit`.
+    pub more_groups: u64,
+}
+
+/// A job's executions over a period, by status (`GET /v1/jobs/outcomes`).
+#[derive(Serialize, ToSchema, Default)]
+pub struct JobOutcomes {
+    pub succeeded: u64,
+    pub failed: u64,
+    pub retrying: u64,
+    pub running: u64,
+    pub pending: u64,
+    pub skipped: u64,
+    pub missed: u64,
+    /// Of `succeeded`, those whose first attempt started more than 1 s
+    /// after the slot's due instant (with the job's jitter).
+    pub late: u64,
+}
+
+impl From<&common::ledger::stats::Outcomes> for JobOutcomes {
+    fn from(o: &common::ledger::stats::Outcomes) -> Self {
+        use common::ledger::Status;
+        let mut out = JobOutcomes { late: o.late, ..Default::default() };
+        for (status, n) in &o.by_status {
+            // Exhaustive: a new status fails to compile here until it has a field.
+            let field = match status {
+                Status::Succeeded => &mut out.succeeded,
+                Status::Failed => &mut out.failed,
+                Status::Retrying => &mut out.retrying,
+                Status::Running => &mut out.running,
+                Status::Pending => &mut out.pending,
+                Status::Skipped => &mut out.skipped,
+                Status::Missed => &mut out.missed,
+            };
+            *field += n;
+        }
+        out
+    }
+}
+
+/// Outcomes of several jobs, by job id.
+#[derive(Serialize, ToSchema)]
+pub struct JobOutcomesPage {
+    #[serde(serialize_with = "serialize_instant")]
+    pub from: DateTime<Utc>,
+    #[serde(serialize_with = "serialize_instant")]
+    pub to: DateTime<Utc>,
+    /// One entry per id asked for that names a job the token may see
+    /// (deleted ones included); others are left out.
+    pub items: std::collections::BTreeMap<Uuid, JobOutcomes>,
+}

@@ -7,4 +7,5 @@ pub mod explain;
 pub mod health;
 pub mod jobs;
 pub mod schedules;
+pub mod stats;
 pub mod tenancy;

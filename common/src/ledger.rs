@@ -28,7 +28,9 @@
 //! | replay | `failed` or unheld → `pending` (`replay`) | [`changes::replay`] |
 //!
 //! Reads (executions, explain, the scheduler's view of what a job has
-//! fired) are in [`read`]; the day partitions in [`partitions`].
+//! fired) are in [`read`]; aggregates for an operator's console (failures
+//! by error, outcomes per job, lateness) in [`stats`]; the day partitions in
+//! [`partitions`].
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -337,6 +339,7 @@ pub mod delivery;
 pub mod partitions;
 pub mod read;
 pub use read::{Execution, ExecutionWithHistory};
+pub mod stats;
 pub mod sweep;
 
 /// Stamps `published_at` on the rows of confirmed messages, in one

@@ -16,6 +16,7 @@ pub mod ledger;
 pub mod message;
 pub mod metrics;
 pub mod netguard;
+pub mod ownership;
 
 pub mod publisher;
 pub mod redact;

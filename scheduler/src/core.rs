@@ -12,11 +12,11 @@ use uuid::Uuid;
 
 use common::calendar::{self, Calendar};
 use common::ledger::{Status, Trigger};
+use common::ownership;
 use common::schedule::CompiledSchedule;
 
 use crate::feed::{self, JobRow};
 use crate::misfire;
-use crate::ownership;
 use crate::timer::{Generation, TimerHeap};
 use common::ledger::claim::{Decided, Slot};
 

@@ -5,7 +5,8 @@
 //!   live set (union over shards) → a watch channel;
 //! - **feed**: full load, then LISTEN/NOTIFY plus an xid-watermark poll →
 //!   job changes;
-//! - **core** (`core.rs`, no I/O): ownership by rendezvous hashing (RF 2) →
+//! - **core** (`core.rs`, no I/O): ownership by rendezvous hashing (RF 2,
+//!   `common::ownership`) →
 //!   a min-heap of owned jobs → due slots in batches, `lookahead` ahead of
 //!   time, and the catch-up of misfires and earlier versions;
 //! - **dispatcher**: Redis lock → ledger claim → publish with confirms; also
@@ -21,5 +22,4 @@ pub mod feed;
 pub mod membership;
 pub mod misfire;
 pub mod node;
-pub mod ownership;
 pub mod timer;

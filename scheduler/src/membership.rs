@@ -31,13 +31,22 @@ pub struct Membership {
     pub refresh_interval: Duration,
     /// Jobs this node owns, published in the heartbeat for `/v1/cluster`.
     pub owned_jobs: Arc<AtomicUsize>,
+    /// The node's replication factor, published in the heartbeat so that
+    /// the API computes a job's owners as the nodes do.
+    pub replication_factor: usize,
 }
 
 impl Membership {
     /// Writes the heartbeat to every shard; Ok if at least one took it.
     pub async fn beat(&self) -> anyhow::Result<usize> {
         let key = self.keys.node(&self.node_id);
-        let value = serde_json::json!({ "node_id": self.node_id, "heartbeat_at": Utc::now(), "owned_jobs": self.owned_jobs.load(Ordering::Relaxed) }).to_string();
+        let mut value = serde_json::json!({
+            "node_id": self.node_id,
+            "heartbeat_at": Utc::now(),
+            "owned_jobs": self.owned_jobs.load(Ordering::Relaxed),
+        });
+        value[common::ownership::HEARTBEAT_REPLICATION_FACTOR] = self.replication_factor.into();
+        let value = value.to_string();
         let mut ok = 0;
         let mut last_err = None;
         for shard in &self.shards {

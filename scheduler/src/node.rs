@@ -69,7 +69,7 @@ pub struct NodeConfig {
 /// The node's defaults, stated once: [`NodeConfig::new`] and the binary's
 /// flags both read them.
 pub mod defaults {
-    pub const REPLICATION_FACTOR: usize = 2;
+    pub const REPLICATION_FACTOR: usize = common::ownership::DEFAULT_REPLICATION_FACTOR;
     pub const LOOKAHEAD_MS: u64 = 2_000;
     pub const POLL_INTERVAL_MS: u64 = 5_000;
     pub const HEARTBEAT_INTERVAL_MS: u64 = 10_000;
@@ -130,6 +130,7 @@ impl Node {
             heartbeat_interval: cfg.heartbeat_interval,
             refresh_interval: cfg.membership_refresh,
             owned_jobs: owned_jobs.clone(),
+            replication_factor: cfg.replication_factor,
         };
         if let Err(e) = membership.beat().await {
             tracing::warn!(error = %format!("{e:#}"), "first heartbeat failed; starting alone until Redis answers");

@@ -1,7 +1,9 @@
 //! Rendezvous (highest-random-weight) ownership: the `rf` live nodes with the
 //! highest siphash of (node id, job id) own a job. Pure and deterministic, so
 //! every node computes the same owners from the same live set, and a join or
-//! leave moves only the jobs whose top `rf` changed.
+//! leave moves only the jobs whose top `rf` changed. The scheduler decides
+//! what it fires with it; the API answers "who owns this job now" with the
+//! same function, so the two cannot disagree.
 
 use std::hash::Hasher;
 
@@ -27,6 +29,37 @@ pub fn owners(job_id: Uuid, members: &[String], rf: usize) -> Vec<&str> {
     // Ties (practically impossible) break on the id so all nodes agree.
     scored.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
     scored.into_iter().take(rf).map(|(_, m)| m).collect()
+}
+
+/// The replication factor a node uses unless it says otherwise (`REPLICATION_FACTOR`).
+pub const DEFAULT_REPLICATION_FACTOR: usize = 2;
+
+/// The field of a node's heartbeat document that carries its replication factor.
+pub const HEARTBEAT_REPLICATION_FACTOR: &str = "replication_factor";
+
+/// The replication factor a heartbeat document announces; a node that does
+/// not publish one (an older release) uses the default.
+pub fn heartbeat_replication_factor(heartbeat: &serde_json::Value) -> usize {
+    heartbeat
+        .get(HEARTBEAT_REPLICATION_FACTOR)
+        .and_then(serde_json::Value::as_u64)
+        .filter(|rf| *rf >= 1)
+        .map_or(DEFAULT_REPLICATION_FACTOR, |rf| rf as usize)
+}
+
+/// The nodes that consider themselves owners of `job_id`, best first: each
+/// live node decides with its own replication factor (`members` pairs a
+/// node id with it), so while a change of the factor rolls out the answer
+/// is what the nodes actually do. With one factor for all, this is
+/// [`owners`].
+pub fn owners_by_own_factor(job_id: Uuid, members: &[(String, usize)]) -> Vec<String> {
+    let ids: Vec<String> = members.iter().map(|(id, _)| id.clone()).collect();
+    owners(job_id, &ids, ids.len())
+        .into_iter()
+        .enumerate()
+        .filter(|(rank, id)| members.iter().any(|(m, rf)| m == id && rank < &(*rf).max(1)))
+        .map(|(_, id)| id.to_owned())
+        .collect()
 }
 
 pub fn is_owner(node_id: &str, job_id: Uuid, members: &[String], rf: usize) -> bool {
@@ -88,6 +121,43 @@ mod tests {
                 assert_eq!(is_owner(m, job, &members, 2), top.contains(&m.as_str()));
             }
         }
+    }
+
+    #[test]
+    fn own_factors_agree_with_owners_when_equal_and_follow_each_node_otherwise() {
+        let members = nodes(5);
+        for job in jobs(500) {
+            let same: Vec<(String, usize)> = members.iter().map(|m| (m.clone(), 2)).collect();
+            let expected: Vec<String> = owners(job, &members, 2).into_iter().map(str::to_owned).collect();
+            assert_eq!(owners_by_own_factor(job, &same), expected);
+            // The third-best node with a factor of 3 counts itself in; the
+            // second-best with a factor of 1 does not.
+            let ranked = owners(job, &members, 5);
+            let mixed: Vec<(String, usize)> = members
+                .iter()
+                .map(|m| {
+                    (
+                        m.clone(),
+                        if m == ranked[2] {
+                            3
+                        } else if m == ranked[1] {
+                            1
+                        } else {
+                            2
+                        },
+                    )
+                })
+                .collect();
+            assert_eq!(owners_by_own_factor(job, &mixed), vec![ranked[0].to_owned(), ranked[2].to_owned()]);
+        }
+    }
+
+    #[test]
+    fn heartbeats_without_a_factor_use_the_default() {
+        assert_eq!(heartbeat_replication_factor(&serde_json::json!({"node_id": "a"})), 2);
+        assert_eq!(heartbeat_replication_factor(&serde_json::json!({"replication_factor": 3})), 3);
+        assert_eq!(heartbeat_replication_factor(&serde_json::json!({"replication_factor": 0})), 2);
+        assert_eq!(heartbeat_replication_factor(&serde_json::Value::Null), 2);
     }
 
     proptest! {
