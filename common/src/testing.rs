@@ -146,9 +146,21 @@ pub fn command_with_secret_env(binary: &str, secret: &str) -> std::process::Comm
 /// without their values, shows no `secret`, and shows `visible` (an env
 /// value that is not a secret, proving values are shown where allowed).
 pub fn assert_help_hides_secrets(status: Option<std::process::ExitStatus>, out: &str, secret: &str, visible: &str) {
+    assert_help_hides_secret_values(status, out, secret, &["DATABASE_URL", "REDIS_URLS", "AMQP_URL"], visible);
+}
+
+/// The same for any binary: `--help` succeeded, lists each variable of
+/// `names` without its value, shows no `secret`, and shows `visible`.
+pub fn assert_help_hides_secret_values(
+    status: Option<std::process::ExitStatus>,
+    out: &str,
+    secret: &str,
+    names: &[&str],
+    visible: &str,
+) {
     assert!(status.is_some_and(|s| s.success()), "{out}");
     assert!(!out.contains(secret), "--help shows a secret:\n{out}");
-    for name in ["DATABASE_URL", "REDIS_URLS", "AMQP_URL"] {
+    for name in names {
         assert!(out.contains(&format!("[env: {name}]")), "{name} is not listed:\n{out}");
     }
     assert!(out.contains(visible), "{out}");

@@ -1,0 +1,480 @@
+//! The command line. Every subcommand's `--help` ends with examples (lines
+//! starting `$ cronshard`); the CLI's tests run each of them against a real
+//! API, with `$JOB` a job's id, `$AT` one of its failed slots, and the files
+//! of `cli/examples/` in the working directory.
+
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+
+use crate::output::Format;
+
+const TOP_HELP: &str = "\
+Configuration:
+  The flags fall back to environment variables: CRONSHARD_URL, CRONSHARD_TOKEN,
+  CRONSHARD_OUTPUT and CRONSHARD_NAMESPACE. Prefer CRONSHARD_TOKEN to --token:
+  a flag shows in the process list. --help never shows the token's or the URL's value.
+
+Output:
+  -o table (default) prints aligned columns with instants in UTC (RFC 3339, ms);
+  -o json prints the API's JSON unchanged (with --all: one page holding every item);
+  -o yaml prints the same document as YAML.
+
+Exit codes:
+  0  success
+  1  any other failure (an answer the CLI cannot read)
+  2  usage or invalid input: a bad flag, an unreadable file, the API's 400/413/415/422
+     (each invalid field is printed as `field: message`)
+  3  not found (404)
+  4  conflict or stale version (409, 412)
+  5  server error (5xx) or the API cannot be reached (the URL is named)
+  6  unauthorized or forbidden (401, 403)
+
+Examples:
+  $ cronshard jobs list
+  $ cronshard -o json jobs get $JOB
+  $ cronshard preview --cron '30 2 * * *' --tz Europe/Berlin --from 2026-03-28T00:00:00Z --count 3";
+
+/// The heading of the flags every subcommand takes.
+const GLOBAL: &str = "Global options";
+
+/// cronshard: manage jobs, executions and calendars of a cronshard cluster
+/// through its REST API.
+#[derive(Parser, Debug)]
+#[command(name = "cronshard", version, after_help = TOP_HELP, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug)]
+pub struct Global {
+    /// The API's base URL.
+    #[arg(
+        long,
+        global = true,
+        help_heading = GLOBAL,
+        env = "CRONSHARD_URL",
+        default_value = "http://127.0.0.1:8080",
+        hide_env_values = true
+    )]
+    pub url: String,
+
+    /// Bearer token (sent as `Authorization: Bearer`). Prefer the
+    /// environment variable: a flag shows in the process list.
+    #[arg(long, global = true, help_heading = GLOBAL, env = "CRONSHARD_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+
+    /// Output format.
+    #[arg(short = 'o', long, global = true, help_heading = GLOBAL, env = "CRONSHARD_OUTPUT", value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+
+    /// Namespace of new jobs and calendars, and the one `jobs list`, `jobs
+    /// bulk` and `calendars` act in (default: the token's only namespace,
+    /// or `default`).
+    #[arg(long, global = true, help_heading = GLOBAL, env = "CRONSHARD_NAMESPACE")]
+    pub namespace: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create, list, show, change, delete, pause, resume and fire jobs.
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  $ cronshard jobs create -f job.yaml
+  $ cronshard jobs list --selector team=payments
+  $ cronshard jobs edit $JOB --set retry.max_retries=5"
+    )]
+    Jobs(Jobs),
+    /// List executions (ledger rows), explain a slot, replay failures.
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  $ cronshard executions list --job $JOB --status failed
+  $ cronshard executions explain $JOB $AT
+  $ cronshard executions replay $JOB $AT"
+    )]
+    Executions(Executions),
+    /// Manage calendars of excluded days and times.
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  $ cronshard calendars put holidays -f holidays.yaml
+  $ cronshard calendars list"
+    )]
+    Calendars(Calendars),
+    /// Show the live scheduler nodes and the Redis shards.
+    #[command(after_help = "Examples:
+  $ cronshard cluster
+  $ cronshard cluster -o json")]
+    Cluster,
+    /// Show the fire times a schedule would have, with local time and DST marks.
+    #[command(after_help = "The schedule is --cron EXPR (with --tz), --every-ms N or -f FILE, where FILE
+holds a schedule ({kind, expr, timezone, ...}) or a whole preview request
+({schedule, from, count, jitter_ms, job_id}); --from and --count override the file's.
+Nothing is stored.
+
+Examples:
+  $ cronshard preview --cron '30 2 * * *' --tz Europe/Berlin --from 2026-03-28T00:00:00Z --count 3
+  $ cronshard preview --cron '*/30 * * * *' --tz Europe/Berlin --from 2026-10-24T23:30:00Z --count 5
+  $ cronshard preview --every-ms 3600000 --count 3
+  $ cronshard preview -f schedule.yaml --from 2026-10-24T00:00:00Z")]
+    Preview(Preview),
+    /// Print a shell completion script.
+    #[command(after_help = "Load it in the current bash, or save it where your shell looks for completions
+(bash: ~/.local/share/bash-completion/completions/cronshard, zsh: a directory on
+$fpath as _cronshard, fish: ~/.config/fish/completions/cronshard.fish).
+
+Examples:
+  $ source <(cronshard completions bash)
+  $ cronshard completions zsh > _cronshard
+  $ cronshard completions fish > cronshard.fish")]
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Jobs {
+    /// Create a job from a JSON or YAML definition.
+    #[command(after_help = "The file holds a job as POST /v1/jobs takes it (name, schedule, target, and
+optionally retry, misfire, labels, overlap, jitter_ms, calendars, paused, namespace).
+
+Examples:
+  $ cronshard jobs create -f job.yaml
+  $ cronshard jobs create -f job.json -o json
+  $ cat job.json | cronshard jobs create -f -
+  $ cronshard jobs create -f job.yaml --namespace default")]
+    Create {
+        /// The definition: a .json or .yaml file, or - for stdin.
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: String,
+    },
+    /// List jobs, filtered by labels, name, kind or state.
+    #[command(after_help = "Examples:
+  $ cronshard jobs list
+  $ cronshard jobs list --selector 'team=payments,tier!=batch'
+  $ cronshard jobs list --selector 'tier in (web,batch),!legacy' --paused false
+  $ cronshard jobs list --name-prefix daily --kind cron --limit 20
+  $ cronshard jobs list --all -o json")]
+    List(JobList),
+    /// Show a job.
+    #[command(after_help = "Examples:
+  $ cronshard jobs get $JOB
+  $ cronshard jobs get $JOB -o yaml")]
+    Get {
+        /// The job id.
+        id: String,
+    },
+    /// Change fields of a job (a JSON Merge Patch), guarded by its version.
+    #[command(after_help = "--set path=value sets one field: the path is dotted keys, the value JSON when it
+parses as JSON (5, true, null, [\"a\"], \"5\") and text otherwise; null removes the
+field, objects merge key by key, arrays are replaced whole. -f FILE is a merge
+patch in JSON or YAML; --set is applied on top of it.
+The job is read first and the change is sent with If-Match of the version read
+(or of --if-version), so a change made meanwhile by someone else is refused with
+exit code 4 instead of being overwritten; --force sends no If-Match.
+
+Examples:
+  $ cronshard jobs edit $JOB --set schedule.expr='15 3 * * *' --set labels.tier=batch
+  $ cronshard jobs edit $JOB --set retry.max_retries=5 --set labels.tier=null
+  $ cronshard jobs edit $JOB -f patch.yaml
+  $ cronshard jobs edit $JOB --set paused=true --force")]
+    Edit(JobEdit),
+    /// Delete a job: it never fires again.
+    #[command(after_help = "Examples:
+  $ cronshard jobs delete $JOB")]
+    Delete {
+        /// The job id.
+        id: String,
+    },
+    /// Pause a job: its slots are skipped until it is resumed.
+    #[command(after_help = "Examples:
+  $ cronshard jobs pause $JOB")]
+    Pause {
+        /// The job id.
+        id: String,
+    },
+    /// Resume a paused job.
+    #[command(after_help = "Examples:
+  $ cronshard jobs resume $JOB")]
+    Resume {
+        /// The job id.
+        id: String,
+    },
+    /// Fire a job once now, outside its schedule.
+    #[command(after_help = "Examples:
+  $ cronshard jobs trigger $JOB")]
+    Trigger {
+        /// The job id.
+        id: String,
+    },
+    /// Show a job's next fire times, with local time and DST marks.
+    #[command(after_help = "Examples:
+  $ cronshard jobs next $JOB
+  $ cronshard jobs next $JOB --count 3 --from 2026-10-24T00:00:00Z")]
+    Next {
+        /// The job id.
+        id: String,
+        /// How many fire times (1 to 1000; the API's default is 10).
+        #[arg(long)]
+        count: Option<u32>,
+        /// Fire times at or after this RFC 3339 instant (default now).
+        #[arg(long, value_name = "TIME")]
+        from: Option<String>,
+    },
+    /// Pause, resume, delete or trigger every job a label selector matches.
+    #[command(after_help = "All or nothing, at most 5,000 jobs per call. delete needs --yes.
+
+Examples:
+  $ cronshard jobs bulk pause --selector team=payments
+  $ cronshard jobs bulk resume --selector 'team=payments,tier in (web,batch)'
+  $ cronshard jobs bulk trigger --selector team=payments
+  $ cronshard jobs bulk delete --selector team=payments --yes")]
+    Bulk {
+        #[arg(value_enum)]
+        action: BulkAction,
+        /// A label selector (`k=v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`, joined by commas).
+        #[arg(long, short = 'l')]
+        selector: String,
+        /// Confirms a bulk delete.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct JobList {
+    /// Only jobs whose labels match this selector (`k=v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`).
+    #[arg(long, short = 'l')]
+    pub selector: Option<String>,
+    /// Only jobs whose name starts with this text.
+    #[arg(long)]
+    pub name_prefix: Option<String>,
+    /// Only jobs of this schedule kind: once, interval or cron.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Only paused (true) or active (false) jobs.
+    #[arg(long, value_name = "true|false", action = ArgAction::Set)]
+    pub paused: Option<bool>,
+    #[command(flatten)]
+    pub paging: Paging,
+}
+
+#[derive(Args, Debug)]
+pub struct Paging {
+    /// Page size (1 to 500; the API's default is 50).
+    #[arg(long)]
+    pub limit: Option<u32>,
+    /// Start after this `next_cursor` of a previous page.
+    #[arg(long, conflicts_with = "all")]
+    pub cursor: Option<String>,
+    /// Follow `next_cursor` until the last page.
+    #[arg(long)]
+    pub all: bool,
+}
+
+#[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("change").required(true).multiple(true).args(["set", "file"]))]
+pub struct JobEdit {
+    /// The job id.
+    pub id: String,
+    /// A field to change, as path=value (repeatable).
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub set: Vec<String>,
+    /// A merge patch in JSON or YAML (- for stdin).
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: Option<String>,
+    /// Send no If-Match: apply the change whatever the job's version.
+    #[arg(long, conflicts_with = "if_version")]
+    pub force: bool,
+    /// Apply the change only if the job is still at this version (a
+    /// version read earlier), instead of the version read now.
+    #[arg(long, value_name = "VERSION")]
+    pub if_version: Option<i64>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BulkAction {
+    Pause,
+    Resume,
+    Delete,
+    Trigger,
+}
+
+impl BulkAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BulkAction::Pause => "pause",
+            BulkAction::Resume => "resume",
+            BulkAction::Delete => "delete",
+            BulkAction::Trigger => "trigger",
+        }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Executions {
+    /// List executions, newest first: of one job, or across jobs.
+    #[command(after_help = "--status takes a ledger status (pending, running, succeeded, failed, retrying,
+skipped, missed, ...); the API names the allowed ones if it is not one.
+
+Examples:
+  $ cronshard executions list --job $JOB
+  $ cronshard executions list --status failed --from 2026-11-01T00:00:00Z --to 2026-12-01T00:00:00Z
+  $ cronshard executions list --status failed --all -o json")]
+    List(ExecutionList),
+    /// Explain one slot of a job: did it fire, and if not, why?
+    #[command(after_help = "Prints the verdict (the row's status, or why there is no row), a summary and the
+timeline of what happened to the slot. Any instant may be asked about.
+
+Examples:
+  $ cronshard executions explain $JOB $AT
+  $ cronshard executions explain $JOB 2026-12-15T09:00:00.000Z -o json")]
+    Explain {
+        /// The job id.
+        job_id: String,
+        /// The slot, an RFC 3339 instant.
+        scheduled_at: String,
+    },
+    /// Replay one execution, or in bulk every one a filter selects.
+    #[command(after_help = "With JOB_ID and SCHEDULED_AT: that execution, back to pending under a new fire id.
+Without them: every execution the filters select (status failed unless --status
+says otherwise; at most --limit, default 100). Each gets a fresh retry budget:
+the job's own retry policy, or --max-retries.
+
+Examples:
+  $ cronshard executions replay $JOB $AT
+  $ cronshard executions replay $JOB $AT --max-retries 5
+  $ cronshard executions replay --status failed --error-contains 503 --from 2026-11-01T00:00:00Z --to 2026-12-01T00:00:00Z
+  $ cronshard executions replay --job $JOB --trigger schedule --max-retries 2 --limit 10")]
+    Replay(Replay),
+}
+
+#[derive(Args, Debug)]
+pub struct ExecutionList {
+    /// Only this job's executions.
+    #[arg(long, value_name = "JOB_ID")]
+    pub job: Option<String>,
+    /// Only executions in this status.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// Scheduled at or after this RFC 3339 instant.
+    #[arg(long, value_name = "TIME")]
+    pub from: Option<String>,
+    /// Scheduled before this RFC 3339 instant.
+    #[arg(long, value_name = "TIME")]
+    pub to: Option<String>,
+    #[command(flatten)]
+    pub paging: Paging,
+}
+
+#[derive(Args, Debug)]
+pub struct Replay {
+    /// The job of the one execution to replay.
+    #[arg(requires = "scheduled_at")]
+    pub job_id: Option<String>,
+    /// The slot of the one execution to replay (RFC 3339).
+    pub scheduled_at: Option<String>,
+    /// Bulk: executions in this status (failed, pending, retrying, running; default failed).
+    #[arg(long, conflicts_with = "job_id")]
+    pub status: Option<String>,
+    /// Bulk: only this job's executions.
+    #[arg(long, value_name = "JOB_ID", conflicts_with = "job_id")]
+    pub job: Option<String>,
+    /// Bulk: only executions made by this trigger (schedule, manual, ...).
+    #[arg(long, conflicts_with = "job_id")]
+    pub trigger: Option<String>,
+    /// Bulk: only executions whose last error contains this text (case-insensitive).
+    #[arg(long, value_name = "TEXT", conflicts_with = "job_id")]
+    pub error_contains: Option<String>,
+    /// Bulk: scheduled at or after this RFC 3339 instant.
+    #[arg(long, value_name = "TIME", conflicts_with = "job_id")]
+    pub from: Option<String>,
+    /// Bulk: scheduled before this RFC 3339 instant.
+    #[arg(long, value_name = "TIME", conflicts_with = "job_id")]
+    pub to: Option<String>,
+    /// Bulk: replay at most this many (1 to 1000; the API's default is 100).
+    #[arg(long, conflicts_with = "job_id")]
+    pub limit: Option<u32>,
+    /// The replayed executions' retries (instead of each job's retry policy).
+    #[arg(long, value_name = "N")]
+    pub max_retries: Option<u32>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Calendars {
+    /// Create or replace a calendar from a JSON or YAML file.
+    #[command(after_help = "The file holds {timezone, dates, ranges, rules, description}.
+
+Examples:
+  $ cronshard calendars put holidays -f holidays.yaml")]
+    Put {
+        /// The calendar's name.
+        name: String,
+        /// The calendar: a .json or .yaml file, or - for stdin.
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: String,
+    },
+    /// Show a calendar.
+    #[command(after_help = "Examples:
+  $ cronshard calendars get holidays
+  $ cronshard calendars get holidays -o yaml")]
+    Get {
+        /// The calendar's name.
+        name: String,
+    },
+    /// List calendars.
+    #[command(after_help = "Examples:
+  $ cronshard calendars list
+  $ cronshard calendars list --namespace default --all")]
+    List {
+        #[command(flatten)]
+        paging: Paging,
+    },
+    /// Delete a calendar no live job references.
+    #[command(after_help = "Examples:
+  $ cronshard calendars delete holidays")]
+    Delete {
+        /// The calendar's name.
+        name: String,
+    },
+}
+
+#[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("schedule").required(true).args(["cron", "every_ms", "file"]))]
+pub struct Preview {
+    /// A cron expression (5 or 6 fields).
+    #[arg(long, value_name = "EXPR")]
+    pub cron: Option<String>,
+    /// The cron expression's IANA time zone.
+    #[arg(long, value_name = "ZONE", requires = "cron", default_value = "UTC")]
+    pub tz: String,
+    /// An interval in milliseconds (anchored at --from).
+    #[arg(long, value_name = "N")]
+    pub every_ms: Option<u64>,
+    /// A schedule or a preview request in JSON or YAML (- for stdin).
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: Option<String>,
+    /// How many fire times (1 to 1000; the API's default is 10).
+    #[arg(long)]
+    pub count: Option<u32>,
+    /// Fire times at or after this RFC 3339 instant (default now).
+    #[arg(long, value_name = "TIME")]
+    pub from: Option<String>,
+}
+
+/// The whole command tree (for completions and the tests).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_line_is_well_formed_and_shows_no_secret_env_value() {
+        common::config::assert_cli_well_formed(super::command());
+    }
+}

@@ -1,0 +1,210 @@
+//! The HTTP side: one request to the API, its answer, and the API's errors
+//! (`application/problem+json`) turned into a [`Failure`] with the exit
+//! code of their status. The token goes into the `Authorization` header and
+//! nowhere else: no message names it, and the URL is shown without its
+//! password.
+
+use std::time::Duration;
+
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, IF_MATCH};
+use reqwest::{Method, Url};
+use serde_json::Value;
+
+use crate::failure::{Exit, Failure, Result};
+
+/// Longer than the API's own 30 s request timeout, so that its 503 is what
+/// a slow request ends with.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct Api {
+    base: Url,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+/// A request body.
+pub enum Body {
+    Json(Value),
+    /// A JSON Merge Patch (RFC 7396).
+    MergePatch(Value),
+}
+
+/// A successful answer, fully read.
+pub struct Reply {
+    pub text: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> Result<Value> {
+        serde_json::from_str(&self.text).map_err(|e| Failure::other(format!("the API's answer is not JSON ({e})")))
+    }
+}
+
+impl Api {
+    pub fn new(base: &str, token: Option<String>) -> Result<Api> {
+        let base = Url::parse(base)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+            .ok_or_else(|| Failure::invalid("--url (CRONSHARD_URL) must be an http or https URL"))?;
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("cronshard-cli/", env!("CARGO_PKG_VERSION")))
+            .timeout(REQUEST_TIMEOUT)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .build()
+            .map_err(|e| Failure::other(format!("cannot set up the HTTP client: {e}")))?;
+        Ok(Api { base, token: token.filter(|t| !t.is_empty()), http })
+    }
+
+    /// The API's base URL as it may be shown: without a password.
+    pub fn shown_base(&self) -> String {
+        shown(&self.base)
+    }
+
+    /// `base/v1/{segments...}?{query}`, each segment percent-encoded.
+    fn url(&self, segments: &[&str], query: &[(&str, String)]) -> Url {
+        let mut url = self.base.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().push("v1").extend(segments);
+        }
+        url.set_query(None);
+        if !query.is_empty() {
+            let mut pairs = url.query_pairs_mut();
+            for (k, v) in query {
+                pairs.append_pair(k, v);
+            }
+        }
+        url
+    }
+
+    pub async fn get(&self, segments: &[&str], query: &[(&str, String)]) -> Result<Reply> {
+        self.send(Method::GET, segments, query, None, None).await
+    }
+
+    pub async fn send(
+        &self,
+        method: Method,
+        segments: &[&str],
+        query: &[(&str, String)],
+        body: Option<Body>,
+        if_match: Option<i64>,
+    ) -> Result<Reply> {
+        let url = self.url(segments, query);
+        let mut request = self.http.request(method, url);
+        if let Some(token) = &self.token {
+            let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+                Failure::invalid("the token (--token, CRONSHARD_TOKEN) holds characters a header cannot")
+            })?;
+            value.set_sensitive(true);
+            request = request.header(AUTHORIZATION, value);
+        }
+        if let Some(version) = if_match {
+            request = request.header(IF_MATCH, format!("\"{version}\""));
+        }
+        request = match body {
+            None => request,
+            Some(Body::Json(v)) => request.header(CONTENT_TYPE, "application/json").body(v.to_string()),
+            Some(Body::MergePatch(v)) => {
+                request.header(CONTENT_TYPE, "application/merge-patch+json").body(v.to_string())
+            }
+        };
+        let response = request.send().await.map_err(|e| self.unreachable(&e))?;
+        let status = response.status().as_u16();
+        let text = response.text().await.map_err(|e| self.unreachable(&e))?;
+        if (200..300).contains(&status) { Ok(Reply { text }) } else { Err(problem(status, &text)) }
+    }
+
+    /// A request that got no answer: which URL, and the innermost cause
+    /// ("Connection refused", "dns error", "operation timed out").
+    fn unreachable(&self, e: &reqwest::Error) -> Failure {
+        let mut cause: &dyn std::error::Error = e;
+        while let Some(next) = cause.source() {
+            cause = next;
+        }
+        let what = if e.is_timeout() { "timed out" } else { "failed" };
+        Failure::new(
+            Exit::Unavailable,
+            format!("cannot reach the API at {}: request {what}: {cause}", self.shown_base()),
+        )
+    }
+}
+
+/// A URL with its password (if any) masked.
+fn shown(url: &Url) -> String {
+    let mut url = url.clone();
+    if url.password().is_some() {
+        let _ = url.set_password(Some("***"));
+    }
+    url.as_str().trim_end_matches('/').to_owned()
+}
+
+/// An error answer: the problem's title and detail, each field error as
+/// `field: message`, and the exit code of its status.
+pub fn problem(status: u16, text: &str) -> Failure {
+    let exit = Exit::of_status(status);
+    let Ok(body) = serde_json::from_str::<Value>(text) else {
+        let text = text.trim();
+        let shown: String = text.chars().take(300).collect();
+        let message = if shown.is_empty() { format!("HTTP {status}") } else { format!("HTTP {status}: {shown}") };
+        return Failure::new(exit, message);
+    };
+    let title = body["title"].as_str().unwrap_or("error");
+    let details: Vec<String> = body["errors"]
+        .as_array()
+        .map(|errors| {
+            errors
+                .iter()
+                .map(|e| {
+                    let field = e["field"].as_str().filter(|f| !f.is_empty()).unwrap_or("(body)");
+                    format!("{field}: {}", e["message"].as_str().unwrap_or("invalid"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    // A 422's detail repeats its field errors, listed one per line below.
+    let message = match body["detail"].as_str() {
+        Some(detail) if !detail.is_empty() && details.is_empty() => format!("{title} (HTTP {status}): {detail}"),
+        _ => format!("{title} (HTTP {status})"),
+    };
+    let mut failure = Failure::new(exit, message);
+    failure.details = details;
+    if exit == Exit::Denied && status == 401 {
+        failure.details.push("set the token with CRONSHARD_TOKEN (or --token)".to_owned());
+    }
+    failure
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_keep_a_base_path_and_encode_each_segment() {
+        let api = Api::new("http://u:pw@h:8080/cronshard/", None).unwrap();
+        let url =
+            api.url(&["jobs", "a b/c", "executions", "2026-03-29T01:00:00+02:00"], &[("selector", "a=b,c!=d".into())]);
+        assert_eq!(
+            url.as_str(),
+            "http://u:pw@h:8080/cronshard/v1/jobs/a%20b%2Fc/executions/2026-03-29T01:00:00+02:00?selector=a%3Db%2Cc%21%3Dd"
+        );
+        assert_eq!(api.shown_base(), "http://u:***@h:8080/cronshard");
+        assert!(Api::new("ftp://h", None).is_err());
+        assert!(Api::new("127.0.0.1:8080", None).is_err());
+    }
+
+    #[test]
+    fn a_422_lists_each_field_error() {
+        let f = problem(
+            422,
+            r#"{"type":"about:blank","title":"Invalid request","status":422,"detail":"2 fields are invalid",
+                "errors":[{"field":"schedule.timezone","message":"unknown time zone"},{"field":"name","message":"is required"}]}"#,
+        );
+        assert_eq!(f.exit, Exit::Invalid);
+        assert_eq!(f.details, ["schedule.timezone: unknown time zone", "name: is required"]);
+        assert_eq!(f.message, "Invalid request (HTTP 422)");
+        let f = problem(404, r#"{"title":"Not found","status":404,"detail":"no job with id 1"}"#);
+        assert_eq!((f.exit, f.message.as_str()), (Exit::NotFound, "Not found (HTTP 404): no job with id 1"));
+        let f = problem(502, "<html>bad gateway</html>");
+        assert_eq!((f.exit, f.message.as_str()), (Exit::Unavailable, "HTTP 502: <html>bad gateway</html>"));
+    }
+}

@@ -1,0 +1,176 @@
+//! `cronshard jobs ...`: `/v1/jobs` and its sub-routes.
+
+use reqwest::Method;
+use serde_json::{Map, Value, json};
+
+use super::Ctx;
+use crate::args::{BulkAction, JobEdit, JobList, Jobs};
+use crate::client::Body;
+use crate::failure::{Failure, Result};
+use crate::input;
+use crate::output::{self, fields, text, utc};
+
+pub async fn run(ctx: &Ctx, command: Jobs) -> Result<String> {
+    match command {
+        Jobs::Create { file } => create(ctx, &file).await,
+        Jobs::List(list) => self::list(ctx, list).await,
+        Jobs::Get { id } => {
+            let reply = ctx.api.get(&["jobs", &id], &[]).await?;
+            ctx.show(&reply, job_view)
+        }
+        Jobs::Edit(edit) => self::edit(ctx, edit).await,
+        Jobs::Delete { id } => {
+            ctx.api.send(Method::DELETE, &["jobs", &id], &[], None, None).await?;
+            Ok(ctx.done(format!("job {id} deleted")))
+        }
+        Jobs::Pause { id } => {
+            let reply = ctx.api.send(Method::POST, &["jobs", &id, "pause"], &[], None, None).await?;
+            ctx.show(&reply, job_view)
+        }
+        Jobs::Resume { id } => {
+            let reply = ctx.api.send(Method::POST, &["jobs", &id, "resume"], &[], None, None).await?;
+            ctx.show(&reply, job_view)
+        }
+        Jobs::Trigger { id } => {
+            let reply = ctx.api.send(Method::POST, &["jobs", &id, "trigger"], &[], None, None).await?;
+            ctx.show(&reply, super::executions::execution_view)
+        }
+        Jobs::Next { id, count, from } => {
+            let mut query = Vec::new();
+            if let Some(count) = count {
+                query.push(("count", count.to_string()));
+            }
+            if let Some(from) = from {
+                query.push(("from", from));
+            }
+            let reply = ctx.api.get(&["jobs", &id, "next"], &query).await?;
+            ctx.show(&reply, |v| output::fire_times(&v["fire_times"]))
+        }
+        Jobs::Bulk { action, selector, yes } => bulk(ctx, action, selector, yes).await,
+    }
+}
+
+async fn create(ctx: &Ctx, file: &str) -> Result<String> {
+    let mut job = input::read_object(file, "a job")?;
+    if let Some(namespace) = &ctx.namespace {
+        match job.get("namespace") {
+            None | Some(Value::Null) => {
+                job.insert("namespace".into(), json!(namespace));
+            }
+            Some(Value::String(named)) if named == namespace => {}
+            Some(named) => {
+                return Err(Failure::invalid(format!(
+                    "the job names namespace {named} but --namespace (CRONSHARD_NAMESPACE) says {namespace:?}"
+                )));
+            }
+        }
+    }
+    let reply = ctx.api.send(Method::POST, &["jobs"], &[], Some(Body::Json(Value::Object(job))), None).await?;
+    ctx.show(&reply, job_view)
+}
+
+async fn list(ctx: &Ctx, list: JobList) -> Result<String> {
+    let mut query = ctx.namespace_query();
+    let filters = [("selector", list.selector), ("name_prefix", list.name_prefix), ("kind", list.kind)];
+    query.extend(filters.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
+    if let Some(paused) = list.paused {
+        query.push(("paused", paused.to_string()));
+    }
+    ctx.list(&["jobs"], query, &list.paging, jobs_table).await
+}
+
+/// Reads the job's version (unless `--force` or `--if-version`), then sends
+/// the merge patch with `If-Match` of it: a change made in between is a 412.
+async fn edit(ctx: &Ctx, edit: JobEdit) -> Result<String> {
+    let mut patch = match &edit.file {
+        Some(file) => input::read_object(file, "a merge patch")?,
+        None => Map::new(),
+    };
+    for assignment in &edit.set {
+        input::apply_set(&mut patch, assignment)?;
+    }
+    let if_match = if edit.force {
+        None
+    } else if let Some(version) = edit.if_version {
+        Some(version)
+    } else {
+        let current = ctx.api.get(&["jobs", &edit.id], &[]).await?.json()?;
+        Some(current["version"].as_i64().ok_or_else(|| Failure::other("the job as read has no version"))?)
+    };
+    let reply = ctx
+        .api
+        .send(Method::PATCH, &["jobs", &edit.id], &[], Some(Body::MergePatch(Value::Object(patch))), if_match)
+        .await?;
+    ctx.show(&reply, job_view)
+}
+
+async fn bulk(ctx: &Ctx, action: BulkAction, selector: String, yes: bool) -> Result<String> {
+    if action == BulkAction::Delete && !yes {
+        return Err(Failure::invalid(format!(
+            "jobs bulk delete deletes every job the selector {selector:?} matches; add --yes to confirm \
+             (`cronshard jobs list --selector '{selector}'` shows them)"
+        )));
+    }
+    let mut body = json!({ "action": action.as_str(), "selector": selector });
+    if let Some(namespace) = &ctx.namespace {
+        body["namespace"] = json!(namespace);
+    }
+    let reply = ctx.api.send(Method::POST, &["jobs", "bulk"], &[], Some(Body::Json(body)), None).await?;
+    ctx.show(&reply, |r| {
+        format!(
+            "{}: {} matched, {} changed (selector {})",
+            text(&r["action"]),
+            text(&r["matched"]),
+            text(&r["changed"]),
+            text(&r["selector"])
+        )
+    })
+}
+
+/// One job, field by field.
+pub fn job_view(job: &Value) -> String {
+    let target = &job["target"];
+    let target = match target["kind"].as_str() {
+        Some("http") => format!("http {} {}", target["method"].as_str().unwrap_or("POST"), text(&target["url"])),
+        Some("sqs") => format!("sqs {}", text(&target["queue_url"])),
+        _ => text(target),
+    };
+    let mut rows = vec![
+        ("ID", text(&job["id"])),
+        ("NAME", text(&job["name"])),
+        ("NAMESPACE", text(&job["namespace"])),
+        ("VERSION", text(&job["version"])),
+        ("SCHEDULE", output::schedule(&job["schedule"])),
+        ("PAUSED", text(&job["paused"])),
+        ("NEXT FIRE (UTC)", utc(&job["next_fire_at"])),
+        ("TARGET", target),
+        ("LABELS", output::labels(&job["labels"])),
+    ];
+    if let Some(retry) = job["retry"].as_object() {
+        rows.push(("RETRY", format!("max {} retries", text(&retry["max_retries"]))));
+    }
+    if let Some(calendars) = job["calendars"].as_array().filter(|c| !c.is_empty()) {
+        rows.push(("CALENDARS", calendars.iter().map(text).collect::<Vec<_>>().join(",")));
+    }
+    rows.push(("CREATED (UTC)", utc(&job["created_at"])));
+    rows.push(("UPDATED (UTC)", utc(&job["updated_at"])));
+    fields(&rows)
+}
+
+fn jobs_table(items: &[Value]) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|j| {
+            vec![
+                text(&j["id"]),
+                output::cut(&text(&j["name"]), 40),
+                text(&j["namespace"]),
+                output::schedule(&j["schedule"]),
+                text(&j["paused"]),
+                utc(&j["next_fire_at"]),
+                output::labels(&j["labels"]),
+            ]
+        })
+        .collect();
+    output::table(&["ID", "NAME", "NAMESPACE", "SCHEDULE", "PAUSED", "NEXT FIRE (UTC)", "LABELS"], &rows)
+}

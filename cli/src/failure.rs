@@ -1,0 +1,100 @@
+//! Why a command failed, and the exit code that tells a script which kind
+//! of failure it was (listed in `--help` and docs/cli.md).
+
+use std::fmt;
+
+/// The process's exit code. Each failure maps to exactly one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Ok = 0,
+    /// Anything the other codes do not cover (an answer the CLI cannot
+    /// read, stdout closed with an error).
+    Other = 1,
+    /// Bad usage or invalid input: clap's errors, unreadable files, and
+    /// the API's 400, 413, 415 and 422.
+    Invalid = 2,
+    /// 404: no such job, execution or calendar.
+    NotFound = 3,
+    /// 409 or 412: a conflict with the stored state or a stale `If-Match`.
+    Conflict = 4,
+    /// A 5xx, or the API could not be reached at all.
+    Unavailable = 5,
+    /// 401 or 403: no or a wrong token, or a role too low.
+    Denied = 6,
+}
+
+impl Exit {
+    /// The exit code of an API error status.
+    pub fn of_status(status: u16) -> Exit {
+        match status {
+            401 | 403 => Exit::Denied,
+            404 => Exit::NotFound,
+            409 | 412 => Exit::Conflict,
+            400..=499 => Exit::Invalid,
+            500..=599 => Exit::Unavailable,
+            _ => Exit::Other,
+        }
+    }
+}
+
+/// A failed command: what to print on stderr and how to exit.
+#[derive(Debug)]
+pub struct Failure {
+    pub exit: Exit,
+    pub message: String,
+    /// One line each, printed under the message (the field errors of a 422
+    /// as `field: message`).
+    pub details: Vec<String>,
+}
+
+impl Failure {
+    pub fn new(exit: Exit, message: impl Into<String>) -> Self {
+        Failure { exit, message: message.into(), details: Vec::new() }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Failure::new(Exit::Invalid, message)
+    }
+
+    pub fn other(message: impl Into<String>) -> Self {
+        Failure::new(Exit::Other, message)
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "error: {}", self.message)?;
+        for line in &self.details {
+            write!(f, "\n  {line}")?;
+        }
+        Ok(())
+    }
+}
+
+pub type Result<T, E = Failure> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::Exit;
+
+    #[test]
+    fn statuses_map_to_their_exit_codes() {
+        let cases = [
+            (400, 2),
+            (413, 2),
+            (415, 2),
+            (422, 2),
+            (404, 3),
+            (409, 4),
+            (412, 4),
+            (500, 5),
+            (503, 5),
+            (401, 6),
+            (403, 6),
+            (302, 1),
+        ];
+        for (status, code) in cases {
+            assert_eq!(Exit::of_status(status) as i32, code, "{status}");
+        }
+    }
+}

@@ -1,0 +1,582 @@
+//! The `cronshard` binary against the real API (auth on): each command's
+//! effect on the API, its table and JSON output, and every exit code.
+
+#[path = "../../api/tests/support/lib.rs"]
+mod app;
+#[path = "support/lib.rs"]
+mod support;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+use support::{Cli, Stack, binary, example};
+
+fn ids(page: &Value) -> Vec<String> {
+    let mut ids: Vec<String> =
+        page["items"].as_array().expect("items").iter().map(|j| j["id"].as_str().unwrap().to_owned()).collect();
+    ids.sort();
+    ids
+}
+
+fn at(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+}
+
+/// Each row's cells start where the header's do (the table is aligned).
+#[track_caller]
+fn assert_aligned(table: &str, columns: &[&str]) {
+    let mut lines = table.lines();
+    let header = lines.next().expect("a header line");
+    let starts: Vec<usize> =
+        columns.iter().map(|c| header.find(c).unwrap_or_else(|| panic!("{c} in {header}"))).collect();
+    for line in lines.filter(|l| !l.is_empty()) {
+        for (c, &start) in columns.iter().zip(&starts).skip(1) {
+            if line.chars().count() <= start {
+                continue; // an empty last cell
+            }
+            let before = line.chars().nth(start - 1);
+            let here = line.chars().nth(start);
+            assert!(before == Some(' ') && here.is_some_and(|ch| ch != ' '), "{c} misaligned in {line:?}\n{table}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_from_yaml_json_and_stdin_then_get_and_list_by_selector() {
+    let stack = Stack::start("cli-create").await;
+
+    // YAML, shown as a field view.
+    let run = stack.cli().args(["jobs", "create", "-f", &example("job.yaml")]).ok().await;
+    assert_eq!(run.field("NAME"), "daily-sales-report");
+    assert_eq!(run.field("SCHEDULE"), "cron 0 8 * * * Europe/Berlin");
+    assert_eq!(run.field("LABELS"), "team=payments,tier=web");
+    assert_eq!(run.field("VERSION"), "1");
+    let yaml_id = run.field("ID");
+    let stored = stack.job(&yaml_id).await;
+    assert_eq!(stored["retry"]["max_retries"], 3);
+    assert_eq!(stored["target"]["body"], "{\"report\": 25}");
+
+    // JSON, with -o json: the API's body.
+    let json_job = stack.create(&example("job.json")).await;
+    assert_eq!(json_job["name"], "hourly-ledger-cleanup");
+    assert_eq!(json_job["schedule"]["every_ms"], 3_600_000);
+    let json_id = json_job["id"].as_str().unwrap().to_owned();
+
+    // stdin, YAML this time.
+    let yaml = "name: search-reindex\nschedule: {kind: cron, expr: '*/15 * * * *'}\n\
+                target: {kind: http, url: 'https://search.example.com/reindex'}\nlabels: {team: search}\n";
+    let run = stack.cli().args(["-o", "json", "jobs", "create", "-f", "-"]).stdin(yaml.to_owned()).ok().await;
+    let search_id = run.json()["id"].as_str().unwrap().to_owned();
+    assert_eq!(run.json()["schedule"]["timezone"], "UTC");
+
+    // get: table, JSON, YAML.
+    let run = stack.cli().args(["jobs", "get", &json_id]).ok().await;
+    assert_eq!(run.field("SCHEDULE"), "every 3600000 ms");
+    let next = run.field("NEXT FIRE (UTC)");
+    assert!(next.len() == 24 && next.ends_with('Z') && DateTime::parse_from_rfc3339(&next).is_ok(), "{run:?}");
+    let run = stack.cli().args(["jobs", "get", &json_id, "-o", "json"]).ok().await;
+    assert_eq!(run.json()["id"], json!(json_id));
+    let run = stack.cli().args(["jobs", "get", &yaml_id, "-o", "yaml"]).ok().await;
+    assert!(run.stdout.contains("name: daily-sales-report\n"), "{run:?}");
+    assert!(run.stdout.contains(&format!("id: {yaml_id}\n")), "{run:?}");
+
+    // list by selector: JSON parsed, table aligned.
+    let mut payments = vec![yaml_id.clone(), json_id.clone()];
+    payments.sort();
+    let run = stack.cli().args(["jobs", "list", "--selector", "team=payments", "-o", "json"]).ok().await;
+    assert_eq!(ids(&run.json()), payments);
+    let run = stack.cli().args(["jobs", "list", "--selector", "team=payments,tier!=batch", "-o", "json"]).ok().await;
+    assert_eq!(ids(&run.json()), std::slice::from_ref(&yaml_id));
+    let run = stack.cli().args(["jobs", "list", "-l", "team=payments"]).ok().await;
+    let lines = run.lines();
+    assert_eq!(lines.len(), 3, "{run:?}");
+    assert!(lines[0].starts_with("ID "), "{run:?}");
+    assert!(run.stdout.contains(&yaml_id) && run.stdout.contains(&json_id) && !run.stdout.contains(&search_id));
+    assert_aligned(&run.stdout, &["ID", "NAME", "NAMESPACE", "SCHEDULE", "PAUSED", "NEXT FIRE (UTC)", "LABELS"]);
+    let run = stack.cli().args(["jobs", "list", "--kind", "interval", "-o", "json"]).ok().await;
+    assert_eq!(ids(&run.json()), std::slice::from_ref(&json_id));
+    let run = stack.cli().args(["jobs", "list", "--name-prefix", "search", "-o", "json"]).ok().await;
+    assert_eq!(ids(&run.json()), std::slice::from_ref(&search_id));
+
+    // Paging: one page and a cursor, or --all following the cursors.
+    let run = stack.cli().args(["jobs", "list", "--limit", "1", "-o", "json"]).ok().await;
+    assert_eq!(run.json()["items"].as_array().unwrap().len(), 1);
+    assert!(run.json()["next_cursor"].is_string(), "{run:?}");
+    let run = stack.cli().args(["jobs", "list", "--limit", "1"]).ok().await;
+    assert!(run.stderr.contains("--all"), "a further page is mentioned: {run:?}");
+    let run = stack.cli().args(["jobs", "list", "--limit", "1", "--all", "-o", "json"]).ok().await;
+    let mut all = vec![yaml_id, json_id, search_id];
+    all.sort();
+    assert_eq!(ids(&run.json()), all);
+    assert_eq!(run.json()["next_cursor"], Value::Null);
+
+    // The namespace flag goes into the created job; a different one in the file is refused.
+    let run = stack
+        .cli()
+        .args(["-o", "json", "--namespace", "default", "jobs", "create", "-f", &example("job.yaml")])
+        .ok()
+        .await;
+    assert_eq!(run.json()["namespace"], "default");
+    let job = json!({"name": "x", "namespace": "other", "schedule": {"kind": "interval", "every_ms": 60000},
+                     "target": {"kind": "http", "url": "https://x.example.com/"}});
+    let run =
+        stack.cli().args(["--namespace", "default", "jobs", "create", "-f", "-"]).stdin(job.to_string()).fails(2).await;
+    assert!(run.stderr.contains("namespace"), "{run:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edit_with_set_and_with_a_file_and_a_stale_version_is_exit_4() {
+    let stack = Stack::start("cli-edit").await;
+    let id = stack.create(&example("job.yaml")).await["id"].as_str().unwrap().to_owned();
+
+    let run = stack
+        .cli()
+        .args(["-o", "json", "jobs", "edit", &id, "--set", "schedule.expr=15 3 * * *", "--set", "labels.tier=batch"])
+        .ok()
+        .await;
+    let job = run.json();
+    assert_eq!(job["version"], 2);
+    assert_eq!(job["schedule"], json!({"kind": "cron", "expr": "15 3 * * *", "timezone": "Europe/Berlin"}));
+    assert_eq!(job["labels"], json!({"team": "payments", "tier": "batch"}));
+
+    let run = stack.cli().args(["jobs", "edit", &id, "-f", &example("patch.yaml")]).ok().await;
+    assert_eq!(run.field("VERSION"), "3");
+    assert_eq!(run.field("LABELS"), "team=payments");
+    assert_eq!(run.field("RETRY"), "max 5 retries");
+    let stored = stack.job(&id).await;
+    assert_eq!(stored["retry"]["max_retries"], 5);
+    assert_eq!(stored["retry"]["base_delay_ms"], 30000, "the rest of the retry policy is kept");
+
+    // A change based on version 1 when the job is at 3: refused, nothing changed.
+    let run = stack.cli().args(["jobs", "edit", &id, "--set", "name=stale", "--if-version", "1"]).fails(4).await;
+    assert!(run.stderr.contains("412"), "{run:?}");
+    assert_eq!(stack.job(&id).await["name"], "daily-sales-report");
+    // --if-version of the current version, and --force, go through.
+    stack.cli().args(["jobs", "edit", &id, "--set", "name=renamed", "--if-version", "3"]).ok().await;
+    let run = stack.cli().args(["-o", "json", "jobs", "edit", &id, "--set", "paused=true", "--force"]).ok().await;
+    assert_eq!((run.json()["paused"].clone(), run.json()["version"].clone()), (json!(true), json!(5)));
+
+    // An invalid change: exit 2, the field named.
+    let run = stack.cli().args(["jobs", "edit", &id, "--set", "schedule.timezone=Mars/Olympus"]).fails(2).await;
+    assert!(run.stderr.lines().any(|l| l.trim_start().starts_with("schedule.timezone: ")), "{run:?}");
+    // Neither --set nor -f: a usage error.
+    stack.cli().args(["jobs", "edit", &id]).fails(2).await;
+    stack.cli().args(["jobs", "edit", &id, "--set", "nonsense"]).fails(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_resume_trigger_next_and_delete() {
+    let stack = Stack::start("cli-lifecycle").await;
+    let id = stack
+        .create_json(&json!({"name": "berlin-0230", "schedule": {"kind": "cron", "expr": "30 2 * * *", "timezone": "Europe/Berlin"},
+                             "target": {"kind": "http", "url": "https://x.example.com/run"}}))
+        .await;
+
+    let run = stack.cli().args(["jobs", "pause", &id]).ok().await;
+    assert_eq!((run.field("PAUSED"), run.field("NEXT FIRE (UTC)")), ("true".into(), "-".into()));
+    assert_eq!(stack.job(&id).await["paused"], true);
+    let run = stack.cli().args(["-o", "json", "jobs", "resume", &id]).ok().await;
+    assert_eq!(run.json()["paused"], false);
+
+    let run = stack.cli().args(["jobs", "trigger", &id]).ok().await;
+    assert_eq!((run.field("TRIGGER"), run.field("STATUS")), ("manual".into(), "pending".into()));
+    assert!(run.field("EXECUTION ID").starts_with(&format!("{id}@")), "{run:?}");
+    let run = stack.cli().args(["-o", "json", "executions", "list", "--job", &id]).ok().await;
+    let items = run.json()["items"].as_array().unwrap().clone();
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["trigger"], "manual");
+
+    // next around the autumn change: the first 02:30 is marked as an overlap.
+    let run = stack.cli().args(["jobs", "next", &id, "--count", "3", "--from", "2026-10-24T00:00:00Z"]).ok().await;
+    let lines = run.lines();
+    assert_eq!(lines.len(), 4, "{run:?}");
+    assert_eq!(lines[0], "AT (UTC)                  LOCAL                          OFFSET  DST");
+    assert_eq!(lines[2], "2026-10-25T00:30:00.000Z  2026-10-25T02:30:00.000+02:00  +02:00  overlap");
+    assert_eq!(lines[3], "2026-10-26T01:30:00.000Z  2026-10-26T02:30:00.000+01:00  +01:00");
+    let run = stack.cli().args(["-o", "json", "jobs", "next", &id, "--count", "2"]).ok().await;
+    assert_eq!(run.json()["fire_times"].as_array().unwrap().len(), 2);
+    stack.cli().args(["jobs", "next", &id, "--from", "yesterday"]).fails(2).await;
+
+    let run = stack.cli().args(["jobs", "delete", &id]).ok().await;
+    assert_eq!(run.stdout, format!("job {id} deleted\n"));
+    stack.cli().args(["jobs", "get", &id]).fails(3).await;
+    stack.cli().args(["jobs", "delete", &id]).fails(3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_actions_change_the_jobs_a_selector_matches() {
+    let stack = Stack::start("cli-bulk").await;
+    let yaml_id = stack.create(&example("job.yaml")).await["id"].as_str().unwrap().to_owned();
+    let json_id = stack.create(&example("job.json")).await["id"].as_str().unwrap().to_owned();
+    let other = stack
+        .create_json(
+            &json!({"name": "other", "labels": {"team": "search"}, "schedule": {"kind": "interval", "every_ms": 60000},
+                             "target": {"kind": "http", "url": "https://x.example.com/"}}),
+        )
+        .await;
+
+    let run = stack.cli().args(["jobs", "bulk", "pause", "--selector", "team=payments"]).ok().await;
+    assert_eq!(run.stdout, "pause: 2 matched, 2 changed (selector team=payments)\n");
+    let run = stack.cli().args(["jobs", "list", "--paused", "true", "-o", "json"]).ok().await;
+    let mut paused = vec![yaml_id.clone(), json_id.clone()];
+    paused.sort();
+    assert_eq!(ids(&run.json()), paused);
+    let run = stack.cli().args(["-o", "json", "jobs", "bulk", "resume", "--selector", "tier=batch"]).ok().await;
+    assert_eq!((run.json()["matched"].clone(), run.json()["changed"].clone()), (json!(1), json!(1)));
+    let run = stack.cli().args(["-o", "json", "jobs", "bulk", "trigger", "-l", "team=payments"]).ok().await;
+    assert_eq!(run.json()["changed"], 2);
+
+    // delete asks for --yes and changes nothing without it.
+    let run = stack.cli().args(["jobs", "bulk", "delete", "--selector", "team=payments"]).fails(2).await;
+    assert!(run.stderr.contains("--yes"), "{run:?}");
+    assert_eq!(
+        stack.cli().args(["jobs", "list", "-o", "json"]).ok().await.json()["items"].as_array().unwrap().len(),
+        3
+    );
+    stack.cli().args(["jobs", "bulk", "delete", "--selector", "team=payments", "--yes"]).ok().await;
+    assert_eq!(ids(&stack.cli().args(["jobs", "list", "-o", "json"]).ok().await.json()), [other]);
+    // An empty or malformed selector is the API's 422.
+    let run = stack.cli().args(["jobs", "bulk", "pause", "--selector", "team in (a"]).fails(2).await;
+    assert!(run.stderr.contains("selector: "), "{run:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executions_list_explain_and_replay() {
+    let stack = Stack::start("cli-executions").await;
+    let id = stack.create(&example("job.yaml")).await["id"].as_str().unwrap().to_owned();
+    // Slots of its schedule (08:00 Berlin = 07:00Z in winter).
+    let (t1, t2, t3) = ("2026-11-18T07:00:00.000Z", "2026-11-19T07:00:00.000Z", "2026-11-20T07:00:00.000Z");
+    stack.insert_row(&id, at(t1), "failed", Some("HTTP 503 Service Unavailable")).await;
+    stack.insert_row(&id, at(t2), "failed", Some("timed out after 10000 ms")).await;
+    stack.insert_row(&id, at(t3), "succeeded", None).await;
+
+    let run = stack.cli().args(["executions", "list", "--job", &id]).ok().await;
+    let lines = run.lines();
+    assert_eq!(lines.len(), 4, "{run:?}");
+    assert!(lines[1].starts_with(t3) && lines[1].contains("succeeded"), "newest first: {run:?}");
+    assert!(lines[3].starts_with(t1) && lines[3].contains("HTTP 503 Service Unavailable"), "{run:?}");
+    assert_aligned(
+        &run.stdout,
+        &["SCHEDULED AT (UTC)", "JOB", "STATUS", "TRIGGER", "ATTEMPTS", "HTTP", "ERROR / REASON"],
+    );
+    let run = stack
+        .cli()
+        .args(["-o", "json", "executions", "list", "--status", "failed", "--from", t2, "--to", "2026-11-21T00:00:00Z"])
+        .ok()
+        .await;
+    let items = run.json()["items"].as_array().unwrap().clone();
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["scheduled_at"], t2);
+    let run = stack.cli().args(["executions", "list", "--status", "exploded"]).fails(2).await;
+    assert!(run.stderr.contains("status: must be one of"), "{run:?}");
+
+    // explain: verdict, summary, timeline.
+    let run = stack.cli().args(["executions", "explain", &id, t1]).ok().await;
+    assert_eq!(run.field("VERDICT"), "failed (fired)");
+    assert_eq!(run.field("SLOT (UTC)"), t1);
+    assert!(run.stdout.contains("\nTimeline:\n  - "), "{run:?}");
+    let run = stack.cli().args(["-o", "json", "executions", "explain", &id, "2026-11-20T07:30:00Z"]).ok().await;
+    assert_eq!(run.json()["explanation"]["verdict"], "not_a_fire_time");
+    stack.cli().args(["executions", "explain", &id, "not-a-time"]).fails(2).await;
+
+    // Replay one: back to pending with the retry budget asked for.
+    let run = stack.cli().args(["executions", "replay", &id, t1, "--max-retries", "7"]).ok().await;
+    assert_eq!(run.field("STATUS"), "pending");
+    let pg = stack.app.sql().await;
+    let row = pg
+        .query_one(
+            "SELECT status, retry_policy FROM scheduled_jobs WHERE job_id = $1 AND scheduled_at = $2",
+            &[&uuid::Uuid::parse_str(&id).unwrap(), &at(t1)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "pending");
+    assert_eq!(row.get::<_, Option<Value>>(1).unwrap()["max_retries"], 7);
+    // A succeeded execution is not replayed (409), an unknown one is not found.
+    stack.cli().args(["executions", "replay", &id, t3]).fails(4).await;
+    stack.cli().args(["executions", "replay", &id, "2026-11-17T07:00:00.000Z"]).fails(3).await;
+
+    // Bulk: the failures whose error says "timed out".
+    let run = stack
+        .cli()
+        .args([
+            "-o",
+            "json",
+            "executions",
+            "replay",
+            "--status",
+            "failed",
+            "--error-contains",
+            "TIMED OUT",
+            "--trigger",
+            "schedule",
+        ])
+        .args(["--from", "2026-11-01T00:00:00Z", "--to", "2026-12-01T00:00:00Z", "--max-retries", "2"])
+        .ok()
+        .await;
+    assert_eq!(run.json()["replayed"], 1);
+    assert_eq!(run.json()["items"][0]["scheduled_at"], t2);
+    let run = stack.cli().args(["executions", "replay", "--job", &id]).ok().await;
+    assert!(run.stdout.starts_with("replayed 0\n"), "nothing failed is left: {run:?}");
+    // A slot and bulk filters together: a usage error.
+    stack.cli().args(["executions", "replay", &id, t1, "--status", "failed"]).fails(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calendars_put_get_list_delete() {
+    let stack = Stack::start("cli-calendars").await;
+    let run = stack.cli().args(["calendars", "put", "holidays", "-f", &example("holidays.yaml")]).ok().await;
+    assert_eq!(run.field("NAME"), "holidays");
+    assert_eq!(run.field("DATES"), "2026-12-25, 2026-12-26");
+    assert_eq!(run.field("RANGES"), "2026-12-31..2027-01-01");
+    assert_eq!(run.field("VERSION"), "1");
+    let run =
+        stack.cli().args(["-o", "json", "calendars", "put", "holidays", "-f", &example("holidays.yaml")]).ok().await;
+    assert_eq!(run.json()["version"], 2);
+    let run = stack.cli().args(["-o", "json", "calendars", "get", "holidays"]).ok().await;
+    assert_eq!(run.json()["rules"], json!(["* * * * SAT,SUN"]));
+    let run = stack.cli().args(["calendars", "list"]).ok().await;
+    assert_eq!(run.lines().len(), 2, "{run:?}");
+    assert!(run.lines()[1].starts_with("default    holidays  2 "), "{run:?}");
+
+    // In use by a job: the delete is a conflict.
+    let job = stack
+        .create_json(&json!({"name": "with-calendar", "calendars": ["holidays"], "schedule": {"kind": "interval", "every_ms": 60000},
+                             "target": {"kind": "http", "url": "https://x.example.com/"}}))
+        .await;
+    stack.cli().args(["calendars", "delete", "holidays"]).fails(4).await;
+    stack.cli().args(["jobs", "delete", &job]).ok().await;
+    let run = stack.cli().args(["calendars", "delete", "holidays"]).ok().await;
+    assert_eq!(run.stdout, "calendar holidays deleted\n");
+    stack.cli().args(["calendars", "get", "holidays"]).fails(3).await;
+    let run = stack
+        .cli()
+        .args(["calendars", "put", "bad", "-f", "-"])
+        .stdin("timezone: Nowhere/Land\n".into())
+        .fails(2)
+        .await;
+    assert!(run.stderr.contains("timezone: "), "{run:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_shows_the_redis_shards_and_live_nodes() {
+    let stack = Stack::start("cli-cluster").await;
+    let run = stack.cli().args(["cluster"]).ok().await;
+    assert_eq!(run.field("CLUSTER"), stack.app.cluster);
+    assert_eq!((run.field("REDIS SHARDS UP"), run.field("LIVE NODES")), ("1/1".into(), "0".into()));
+
+    // A node's heartbeat, as a scheduler writes it.
+    let keys = common::redis::Keys::new(&stack.app.cluster);
+    let beat = json!({"node_id": "node-a", "heartbeat_at": "2026-11-25T10:00:00.123456Z", "owned_jobs": 7}).to_string();
+    stack.app.redis_cmd(redis::cmd("SET").arg(keys.node("node-a")).arg(beat).arg("EX").arg(60)).await;
+    stack.app.redis_cmd(redis::cmd("SADD").arg(keys.registry()).arg("node-a")).await;
+    let run = stack.cli().args(["cluster"]).ok().await;
+    assert_eq!(run.field("LIVE NODES"), "1");
+    assert!(run.lines().contains(&"node-a  7           2026-11-25T10:00:00.123Z"), "{run:?}");
+    let run = stack.cli().args(["cluster", "-o", "json"]).ok().await;
+    assert_eq!(run.json()["nodes"][0]["owned_jobs"], 7);
+    let keys_cleanup = redis::cmd("DEL").arg(keys.node("node-a")).arg(keys.registry()).clone();
+    stack.app.redis_cmd(&keys_cleanup).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preview_shows_local_times_and_dst_marks_around_berlin_changes() {
+    let stack = Stack::start("cli-preview").await;
+    let run = stack
+        .cli()
+        .args([
+            "preview",
+            "--cron",
+            "30 2 * * *",
+            "--tz",
+            "Europe/Berlin",
+            "--from",
+            "2026-03-28T00:00:00Z",
+            "--count",
+            "3",
+        ])
+        .ok()
+        .await;
+    assert_eq!(
+        run.lines(),
+        [
+            "from 2026-03-28T00:00:00.000Z",
+            "",
+            "AT (UTC)                  LOCAL                          OFFSET  DST",
+            "2026-03-28T01:30:00.000Z  2026-03-28T02:30:00.000+01:00  +01:00",
+            "2026-03-29T01:00:00.000Z  2026-03-29T03:00:00.000+02:00  +02:00  gap, offset changes",
+            "2026-03-30T00:30:00.000Z  2026-03-30T02:30:00.000+02:00  +02:00",
+        ]
+    );
+    // The file form, with -o json: the API's answer.
+    let run = stack
+        .cli()
+        .args([
+            "-o",
+            "json",
+            "preview",
+            "-f",
+            &example("schedule.yaml"),
+            "--from",
+            "2026-10-24T00:00:00Z",
+            "--count",
+            "3",
+        ])
+        .ok()
+        .await;
+    let fires = run.json()["fire_times"].clone();
+    assert_eq!(
+        fires[1],
+        json!({"at": "2026-10-25T00:30:00.000Z", "local": "2026-10-25T02:30:00.000+02:00",
+                                "offset": "+02:00", "dst": "overlap"})
+    );
+    // A whole preview request as the file; flags override its count.
+    let request =
+        json!({"schedule": {"kind": "interval", "every_ms": 3600000}, "from": "2026-01-01T00:00:00Z", "count": 5});
+    let run =
+        stack.cli().args(["-o", "json", "preview", "-f", "-", "--count", "2"]).stdin(request.to_string()).ok().await;
+    assert_eq!(
+        run.json()["fire_times"],
+        json!([{"at": "2026-01-01T00:00:00.000Z"}, {"at": "2026-01-01T01:00:00.000Z"}])
+    );
+    let run = stack
+        .cli()
+        .args(["preview", "--every-ms", "60000", "--from", "2026-01-01T00:00:00Z", "--count", "2"])
+        .ok()
+        .await;
+    assert_eq!(run.lines()[3], "2026-01-01T00:00:00.000Z  -      -");
+    // Bad input: the API names the fields; no schedule at all is a usage error.
+    let run =
+        stack.cli().args(["preview", "--cron", "30 2 * * *", "--tz", "Berlin/Mitte", "--count", "0"]).fails(2).await;
+    assert!(run.stderr.contains("schedule.timezone: ") && run.stderr.contains("count: "), "{run:?}");
+    stack.cli().args(["preview", "--count", "3"]).fails(2).await;
+    stack.cli().args(["preview", "--cron", "* * * * *", "--every-ms", "1000"]).fails(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_exit_code() {
+    let stack = Stack::start("cli-exit").await;
+    let id = stack.create(&example("job.yaml")).await["id"].as_str().unwrap().to_owned();
+
+    // 2: usage errors (clap), unreadable input, the API's 422.
+    stack.cli().args(["jobs", "get"]).fails(2).await;
+    stack.cli().args(["jobs", "explode"]).fails(2).await;
+    stack.cli().args(["-o", "xml", "jobs", "list"]).fails(2).await;
+    let run = stack.cli().args(["jobs", "create", "-f", "/nonexistent/job.yaml"]).fails(2).await;
+    assert!(run.stderr.contains("/nonexistent/job.yaml"), "{run:?}");
+    stack.cli().args(["jobs", "create", "-f", "-"]).stdin("name: [unclosed\n".into()).fails(2).await;
+    let run = stack
+        .cli()
+        .args(["jobs", "create", "-f", "-"])
+        .stdin(json!({"name": "", "schedule": {"kind": "cron", "expr": "61 * * * *"}, "target": {"kind": "http", "url": "https://x.example.com/"}}).to_string())
+        .fails(2)
+        .await;
+    let fields: Vec<&str> = run.stderr.lines().skip(1).map(|l| l.trim_start().split(':').next().unwrap()).collect();
+    assert!(
+        fields.contains(&"name") && fields.contains(&"schedule.expr"),
+        "each field error as `field: message`: {run:?}"
+    );
+    stack.cli().args(["--url", "localhost:8080", "jobs", "list"]).fails(2).await;
+
+    // 3: not found.
+    stack.cli().args(["jobs", "get", &uuid::Uuid::new_v4().to_string()]).fails(3).await;
+    stack.cli().args(["jobs", "pause", "not-a-uuid"]).fails(3).await;
+
+    // 4: a stale version (412) and a conflict (409).
+    stack.cli().args(["jobs", "edit", &id, "--set", "name=x", "--if-version", "9"]).fails(4).await;
+    stack.insert_row(&id, at("2026-11-20T07:00:00Z"), "succeeded", None).await;
+    stack.cli().args(["executions", "replay", &id, "2026-11-20T07:00:00Z"]).fails(4).await;
+
+    // 5: nothing listens there (the URL is named), or the API answers 503.
+    let run = Cli::new().args(["--url", "http://127.0.0.1:1", "jobs", "list"]).fails(5).await;
+    assert!(run.stderr.contains("http://127.0.0.1:1") && run.stderr.contains("refused"), "{run:?}");
+    let no_redis = Stack::start_with(
+        "cli-exit-503",
+        app::Options { redis_url: Some("redis://127.0.0.1:1".into()), ..Default::default() },
+    )
+    .await;
+    let run = no_redis.cli().args(["cluster"]).fails(5).await;
+    assert!(run.stderr.contains("503"), "{run:?}");
+
+    // 6: no token, a wrong token (401), a role too low (403).
+    let run = Cli::new().args(["--url", &stack.base(), "jobs", "list"]).fails(6).await;
+    assert!(run.stderr.contains("CRONSHARD_TOKEN"), "says where the token goes: {run:?}");
+    Cli::new()
+        .env("CRONSHARD_URL", &stack.base())
+        .env("CRONSHARD_TOKEN", "wrong")
+        .args(["jobs", "list"])
+        .fails(6)
+        .await;
+    let reader = stack
+        .app
+        .send(
+            stack
+                .authed(stack.app.http.post(stack.app.url("/v1/tokens")))
+                .json(&json!({"name": "ro", "role": "read", "namespaces": ["*"]})),
+        )
+        .await;
+    assert_eq!(reader.status, 201, "{}", reader.text);
+    let reader = reader.json()["token"].as_str().unwrap().to_owned();
+    let as_reader = || Cli::new().env("CRONSHARD_URL", &stack.base()).env("CRONSHARD_TOKEN", &reader);
+    as_reader().args(["jobs", "get", &id]).ok().await;
+    as_reader().args(["jobs", "pause", &id]).fails(6).await;
+    as_reader().args(["jobs", "create", "-f", &example("job.json")]).fails(6).await;
+}
+
+const SECRET: &str = "Sk-cli-8e41f0";
+
+fn with_secrets(mut c: std::process::Command) -> std::process::Command {
+    c.env("CRONSHARD_TOKEN", SECRET)
+        .env("CRONSHARD_URL", format!("http://user:{SECRET}@127.0.0.1:1"))
+        .env("CRONSHARD_NAMESPACE", "team-visible");
+    c
+}
+
+#[test]
+fn help_lists_the_variables_but_never_the_token_or_the_url() {
+    let helps: [&[&str]; 7] = [
+        &["--help"],
+        &["-h"],
+        &["jobs", "--help"],
+        &["jobs", "create", "--help"],
+        &["executions", "replay", "--help"],
+        &["preview", "--help"],
+        &["help", "calendars", "put"],
+    ];
+    for args in helps {
+        let mut c = with_secrets(std::process::Command::new(binary()));
+        c.args(args);
+        let (status, out) = common::testing::output_within(&mut c, std::time::Duration::from_secs(20)).unwrap();
+        common::testing::assert_help_hides_secret_values(
+            status,
+            &out,
+            SECRET,
+            &["CRONSHARD_TOKEN", "CRONSHARD_URL"],
+            "[env: CRONSHARD_NAMESPACE=team-visible]",
+        );
+        assert!(out.contains("Examples:\n  $ cronshard "), "{args:?} shows no examples:\n{out}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_never_show_the_token_or_the_urls_password() {
+    let stack = Stack::start("cli-secrets").await;
+    let with_secrets = || {
+        Cli::new()
+            .env("CRONSHARD_TOKEN", SECRET)
+            .env("CRONSHARD_URL", &format!("http://user:{SECRET}@127.0.0.1:1"))
+            .env("CRONSHARD_NAMESPACE", "team-visible")
+    };
+    // Unreachable: the URL is named with its password masked.
+    let run = with_secrets().args(["jobs", "list"]).fails(5).await;
+    assert!(run.stderr.contains("http://user:***@127.0.0.1:1") && !run.stderr.contains(SECRET), "{run:?}");
+    // Refused: the token is not echoed.
+    let run = with_secrets().env("CRONSHARD_URL", &stack.base()).args(["jobs", "list"]).fails(6).await;
+    assert!(!run.stderr.contains(SECRET) && !run.stdout.contains(SECRET), "{run:?}");
+    let run = with_secrets()
+        .env("CRONSHARD_URL", &stack.base())
+        .args(["--token", SECRET, "-o", "json", "cluster"])
+        .fails(6)
+        .await;
+    assert!(!run.stderr.contains(SECRET), "{run:?}");
+}

@@ -1,0 +1,100 @@
+//! Every example of every `--help` text works: each line `$ cronshard ...`
+//! of the real binary's help is run by bash against the real API (auth on),
+//! in a directory holding the files of `cli/examples/`, with `$JOB` a fresh
+//! job (from job.yaml), `$AT` one of its slots with a failed execution, and
+//! the calendar `holidays` in place, and must exit 0.
+
+#[path = "../../api/tests/support/lib.rs"]
+mod app;
+#[path = "support/lib.rs"]
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use support::{Cli, Stack, TempDir, binary, example, examples_dir};
+
+/// The slot `$AT` names: 08:00 Berlin (a fire time of job.yaml) in the
+/// range the bulk replay example covers.
+const AT: &str = "2026-11-20T07:00:00.000Z";
+
+/// The subcommand paths of the command tree (`help` aside).
+fn paths(command: &clap::Command, prefix: Vec<String>, out: &mut Vec<Vec<String>>) {
+    out.push(prefix.clone());
+    for sub in command.get_subcommands().filter(|s| s.get_name() != "help") {
+        let mut path = prefix.clone();
+        path.push(sub.get_name().to_owned());
+        paths(sub, path, out);
+    }
+}
+
+/// The example lines of a help text: `$ cronshard ...`, the `$ ` cut off.
+fn examples_in(help: &str) -> Vec<String> {
+    help.lines().filter_map(|l| l.trim_start().strip_prefix("$ ")).map(str::to_owned).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_example_in_the_help_texts_works_against_the_local_stack() {
+    let stack = Stack::start("cli-examples").await;
+    let dir = TempDir::new("examples");
+    for entry in std::fs::read_dir(examples_dir()).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.0.join(entry.file_name())).unwrap();
+    }
+
+    // The examples, from the binary's own --help of every (sub)command.
+    let mut all_paths = Vec::new();
+    paths(&cronshard_cli::args::command(), Vec::new(), &mut all_paths);
+    let mut examples = BTreeSet::new();
+    let mut commands_without = Vec::new();
+    for path in &all_paths {
+        let run = Cli::new().args(path).args(["--help"]).run().await;
+        assert_eq!(run.code, 0, "{path:?} --help: {run:?}");
+        let found = examples_in(&run.stdout);
+        let is_leaf = {
+            let mut c = cronshard_cli::args::command();
+            for name in path {
+                c = c.find_subcommand(name).unwrap().clone();
+            }
+            c.get_subcommands().all(|s| s.get_name() == "help")
+        };
+        if is_leaf && found.is_empty() {
+            commands_without.push(path.join(" "));
+        }
+        for line in found {
+            assert!(line.starts_with("cronshard ") || line.contains("cronshard "), "{path:?}: {line}");
+            examples.insert(line);
+        }
+    }
+    assert!(commands_without.is_empty(), "commands whose --help has no example: {commands_without:?}");
+    assert!(examples.len() >= 40, "only {} examples found", examples.len());
+
+    let bin_dir = binary().parent().unwrap().to_owned();
+    let path_var = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let mut failures = Vec::new();
+    for line in &examples {
+        // Fresh fixtures: an example may delete or pause them.
+        let job = stack.create(&example("job.yaml")).await["id"].as_str().unwrap().to_owned();
+        stack.insert_row(&job, support_at(), "failed", Some("HTTP 503 Service Unavailable")).await;
+        stack.cli().args(["calendars", "put", "holidays", "-f", &example("holidays.yaml")]).ok().await;
+
+        let run = stack
+            .cli()
+            .env("PATH", &path_var)
+            .env("HOME", &dir.0.display().to_string())
+            .env("JOB", &job)
+            .env("AT", AT)
+            .dir(&dir.0)
+            .args(["-o", "pipefail", "-c", line])
+            .run_program(Path::new("bash"))
+            .await;
+        if run.code != 0 || run.stderr.contains("error:") {
+            failures.push(format!("$ {line}\n  exit {}\n  stdout: {}\n  stderr: {}", run.code, run.stdout, run.stderr));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} examples failed:\n{}", failures.len(), examples.len(), failures.join("\n"));
+}
+
+fn support_at() -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::parse_from_rfc3339(AT).unwrap().to_utc()
+}
