@@ -14,8 +14,6 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use common::job::JobSpec;
-
 use crate::AppState;
 use crate::error::{ApiError, ApiResult, field};
 
@@ -51,7 +49,11 @@ impl Key {
     /// The request's key, if it sent one. The request hash is taken over the
     /// validated definition, so a retry that differs only in key order,
     /// whitespace or spelled-out defaults counts as the same request.
-    pub fn from_request(headers: &HeaderMap, state: &AppState, spec: &JobSpec) -> ApiResult<Option<Key>> {
+    pub fn from_request(
+        headers: &HeaderMap,
+        state: &AppState,
+        request: &impl serde::Serialize,
+    ) -> ApiResult<Option<Key>> {
         let mut values = headers.get_all(HEADER).iter();
         let Some(raw) = values.next() else { return Ok(None) };
         if values.next().is_some() {
@@ -69,7 +71,7 @@ impl Key {
         } else {
             sha256_hex(crate::auth::bearer_token(headers).as_bytes())
         };
-        let request_hash = sha256_hex(&serde_json::to_vec(spec)?);
+        let request_hash = sha256_hex(&serde_json::to_vec(request)?);
         Ok(Some(Key { scope, key: key.to_owned(), request_hash }))
     }
 

@@ -34,8 +34,8 @@ pub fn peak_fires_per_second(spec: &JobSpec, now: DateTime<Utc>) -> f64 {
 /// What a create or a change adds to its namespace.
 #[derive(Debug, Clone, Copy)]
 pub struct Demand {
-    /// A new job (counts against `max_jobs`).
-    pub new_job: bool,
+    /// New jobs (each counts against `max_jobs`).
+    pub new_jobs: i64,
     /// The job's peak rate once the change is made (0 while paused).
     pub peak: f64,
     /// What the job counted before the change (0 for a new or paused job).
@@ -59,12 +59,12 @@ pub async fn check(tx: &impl GenericClient, namespace: &str, demand: Demand) -> 
     }
     let ns = tenancy::namespace(tx, namespace, true).await?.ok_or_else(missing)?;
     if let Some(max) = ns.max_jobs
-        && demand.new_job
-        && ns.jobs >= max
+        && demand.new_jobs > 0
+        && ns.jobs + demand.new_jobs > max
     {
         return Err(ApiError::Conflict(format!(
-            "namespace {namespace:?} has {} jobs, its quota (max_jobs {max}); delete one or ask an admin to raise it",
-            ns.jobs
+            "namespace {namespace:?} has {} jobs and its quota is max_jobs {max}: {} more do not fit; delete some or ask an admin to raise it",
+            ns.jobs, demand.new_jobs
         )));
     }
     if let Some(max) = ns.max_fires_per_second {

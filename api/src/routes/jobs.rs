@@ -30,6 +30,7 @@ use crate::model::{Job, JobPage, NextFires};
 use crate::params::{not_found, parse_limit, parse_time};
 use crate::{AppState, fires, idempotency, quota, selector};
 
+pub mod batch;
 pub mod bulk;
 pub mod patch;
 
@@ -216,7 +217,7 @@ pub async fn create(
     let tx = client.transaction().await?;
     let peak = quota::peak_fires_per_second(&spec, Utc::now());
     let counted = if spec.paused { 0.0 } else { peak };
-    quota::check(&tx, &namespace, quota::Demand { new_job: true, peak: counted, peak_before: 0.0 }).await?;
+    quota::check(&tx, &namespace, quota::Demand { new_jobs: 1, peak: counted, peak_before: 0.0 }).await?;
     crate::tenancy::check_references(&tx, &namespace, &spec.calendars).await?;
     let row = tx
         .query_one(
@@ -586,7 +587,7 @@ async fn update_job(
     let spec = keep_stored_secrets(spec, &before.spec)?;
     let peak = quota::peak_fires_per_second(&spec, Utc::now());
     let counted = if spec.paused { 0.0 } else { peak };
-    let demand = quota::Demand { new_job: false, peak: counted, peak_before: before.counted_peak };
+    let demand = quota::Demand { new_jobs: 0, peak: counted, peak_before: before.counted_peak };
     quota::check(tx, &before.namespace, demand).await?;
     crate::tenancy::check_references(tx, &before.namespace, &spec.calendars).await?;
     let row = tx
@@ -669,7 +670,7 @@ async fn pause_or_resume(
     if !paused && before.paused {
         // A resumed job counts against the rate quota again.
         let peak: f64 = tx.query_one("SELECT peak_fires_per_second FROM jobs WHERE id = $1", &[&id]).await?.get(0);
-        quota::check(tx, &before.namespace, quota::Demand { new_job: false, peak, peak_before: 0.0 }).await?;
+        quota::check(tx, &before.namespace, quota::Demand { new_jobs: 0, peak, peak_before: 0.0 }).await?;
     }
     let row = tx
         .query_one(
