@@ -18,6 +18,7 @@ pub mod routes;
 pub mod selector;
 pub mod server;
 pub mod tenancy;
+pub mod ui;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,8 +95,6 @@ pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/jobs", post(routes::jobs::create).get(routes::jobs::list))
         .route("/jobs/bulk", post(routes::jobs::bulk::bulk))
-        // A fixed segment: matched before `/jobs/{id}` whatever the order here.
-        .route("/jobs/outcomes", get(routes::stats::outcomes))
         .route(
             "/jobs/{id}",
             get(routes::jobs::get)
@@ -107,11 +106,9 @@ pub fn router(state: AppState) -> Router {
         .route("/jobs/{id}/resume", post(routes::jobs::resume))
         .route("/jobs/{id}/next", get(routes::jobs::next))
         .route("/jobs/{id}/trigger", post(routes::jobs::trigger))
-        .route("/jobs/{id}/owners", get(routes::cluster::owners))
         .route("/schedules/preview", post(routes::schedules::preview))
         .route("/executions", get(routes::executions::all))
         .route("/executions/replay", post(routes::executions::replay_many))
-        .route("/executions/failures", get(routes::stats::failures))
         .route("/executions/{job_id}/{scheduled_at}/replay", post(routes::executions::replay_one))
         .route("/jobs/{id}/executions", get(routes::executions::of_job))
         .route("/jobs/{id}/executions/{scheduled_at}", get(routes::explain::explain))
@@ -121,8 +118,6 @@ pub fn router(state: AppState) -> Router {
             get(routes::calendars::get).put(routes::calendars::put).delete(routes::calendars::delete),
         )
         .route("/cluster", get(routes::cluster::status))
-        .route("/workers", get(routes::cluster::workers))
-        .route("/stats/lateness", get(routes::stats::lateness))
         .route("/namespaces", post(routes::tenancy::create_namespace).get(routes::tenancy::list_namespaces))
         .route(
             "/namespaces/{name}",
@@ -137,6 +132,10 @@ pub fn router(state: AppState) -> Router {
         .nest("/v1", v1)
         .route("/healthz", get(routes::health::healthz))
         .route("/readyz", get(routes::health::readyz))
+        // The operator console: static files, open like /docs; its data calls carry the token.
+        .route(ui::UI_PATH, get(ui::redirect))
+        .route("/ui/", get(ui::index))
+        .route("/ui/{asset}", get(ui::asset))
         // The document and its UI are open: outside the /v1 token layer.
         .merge(utoipa_swagger_ui::SwaggerUi::new(openapi::DOCS_PATH).url(openapi::SPEC_PATH, openapi::document()))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })

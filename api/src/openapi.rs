@@ -86,11 +86,6 @@ impl Modify for Tweaks {
         crate::routes::executions::replay_many,
         crate::routes::executions::replay_one,
         crate::routes::cluster::status,
-        crate::routes::cluster::owners,
-        crate::routes::cluster::workers,
-        crate::routes::stats::lateness,
-        crate::routes::stats::failures,
-        crate::routes::stats::outcomes,
         crate::routes::health::healthz,
         crate::routes::health::readyz,
         crate::routes::calendars::put,
@@ -107,6 +102,9 @@ impl Modify for Tweaks {
         crate::routes::tenancy::revoke_token,
         metrics_doc,
         spec_doc,
+        crate::ui::redirect,
+        crate::ui::index,
+        crate::ui::asset,
     ),
     components(schemas(
         JobSpec,
@@ -143,16 +141,6 @@ impl Modify for Tweaks {
         BulkResult,
         Cluster,
         ClusterNode,
-        JobOwners,
-        Worker,
-        WorkerList,
-        LatenessStats,
-        LatenessBucket,
-        FailureGroups,
-        FailureGroup,
-        FailureExample,
-        JobOutcomes,
-        JobOutcomesPage,
         ProbeStatus,
         Namespace,
         NamespaceList,
@@ -172,11 +160,11 @@ impl Modify for Tweaks {
         (name = "schedules", description = "Fire times of a schedule before any job has it"),
         (name = "executions", description = "Outcome rows (the ledger)"),
         (name = "calendars", description = "Excluded dates, ranges and cron rules that jobs reference by name"),
-        (name = "cluster", description = "Scheduler nodes and workers"),
-        (name = "stats", description = "Aggregates over the ledger for an operator's console"),
+        (name = "cluster", description = "Scheduler nodes"),
         (name = "namespaces", description = "Namespaces and their quotas (admin of every namespace)"),
         (name = "tokens", description = "Scoped API tokens (admin)"),
-        (name = "operations", description = "Probes, metrics and this document; open, no token")
+        (name = "operations", description = "Probes, metrics and this document; open, no token"),
+        (name = "console", description = "The operator console's page and files (/ui/); open, its data calls send a token")
     )
 )]
 pub struct ApiDoc;

@@ -1,0 +1,425 @@
+// One job: actions (edit, pause, resume, trigger, delete), its ledger as a
+// timeline (GET /v1/jobs/{id}/executions, newest first, one page at a time),
+// its definition, its next fire times and its owners; and a slot's explain
+// view (GET /v1/jobs/{id}/executions/{scheduled_at}) with replay.
+
+import { get, getOptional, post, qs, request, seg } from './api.js';
+import { arrowNavigation, duration, fill, h, instant, showError, showNotice, tabs, timeEl } from './dom.js';
+import { OUTCOMES, badge, classify, describe, lateness } from './status.js';
+import { scheduleText, stateBadge, targetText } from './jobs.js';
+
+const PAGE = 50;
+const REFRESH_MS = 5000;
+
+export async function render(main, { params, query, signal, go, setTitle }) {
+  const id = params[0];
+  const { data: job } = await request('GET', `/v1/jobs/${seg(id)}`, { signal });
+  setTitle(job.name);
+
+  const act = (label, fn, cls = 'secondary') =>
+    h('button', {
+      type: 'button',
+      class: cls,
+      text: label,
+      onclick: async (ev) => {
+        ev.currentTarget.disabled = true;
+        try {
+          await fn();
+        } catch (e) {
+          showError(e);
+          ev.target.disabled = false;
+        }
+      },
+    });
+  const actions = h(
+    'div',
+    { class: 'actions', role: 'group', 'aria-label': 'Job actions' },
+    h('a', { class: 'button', href: `#/jobs/${id}/edit`, text: 'Edit' }),
+    job.paused
+      ? act('Resume', async () => {
+          await post(`/v1/jobs/${seg(id)}/resume`);
+          go(`/jobs/${id}`, `Resumed ${job.name}.`);
+        })
+      : act('Pause', async () => {
+          await post(`/v1/jobs/${seg(id)}/pause`);
+          go(`/jobs/${id}`, `Paused ${job.name}.`);
+        }),
+    act('Trigger now', async () => {
+      const e = await post(`/v1/jobs/${seg(id)}/trigger`);
+      go(`/jobs/${id}`, `Triggered ${job.name}: execution ${e?.execution_id ?? ''} is ${e?.status ?? 'pending'}.`);
+    }),
+    act(
+      'Delete',
+      async () => {
+        if (!window.confirm(`Delete the job "${job.name}"? It never fires again; its history stays readable.`)) {
+          throw new Error('Not deleted.');
+        }
+        await request('DELETE', `/v1/jobs/${seg(id)}`);
+        go('/jobs', `Deleted ${job.name}.`);
+      },
+      'danger',
+    ),
+  );
+
+  const tabList = [
+    { id: 'timeline', label: 'Timeline', render: (p) => timeline(p, job, signal) },
+    { id: 'definition', label: 'Definition', render: (p) => definition(p, job) },
+    { id: 'next', label: 'Next fires', render: (p) => nextFires(p, job, signal) },
+    { id: 'owners', label: 'Owners', render: (p) => owners(p, id, signal) },
+  ];
+  const selected = query.get('tab') || 'timeline';
+  const tabEl = tabs('Job views', tabList, selected, (tab) => {
+    const url = `#/jobs/${id}${tab === 'timeline' ? '' : `?tab=${tab}`}`;
+    if (location.hash !== url) history.replaceState(null, '', url);
+  });
+
+  fill(main, 
+    h('div', { class: 'title-row' }, h('h1', { text: job.name }), stateBadge(job)),
+    h(
+      'dl',
+      { class: 'props' },
+      h('dt', { text: 'Id' }),
+      h('dd', { class: 'mono', text: job.id }),
+      h('dt', { text: 'Schedule' }),
+      h('dd', { class: 'mono', text: scheduleText(job.schedule) }),
+      h('dt', { text: 'Target' }),
+      h('dd', { class: 'mono', text: targetText(job.target) }),
+      h('dt', { text: 'Version' }),
+      h('dd', { text: String(job.version) }),
+      h('dt', { text: 'Next fire' }),
+      h('dd', {}, job.next_fire_at ? timeEl(job.next_fire_at) : job.paused ? 'none while paused' : 'none'),
+    ),
+    actions,
+    tabEl,
+  );
+}
+
+// ------------------------------------------------------------- timeline
+
+function slotLink(job, e) {
+  const kind = classify(e, job.jitter_ms || 0);
+  const late = lateness(e);
+  const meta = [
+    `attempt ${e.attempts}`,
+    late !== null ? `started ${duration(late)} after the slot` : null,
+    e.worker_id ? `worker ${e.worker_id}` : null,
+    e.http_status ? `HTTP ${e.http_status}` : null,
+    e.trigger && e.trigger !== 'schedule' ? `${e.trigger}` : null,
+    e.error ? e.error : null,
+  ].filter(Boolean);
+  return h(
+    'li',
+    { class: `o-${kind}`, dataset: { status: e.status, outcome: kind } },
+    h(
+      'a',
+      { href: `#/jobs/${job.id}/slots/${encodeURIComponent(e.scheduled_at)}`, class: 'slot-link' },
+      h('time', { datetime: e.scheduled_at }, instant(e.scheduled_at)),
+      badge(kind, describe(e, kind)),
+      h('span', { class: 'slot-meta', text: meta.join(' · ') }),
+    ),
+  );
+}
+
+function legend() {
+  return h(
+    'div',
+    { class: 'legend', 'aria-label': 'Legend' },
+    Object.keys(OUTCOMES).map((k) => badge(k)),
+  );
+}
+
+async function timeline(panel, job, signal) {
+  const status = h(
+    'select',
+    { id: 'tl-status' },
+    ['', 'succeeded', 'failed', 'retrying', 'running', 'pending', 'skipped', 'missed'].map((s) => h('option', { value: s, text: s || 'any' })),
+  );
+  const auto = h('input', { type: 'checkbox', id: 'tl-auto' });
+  const list = h('ol', { class: 'timeline', id: 'timeline', 'aria-label': 'Slots, newest first' });
+  const strip = h('div', { class: 'strip', 'aria-hidden': 'true' });
+  const more = h('button', { type: 'button', class: 'secondary', text: 'Older slots', hidden: true });
+  const summary = h('p', { class: 'muted', role: 'status' });
+  let cursor = null;
+  let timer = null;
+
+  async function load(append) {
+    const page = await get(
+      `/v1/jobs/${seg(job.id)}/executions${qs({ status: status.value, limit: PAGE, cursor: append ? cursor : null })}`,
+      { signal },
+    );
+    const items = page.items.map((e) => slotLink(job, e));
+    if (append) list.append(...items);
+    else {
+      fill(list, ...items);
+      fill(strip, 
+        ...page.items
+          .slice(0, 60)
+          .reverse()
+          .map((e) => {
+            const k = classify(e, job.jitter_ms || 0);
+            return h('span', { class: `o-${k}`, title: `${instant(e.scheduled_at)} ${describe(e, k)}`, text: OUTCOMES[k].icon });
+          }),
+      );
+    }
+    cursor = page.next_cursor;
+    more.hidden = !cursor;
+    const n = list.children.length;
+    summary.textContent = n ? `${n} slot${n === 1 ? '' : 's'} shown, newest first${cursor ? '; older ones on request' : ''}.` : 'No slot recorded yet.';
+  }
+
+  const refresh = h('button', {
+    type: 'button',
+    class: 'secondary',
+    id: 'tl-refresh',
+    text: 'Refresh',
+    onclick: () => load(false).catch(showError),
+  });
+  status.addEventListener('change', () => load(false).catch(showError));
+  more.addEventListener('click', () => load(true).catch(showError));
+  auto.addEventListener('change', () => {
+    clearInterval(timer);
+    // Only while the tab is visible, and only the first page.
+    if (auto.checked) timer = setInterval(() => document.visibilityState === 'visible' && load(false).catch(() => {}), REFRESH_MS);
+  });
+  signal.addEventListener('abort', () => clearInterval(timer));
+  arrowNavigation(list, 'a.slot-link');
+
+  fill(panel, 
+    h(
+      'div',
+      { class: 'row' },
+      h('div', { class: 'field' }, h('label', { for: 'tl-status', text: 'Status' }), status),
+      h('div', { class: 'field' }, refresh),
+      h('div', { class: 'field check' }, auto, ' ', h('label', { for: 'tl-auto', text: `Refresh every ${REFRESH_MS / 1000} s` })),
+    ),
+    legend(),
+    strip,
+    summary,
+    h('p', { class: 'table-help', text: '↑ and ↓ move between slots; Enter explains one.' }),
+    list,
+    more,
+  );
+  await load(false).catch((e) => {
+    if (e?.name !== 'AbortError') showError(e);
+  });
+}
+
+// ----------------------------------------------------------- definition
+
+function definition(panel, job) {
+  const spec = { ...job };
+  for (const k of ['id', 'namespace', 'version', 'created_at', 'updated_at', 'next_fire_at']) delete spec[k];
+  fill(panel, 
+    h(
+      'dl',
+      { class: 'props' },
+      [
+        ['Namespace', job.namespace],
+        ['Created', instant(job.created_at)],
+        ['Updated', instant(job.updated_at)],
+        ['Labels', Object.entries(job.labels || {}).map(([k, v]) => `${k}=${v}`).join(', ') || '—'],
+        ['Retry', job.retry ? `${job.retry.max_retries} retries, ${job.retry.base_delay_ms} ms × ${job.retry.multiplier}, at most ${job.retry.max_delay_ms} ms` : 'the worker’s default'],
+        ['Missed slots', `${job.misfire} (cap ${job.misfire_cap})`],
+        ['Overlap', job.overlap || 'allow'],
+        ['Jitter', job.jitter_ms ? `${job.jitter_ms} ms` : 'none'],
+        ['Calendars', (job.calendars || []).join(', ') || '—'],
+      ].flatMap(([k, v]) => [h('dt', { text: k }), h('dd', { text: v })]),
+    ),
+    h('h3', { text: 'As stored (secret header values are shown as ***)' }),
+    h('pre', { tabindex: '0', 'aria-label': 'Job definition as JSON', text: JSON.stringify(spec, null, 2) }),
+  );
+}
+
+// ----------------------------------------------------------- next fires
+
+export function dstCell(f) {
+  const parts = [];
+  if (f.dst === 'gap') parts.push(badge('late', 'DST gap: wall time skipped, fires at the end of the gap'));
+  if (f.dst === 'overlap') parts.push(badge('retrying', 'DST overlap: first of the two wall times'));
+  if (f.dst_shift) parts.push(badge('pending', 'offset changes here'));
+  return parts.length ? h('span', { class: 'counts' }, parts) : h('span', { class: 'muted', text: '—' });
+}
+
+export function fireTable(fires, caption) {
+  return h(
+    'table',
+    { id: 'fires' },
+    h('caption', { text: caption }),
+    h(
+      'thead',
+      {},
+      h('tr', {}, ['Slot (UTC)', 'Wall time', 'Offset', 'Daylight saving', 'Delivered at (jitter)'].map((t) => h('th', { scope: 'col', text: t }))),
+    ),
+    h(
+      'tbody',
+      {},
+      fires.map((f) =>
+        h(
+          'tr',
+          { dataset: { dst: f.dst || '' } },
+          h('td', {}, timeEl(f.at)),
+          h('td', { class: 'mono', text: f.local || '—' }),
+          h('td', { class: 'mono', text: f.offset || '—' }),
+          h('td', {}, dstCell(f)),
+          h('td', {}, f.fires_at ? timeEl(f.fires_at) : '—'),
+        ),
+      ),
+    ),
+  );
+}
+
+async function nextFires(panel, job, signal) {
+  fill(panel, h('p', { class: 'muted', text: 'Loading…' }));
+  try {
+    const r = await get(`/v1/jobs/${seg(job.id)}/next${qs({ count: 10 })}`, { signal });
+    fill(panel, 
+      r.fire_times.length ? fireTable(r.fire_times, 'The next 10 fire times') : h('p', { class: 'note', text: 'No fire time ahead (paused, ended or used up).' }),
+    );
+  } catch (e) {
+    if (e?.name !== 'AbortError') fill(panel, h('p', { class: 'msg msg-error', text: e.message }));
+  }
+}
+
+// --------------------------------------------------------------- owners
+
+export function ownersView(r) {
+  const live = new Set(r.live_nodes || []);
+  return h(
+    'div',
+    { id: 'owners' },
+    h(
+      'p',
+      {},
+      `Replication factor ${r.replication_factor}: the ${r.replication_factor} live nodes ranking highest for this job (rendezvous hashing) own it; the first to lock a slot fires it.`,
+    ),
+    h(
+      'ul',
+      {},
+      (r.owners || []).map((n) => h('li', {}, h('span', { class: 'mono', text: n }), ' ', live.has(n) ? badge('ok', 'live') : badge('missed', 'not live'))),
+    ),
+    h('p', { class: 'muted', text: `Live nodes: ${(r.live_nodes || []).join(', ') || 'none'}.` }),
+  );
+}
+
+async function owners(panel, id, signal) {
+  try {
+    const r = await getOptional(`/v1/jobs/${seg(id)}/owners`, { signal });
+    fill(panel, 
+      r ? ownersView(r) : h('p', { class: 'note', text: 'Ownership is not available from this server (GET /v1/jobs/{id}/owners is missing).' }),
+    );
+  } catch (e) {
+    if (e?.name !== 'AbortError') fill(panel, h('p', { class: 'msg msg-error', text: e.message }));
+  }
+}
+
+// -------------------------------------------------------- explain a slot
+
+const REPLAYABLE = new Set(['failed', 'pending', 'retrying', 'running']);
+
+function historyTable(history) {
+  const cols = ['event', 'attempt', 'when', 'finished', 'outcome', 'worker', 'HTTP', 'detail'];
+  return h(
+    'table',
+    { id: 'history' },
+    h('caption', { text: 'History, oldest first' }),
+    h('thead', {}, h('tr', {}, cols.map((c) => h('th', { scope: 'col', text: c })))),
+    h(
+      'tbody',
+      {},
+      history.map((e) =>
+        h(
+          'tr',
+          {},
+          h('td', { text: e.event ?? '—' }),
+          h('td', { text: e.attempt ?? '—' }),
+          h('td', {}, timeEl(e.started_at || e.at)),
+          h('td', {}, timeEl(e.finished_at)),
+          h('td', {}, e.outcome ? badge(e.outcome === 'succeeded' ? 'ok' : e.outcome === 'failed' ? 'failed' : 'retrying', e.outcome) : '—'),
+          h('td', { text: e.worker_id ?? '—' }),
+          h('td', { text: e.http_status ?? '—' }),
+          h('td', { text: [e.error, e.reason, e.destination].filter(Boolean).join(' · ') || '—' }),
+        ),
+      ),
+    ),
+  );
+}
+
+export async function renderSlot(main, { params, signal, go, setTitle }) {
+  const [id, at] = params;
+  const [r, job] = await Promise.all([
+    get(`/v1/jobs/${seg(id)}/executions/${seg(at)}`, { signal }),
+    getOptional(`/v1/jobs/${seg(id)}`, { signal }),
+  ]);
+  setTitle(`Slot ${at}`);
+  const x = r.explanation;
+  const e = r.execution;
+  const kind = e ? classify(e, job?.jitter_ms || 0) : null;
+  const verdictBadge = e ? badge(kind, describe(e, kind)) : badge('skipped', x.verdict.replaceAll('_', ' '));
+
+  const replay = h('button', {
+    type: 'button',
+    id: 'replay',
+    text: 'Replay this slot',
+    disabled: !(e && REPLAYABLE.has(e.status)),
+    onclick: async (ev) => {
+      ev.currentTarget.disabled = true;
+      try {
+        const row = await post(`/v1/executions/${seg(id)}/${seg(r.scheduled_at)}/replay`);
+        go(`/jobs/${id}/slots/${encodeURIComponent(r.scheduled_at)}`, `Replayed: the slot is ${row.status} again, with a fresh retry budget (fire id ${row.fire_id}).`);
+      } catch (err) {
+        showError(err);
+      }
+    },
+  });
+  const nav = (label, t) => (t ? h('a', { class: 'button secondary', href: `#/jobs/${id}/slots/${encodeURIComponent(t)}`, text: label }) : null);
+
+  fill(main, 
+    h('p', {}, h('a', { href: `#/jobs/${id}`, text: `← ${job ? job.name : id}` })),
+    h('div', { class: 'title-row' }, h('h1', {}, 'Slot ', h('time', { datetime: r.scheduled_at }, instant(r.scheduled_at))), verdictBadge),
+    h(
+      'section',
+      { class: 'panel', 'aria-labelledby': 'verdict-title' },
+      h('h2', { id: 'verdict-title', text: `Verdict: ${x.verdict.replaceAll('_', ' ')}${x.fired ? ' (a worker took it)' : ''}` }),
+      h('p', { id: 'summary', text: x.summary }),
+      x.details?.length ? h('ol', { id: 'details' }, x.details.map((d) => h('li', { text: d }))) : null,
+      x.delivery_at ? h('p', {}, 'Delivered with jitter at ', timeEl(x.delivery_at), '.') : null,
+    ),
+    h(
+      'div',
+      { class: 'actions' },
+      replay,
+      e && !REPLAYABLE.has(e.status) ? h('span', { class: 'muted', text: `A ${e.status} slot is not replayed.` }) : null,
+      nav('← Previous fire time', x.previous_fire_at),
+      nav('Next fire time →', x.next_fire_at),
+    ),
+    e
+      ? h(
+          'section',
+          { 'aria-labelledby': 'row-title' },
+          h('h2', { id: 'row-title', text: 'Ledger row' }),
+          h(
+            'dl',
+            { class: 'props' },
+            [
+              ['Execution id', e.execution_id],
+              ['Status', e.status],
+              ['Attempts', e.attempts],
+              ['Trigger', e.trigger],
+              ['Scheduler node', e.scheduler_node || '—'],
+              ['Worker', e.worker_id || '—'],
+              ['Fired (claimed)', instant(e.fired_at)],
+              ['Started', instant(e.started_at)],
+              ['Finished', instant(e.finished_at)],
+              ['Lateness', lateness(e) === null ? '—' : duration(lateness(e))],
+              ['HTTP status', e.http_status ?? '—'],
+              ['Error', e.error || '—'],
+              ['Reason', e.reason || '—'],
+              ['Response excerpt', e.response_excerpt || '—'],
+            ].flatMap(([k, v]) => [h('dt', { text: k }), h('dd', { text: String(v) })]),
+          ),
+          e.history?.length ? historyTable(e.history) : null,
+        )
+      : h('p', { class: 'note', text: 'No ledger row for this instant.' }),
+  );
+}
+
