@@ -95,6 +95,8 @@ pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/jobs", post(routes::jobs::create).get(routes::jobs::list))
         .route("/jobs/bulk", post(routes::jobs::bulk::bulk))
+        // A fixed segment: matched before `/jobs/{id}` whatever the order here.
+        .route("/jobs/outcomes", get(routes::stats::outcomes))
         .route(
             "/jobs/{id}",
             get(routes::jobs::get)
@@ -106,9 +108,11 @@ pub fn router(state: AppState) -> Router {
         .route("/jobs/{id}/resume", post(routes::jobs::resume))
         .route("/jobs/{id}/next", get(routes::jobs::next))
         .route("/jobs/{id}/trigger", post(routes::jobs::trigger))
+        .route("/jobs/{id}/owners", get(routes::cluster::owners))
         .route("/schedules/preview", post(routes::schedules::preview))
         .route("/executions", get(routes::executions::all))
         .route("/executions/replay", post(routes::executions::replay_many))
+        .route("/executions/failures", get(routes::stats::failures))
         .route("/executions/{job_id}/{scheduled_at}/replay", post(routes::executions::replay_one))
         .route("/jobs/{id}/executions", get(routes::executions::of_job))
         .route("/jobs/{id}/executions/{scheduled_at}", get(routes::explain::explain))
@@ -118,6 +122,8 @@ pub fn router(state: AppState) -> Router {
             get(routes::calendars::get).put(routes::calendars::put).delete(routes::calendars::delete),
         )
         .route("/cluster", get(routes::cluster::status))
+        .route("/workers", get(routes::cluster::workers))
+        .route("/stats/lateness", get(routes::stats::lateness))
         .route("/namespaces", post(routes::tenancy::create_namespace).get(routes::tenancy::list_namespaces))
         .route(
             "/namespaces/{name}",
