@@ -250,7 +250,7 @@ fi
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 [[ $TARGET_DIR == /* ]] || TARGET_DIR=$ROOT/$TARGET_DIR
 BIN=$TARGET_DIR/debug
-for b in cronshard-api cronshard-scheduler cronshard-worker cronshard-loadtest; do
+for b in cronshard-api cronshard-scheduler cronshard-worker cronshard-loadtest cronshard; do
     [[ -x $BIN/$b ]] || die "$BIN/$b is missing; build with: cargo build --workspace --bins"
 done
 
