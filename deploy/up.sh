@@ -11,6 +11,12 @@
 # nodes, 2 workers and a callback sink (all on 127.0.0.1, logs in .run/logs/),
 # creates a demo job firing every 5 seconds into the sink and prints each delivery.
 #
+# Auth is on, as in production: a random token (64 hex digits) is kept in
+# $CRONSHARD_STATE_DIR/api-token (mode 600; made on the first run, reused after; delete
+# the file for a new one, or give API_TOKEN), passed to the API as API_TOKENS, and sent by
+# this script from a header file (api-auth.header), never on a command line or in a URL.
+# The script prints the dashboard URL (http://127.0.0.1:$API_PORT/ui/) and the token once.
+#
 # Ctrl-C or SIGTERM stops every process this script started (SIGTERM, then SIGKILL
 # after STOP_TIMEOUT seconds) and deletes the demo job; services this run had to
 # start are stopped too (KEEP_SERVICES=1 keeps them), services that were already
@@ -23,7 +29,8 @@
 # CRONSHARD_STATE_DIR .run, CLUSTER_NAME cronshard, LOG_FORMAT text,
 # DATABASE_URL postgres://postgres@127.0.0.1:5432/cronshard,
 # REDIS_URLS redis://127.0.0.1:6379, AMQP_URL amqp://guest:guest@127.0.0.1:5672/%2f,
-# CALLBACK_ALLOW_CIDRS 127.0.0.0/8 (API and workers), CARGO_TARGET_DIR (cargo's default: target/).
+# CALLBACK_ALLOW_CIDRS 127.0.0.0/8 (API and workers), CARGO_TARGET_DIR (cargo's default: target/),
+# API_TOKEN (default: the one in $CRONSHARD_STATE_DIR/api-token, made when missing).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -86,6 +93,8 @@ CALLBACK_ALLOW_CIDRS=${CALLBACK_ALLOW_CIDRS:-127.0.0.0/8}
 API_URL=http://$HOST:$API_PORT
 SINK_URL=http://$HOST:$SINK_PORT
 SINK_LOG=$LOG_DIR/sink.log
+TOKEN_FILE=$STATE_DIR/api-token
+AUTH_HEADER=$STATE_DIR/api-auth.header
 
 say() { printf '==> %s\n' "$*"; }
 warn() { printf 'up.sh: %s\n' "$*" >&2; }
@@ -188,7 +197,7 @@ stop_all() {
 
 # shellcheck disable=SC2317 # called from the EXIT trap
 ledger_summary() {
-    curl -fsS --max-time 5 "$API_URL/v1/jobs/$JOB_ID/executions?limit=100" 2>/dev/null |
+    curl -fsS --max-time 5 -H @"$AUTH_HEADER" "$API_URL/v1/jobs/$JOB_ID/executions?limit=100" 2>/dev/null |
         jq -r '.items | group_by(.status) | map("\(.[0].status) \(length)") | join(", ")' 2>/dev/null
 }
 
@@ -205,7 +214,7 @@ cleanup() {
         [[ -z $summary ]] || say "ledger rows of the demo job: $summary"
         if [[ $KEEP_DEMO_JOB == 1 ]]; then
             say "keeping the demo job $JOB_ID (KEEP_DEMO_JOB=1)"
-        elif curl -fsS --max-time 5 -o /dev/null -X DELETE "$API_URL/v1/jobs/$JOB_ID"; then
+        elif curl -fsS --max-time 5 -o /dev/null -H @"$AUTH_HEADER" -X DELETE "$API_URL/v1/jobs/$JOB_ID"; then
             say "deleted the demo job $JOB_ID"
         else
             warn "could not delete the demo job $JOB_ID"
@@ -241,6 +250,20 @@ fi
 : >"$SERVICES_RECORD"
 : >"$STATE_DIR/up.pids"
 
+# The API token: given, kept from an earlier run, or made now. Only this user may read it.
+(
+    umask 077
+    if [[ -n ${API_TOKEN:-} ]]; then
+        printf '%s\n' "$API_TOKEN" >"$TOKEN_FILE"
+    elif [[ ! -s $TOKEN_FILE ]]; then
+        od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$TOKEN_FILE"
+        echo >>"$TOKEN_FILE"
+    fi
+    printf 'authorization: Bearer %s\n' "$(head -n1 "$TOKEN_FILE")" >"$AUTH_HEADER"
+)
+API_TOKEN=$(head -n1 "$TOKEN_FILE")
+[[ $API_TOKEN =~ ^[!-~]+$ ]] || die "$TOKEN_FILE must hold one token of visible ASCII characters"
+
 if [[ $SKIP_BUILD == 1 ]]; then
     say "skipping the build (SKIP_BUILD=1)"
 else
@@ -270,7 +293,8 @@ fi
 check_ports
 say "starting the API and the sink (logs: $LOG_DIR/)"
 # The API refuses callback URLs naming an internal address the workers would refuse: same list.
-start api env LISTEN_ADDR="$HOST:$API_PORT" CALLBACK_ALLOW_CIDRS="$CALLBACK_ALLOW_CIDRS" "$BIN/cronshard-api"
+# The token goes through the environment (not the command line, which ps shows).
+API_TOKENS=$API_TOKEN start api env LISTEN_ADDR="$HOST:$API_PORT" CALLBACK_ALLOW_CIDRS="$CALLBACK_ALLOW_CIDRS" "$BIN/cronshard-api"
 start sink "$BIN/cronshard-loadtest" sink --listen "$HOST:$SINK_PORT"
 
 # Fails (and shows the log) when a started process has exited.
@@ -293,10 +317,10 @@ until curl -fsS --max-time 2 -o /dev/null "$API_URL/readyz" 2>/dev/null && port_
 done
 
 # Demo jobs left behind by a run that could not clean up (kill -9) would fire into this sink too.
-stale=$(curl -fsS --max-time 5 "$API_URL/v1/jobs?name_prefix=$DEMO_JOB_NAME&limit=100" 2>/dev/null |
+stale=$(curl -fsS --max-time 5 -H @"$AUTH_HEADER" "$API_URL/v1/jobs?name_prefix=$DEMO_JOB_NAME&limit=100" 2>/dev/null |
     jq -r --arg n "$DEMO_JOB_NAME" '.items[]? | select(.name == $n) | .id' 2>/dev/null || true)
 for id in $stale; do
-    if curl -fsS --max-time 5 -o /dev/null -X DELETE "$API_URL/v1/jobs/$id"; then
+    if curl -fsS --max-time 5 -o /dev/null -H @"$AUTH_HEADER" -X DELETE "$API_URL/v1/jobs/$id"; then
         say "deleted a demo job left over by an earlier run: $id"
     fi
 done
@@ -313,7 +337,7 @@ deadline=$((SECONDS + 30))
 live=0
 while :; do
     check_alive
-    live=$(curl -fsS --max-time 2 "$API_URL/v1/cluster" 2>/dev/null | jq -r '.live_nodes // 0' 2>/dev/null || echo 0)
+    live=$(curl -fsS --max-time 2 -H @"$AUTH_HEADER" "$API_URL/v1/cluster" 2>/dev/null | jq -r '.live_nodes // 0' 2>/dev/null || echo 0)
     if ((live >= SCHEDULERS || SECONDS >= deadline)); then break; fi
     sleep 0.5
 done
@@ -323,7 +347,7 @@ done
 
 body=$(jq -n --arg name "$DEMO_JOB_NAME" --arg expr "$DEMO_CRON" --arg url "$SINK_URL/hook/demo" \
     '{name: $name, schedule: {kind: "cron", expr: $expr, timezone: "UTC"}, target: {kind: "http", url: $url, method: "POST"}}')
-resp=$(curl -sS --max-time 10 -w '\n%{http_code}' -H 'content-type: application/json' -d "$body" "$API_URL/v1/jobs") ||
+resp=$(curl -sS --max-time 10 -w '\n%{http_code}' -H @"$AUTH_HEADER" -H 'content-type: application/json' -d "$body" "$API_URL/v1/jobs") ||
     die "POST $API_URL/v1/jobs failed"
 code=${resp##*$'\n'}
 resp=${resp%$'\n'*}
@@ -334,9 +358,12 @@ next=$(jq -r '.next_fire_at // "?"' <<<"$resp")
 cat <<EOF
 
 cronshard is running: cluster "$CLUSTER_NAME", $live scheduler node(s) live, $WORKERS worker(s).
-  API           $API_URL          cluster: curl -s $API_URL/v1/cluster | jq
+  dashboard     $API_URL/ui/    (sign in with the API token)
+  API token     $API_TOKEN
+                (kept in $TOKEN_FILE; curl -H @$AUTH_HEADER sends it)
+  API           $API_URL          cluster: curl -s -H @$AUTH_HEADER $API_URL/v1/cluster | jq
   demo job      $JOB_ID  (cron "$DEMO_CRON" UTC -> $SINK_URL/hook/demo, next fire $next)
-  executions    curl -s $API_URL/v1/jobs/$JOB_ID/executions | jq
+  executions    curl -s -H @$AUTH_HEADER $API_URL/v1/jobs/$JOB_ID/executions | jq
   sink          $SINK_URL/deliveries
   logs          $LOG_DIR/  (api, scheduler-N, worker-N, sink, migrate)
   metrics       $HOST:$SCHEDULER_METRICS_PORT.. (schedulers), $HOST:$WORKER_METRICS_PORT.. (workers): /metrics
