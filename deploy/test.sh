@@ -19,6 +19,9 @@
 #   4. cargo test --workspace [ARGS...]
 #   5. deploy/fuzz-api.sh                (schemathesis fuzzes the API against its generated
 #                                         /openapi.json; SKIP_FUZZ=1 skips it)
+#   6. deploy/browser-test.sh            (the console in Chromium against a real stack;
+#                                         installs chromium and the npm packages when
+#                                         missing; SKIP_BROWSER=1 skips it)
 # and prints the time of each step. CARGO_TARGET_DIR is honoured, never set.
 # SKIP_SERVICES=1 skips the service check (when the services come from elsewhere).
 set -euo pipefail
@@ -87,6 +90,11 @@ if [[ ${SKIP_FUZZ:-0} == 1 ]]; then
     echo "==> skipping the API fuzz run (SKIP_FUZZ=1)"
 else
     step "schemathesis against /openapi.json (deploy/fuzz-api.sh)" "$ROOT/deploy/fuzz-api.sh"
+fi
+if [[ ${SKIP_BROWSER:-0} == 1 ]]; then
+    echo "==> skipping the browser tests (SKIP_BROWSER=1)"
+else
+    step "browser tests of the console (deploy/browser-test.sh)" "$ROOT/deploy/browser-test.sh"
 fi
 
 printf '\n==> all steps passed in %ss\n' "$((SECONDS - START))"

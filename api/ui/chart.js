@@ -14,12 +14,18 @@ function s(tag, attrs = {}, ...children) {
   return el;
 }
 
-/** A "nice" upper bound for an axis: 1, 2 or 5 × 10^n. */
+/** A "nice" upper bound for an axis (1, 2 or 5 × 10^n), a multiple of 4 from 4 on so that the quarter ticks are whole. */
 function niceMax(v) {
   if (!(v > 0)) return 1;
   const p = 10 ** Math.floor(Math.log10(v));
-  for (const m of [1, 2, 5, 10]) if (m * p >= v) return m * p;
-  return 10 * p;
+  let nice = 10 * p;
+  for (const m of [1, 2, 5, 10]) {
+    if (m * p >= v) {
+      nice = m * p;
+      break;
+    }
+  }
+  return nice >= 4 ? Math.ceil(nice / 4) * 4 : nice;
 }
 
 const hhmm = (iso) => new Date(iso).toISOString().slice(11, 16);
@@ -31,7 +37,7 @@ const hhmm = (iso) => new Date(iso).toISOString().slice(11, 16);
 export function latenessChart(buckets, { minutes = 60 } = {}) {
   const W = 900;
   const H = 300;
-  const m = { l: 56, r: 48, t: 16, b: 34 };
+  const m = { l: 64, r: 48, t: 20, b: 34 };
   const iw = W - m.l - m.r;
   const ih = H - m.t - m.b;
   const data = [...buckets].sort((a, b) => Date.parse(a.minute) - Date.parse(b.minute));
@@ -68,7 +74,7 @@ export function latenessChart(buckets, { minutes = 60 } = {}) {
   svg.append(
     s('line', { class: 'axis', x1: m.l, x2: m.l, y1: m.t, y2: m.t + ih }),
     s('line', { class: 'axis', x1: m.l, x2: W - m.r, y1: m.t + ih, y2: m.t + ih }),
-    s('text', { x: W - m.r + 6, y: m.t - 4 }, 'deliveries'),
+    s('text', { x: W - 4, y: m.t - 4, 'text-anchor': 'end' }, 'deliveries'),
   );
   // Time axis, a label every 15 minutes.
   for (let t = start; t <= end; t += 15 * 60_000) {
