@@ -253,6 +253,8 @@ struct Host {
     changed: Notify,
     /// Slots waiting at this gate now.
     waiting: AtomicUsize,
+    /// Of those, the slots held for its circuit (open or probing).
+    held: AtomicUsize,
 }
 
 struct HostState {
@@ -292,6 +294,7 @@ impl Destinations {
             }),
             changed: Notify::new(),
             waiting: AtomicUsize::new(0),
+            held: AtomicUsize::new(0),
         });
         hosts.insert(key.to_owned(), host.clone());
         host.publish_state(CircuitState::Closed);
@@ -335,6 +338,7 @@ impl Destinations {
         let queued_since = Utc::now();
         let mut noted: Option<DateTime<Utc>> = None;
         let mut probes_out_since: Option<Instant> = None;
+        let mut held: Option<HeldGuard> = None;
         loop {
             // Registered before the state is read: a change in between still wakes us.
             let changed = host.changed.notified();
@@ -359,7 +363,7 @@ impl Destinations {
                 if Utc::now() + (until - now) >= horizon {
                     return Gate::GiveUp(waiting);
                 }
-                if until - now > self.config.hold_max || until > hold_until {
+                if until - now > self.config.hold_max || until > hold_until || !host.hold(&mut held, &self.config) {
                     return Gate::Release { delay: release_delay(until - now), waiting };
                 }
                 if noted != Some(waiting.since) {
@@ -404,7 +408,7 @@ impl Destinations {
                     // hold, wait in the broker as for an open circuit.
                     let until =
                         (*probes_out_since.get_or_insert_with(Instant::now) + self.config.hold_max).min(hold_until);
-                    if Instant::now() >= until {
+                    if Instant::now() >= until || !host.hold(&mut held, &self.config) {
                         return Gate::Release { delay: release_delay(self.config.hold_max), waiting };
                     }
                     if noted != Some(waiting.since) {
@@ -487,6 +491,23 @@ impl Host {
         Pass { host: Some(self.clone()), permit: Some(permit), ticket: Some(ticket), _due: due }
     }
 
+    /// A place among the slots held on this worker for the host's circuit
+    /// (kept in `held` until the slot leaves the gate): at most
+    /// `max_per_host`, so that an outage keeps at most that many of the
+    /// host's messages in the prefetch. When every waiting slot comes back
+    /// as the cool-down ends, the rest go back to the broker at once.
+    fn hold(self: &Arc<Self>, held: &mut Option<HeldGuard>, config: &DestinationConfig) -> bool {
+        if held.is_some() {
+            return true;
+        }
+        if self.held.fetch_add(1, Ordering::SeqCst) >= config.max_per_host {
+            self.held.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        }
+        *held = Some(HeldGuard(self.clone()));
+        true
+    }
+
     fn waiting(self: &Arc<Self>) -> WaitingGuard {
         self.publish_waiting(self.waiting.fetch_add(1, Ordering::SeqCst) + 1);
         WaitingGuard(self.clone())
@@ -522,6 +543,15 @@ impl Host {
                 self.publish_state(CircuitState::Closed);
             }
         }
+    }
+}
+
+/// One slot holding a place among the slots held for its host's circuit.
+struct HeldGuard(Arc<Host>);
+
+impl Drop for HeldGuard {
+    fn drop(&mut self) {
+        self.0.held.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -749,6 +779,34 @@ mod tests {
             _ => panic!("expected Release"),
         }
         assert_eq!(notes.lock().unwrap().len(), 1);
+    }
+
+    /// Held slots stay within the host's concurrency limit: the rest wait
+    /// in the broker, not in the worker's prefetch.
+    #[tokio::test(start_paused = true)]
+    async fn at_most_max_per_host_slots_are_held_for_a_circuit() {
+        let d = Destinations::new(config(2));
+        let backlog = Arc::new(DueBacklog::new(100));
+        let notes = Mutex::new(Vec::new());
+        let dead = http("http://dead.example/");
+        for _ in 0..4 {
+            go(pass(&d, &dead, &backlog, &notes).await).record(Call::Unhealthy);
+        }
+        let first = pass(&d, &dead, &backlog, &notes);
+        let second = pass(&d, &dead, &backlog, &notes);
+        tokio::pin!(first, second);
+        assert!(tokio::time::timeout(Duration::from_millis(100), &mut first).await.is_err(), "held");
+        assert!(tokio::time::timeout(Duration::from_millis(100), &mut second).await.is_err(), "held");
+        let started = Instant::now();
+        match pass(&d, &dead, &backlog, &notes).await {
+            Gate::Release { delay, .. } => assert_eq!(delay, Duration::from_secs(1)),
+            _ => panic!("expected Release"),
+        }
+        assert_eq!(started.elapsed(), Duration::ZERO, "handed back at once");
+        // The held ones go to the probe when the cool-down ends.
+        let probe = go(first.await);
+        probe.record(Call::Healthy);
+        go(second.await).record(Call::Healthy);
     }
 
     #[tokio::test(start_paused = true)]
