@@ -268,6 +268,50 @@ test("the failing job's timeline: failures and replays, told apart without colou
   await shot('timeline-outcomes');
 });
 
+test('edit (If-Match of the version shown), pause, resume and trigger from the job page', async () => {
+  await page.goto(`${stack.api}/ui/#/jobs/${okJob}`);
+  await page.click('a:text("Edit")');
+  await page.waitForSelector('#job-form');
+  assert.equal(await page.inputValue('#f-schedule-expr'), '*/2 * * * * *', 'the form holds the stored definition');
+  await page.fill('#f-name', 'ui-ok-renamed');
+  await page.click('button:text-matches("^Save")');
+  await page.waitForSelector('#tl-refresh');
+  assert.match(await page.textContent('#notice'), /ui-ok-renamed is now at version 2/);
+
+  // Someone else changes the job while the form is open: the save is refused, not lost.
+  await page.click('a:text("Edit")');
+  await page.waitForSelector('#job-form');
+  const other = await stack.call('PUT', `/v1/jobs/${okJob}`, {
+    name: 'changed-elsewhere',
+    schedule: { kind: 'cron', expr: '*/2 * * * * *', timezone: 'UTC' },
+    target: { kind: 'http', url: `${stack.receiver.url}/ok` },
+  });
+  assert.equal(other.status, 200, JSON.stringify(other.body));
+  await page.fill('#f-name', 'mine');
+  await page.click('button:text-matches("^Save")');
+  await page.waitForSelector('#error:not([hidden])');
+  assert.match(await page.textContent('#error'), /HTTP 412.*Someone changed this job/);
+  assert.equal((await stack.call('GET', `/v1/jobs/${okJob}`)).body.name, 'changed-elsewhere');
+  const back = await stack.call('PUT', `/v1/jobs/${okJob}`, {
+    name: 'ui-ok',
+    schedule: { kind: 'cron', expr: '*/2 * * * * *', timezone: 'UTC' },
+    target: { kind: 'http', url: `${stack.receiver.url}/ok` },
+  });
+  assert.equal(back.status, 200);
+
+  await page.goto(`${stack.api}/ui/#/jobs/${okJob}`);
+  await page.click('button:text("Pause")');
+  await page.waitForSelector('.title-row >> text=paused');
+  assert.equal((await stack.call('GET', `/v1/jobs/${okJob}`)).body.paused, true);
+  await page.click('button:text("Resume")');
+  await page.waitForSelector('.title-row >> text=active');
+  assert.equal((await stack.call('GET', `/v1/jobs/${okJob}`)).body.paused, false);
+  await page.click('button:text("Trigger now")');
+  await page.waitForSelector('#notice:has-text("Triggered")');
+  const manual = await stack.call('GET', `/v1/jobs/${okJob}/executions?limit=20`);
+  assert.ok(manual.body.items.some((e) => e.trigger === 'manual'), 'a manual execution was recorded');
+});
+
 test('the schedule preview marks daylight saving time and names a bad zone', async () => {
   await page.click('nav >> text=Schedule preview');
   await page.fill('#p-expr', '30 2 * * *');

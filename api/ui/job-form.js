@@ -249,7 +249,7 @@ export async function render(main, { params, signal, go, setTitle }) {
         showError(`The server refused the job: ${e.fieldErrors.length} field(s) to fix, marked below.`);
         showFieldErrors(form, e.fieldErrors, form.querySelector('#form-errors')).focus();
       } else if (e instanceof ApiError && e.status === 412) {
-        showError(`${e.message}. Someone changed this job since you opened it; reload the page to edit the current version.`);
+        showError(`Not saved (HTTP 412): ${e.message}. Someone changed this job since you opened it; reload the page to edit the current version.`);
       } else {
         showError(e);
       }
