@@ -145,7 +145,7 @@ async fn a_preview_shows_jitter_interval_anchors_and_max_runs() {
 #[tokio::test]
 async fn a_bad_preview_is_a_422_naming_each_field() {
     let app = TestApp::start("preview-bad").await;
-    let cases: [(Value, &[&str]); 6] = [
+    let cases: [(Value, &[&str]); 7] = [
         (json!({}), &["schedule"]),
         (json!({ "schedule": berlin("0 25 * * *") }), &["schedule.expr"]),
         (json!({ "schedule": { "kind": "interval", "every_ms": 10 } }), &["schedule.every_ms"]),

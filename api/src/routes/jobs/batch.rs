@@ -40,7 +40,7 @@ struct Valid {
 
 /// The outcome of one job, before the insert.
 enum Outcome {
-    Valid(Valid),
+    Valid(Box<Valid>),
     Refused { index: usize, status: u16, errors: Vec<FieldError> },
 }
 
@@ -111,7 +111,7 @@ pub async fn batch(
             match checked {
                 Ok((namespace, spec)) => {
                     let peak = quota::peak_fires_per_second(&spec, Utc::now());
-                    Outcome::Valid(Valid { index, id: Uuid::now_v7(), spec, namespace, peak })
+                    Outcome::Valid(Box::new(Valid { index, id: Uuid::now_v7(), spec, namespace, peak }))
                 }
                 Err(e) => refusal(index, e),
             }
@@ -187,7 +187,7 @@ pub async fn batch(
     let valid: Vec<&Valid> = outcomes
         .iter()
         .filter_map(|o| match o {
-            Outcome::Valid(v) => Some(v),
+            Outcome::Valid(v) => Some(&**v),
             Outcome::Refused { .. } => None,
         })
         .collect();
