@@ -94,6 +94,7 @@ impl AppState {
 pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/jobs", post(routes::jobs::create).get(routes::jobs::list))
+        .route("/jobs/batch", post(routes::jobs::batch::batch))
         .route("/jobs/bulk", post(routes::jobs::bulk::bulk))
         // A fixed segment: matched before `/jobs/{id}` whatever the order here.
         .route("/jobs/outcomes", get(routes::stats::outcomes))

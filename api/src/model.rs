@@ -581,3 +581,35 @@ pub struct JobOutcomesPage {
     /// (deleted ones included); others are left out.
     pub items: std::collections::BTreeMap<Uuid, JobOutcomes>,
 }
+
+/// The body of `POST /v1/jobs/batch`.
+#[derive(Serialize, ToSchema)]
+pub struct BatchRequest {
+    /// 1 to 1,000 job definitions, each as the body of `POST /v1/jobs`.
+    #[schema(min_items = 1, max_items = 1000)]
+    pub jobs: Vec<JobSpec>,
+    /// All or nothing: any invalid job refuses the whole batch (default false:
+    /// the valid jobs are created, the others answered with why).
+    #[schema(required = false, default = false)]
+    pub atomic: Option<bool>,
+}
+
+/// One job's outcome in a batch, at its index in the request.
+#[derive(Serialize, ToSchema)]
+pub struct BatchItem {
+    pub index: usize,
+    /// 201 created; 422 invalid; 409 over its namespace's quota.
+    pub status: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job: Option<Job>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<FieldError>,
+}
+
+/// What a batch created and refused.
+#[derive(Serialize, ToSchema)]
+pub struct BatchResult {
+    pub created: usize,
+    pub refused: usize,
+    pub items: Vec<BatchItem>,
+}

@@ -69,6 +69,7 @@ impl Modify for Tweaks {
     ),
     paths(
         crate::routes::jobs::create,
+        crate::routes::jobs::batch::batch,
         crate::routes::jobs::list,
         crate::routes::jobs::get,
         crate::routes::jobs::replace,
@@ -134,6 +135,9 @@ impl Modify for Tweaks {
         crate::explain::Verdict,
         ReplayRequest,
         ReplayOneRequest,
+        BatchRequest,
+        BatchItem,
+        BatchResult,
         ReplayableStatus,
         ReplayResult,
         NextFires,

@@ -186,6 +186,7 @@ async fn the_openapi_document_and_swagger_ui_are_open_and_cover_every_route() {
         ("patch", "/v1/jobs/{id}"),
         ("delete", "/v1/jobs/{id}"),
         ("post", "/v1/jobs/bulk"),
+        ("post", "/v1/jobs/batch"),
         ("post", "/v1/schedules/preview"),
         ("post", "/v1/jobs/{id}/pause"),
         ("post", "/v1/jobs/{id}/resume"),
