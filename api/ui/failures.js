@@ -34,7 +34,11 @@ function windowOf(query) {
 async function groups(win, signal) {
   try {
     const r = await get(`/v1/executions/failures${qs({ from: win.from, to: win.to })}`, { signal });
-    return { groups: r.groups || [], note: null };
+    const notes = [];
+    // The server groups a bounded number of the newest failures; say when it stopped there.
+    if (r.capped) notes.push(`The window holds more failures than the server groups: the counts are those of the newest ${r.rows_read}.`);
+    if (r.more_groups) notes.push(`${r.more_groups} less frequent error groups are not shown.`);
+    return { groups: r.groups || [], note: notes.length ? notes.join(' ') : null };
   } catch (e) {
     if (!(e instanceof ApiError && e.unavailable)) throw e;
   }
