@@ -145,7 +145,7 @@ pub async fn run(args: RetentionArgs) -> anyhow::Result<()> {
     db.drop_database().await?;
     let (compaction, delete, delete_statement_wal, vacuum, vacuum_full, sizes) = result?;
 
-    let mb = |b: i64| format!("{} MB", fmt_f(b as f64 / 1_048_576.0));
+    let mb = |b: i64| format!("{} MiB", fmt_f(b as f64 / 1_048_576.0));
     let mut report = Report::new(
         "retention",
         format!("retention-{}", args.rows),
