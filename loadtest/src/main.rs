@@ -18,6 +18,8 @@
 //! - `ceiling`: the broker's publish-with-confirms + consume rate, no scheduler.
 //! - `destinations`: a healthy receiver's lateness alone and beside a dead
 //!   one (per-host limit and circuit breaker).
+//! - `console`: the operator console's API calls on a database of a
+//!   million jobs and ten million ledger rows (median, p99, the plans).
 //! - `retention`: removing a day partition's rows that succeeded, by
 //!   compaction against a plain `DELETE` (time, WAL, blocks, size), no stack.
 //! - `report`: renders result files into `docs/benchmarks.md`.
@@ -31,6 +33,7 @@ mod api_bench;
 mod benchdb;
 mod ceiling;
 mod churn;
+mod console;
 mod deliver;
 mod destinations;
 mod doc;
@@ -81,6 +84,8 @@ enum Command {
     Churn(churn::ChurnArgs),
     /// Broker ceiling: fire messages published with confirms and consumed, no scheduler.
     Ceiling(ceiling::CeilingCmd),
+    /// Console API calls on a database of N jobs and M ledger rows: latency and plans.
+    Console(console::ConsoleArgs),
     /// Ledger retention: compaction of a day partition against a plain DELETE.
     Retention(retention::RetentionArgs),
     /// A healthy receiver's lateness alone, then beside a dead one (per-host limit, circuit breaker).
@@ -103,6 +108,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Recovery(args) => recovery::run(args).await,
         Command::Ceiling(args) => ceiling::run(args).await,
         Command::Churn(args) => churn::run(args).await,
+        Command::Console(args) => console::run(args).await,
         Command::Retention(args) => retention::run(args).await,
         Command::Destinations(args) => destinations::run(args).await,
         Command::Report(args) => doc::run(args),

@@ -92,7 +92,7 @@ pub async fn lateness(
 }
 
 /// Most failed rows one request groups (the newest ones of the window).
-pub const FAILURES_MAX_ROWS: i64 = 50_000;
+pub const FAILURES_MAX_ROWS: i64 = 10_000;
 
 /// An unknown parameter is a 400 naming it, not silently ignored.
 #[derive(Deserialize)]
@@ -114,7 +114,7 @@ pub struct FailuresQuery {
         ("limit" = Option<i64>, Query, minimum = 1, maximum = 500, description = "Most groups returned (default 50)"),
     ),
     responses(
-        (status = 200, description = "Failed executions grouped by error, most frequent first; at most the newest 50,000 failed rows of the window are grouped (`capped` says when there were more)", body = crate::model::FailureGroups),
+        (status = 200, description = "Failed executions grouped by error, most frequent first; at most the newest 10,000 failed rows of the window are grouped (`capped` says when there were more)", body = crate::model::FailureGroups),
         crate::model::BadRequest,
         crate::model::Unauthorized,
         crate::model::ValidationFailed,

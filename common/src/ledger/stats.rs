@@ -39,17 +39,36 @@ pub const SAMPLE_BUCKET: &str = ledger_sample_bucket!();
 pub const SAMPLE_BUCKETS_INDEXED: i32 = 8192;
 /// Buckets counted to estimate a window's size (1/1024 of its rows).
 const PROBE_BUCKETS: i32 = 64;
-/// A window with up to about this many delivered rows is read whole.
-pub const LATENESS_EXACT_MAX: u64 = 100_000;
+/// A window with up to about this many delivered rows is read whole (a
+/// read costs about 11 µs a row on the benchmark machine: see
+/// docs/benchmarks.md, "Console API").
+pub const LATENESS_EXACT_MAX: u64 = 30_000;
 /// A larger one is sampled down to about this many rows (at most 1/8 of it).
 pub const LATENESS_SAMPLE_TARGET: u64 = 30_000;
 
-/// SQL: the row's bucket is one of `$n` (an array), through the V11
-/// index: its predicate is repeated literally, as the planner cannot prove
-/// it from an array of more than 100 elements.
-macro_rules! sampled {
-    ($n:literal) => {
-        concat!(ledger_sample_bucket!(), " < 8192 AND ", ledger_sample_bucket!(), " = ANY($", $n, ")")
+/// SQL: the rows `l` of the buckets in the array `$n` within `[$from, $to)`,
+/// through the V11 index: one index range per bucket. With `= ANY` of a
+/// few hundred buckets, or a plain lateral join on them, the planner
+/// preferred a parallel scan of the whole partition (2.5 s against an hour
+/// of 7.2 million rows); `OFFSET 0` keeps the lateral subquery from being
+/// flattened, so it runs once per bucket. The index predicate is repeated
+/// literally so the planner knows the index covers the query.
+macro_rules! sampled_rows {
+    ($n:literal, $from:literal, $to:literal) => {
+        concat!(
+            "unnest($",
+            $n,
+            "::int[]) AS b(bucket) CROSS JOIN LATERAL (SELECT * FROM scheduled_jobs l WHERE ",
+            ledger_sample_bucket!(),
+            " = b.bucket AND ",
+            ledger_sample_bucket!(),
+            " < 8192",
+            " AND l.scheduled_at >= $",
+            $from,
+            " AND l.scheduled_at < $",
+            $to,
+            " OFFSET 0) l"
+        )
     };
 }
 
@@ -136,9 +155,9 @@ pub async fn lateness(
     let probed: i64 = client
         .query_one(
             concat!(
-                "SELECT count(*) FROM scheduled_jobs l WHERE ",
-                sampled!(1),
-                " AND l.scheduled_at >= $2 AND l.scheduled_at < $3 AND ",
+                "SELECT count(*) FROM ",
+                sampled_rows!(1, 2, 3),
+                " WHERE ",
                 attempted!(),
                 " AND ",
                 in_namespaces!(4)
@@ -156,23 +175,26 @@ pub async fn lateness(
         Some(k.clamp(1, SAMPLE_BUCKETS_INDEXED))
     };
     // The job's jitter, NULL for a job outside the namespaces: one primary
-    // key lookup per row (see `in_namespaces`).
+    // key lookup per row (see `in_namespaces`; `OFFSET 0` keeps the planner
+    // from evaluating it twice, once for the filter).
     let select = concat!(
         "SELECT * FROM (SELECT l.job_id, l.scheduled_at, ",
         first_started_at!(),
         " AS first_start,
                 (SELECT coalesce((j.spec->>'jitter_ms')::bigint, 0) FROM jobs j
                  WHERE j.id = l.job_id AND ($3::text[] IS NULL OR j.namespace = ANY($3))) AS jitter_ms
-         FROM scheduled_jobs l
-         WHERE l.scheduled_at >= $1 AND l.scheduled_at < $2 AND ",
+         FROM {ROWS} AND ",
         attempted!(),
-        " {SAMPLED}) s WHERE jitter_ms IS NOT NULL"
+        " OFFSET 0) s WHERE jitter_ms IS NOT NULL"
     );
     let rows = match buckets {
-        None => client.query(&select.replace("{SAMPLED}", ""), &[&from, &to, &namespaces]).await?,
+        None => {
+            let sql = select.replace("{ROWS}", "scheduled_jobs l WHERE l.scheduled_at >= $1 AND l.scheduled_at < $2");
+            client.query(&sql, &[&from, &to, &namespaces]).await?
+        }
         Some(k) => {
             let sampled: Vec<i32> = (0..k).collect();
-            let sql = select.replace("{SAMPLED}", concat!("AND ", sampled!(4)));
+            let sql = select.replace("{ROWS}", concat!(sampled_rows!(4, 1, 2), " WHERE true"));
             client.query(&sql, &[&from, &to, &namespaces, &sampled]).await?
         }
     };
@@ -342,13 +364,16 @@ pub async fn outcomes(
                         max(jitter_ms) AS jitter_ms
                  FROM (SELECT l.job_id, l.status, l.scheduled_at, ",
                 "            coalesce((j.spec->>'jitter_ms')::bigint, 0) AS jitter_ms,
-                             floor(extract(epoch FROM ",
+                             CASE WHEN l.status = $4 THEN floor(extract(epoch FROM ",
                 first_started_at!(),
-                " - l.scheduled_at) * 1000)::bigint AS late_ms
+                " - l.scheduled_at) * 1000)::bigint END AS late_ms
                        FROM jobs j CROSS JOIN LATERAL
                             (SELECT * FROM scheduled_jobs l
                              WHERE l.job_id = j.id AND l.scheduled_at >= $2 AND l.scheduled_at < $3) l
-                       WHERE j.id = ANY($1)) l
+                       WHERE j.id = ANY($1)
+                       -- Narrow rows into the aggregate: without it the
+                       -- sort carried each row's history (2 s for 431,000 rows).
+                       OFFSET 0) l
                  GROUP BY l.job_id, l.status"
             ),
             &[&job_ids, &from, &to, &succeeded, &late_ms],
