@@ -219,6 +219,9 @@ async fn the_openapi_document_and_swagger_ui_are_open_and_cover_every_route() {
         ("get", "/readyz"),
         ("get", "/metrics"),
         ("get", "/openapi.json"),
+        ("get", "/ui"),
+        ("get", "/ui/"),
+        ("get", "/ui/{asset}"),
     ];
     for (method, path) in routes {
         let op = &doc["paths"][path][method];
