@@ -687,6 +687,22 @@ mod tests {
         }
     }
 
+    /// Gates with `max_per_host`, a backlog and a notes list, and `url`'s
+    /// host with its circuit opened by four unhealthy calls.
+    async fn with_open_circuit(
+        max_per_host: usize,
+        url: &str,
+    ) -> (Arc<Destinations>, Arc<DueBacklog>, Mutex<Vec<Waiting>>, Target) {
+        let d = Destinations::new(config(max_per_host));
+        let backlog = Arc::new(DueBacklog::new(100));
+        let notes = Mutex::new(Vec::new());
+        let dead = http(url);
+        for _ in 0..4 {
+            go(pass(&d, &dead, &backlog, &notes).await).record(Call::Unhealthy);
+        }
+        (d, backlog, notes, dead)
+    }
+
     /// A full host makes its own slots queue, not another host's.
     #[tokio::test(start_paused = true)]
     async fn a_busy_host_holds_up_its_own_slots_only() {
@@ -710,13 +726,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_open_circuit_holds_short_waits_hands_long_ones_back_and_gives_up_past_the_horizon() {
-        let d = Destinations::new(config(8));
-        let backlog = Arc::new(DueBacklog::new(100));
-        let notes = Mutex::new(Vec::new());
-        let dead = http("http://dead.example:8080/");
-        for _ in 0..4 {
-            go(pass(&d, &dead, &backlog, &notes).await).record(Call::Unhealthy);
-        }
+        let (d, backlog, notes, dead) = with_open_circuit(8, "http://dead.example:8080/").await;
         assert_eq!(d.state_of("dead.example:8080"), CircuitState::Open);
         // Open for 2 s, within the 3 s hold: held, noted once, then a probe.
         let started = Instant::now();
@@ -760,13 +770,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_slot_waiting_on_a_slow_probe_is_handed_back_after_the_hold() {
-        let d = Destinations::new(config(8));
-        let backlog = Arc::new(DueBacklog::new(100));
-        let notes = Mutex::new(Vec::new());
-        let dead = http("http://dead.example/");
-        for _ in 0..4 {
-            go(pass(&d, &dead, &backlog, &notes).await).record(Call::Unhealthy);
-        }
+        let (d, backlog, notes, dead) = with_open_circuit(8, "http://dead.example/").await;
         tokio::time::advance(Duration::from_secs(2)).await;
         let _probe = go(pass(&d, &dead, &backlog, &notes).await);
         let started = Instant::now();
@@ -785,13 +789,7 @@ mod tests {
     /// in the broker, not in the worker's prefetch.
     #[tokio::test(start_paused = true)]
     async fn at_most_max_per_host_slots_are_held_for_a_circuit() {
-        let d = Destinations::new(config(2));
-        let backlog = Arc::new(DueBacklog::new(100));
-        let notes = Mutex::new(Vec::new());
-        let dead = http("http://dead.example/");
-        for _ in 0..4 {
-            go(pass(&d, &dead, &backlog, &notes).await).record(Call::Unhealthy);
-        }
+        let (d, backlog, notes, dead) = with_open_circuit(2, "http://dead.example/").await;
         let first = pass(&d, &dead, &backlog, &notes);
         let second = pass(&d, &dead, &backlog, &notes);
         tokio::pin!(first, second);
@@ -811,13 +809,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_probe_not_made_frees_its_place() {
-        let d = Destinations::new(config(8));
-        let backlog = Arc::new(DueBacklog::new(100));
-        let notes = Mutex::new(Vec::new());
-        let dead = http("http://dead.example/");
-        for _ in 0..4 {
-            go(pass(&d, &dead, &backlog, &notes).await).record(Call::Unhealthy);
-        }
+        let (d, backlog, notes, dead) = with_open_circuit(8, "http://dead.example/").await;
         tokio::time::advance(Duration::from_secs(2)).await;
         let probe = go(pass(&d, &dead, &backlog, &notes).await);
         let waiter = pass(&d, &dead, &backlog, &notes);
