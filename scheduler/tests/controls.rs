@@ -335,3 +335,83 @@ async fn a_replay_gets_a_fresh_retry_budget_filters_by_error_and_trigger_and_kee
     }
     stack.stop().await;
 }
+
+/// Broker data loss: the queues holding a `pending` slot's message and a
+/// `retrying` slot's next attempt are deleted (as a broker that lost its
+/// disk would have lost them). The stranded-row sweep publishes both again
+/// under the same execution ids once they are past their bound, and each is
+/// delivered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn messages_lost_with_the_brokers_queues_are_published_again_and_delivered_once() {
+    use lapin::options::QueueDeleteOptions;
+    let sink = Sink::start().await;
+    sink.fail_first(1, 503);
+    let mut stack = Stack::start("broker-loss").await;
+    let mut node = stack.node_config("node-a");
+    node.lookahead = Duration::from_secs(2);
+    // The pending slot's repair (its due instant plus this) must come after
+    // the retrying slot's first attempt, which takes the one 503.
+    node.stranded_after = Duration::from_secs(6);
+    stack.start_node(node);
+    let topology = common::amqp::Topology::new(&stack.cluster);
+    let connection = common::amqp::connect(&common::testing::amqp_url(), "test broker loss").await.unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    let published = |job: String| {
+        let pg = stack.pg.clone();
+        async move {
+            let id: uuid::Uuid = job.parse().unwrap();
+            let client = pg.get().await.ok()?;
+            let row = client
+                .query_opt("SELECT 1 FROM scheduled_jobs WHERE job_id = $1 AND published_at IS NOT NULL", &[&id])
+                .await
+                .ok()?;
+            row.map(|_| ())
+        }
+    };
+
+    // A pending slot whose published message is lost with the main queue
+    // (no worker runs yet, so the message waits there).
+    let due = truncate_ms(Utc::now() + TimeDelta::seconds(3));
+    let pending = stack
+        .create_job(json!({ "name": "pending", "schedule": { "kind": "once", "at": at(due) },
+                            "target": http_target(&sink.url("pending")) }))
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    wait_for("the slot to be claimed and published", Duration::from_secs(15), || published(pending.clone())).await;
+    let lost = channel.queue_delete(topology.main_queue.as_str().into(), QueueDeleteOptions::default()).await;
+    assert_eq!(lost.unwrap(), 1, "the main queue held the slot's message");
+
+    // A worker comes (and declares the queues again). A retrying slot: its
+    // first attempt fails, and its retry, waiting 6 s in a delay queue, is lost too.
+    stack.start_worker(stack.worker_config("worker-a"));
+    let due2 = truncate_ms(Utc::now() + TimeDelta::seconds(3));
+    let retrying = stack
+        .create_job(json!({
+            "name": "retrying", "schedule": { "kind": "once", "at": at(due2) },
+            "retry": { "max_retries": 2, "base_delay_ms": 6000, "multiplier": 1.0, "max_delay_ms": 6000 },
+            "target": http_target(&sink.url("retrying")),
+        }))
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    wait_for("the first attempt to fail", Duration::from_secs(15), || async {
+        stack.ledger(&retrying, due2).await.filter(|r| r["status"] == "retrying")
+    })
+    .await;
+    let lost = channel.queue_delete(topology.retry_queue(6000).as_str().into(), QueueDeleteOptions::default()).await;
+    assert_eq!(lost.unwrap(), 1, "the retry queue held the next attempt");
+
+    for (id, slot, path, attempts) in [(&pending, due, "pending", vec![1]), (&retrying, due2, "retrying", vec![1, 2])] {
+        let row = wait_for("the lost slot to be delivered", Duration::from_secs(60), || async {
+            stack.ledger(id, slot).await.filter(|r| r["status"] == "succeeded")
+        })
+        .await;
+        assert!(row["history"].to_string().contains("stranded"), "{row}");
+        let got: Vec<u32> = sink.received_on(path).iter().map(|r| r.attempt).collect();
+        assert_eq!(got, attempts, "{path}");
+    }
+    stack.stop().await;
+}
