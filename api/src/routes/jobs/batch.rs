@@ -44,16 +44,17 @@ enum Outcome {
     Refused { index: usize, status: u16, errors: Vec<FieldError> },
 }
 
-fn refusal(index: usize, e: ApiError) -> Outcome {
+/// A job's own problem becomes its item's answer; anything else (the
+/// database failing) fails the whole request, as it would a single create,
+/// and says nothing of its cause.
+fn refusal(index: usize, e: ApiError) -> ApiResult<Outcome> {
     let (status, errors) = match e {
         ApiError::Validation(errors) => (422, errors),
         ApiError::Conflict(detail) => (409, vec![FieldError::new("", detail)]),
         ApiError::BadRequest(detail) => (400, vec![FieldError::new("", detail)]),
-        other => {
-            return Outcome::Refused { index, status: 500, errors: vec![FieldError::new("", format!("{other:?}"))] };
-        }
+        other => return Err(other),
     };
-    Outcome::Refused { index, status, errors }
+    Ok(Outcome::Refused { index, status, errors })
 }
 
 #[utoipa::path(
@@ -111,12 +112,12 @@ pub async fn batch(
             match checked {
                 Ok((namespace, spec)) => {
                     let peak = quota::peak_fires_per_second(&spec, Utc::now());
-                    Outcome::Valid(Box::new(Valid { index, id: Uuid::now_v7(), spec, namespace, peak }))
+                    Ok(Outcome::Valid(Box::new(Valid { index, id: Uuid::now_v7(), spec, namespace, peak })))
                 }
                 Err(e) => refusal(index, e),
             }
         })
-        .collect();
+        .collect::<ApiResult<_>>()?;
     if atomic {
         refuse_all_if_any(&outcomes)?;
     }
@@ -180,7 +181,7 @@ pub async fn batch(
                 Outcome::Valid(v) => v.index,
                 Outcome::Refused { index, .. } => *index,
             };
-            outcomes[i] = refusal(index, e);
+            outcomes[i] = refusal(index, e)?;
         }
     }
 
