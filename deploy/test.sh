@@ -6,7 +6,7 @@
 #   ./deploy/test.sh scheduler_              (e.g. a test name filter)
 #
 # Makes sure PostgreSQL, Redis, RabbitMQ and moto (local SQS) run
-# (deploy/scripts/services.sh ensure moto; services it starts are left running for
+# (deploy/scripts/services.sh ensure moto faketime; services it starts are left running for
 # the next run — `deploy/scripts/services.sh stop-started` stops them), then runs,
 # stopping at the first failure:
 #   0. deploy/helm-check.sh              (the Helm chart, offline: lint, render 5 value sets,
@@ -71,7 +71,7 @@ step() {
 if [[ ${SKIP_SERVICES:-0} == 1 ]]; then
     echo "==> skipping the service check (SKIP_SERVICES=1)"
 else
-    step "services (PostgreSQL, Redis, RabbitMQ, moto)" "$ROOT/deploy/scripts/services.sh" ensure moto
+    step "services (PostgreSQL, Redis, RabbitMQ, moto, faketime)" "$ROOT/deploy/scripts/services.sh" ensure moto faketime
 fi
 if [[ ${SKIP_HELM:-0} == 1 ]]; then
     echo "==> skipping the Helm chart check (SKIP_HELM=1)"

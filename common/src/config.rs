@@ -113,6 +113,31 @@ pub enum LogFormat {
     Json,
 }
 
+/// Clock discipline: how often a process measures its clock against the
+/// database's, and the offset beyond which a scheduler stops firing.
+#[derive(Args, Clone, Debug)]
+pub struct ClockArgs {
+    /// Milliseconds between two clock checks against the database.
+    #[arg(long, env = "CLOCK_CHECK_INTERVAL_MS", default_value_t = crate::clock::ClockConfig::DEFAULT_CHECK_EVERY_MS,
+          value_parser = clap::value_parser!(u64).range(100..))]
+    pub clock_check_interval_ms: u64,
+    /// Largest clock offset (milliseconds, either way) at which a scheduler
+    /// node keeps firing; beyond it the node leaves the cluster until the
+    /// offset is back within it.
+    #[arg(long, env = "CLOCK_MAX_OFFSET_MS", default_value_t = crate::clock::ClockConfig::DEFAULT_MAX_OFFSET_MS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub clock_max_offset_ms: u64,
+}
+
+impl ClockArgs {
+    pub fn config(&self) -> crate::clock::ClockConfig {
+        crate::clock::ClockConfig {
+            check_every: std::time::Duration::from_millis(self.clock_check_interval_ms),
+            max_offset: std::time::Duration::from_millis(self.clock_max_offset_ms),
+        }
+    }
+}
+
 /// Cluster-wide retry defaults, used when a job has no retry policy of its own.
 #[derive(Args, Clone, Debug)]
 pub struct RetryDefaults {

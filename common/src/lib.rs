@@ -7,6 +7,7 @@
 pub mod amqp;
 pub mod backoff;
 pub mod calendar;
+pub mod clock;
 pub mod config;
 pub mod db;
 pub mod execution;

@@ -81,6 +81,12 @@ catalog! {
         "Scheduler nodes in this node's live set.";
     HEARTBEAT_LAST_SUCCESS = "cronshard_heartbeat_last_success_timestamp_seconds", Gauge,
         "Unix time of this node's last successful heartbeat into Redis.";
+    CLOCK_OFFSET_SECONDS = "cronshard_clock_offset_seconds", Gauge,
+        "This process's wall clock minus the database's, as last measured (the correction it fires and delivers by).";
+    CLOCK_OFFSET_UNCERTAINTY_SECONDS = "cronshard_clock_offset_uncertainty_seconds", Gauge,
+        "Half the round trip of the clock measurement: the true offset is within this of the measured one.";
+    CLOCK_IN_BOUNDS = "cronshard_clock_in_bounds", Gauge,
+        "1 while the clock offset is within CLOCK_MAX_OFFSET_MS, 0 beyond it (a scheduler then stops firing).";
     WORKER_DELIVERIES_TOTAL = "cronshard_worker_deliveries_total", Counter,
         "Delivery attempts by outcome (succeeded, retrying, failed, skipped).";
     WORKER_DELIVERY_SECONDS = "cronshard_worker_delivery_seconds", Histogram,

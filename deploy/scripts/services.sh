@@ -2,7 +2,8 @@
 # Backing services for a LOCAL dev/test stack of cronshard: PostgreSQL, Redis,
 # RabbitMQ and, on request, moto (a local SQS).
 #
-#   deploy/scripts/services.sh ensure [moto]        make sure they run (reuse, start or install)
+#   deploy/scripts/services.sh ensure [moto] [faketime]   make sure they run (reuse, start or install);
+#                                                   faketime: libfaketime for the clock-skew tests
 #   deploy/scripts/services.sh status [moto]        say which are reachable
 #   deploy/scripts/services.sh stop-started [FILE]  stop the services THIS script started
 #
@@ -296,11 +297,12 @@ _svc_unlock() { exec 9>&-; }
 
 # ensure_all [moto]
 ensure_all() {
-    local want_moto=0 arg
+    local want_moto=0 want_faketime=0 arg
     for arg in "$@"; do
         case $arg in
             moto | sqs) want_moto=1 ;;
-            *) svc_die "unknown service '$arg' (known: moto)" ;;
+            faketime) want_faketime=1 ;;
+            *) svc_die "unknown service '$arg' (known: moto, faketime)" ;;
         esac
     done
     _svc_lock
@@ -311,6 +313,8 @@ ensure_all() {
     port_open "$RABBITMQ_PORT" || command -v rabbitmq-server >/dev/null 2>&1 || pkgs+=(rabbitmq-server)
     command -v curl >/dev/null 2>&1 || pkgs+=(curl)
     command -v jq >/dev/null 2>&1 || pkgs+=(jq)
+    # The clock-skew tests run processes under libfaketime.
+    if ((want_faketime)) && ! compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null; then pkgs+=(faketime); fi
     if ((${#pkgs[@]})); then apt_install "${pkgs[@]}"; fi
     ensure_tools
     ensure_postgres

@@ -181,7 +181,7 @@ impl Dispatcher {
         metrics::counter!(common::metrics::LOCK_WINS_TOTAL).increment(mine.len() as u64);
         metrics::counter!(common::metrics::LOCK_LOSSES_TOTAL).increment(lost.len() as u64);
         let verify_at = |s: &Slot| {
-            s.scheduled_at.max(Utc::now()) + TimeDelta::from_std(self.config.verify_after).unwrap_or_default()
+            s.scheduled_at.max(common::clock::now()) + TimeDelta::from_std(self.config.verify_after).unwrap_or_default()
         };
         for (slot, _) in lost {
             self.verify.push_back((verify_at(&slot), slot));
@@ -230,12 +230,12 @@ impl Dispatcher {
                         .filter(|(_, state)| *state == SlotState::HeldByOlderVersion)
                         .map(|(s, _)| s)
                         .collect();
-                    self.wait_for_older_versions(waiting, Utc::now());
+                    self.wait_for_older_versions(waiting, common::clock::now());
                 }
                 Err(e) => {
                     // Asked again with the lost slots; the claim is idempotent.
                     tracing::warn!(error = %format!("{e:#}"), "checking conflicting slots failed; will retry");
-                    let at = Utc::now() + RECHECK_EVERY;
+                    let at = common::clock::now() + RECHECK_EVERY;
                     self.verify.extend(conflicted.into_iter().map(|s| (at, s)));
                 }
             }
@@ -266,7 +266,7 @@ impl Dispatcher {
             }
         }
         let messages: Vec<FireMessage> = claimed.into_iter().map(|(m, _)| m).collect();
-        let now = Utc::now();
+        let now = common::clock::now();
         for m in &messages {
             let lateness = (now - m.due_at).num_milliseconds() as f64 / 1000.0;
             metrics::histogram!(common::metrics::PUBLISH_LEAD_SECONDS).record(-lateness);
@@ -348,7 +348,7 @@ impl Dispatcher {
     /// held by a row of an older version (re-taken here once that row is
     /// cancelled; left alone once it is delivered).
     async fn verify_lost(&mut self) {
-        let now = Utc::now();
+        let now = common::clock::now();
         // Not in order of `at` (lost slots wait longer than re-checks), and
         // at most a few batches long: a scan is enough.
         let (due, waiting): (Vec<_>, Vec<_>) = self.verify.drain(..).partition(|(at, _)| *at <= now);

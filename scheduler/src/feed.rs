@@ -84,7 +84,7 @@ async fn fill_history(
     if ids.is_empty() {
         return Ok(());
     }
-    let since = Utc::now() - chrono::TimeDelta::from_std(lookback)?;
+    let since = common::clock::now() - chrono::TimeDelta::from_std(lookback)?;
     // Each version with the instant the next one replaced it; the live ones
     // that ended inside the lookback.
     let mut past: std::collections::HashMap<Uuid, Vec<PastVersion>> = std::collections::HashMap::new();

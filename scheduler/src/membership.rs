@@ -7,13 +7,17 @@
 //! keeps its last view when no shard answers (a node cut off from Redis keeps
 //! firing; the ledger claim keeps that safe). Clean shutdown deletes the
 //! heartbeat at once so the others take over without waiting for the TTL.
+//!
+//! A node whose clock is out of bounds (`common::clock`) leaves the same
+//! way and stops counting itself as live, so it owns nothing and its jobs'
+//! other owners fire them; it beats again once its clock is back.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use chrono::Utc;
+use common::clock::ClockVerdict;
 use deadpool_redis::Pool;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -34,6 +38,8 @@ pub struct Membership {
     /// The node's replication factor, published in the heartbeat so that
     /// the API computes a job's owners as the nodes do.
     pub replication_factor: usize,
+    /// Whether this node's clock lets it fire.
+    pub clock: watch::Receiver<ClockVerdict>,
 }
 
 impl Membership {
@@ -42,7 +48,7 @@ impl Membership {
         let key = self.keys.node(&self.node_id);
         let mut value = serde_json::json!({
             "node_id": self.node_id,
-            "heartbeat_at": Utc::now(),
+            "heartbeat_at": common::clock::now(),
             "owned_jobs": self.owned_jobs.load(Ordering::Relaxed),
         });
         value[common::ownership::HEARTBEAT_REPLICATION_FACTOR] = self.replication_factor.into();
@@ -71,8 +77,12 @@ impl Membership {
         }
     }
 
-    /// The union of live heartbeats over all reachable shards, or None when
-    /// no shard answered.
+    fn clock_in_bounds(&self) -> bool {
+        *self.clock.borrow() == ClockVerdict::InBounds
+    }
+
+    /// The union of live heartbeats over all reachable shards (with this
+    /// node while its clock lets it fire), or None when no shard answered.
     pub async fn live_set(&self) -> Option<Vec<String>> {
         let mut live = BTreeSet::new();
         let mut answered = false;
@@ -84,7 +94,11 @@ impl Membership {
             }
         }
         answered.then(|| {
-            live.insert(self.node_id.clone());
+            if self.clock_in_bounds() {
+                live.insert(self.node_id.clone());
+            } else {
+                live.remove(&self.node_id);
+            }
             live.into_iter().collect()
         })
     }
@@ -101,7 +115,7 @@ impl Membership {
 
     /// Runs heartbeats and live-set refreshes until `token` is cancelled, then
     /// deletes the heartbeat. The channel carries the sorted live set.
-    pub async fn run(self, members: watch::Sender<Vec<String>>, token: CancellationToken) {
+    pub async fn run(mut self, members: watch::Sender<Vec<String>>, token: CancellationToken) {
         let mut beat = tokio::time::interval(self.heartbeat_interval);
         beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut refresh = tokio::time::interval(self.refresh_interval);
@@ -109,10 +123,18 @@ impl Membership {
         loop {
             tokio::select! {
                 _ = token.cancelled() => break,
-                _ = beat.tick() => match self.beat().await {
-                    Ok(_) => metrics::gauge!(common::metrics::HEARTBEAT_LAST_SUCCESS).set(Utc::now().timestamp() as f64),
-                    Err(e) => tracing::warn!(node.id = %self.node_id, error = %format!("{e:#}"), "heartbeat failed on every Redis shard"),
-                },
+                Ok(()) = self.clock.changed() => {
+                    // Leave (or rejoin) at once, and refresh the live set
+                    // now rather than at the next tick.
+                    if self.clock_in_bounds() {
+                        self.beat_and_report().await;
+                    } else {
+                        self.leave().await;
+                        tracing::warn!(node.id = %self.node_id, "left the cluster: clock out of bounds");
+                    }
+                    refresh.reset_immediately();
+                }
+                _ = beat.tick(), if self.clock_in_bounds() => self.beat_and_report().await,
                 _ = refresh.tick() => {
                     if let Some(live) = self.live_set().await {
                         members.send_if_modified(|current| {
@@ -131,5 +153,16 @@ impl Membership {
         }
         self.leave().await;
         tracing::info!(node.id = %self.node_id, "heartbeat deleted");
+    }
+
+    async fn beat_and_report(&self) {
+        match self.beat().await {
+            Ok(_) => {
+                metrics::gauge!(common::metrics::HEARTBEAT_LAST_SUCCESS).set(common::clock::now().timestamp() as f64)
+            }
+            Err(e) => {
+                tracing::warn!(node.id = %self.node_id, error = %format!("{e:#}"), "heartbeat failed on every Redis shard")
+            }
+        }
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use chrono::{TimeDelta, Utc};
+use chrono::TimeDelta;
 use deadpool_postgres::Pool as PgPool;
 use deadpool_redis::Pool as RedisPool;
 use tokio::sync::{mpsc, watch};
@@ -21,6 +21,7 @@ use uuid::Uuid;
 
 use common::amqp::Topology;
 use common::backoff::Backoff;
+use common::clock::{ClockConfig, ClockVerdict};
 use common::ledger::partitions::{self, Retention};
 use common::publisher::Publisher;
 use common::redis::Keys;
@@ -64,6 +65,9 @@ pub struct NodeConfig {
     pub stranded_after: Duration,
     pub maintenance_interval: Duration,
     pub retention: Retention,
+    /// Clock checks against the database, and the offset beyond which this
+    /// node stops firing.
+    pub clock: ClockConfig,
 }
 
 /// The node's defaults, stated once: [`NodeConfig::new`] and the binary's
@@ -104,9 +108,14 @@ impl NodeConfig {
             stranded_after: Duration::from_secs(defaults::STRANDED_AFTER_SECS),
             maintenance_interval: Duration::from_secs(3600),
             retention: Retention::default(),
+            clock: ClockConfig::default(),
         }
     }
 }
+
+/// How long a starting node waits for its first clock check before it
+/// goes on with the last correction (none: the local clock).
+const CLOCK_FIRST_CHECK_BOUND: Duration = Duration::from_secs(5);
 
 /// How long a stopping node waits for its feed tasks (a statement in flight).
 const FEEDERS_STOP_BOUND: Duration = Duration::from_secs(5);
@@ -123,6 +132,14 @@ impl Node {
         let cfg = self.config.clone();
         let keys = Keys::new(&cfg.cluster);
         let owned_jobs = Arc::new(AtomicUsize::new(0));
+        // The clock first: the first heartbeat, misfire decision and slot
+        // are judged by the corrected clock, and a node out of bounds does
+        // not join at all.
+        let (clock_tx, clock_rx) = watch::channel(ClockVerdict::InBounds);
+        common::clock::check_once(&self.pg, &cfg.clock, &clock_tx, CLOCK_FIRST_CHECK_BOUND).await;
+        let clock_token = token.child_token();
+        let clock_task =
+            tokio::spawn(common::clock::discipline(self.pg.clone(), cfg.clock, clock_tx, clock_token.clone()));
         let membership = Membership {
             node_id: cfg.node_id.clone(),
             shards: self.redis.clone(),
@@ -131,11 +148,18 @@ impl Node {
             refresh_interval: cfg.membership_refresh,
             owned_jobs: owned_jobs.clone(),
             replication_factor: cfg.replication_factor,
+            clock: clock_rx.clone(),
         };
-        if let Err(e) = membership.beat().await {
+        if *clock_rx.borrow() != ClockVerdict::InBounds {
+            tracing::error!(node.id = %cfg.node_id, "clock out of bounds: not joining the cluster until it is back");
+        } else if let Err(e) = membership.beat().await {
             tracing::warn!(error = %format!("{e:#}"), "first heartbeat failed; starting alone until Redis answers");
         }
-        let initial_members = membership.live_set().await.unwrap_or_else(|| vec![cfg.node_id.clone()]);
+        let initial_members = match membership.live_set().await {
+            Some(members) => members,
+            None if *clock_rx.borrow() == ClockVerdict::InBounds => vec![cfg.node_id.clone()],
+            None => Vec::new(),
+        };
         tracing::info!(node.id = %cfg.node_id, members = ?initial_members, "joining cluster");
         let (members_tx, mut members_rx) = watch::channel(initial_members.clone());
         let heartbeat_token = CancellationToken::new();
@@ -247,12 +271,12 @@ impl Node {
         // for a handful of rows. A tenth of the lookahead still leaves the
         // pipeline nine tenths of it.
         let hand_over_tick = (lookahead / 10).min(TimeDelta::milliseconds(100));
-        let mut handed_over = Utc::now() - hand_over_tick;
+        let mut handed_over = common::clock::now() - hand_over_tick;
         let mut catchup_credit: i64 = 0;
         let mut catchup_tick = tokio::time::interval(Duration::from_millis(100));
         catchup_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let now = Utc::now();
+            let now = common::clock::now();
             let wait = match state.next_deadline() {
                 Some(at) => (at - lookahead)
                     .max(handed_over + hand_over_tick)
@@ -283,7 +307,7 @@ impl Node {
                     metrics::gauge!(common::metrics::OWNED_JOBS).set(state.owned_count() as f64);
                 }
                 Some(rows) = feed_rx.recv() => {
-                    let now = Utc::now();
+                    let now = common::clock::now();
                     for row in rows {
                         state.apply(row, now);
                     }
@@ -296,7 +320,7 @@ impl Node {
                     metrics::gauge!(common::metrics::OWNED_JOBS).set(state.owned_count() as f64);
                 }
                 _ = tokio::time::sleep(wait) => {
-                    let now = Utc::now();
+                    let now = common::clock::now();
                     handed_over = now;
                     let slots = state.take_due(now + lookahead, cfg.batch_max);
                     for s in &slots {
@@ -341,6 +365,8 @@ impl Node {
         }
         heartbeat_token.cancel();
         let _ = heartbeat.await;
+        clock_token.cancel();
+        let _ = clock_task.await;
         tracing::info!(node.id = %cfg.node_id, "stopped");
         Ok(())
     }
@@ -438,7 +464,7 @@ async fn maintain_partitions(database_url: String, every: Duration, retention: R
 async fn maintain_partitions_once(database_url: &str, retention: Retention) {
     let result = async {
         let mut client = common::db::connect(database_url).await?;
-        partitions::maintain(&mut client, Utc::now(), retention).await
+        partitions::maintain(&mut client, common::clock::now(), retention).await
     }
     .await;
     if let Err(e) = result {

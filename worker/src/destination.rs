@@ -335,7 +335,7 @@ impl Destinations {
         let _waiting = host.waiting();
         let mut due = Some(due);
         let hold_until = Instant::now() + HOLD_LIMIT;
-        let queued_since = Utc::now();
+        let queued_since = common::clock::now();
         let mut noted: Option<DateTime<Utc>> = None;
         let mut probes_out_since: Option<Instant> = None;
         let mut held: Option<HeldGuard> = None;
@@ -352,7 +352,7 @@ impl Destinations {
             let circuit_waiting = |since: Option<DateTime<Utc>>| Waiting {
                 destination: key.clone(),
                 reason: WaitReason::CircuitOpen,
-                since: since.unwrap_or_else(Utc::now),
+                since: since.unwrap_or_else(common::clock::now),
             };
             if let Some(until) = open_until.map(Instant::from_std) {
                 // Not a delivery queueing in a burst: outcome writes need
@@ -360,7 +360,7 @@ impl Destinations {
                 due = None;
                 let waiting = circuit_waiting(outage);
                 // Still open at the horizon: it cannot go before then.
-                if Utc::now() + (until - now) >= horizon {
+                if common::clock::now() + (until - now) >= horizon {
                     return Gate::GiveUp(waiting);
                 }
                 if until - now > self.config.hold_max || until > hold_until || !host.hold(&mut held, &self.config) {
@@ -401,7 +401,7 @@ impl Destinations {
                     drop(permit);
                     due = None;
                     let waiting = circuit_waiting(host.lock().outage_since);
-                    if Utc::now() >= horizon {
+                    if common::clock::now() >= horizon {
                         return Gate::GiveUp(waiting);
                     }
                     // A probe may take its whole timeout (minutes): past the
@@ -530,7 +530,7 @@ impl Host {
                 if reopened {
                     tracing::warn!(destination = %self.key, cool_down_ms, "destination circuit re-opened: the probe failed");
                 } else {
-                    state.outage_since = Some(Utc::now());
+                    state.outage_since = Some(common::clock::now());
                     tracing::warn!(destination = %self.key, cool_down_ms, "destination circuit opened: deliveries to it wait");
                 }
                 let from = if reopened { CircuitState::HalfOpen } else { CircuitState::Closed };

@@ -57,4 +57,7 @@ pub struct WorkerConfig {
     /// (`AWS_REGION`, credentials chain, `AWS_ENDPOINT_URL_SQS`), loaded on
     /// the first SQS delivery.
     pub aws: Option<aws_config::SdkConfig>,
+    /// Clock checks against the database (the limit only raises the alert
+    /// for a worker).
+    pub clock: common::clock::ClockConfig,
 }

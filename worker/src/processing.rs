@@ -9,7 +9,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
 use deadpool_postgres::Pool;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions};
@@ -372,9 +371,9 @@ async fn process(
         return Ok(Processed::Done);
     }
     *took_row = true;
-    let armed_early = Utc::now() < m.due_at;
+    let armed_early = common::clock::now() < m.due_at;
     // Hold the message until its due instant, never earlier.
-    let wait = (m.due_at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+    let wait = (m.due_at - common::clock::now()).to_std().unwrap_or(Duration::ZERO);
     tokio::select! {
         _ = token.cancelled() => return Ok(Processed::Stopping),
         _ = tokio::time::sleep(wait) => {}
@@ -421,7 +420,7 @@ async fn process(
         Gate::GiveUp(waiting) => return shared.give_up_waiting(m, attempt, waiting).await,
     };
     let permit = in_flight.acquire().await?;
-    let started = Utc::now();
+    let started = common::clock::now();
     if attempt == 1 {
         metrics::histogram!(common::metrics::WORKER_LATENESS_SECONDS)
             .record(ledger::lateness_seconds(started, m.due_at).max(0.0));
@@ -430,7 +429,7 @@ async fn process(
     let (outcome, sqs_message_id) = shared.deliverers.deliver(m, attempt).await;
     metrics::gauge!(common::metrics::WORKER_IN_FLIGHT).decrement(1.0);
     metrics::histogram!(common::metrics::WORKER_DELIVERY_SECONDS)
-        .record((Utc::now() - started).num_milliseconds() as f64 / 1000.0);
+        .record((common::clock::now() - started).num_milliseconds() as f64 / 1000.0);
     metrics::histogram!(common::metrics::WORKER_ATTEMPT).record(f64::from(attempt));
     drop(permit);
     pass.record(destination_health(&outcome));
@@ -457,7 +456,7 @@ async fn process(
             // redelivers the attempt rather than losing the retry.
             let status = match retry::next_delay(&policy, budget_attempt, error.retryable()) {
                 Some(delay) => {
-                    next_attempt_at = Some(Utc::now() + chrono::TimeDelta::milliseconds(delay as i64));
+                    next_attempt_at = Some(common::clock::now() + chrono::TimeDelta::milliseconds(delay as i64));
                     shared.retry.publish_retry(m, attempt + 1, delay).await?;
                     tracing::warn!(execution.id = %m.execution_id, attempt, error = %error_text, retry_in_ms = delay, "delivery failed; retry scheduled");
                     Status::Retrying
@@ -517,7 +516,7 @@ impl Shared {
         waiting: Waiting,
     ) -> anyhow::Result<Processed> {
         let slot: HeldSlot = (m.job_id, m.scheduled_at, attempt as i32);
-        let back_at = Utc::now() + chrono::TimeDelta::from_std(delay)?;
+        let back_at = common::clock::now() + chrono::TimeDelta::from_std(delay)?;
         let hand_back = ledger::HandBack { wait: Self::destination_wait(slot, m, &waiting), back_at };
         if !timed("hand_back", self.hand_backs.call(hand_back)).await? {
             // Taken over meanwhile (this worker was presumed gone): not ours to hand back.

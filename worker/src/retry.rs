@@ -6,7 +6,6 @@
 
 use std::collections::HashSet;
 
-use chrono::Utc;
 use lapin::options::BasicPublishOptions;
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel};
@@ -84,7 +83,7 @@ impl RetryPublisher {
     pub(crate) async fn publish_retry(&self, m: &FireMessage, next_attempt: u32, delay_ms: u64) -> anyhow::Result<()> {
         // The message is due again only after its delay.
         let mut retry = m.clone();
-        retry.due_at = Utc::now();
+        retry.due_at = common::clock::now();
         self.publish_delayed(&retry, next_attempt, delay_ms, false).await
     }
 
@@ -121,7 +120,7 @@ impl RetryPublisher {
         headers.insert(ATTEMPT_HEADER.into(), AMQPValue::LongInt(attempts as i32));
         headers.insert(
             "x-cronshard-failed-at".into(),
-            AMQPValue::LongString(common::execution::format_instant(Utc::now()).into()),
+            AMQPValue::LongString(common::execution::format_instant(common::clock::now()).into()),
         );
         headers.insert("x-cronshard-failure-reason".into(), AMQPValue::LongString(reason.into()));
         self.publish_to(&self.topology.failed_queue, m, headers).await

@@ -33,8 +33,18 @@ use super::retry::RetryPublisher;
 /// were there to split (see below), so 4 are enough.
 const CONSUMER_CHANNELS: usize = 4;
 
+/// How long a starting worker waits for its first clock check.
+const CLOCK_FIRST_CHECK_BOUND: Duration = Duration::from_secs(5);
+
 /// Runs until `token` is cancelled; reconnects to RabbitMQ with backoff.
 pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> anyhow::Result<()> {
+    // The clock before the first message: a pre-armed message is held until
+    // its due instant by the corrected clock. A worker never stops over its
+    // clock (it would strand what it holds); it corrects and reports.
+    let (clock_tx, _) = tokio::sync::watch::channel(common::clock::ClockVerdict::InBounds);
+    common::clock::check_once(&pg, &config.clock, &clock_tx, CLOCK_FIRST_CHECK_BOUND).await;
+    let clock_stop = CancellationToken::new();
+    let clock = tokio::spawn(common::clock::discipline(pg.clone(), config.clock, clock_tx, clock_stop.clone()));
     let deliverers = Arc::new(Deliverers::new(&config)?);
     let holding = Arc::new(Holding::default());
     let last_beat = Arc::new(LastBeat::default());
@@ -63,6 +73,8 @@ pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> an
     }
     beats_stop.cancel();
     let _ = beats.await;
+    clock_stop.cancel();
+    let _ = clock.await;
     Ok(())
 }
 

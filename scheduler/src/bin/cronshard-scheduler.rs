@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use common::config::{LedgerArgs, LogArgs, ServiceArgs};
+use common::config::{ClockArgs, LedgerArgs, LogArgs, ServiceArgs};
 use scheduler::node::{Node, NodeConfig, defaults};
 
 #[derive(Parser, Debug)]
@@ -50,6 +50,8 @@ struct Args {
     stranded_after_secs: u64,
     #[command(flatten)]
     ledger: LedgerArgs,
+    #[command(flatten)]
+    clock: ClockArgs,
 }
 
 fn main() -> std::process::ExitCode {
@@ -80,6 +82,7 @@ async fn run() -> anyhow::Result<()> {
     config.catchup_rate = args.catchup_rate.max(1);
     config.stranded_after = Duration::from_secs(args.stranded_after_secs.max(1));
     config.retention = retention;
+    config.clock = args.clock.config();
     let node = Node {
         config,
         pg: common::db::pool_with_settings(

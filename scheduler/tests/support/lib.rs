@@ -202,6 +202,7 @@ impl Stack {
             },
             allow_cidrs: vec!["127.0.0.0/8".parse().unwrap()],
             aws: None,
+            clock: Default::default(),
         }
     }
 

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use clap::Parser;
 
-use common::config::{LogArgs, RetryDefaults, ServiceArgs};
+use common::config::{ClockArgs, LogArgs, RetryDefaults, ServiceArgs};
 use worker::{DestinationArgs, WorkerConfig, deliver::ssrf::SsrfGuard};
 
 #[derive(Parser, Debug)]
@@ -33,6 +33,8 @@ struct Args {
     callback_allow_cidrs: String,
     #[command(flatten)]
     destinations: DestinationArgs,
+    #[command(flatten)]
+    clock: ClockArgs,
 }
 
 fn main() -> std::process::ExitCode {
@@ -62,6 +64,7 @@ async fn run() -> anyhow::Result<()> {
         // SQS targets use the standard AWS environment (AWS_REGION,
         // credentials, AWS_ENDPOINT_URL_SQS), read on the first SQS delivery.
         aws: None,
+        clock: args.clock.config(),
     };
     let pg = common::db::pool_with_settings(
         &args.service.database_url,
