@@ -15,6 +15,11 @@
 //! - `recovery`: every scheduler down for K seconds, then back.
 //! - `churn`: jobs changed, paused, resumed, deleted, triggered and replayed
 //!   near their slots while schedulers die; every slot judged against a model.
+//! - `chaos`: steady load while faults are injected one after another on
+//!   private services (nodes killed, cut off, slowed, skewed; Redis, RabbitMQ
+//!   and Postgres restarted; queues deleted; a receiver down): a fault ×
+//!   figures matrix, non-zero exit on a duplicate, a lost slot or one
+//!   without a final ledger status.
 //! - `ceiling`: the broker's publish-with-confirms + consume rate, no scheduler.
 //! - `destinations`: a healthy receiver's lateness alone and beside a dead
 //!   one (per-host limit and circuit breaker).
@@ -32,6 +37,7 @@
 mod api_bench;
 mod benchdb;
 mod ceiling;
+mod chaos;
 mod churn;
 mod console;
 mod deliver;
@@ -41,6 +47,7 @@ mod herd;
 mod measure;
 mod plot;
 mod procstat;
+mod proxy;
 mod rebalance;
 mod receiver;
 mod recovery;
@@ -82,6 +89,8 @@ enum Command {
     Recovery(recovery::RecoveryArgs),
     /// Jobs changed near their slots while nodes die: every slot judged against a model.
     Churn(churn::ChurnArgs),
+    /// Steady load while faults are injected in turn on private services: fault × figures matrix.
+    Chaos(chaos::ChaosArgs),
     /// Broker ceiling: fire messages published with confirms and consumed, no scheduler.
     Ceiling(ceiling::CeilingCmd),
     /// Console API calls on a database of N jobs and M ledger rows: latency and plans.
@@ -108,6 +117,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Recovery(args) => recovery::run(args).await,
         Command::Ceiling(args) => ceiling::run(args).await,
         Command::Churn(args) => churn::run(args).await,
+        Command::Chaos(args) => chaos::run(args).await,
         Command::Console(args) => console::run(args).await,
         Command::Retention(args) => retention::run(args).await,
         Command::Destinations(args) => destinations::run(args).await,

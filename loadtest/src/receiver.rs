@@ -3,13 +3,19 @@
 //! recorded with its `X-Cronshard-*` headers, its path and the instant it
 //! arrived; `GET /deliveries` returns the records as JSON. A receiver made
 //! with [`Receiver::loopback_failing`] answers `500` instead to paths
-//! containing `/fail/` (the `churn` scenario's failing jobs).
+//! containing `/fail/` (the `churn` scenario's failing jobs). One made with
+//! [`Receiver::loopback_chaos`] answers `500` to the first attempt of a
+//! fixed share of execution ids (chosen by a hash of the id, so a redelivered
+//! first attempt gets the same answer) and can be taken down: it then
+//! answers `503` to everything until it is back. The status each request
+//! got is recorded beside it.
 //!
 //! Lateness is `received_at − scheduled_at`, both read on this machine's
 //! clock: the receiver runs on the same host as the stack.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::Json;
@@ -39,12 +45,14 @@ impl Delivery {
     }
 }
 
-/// What arrived, in arrival order. Paths are kept beside the deliveries
-/// (same index) so `Delivery` keeps the fields other scenarios build it from.
+/// What arrived, in arrival order. Paths and the status answered are kept
+/// beside the deliveries (same index) so `Delivery` keeps the fields other
+/// scenarios build it from.
 #[derive(Default)]
 struct Records {
     deliveries: Vec<Delivery>,
     paths: Vec<Box<str>>,
+    statuses: Vec<u16>,
 }
 
 #[derive(Clone)]
@@ -54,6 +62,15 @@ struct Shared {
     log: bool,
     /// Answer `500` to paths containing `/fail/`.
     fail_paths: bool,
+    /// Answer `500` to the first attempt of this many execution ids in 10,000.
+    fail_first_per_10k: u64,
+    /// Answer `503` to everything (the receiver is "down").
+    down: Arc<AtomicBool>,
+}
+
+/// FNV-1a: a hash of the execution id that is the same in every run.
+fn stable_hash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// A running receiver; clones share the same records.
@@ -83,11 +100,21 @@ async fn hook(State(shared): State<Shared>, uri: Uri, headers: HeaderMap) -> Sta
         });
         println!("{line}");
     }
+    let status = if shared.down.load(Ordering::Relaxed) {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else if (shared.fail_paths && uri.path().contains("/fail/"))
+        || (d.attempt == 1 && stable_hash(&d.execution_id) % 10_000 < shared.fail_first_per_10k)
+    {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::OK
+    };
     let mut records = shared.records.lock().expect("receiver lock");
     records.deliveries.push(d);
     records.paths.push(uri.path().into());
+    records.statuses.push(status.as_u16());
     drop(records);
-    if shared.fail_paths && uri.path().contains("/fail/") { StatusCode::INTERNAL_SERVER_ERROR } else { StatusCode::OK }
+    status
 }
 
 async fn deliveries(State(shared): State<Shared>) -> Json<Vec<Delivery>> {
@@ -102,16 +129,23 @@ impl Receiver {
         log: bool,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<(Self, tokio::task::JoinHandle<std::io::Result<()>>)> {
-        Self::start_with(listen, log, false, shutdown).await
+        Self::start_with(listen, log, false, 0.0, shutdown).await
     }
 
     async fn start_with(
         listen: SocketAddr,
         log: bool,
         fail_paths: bool,
+        fail_first_share: f64,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<(Self, tokio::task::JoinHandle<std::io::Result<()>>)> {
-        let shared = Shared { records: Arc::default(), log, fail_paths };
+        let shared = Shared {
+            records: Arc::default(),
+            log,
+            fail_paths,
+            fail_first_per_10k: (fail_first_share.clamp(0.0, 1.0) * 10_000.0).round() as u64,
+            down: Arc::default(),
+        };
         let app = Router::new()
             .route("/hook", any(hook))
             .route("/hook/{*rest}", any(hook))
@@ -133,8 +167,23 @@ impl Receiver {
     /// `500`, so jobs aimed at them fail.
     pub async fn loopback_failing() -> anyhow::Result<Self> {
         let (receiver, _server) =
-            Self::start_with(([127, 0, 0, 1], 0).into(), false, true, std::future::pending()).await?;
+            Self::start_with(([127, 0, 0, 1], 0).into(), false, true, 0.0, std::future::pending()).await?;
         Ok(receiver)
+    }
+
+    /// A receiver on a free loopback port that answers `500` to the first
+    /// attempt of `fail_first_share` of the execution ids (so the product's
+    /// retries run) and can be taken down with [`Self::set_down`].
+    pub async fn loopback_chaos(fail_first_share: f64) -> anyhow::Result<Self> {
+        let (receiver, _server) =
+            Self::start_with(([127, 0, 0, 1], 0).into(), false, false, fail_first_share, std::future::pending())
+                .await?;
+        Ok(receiver)
+    }
+
+    /// Down: every request is answered `503` until set back.
+    pub fn set_down(&self, down: bool) {
+        self.shared.down.store(down, Ordering::Relaxed);
     }
 
     /// The callback URL to put in a job's target.
@@ -149,6 +198,12 @@ impl Receiver {
     /// A copy of every delivery so far, in arrival order.
     pub fn snapshot(&self) -> Vec<Delivery> {
         self.shared.records.lock().expect("receiver lock").deliveries.clone()
+    }
+
+    /// Every delivery so far with the status it was answered, in arrival order.
+    pub fn snapshot_with_status(&self) -> Vec<(Delivery, u16)> {
+        let records = self.shared.records.lock().expect("receiver lock");
+        records.deliveries.iter().cloned().zip(records.statuses.iter().copied()).collect()
     }
 
     /// Every delivery so far with its request path, in arrival order.

@@ -2,8 +2,14 @@
 //! loopback only: a fresh database, a unique cluster name (its own Redis
 //! keys and queues), the API, S schedulers and W workers, each process with
 //! its own metrics port. Schedulers can be killed (-9), added, and all
-//! stopped and started again; the pids of every live process are kept in a
-//! list that [`crate::procstat`] samples.
+//! stopped and started again; any process can be killed, stopped (SIGTERM)
+//! or started under a name with more environment (the `chaos` scenario's
+//! proxies and clocks); the pids of every live process are kept in a list
+//! that [`crate::procstat`] samples.
+//!
+//! The services are the machine's own unless `--stack-redis-urls`, `--stack-amqp-url`
+//! and `--admin-database-url` name others (the `chaos` scenario passes its
+//! private ones).
 //!
 //! Everything is killed when the stack is dropped; [`Stack::shutdown`] also
 //! drops the database.
@@ -33,6 +39,10 @@ pub struct StackArgs {
     /// Worker processes.
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
+    /// Pass the three settings below to the processes; `--tuned false` runs
+    /// the binaries' own defaults for them (prefetch, in-flight, lookahead).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub tuned: bool,
     /// Messages a worker may hold: pre-armed messages wait in it until due,
     /// so it must hold everything due within the lookahead (65,535 is the
     /// broker's maximum).
@@ -55,6 +65,12 @@ pub struct StackArgs {
     /// Admin Postgres URL; a fresh database is created on its server for the run.
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
     pub admin_database_url: String,
+    /// `REDIS_URLS` of the processes (default: the binaries' default, the local Redis).
+    #[arg(long)]
+    pub stack_redis_urls: Option<String>,
+    /// `AMQP_URL` of the processes (default: `TEST_AMQP_URL` or the local broker).
+    #[arg(long)]
+    pub stack_amqp_url: Option<String>,
     /// Directory of the release binaries.
     #[arg(long, env = "CRONSHARD_BIN_DIR", default_value = "target/release")]
     pub bin_dir: PathBuf,
@@ -75,7 +91,17 @@ pub struct StackArgs {
     pub worker_env: Vec<(String, String)>,
 }
 
-fn parse_env_pair(s: &str) -> Result<(String, String), String> {
+impl StackArgs {
+    /// The flags' defaults, for a scenario that builds its stack's
+    /// arguments from flags of its own.
+    pub fn defaults() -> Self {
+        use clap::{Args, FromArgMatches};
+        let command = Self::augment_args(clap::Command::new("stack"));
+        Self::from_arg_matches(&command.get_matches_from(["stack"])).expect("the defaults parse")
+    }
+}
+
+pub fn parse_env_pair(s: &str) -> Result<(String, String), String> {
     let (k, v) = s.split_once('=').ok_or_else(|| format!("{s:?} is not NAME=VALUE"))?;
     Ok((k.to_owned(), v.to_owned()))
 }
@@ -172,13 +198,7 @@ impl Stack {
             stack.add_scheduler()?;
         }
         for i in 0..args.workers {
-            let mut env = vec![
-                ("CALLBACK_ALLOW_CIDRS", "127.0.0.0/8".into()),
-                ("WORKER_PREFETCH", args.worker_prefetch.min(65_535).to_string()),
-                ("WORKER_MAX_IN_FLIGHT", args.worker_max_in_flight.to_string()),
-            ];
-            env.extend(args.worker_env.iter().map(|(k, v)| (k.as_str(), v.clone())));
-            stack.spawn(Role::Worker, format!("worker-{i}"), env)?;
+            stack.start_worker(&format!("worker-{i}"), &[])?;
         }
         let deadline = Instant::now() + Duration::from_secs(30);
         while stack.http.get(format!("{}/readyz", stack.api)).send().await.map(|r| r.status() != 200).unwrap_or(true) {
@@ -189,7 +209,12 @@ impl Stack {
         Ok(stack)
     }
 
-    fn spawn(&mut self, role: Role, name: String, extra: Vec<(&str, String)>) -> anyhow::Result<()> {
+    fn spawn<K: AsRef<std::ffi::OsStr>>(
+        &mut self,
+        role: Role,
+        name: String,
+        extra: Vec<(K, String)>,
+    ) -> anyhow::Result<()> {
         let bin = match role {
             Role::Api => "cronshard-api",
             Role::Scheduler => "cronshard-scheduler",
@@ -201,7 +226,14 @@ impl Stack {
             .env("CLUSTER_NAME", &self.cluster)
             .env("METRICS_ADDR", free_loopback_port()?.to_string())
             .env("RUST_LOG", &self.args.stack_log)
+            .stdin(Stdio::null())
             .kill_on_drop(true);
+        if let Some(urls) = &self.args.stack_redis_urls {
+            c.env("REDIS_URLS", urls);
+        }
+        if let Some(url) = &self.args.stack_amqp_url {
+            c.env("AMQP_URL", url);
+        }
         match &self.args.stack_log_dir {
             Some(dir) => {
                 std::fs::create_dir_all(dir)?;
@@ -216,12 +248,13 @@ impl Stack {
             }
         }
         match role {
-            Role::Scheduler => c
-                .env("NODE_ID", format!("{}-{name}", self.cluster))
-                .env("LOOKAHEAD_MS", self.args.scheduler_lookahead_ms.to_string()),
+            Role::Scheduler => c.env("NODE_ID", format!("{}-{name}", self.cluster)),
             Role::Worker => c.env("WORKER_ID", format!("{}-{name}", self.cluster)),
             Role::Api => &mut c,
         };
+        if self.args.tuned && role == Role::Scheduler {
+            c.env("LOOKAHEAD_MS", self.args.scheduler_lookahead_ms.to_string());
+        }
         for (k, v) in extra {
             c.env(k, v);
         }
@@ -251,10 +284,71 @@ impl Stack {
 
     /// Starts one more scheduler (`scheduler-<n>`, a new node id).
     pub fn add_scheduler(&mut self) -> anyhow::Result<String> {
+        let name = self.next_scheduler_name();
+        self.spawn(Role::Scheduler, name.clone(), Vec::<(&str, String)>::new())?;
+        Ok(name)
+    }
+
+    /// The name the next added scheduler gets (`scheduler-<n>`), reserved.
+    pub fn next_scheduler_name(&mut self) -> String {
         let name = format!("scheduler-{}", self.next_scheduler);
         self.next_scheduler += 1;
-        self.spawn(Role::Scheduler, name.clone(), Vec::new())?;
-        Ok(name)
+        name
+    }
+
+    /// Starts a scheduler under `name` (its node id follows from it) with
+    /// more environment, which wins over the stack's.
+    pub fn start_scheduler(&mut self, name: &str, env: &[(String, String)]) -> anyhow::Result<()> {
+        self.spawn(Role::Scheduler, name.to_owned(), env.to_vec())
+    }
+
+    /// Starts a worker under `name` (its worker id follows from it) with the
+    /// stack's worker settings plus `env`, which wins.
+    pub fn start_worker(&mut self, name: &str, env: &[(String, String)]) -> anyhow::Result<()> {
+        let mut all = vec![("CALLBACK_ALLOW_CIDRS".to_owned(), "127.0.0.0/8".to_owned())];
+        if self.args.tuned {
+            all.push(("WORKER_PREFETCH".into(), self.args.worker_prefetch.min(65_535).to_string()));
+            all.push(("WORKER_MAX_IN_FLIGHT".into(), self.args.worker_max_in_flight.to_string()));
+        }
+        all.extend(self.args.worker_env.iter().cloned());
+        all.extend(env.iter().cloned());
+        self.spawn(Role::Worker, name.to_owned(), all)
+    }
+
+    /// Names of the workers running now.
+    pub fn workers(&self) -> Vec<String> {
+        self.procs.iter().filter(|p| p.role == Role::Worker).map(|p| p.name.clone()).collect()
+    }
+
+    /// Kills (SIGKILL) the process named `name` and waits for it to exit.
+    pub async fn kill(&mut self, name: &str) -> anyhow::Result<()> {
+        let i = self.procs.iter().position(|p| p.name == name).with_context(|| format!("no running process {name}"))?;
+        let mut p = self.procs.remove(i);
+        p.child.start_kill()?;
+        p.child.wait().await?;
+        self.refresh_targets();
+        Ok(())
+    }
+
+    /// Stops the process named `name` with SIGTERM (a graceful shutdown)
+    /// and waits for it to exit; SIGKILL after `grace`.
+    pub async fn terminate(&mut self, name: &str, grace: Duration) -> anyhow::Result<()> {
+        let i = self.procs.iter().position(|p| p.name == name).with_context(|| format!("no running process {name}"))?;
+        let mut p = self.procs.remove(i);
+        // No signal API without `unsafe` here: kill(1) sends it.
+        let _ = std::process::Command::new("kill").arg("-TERM").arg(p.pid.to_string()).status();
+        if tokio::time::timeout(grace, p.child.wait()).await.is_err() {
+            p.child.start_kill()?;
+            p.child.wait().await?;
+        }
+        self.refresh_targets();
+        Ok(())
+    }
+
+    /// The run's database: its name and URL (on the admin URL's server).
+    pub fn database(&self) -> anyhow::Result<(&str, &str)> {
+        let db = self.db.as_ref().context("the stack is shut down")?;
+        Ok((&db.name, &db.url))
     }
 
     /// Kills (SIGKILL) the scheduler named `name` and waits for it to exit.
@@ -283,7 +377,7 @@ impl Stack {
     /// Starts schedulers under the given names again (the same node ids).
     pub fn restart_schedulers(&mut self, names: &[String]) -> anyhow::Result<()> {
         for n in names {
-            self.spawn(Role::Scheduler, n.clone(), Vec::new())?;
+            self.spawn(Role::Scheduler, n.clone(), Vec::<(&str, String)>::new())?;
         }
         Ok(())
     }
@@ -440,7 +534,8 @@ impl Stack {
             let _ = p.child.wait().await;
         }
         self.procs.clear();
-        common::amqp::Topology::new(&self.cluster).delete_at(&common::testing::amqp_url()).await?;
+        let amqp_url = self.args.stack_amqp_url.clone().unwrap_or_else(common::testing::amqp_url);
+        common::amqp::Topology::new(&self.cluster).delete_at(&amqp_url).await?;
         if let Some(db) = self.db.take() {
             if self.args.keep_db {
                 eprintln!("kept the database {} (--keep-db)", db.url);
