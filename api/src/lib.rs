@@ -61,11 +61,14 @@ pub struct AppState {
 
 impl AppState {
     /// A publisher for the cluster's queues on `amqp_url`.
-    pub fn publisher(amqp_url: &str, cluster: &str) -> Arc<tokio::sync::Mutex<common::publisher::Publisher>> {
+    pub fn publisher(
+        amqp_url: &str,
+        topology: common::amqp::Topology,
+    ) -> Arc<tokio::sync::Mutex<common::publisher::Publisher>> {
         Arc::new(tokio::sync::Mutex::new(common::publisher::Publisher::new(
             amqp_url.to_owned(),
             "cronshard-api".to_owned(),
-            common::amqp::Topology::new(cluster),
+            topology,
         )))
     }
 

@@ -96,7 +96,7 @@ async fn run() -> anyhow::Result<()> {
                 cluster: args.service.cluster_name.clone(),
                 tokens: Arc::new(tokens),
                 token_cache: Default::default(),
-                publisher: api::AppState::publisher(&args.service.amqp_url, &args.service.cluster_name),
+                publisher: api::AppState::publisher(&args.service.amqp_url, args.service.topology()),
                 retention,
                 limits: Arc::new(args.limits.limits()?),
             };

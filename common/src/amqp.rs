@@ -8,6 +8,13 @@
 //!   holding each message for exactly that delay (per-queue TTL, so no head of
 //!   line blocking) and dead-lettering it back to the main queue; a retry queue
 //!   deletes itself after sitting unused.
+//!
+//! Every queue is a classic durable queue, or, with `AMQP_QUEUE_TYPE=quorum`,
+//! a quorum queue: replicated by Raft over the broker's nodes and written to
+//! disk before the publisher's confirm, so a confirmed message survives the
+//! loss of a broker node's disk; dead-lettering (retries coming back, messages
+//! past their retries) is then at-least-once instead of RabbitMQ's default
+//! at-most-once. The type of an existing queue cannot be changed in place.
 
 use lapin::options::{ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
@@ -33,12 +40,23 @@ fn redacted(e: lapin::Error) -> lapin::Error {
     }
 }
 
+/// The kind of RabbitMQ queue every queue of a cluster is declared as.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum QueueType {
+    /// A classic durable queue on one broker node.
+    #[default]
+    Classic,
+    /// A quorum queue (RabbitMQ 3.10 or later).
+    Quorum,
+}
+
 #[derive(Debug, Clone)]
 pub struct Topology {
     pub main_queue: String,
     pub dlx: String,
     pub failed_queue: String,
     retry_prefix: String,
+    queue_type: QueueType,
 }
 
 impl Topology {
@@ -48,7 +66,29 @@ impl Topology {
             dlx: format!("{cluster}.cron_dlx"),
             failed_queue: format!("{cluster}.cron_scheduler_failed"),
             retry_prefix: format!("{cluster}.cron_scheduler_retry_"),
+            queue_type: QueueType::Classic,
         }
+    }
+
+    pub fn with_queue_type(mut self, queue_type: QueueType) -> Self {
+        self.queue_type = queue_type;
+        self
+    }
+
+    /// The arguments every queue of this type is declared with: for quorum
+    /// queues the type, and at-least-once dead-lettering, which RabbitMQ
+    /// allows only with `reject-publish` overflow (no length limit is set,
+    /// so it never rejects).
+    fn queue_args(&self, dead_letters: bool) -> FieldTable {
+        let mut args = FieldTable::default();
+        if self.queue_type == QueueType::Quorum {
+            args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+            if dead_letters {
+                args.insert("x-dead-letter-strategy".into(), AMQPValue::LongString("at-least-once".into()));
+                args.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
+            }
+        }
+        args
     }
 
     pub fn retry_queue(&self, delay_ms: u64) -> String {
@@ -66,7 +106,7 @@ impl Topology {
                 FieldTable::default(),
             )
             .await?;
-        channel.queue_declare(self.failed_queue.as_str().into(), durable, FieldTable::default()).await?;
+        channel.queue_declare(self.failed_queue.as_str().into(), durable, self.queue_args(false)).await?;
         channel
             .queue_bind(
                 self.failed_queue.as_str().into(),
@@ -76,7 +116,7 @@ impl Topology {
                 FieldTable::default(),
             )
             .await?;
-        let mut args = FieldTable::default();
+        let mut args = self.queue_args(true);
         args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString(self.dlx.as_str().into()));
         args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(self.failed_queue.as_str().into()));
         channel.queue_declare(self.main_queue.as_str().into(), durable, args).await?;
@@ -104,7 +144,7 @@ impl Topology {
     /// Declares the retry queue for one delay and returns its name.
     pub async fn declare_retry_queue(&self, channel: &Channel, delay_ms: u64) -> lapin::Result<String> {
         let name = self.retry_queue(delay_ms);
-        let mut args = FieldTable::default();
+        let mut args = self.queue_args(true);
         args.insert("x-message-ttl".into(), AMQPValue::LongLongInt(delay_ms as i64));
         args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
         args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(self.main_queue.as_str().into()));

@@ -35,6 +35,12 @@ pub struct ServiceArgs {
     #[arg(long, env = "AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f", hide_env_values = true)]
     pub amqp_url: String,
 
+    /// RabbitMQ queue type of every queue: `classic`, or `quorum` (replicated
+    /// and on disk before a publish is confirmed; slower). Every process of a
+    /// cluster must use the same; an existing queue keeps its type.
+    #[arg(long, env = "AMQP_QUEUE_TYPE", value_enum, default_value = "classic")]
+    pub amqp_queue_type: crate::amqp::QueueType,
+
     /// Prefix that isolates one cluster's Redis keys and RabbitMQ queues.
     #[arg(long, env = "CLUSTER_NAME", default_value = "cronshard")]
     pub cluster_name: String,
@@ -42,6 +48,13 @@ pub struct ServiceArgs {
     /// Largest number of pooled Postgres connections.
     #[arg(long, env = "DATABASE_POOL_SIZE", default_value_t = 16)]
     pub database_pool_size: usize,
+}
+
+impl ServiceArgs {
+    /// The cluster's RabbitMQ queues, of the configured type.
+    pub fn topology(&self) -> crate::amqp::Topology {
+        crate::amqp::Topology::new(&self.cluster_name).with_queue_type(self.amqp_queue_type)
+    }
 }
 
 /// Shows the connection strings redacted: the passwords stay out of any
@@ -52,6 +65,7 @@ impl std::fmt::Debug for ServiceArgs {
             .field("database_url", &crate::redact::url(&self.database_url))
             .field("redis_urls", &self.redis_urls.iter().map(|u| crate::redact::url(u)).collect::<Vec<_>>())
             .field("amqp_url", &crate::redact::url(&self.amqp_url))
+            .field("amqp_queue_type", &self.amqp_queue_type)
             .field("cluster_name", &self.cluster_name)
             .field("database_pool_size", &self.database_pool_size)
             .finish()

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use common::amqp::Topology;
+use common::amqp::{QueueType, Topology};
 use common::backoff::Backoff;
 use common::clock::{ClockConfig, ClockVerdict};
 use common::ledger::partitions::{self, Retention};
@@ -37,6 +37,8 @@ pub struct NodeConfig {
     pub cluster: String,
     pub database_url: String,
     pub amqp_url: String,
+    /// The type of the cluster's RabbitMQ queues.
+    pub queue_type: QueueType,
     /// Owners per job.
     pub replication_factor: usize,
     /// Slots due this soon are claimed and published ahead of time.
@@ -91,6 +93,7 @@ impl NodeConfig {
             cluster,
             database_url,
             amqp_url,
+            queue_type: QueueType::Classic,
             replication_factor: defaults::REPLICATION_FACTOR,
             lookahead: Duration::from_millis(defaults::LOOKAHEAD_MS),
             misfire_threshold: Duration::from_millis(defaults::MISFIRE_THRESHOLD_MS),
@@ -251,7 +254,7 @@ impl Node {
             Publisher::new(
                 cfg.amqp_url.clone(),
                 format!("cronshard-scheduler {}", cfg.node_id),
-                Topology::new(&cfg.cluster),
+                Topology::new(&cfg.cluster).with_queue_type(cfg.queue_type),
             ),
         );
         let dispatcher = tokio::spawn(dispatcher.run(batch_rx, token.clone()));

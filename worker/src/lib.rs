@@ -44,6 +44,8 @@ pub struct WorkerConfig {
     pub worker_id: String,
     pub cluster: String,
     pub amqp_url: String,
+    /// The type of the cluster's RabbitMQ queues.
+    pub queue_type: common::amqp::QueueType,
     /// Unacked messages the broker may hand this worker (includes pre-armed
     /// messages waiting for their due time).
     pub prefetch: u16,

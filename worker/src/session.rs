@@ -91,7 +91,7 @@ async fn consume(
     let connection = amqp::connect(&config.amqp_url, &format!("cronshard-worker {}", config.worker_id))
         .await
         .context("connecting to RabbitMQ")?;
-    let topology = Topology::new(&config.cluster);
+    let topology = Topology::new(&config.cluster).with_queue_type(config.queue_type);
     let publish = amqp::confirm_channel(&connection).await?;
     topology.declare(&publish).await?;
     // The prefetch is split over several channels: a pre-armed message is

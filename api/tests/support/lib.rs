@@ -78,7 +78,7 @@ impl TestApp {
             cluster: cluster.clone(),
             tokens: Arc::new(opts.tokens),
             token_cache: Default::default(),
-            publisher: api::AppState::publisher(&common::testing::amqp_url(), &cluster),
+            publisher: api::AppState::publisher(&common::testing::amqp_url(), common::amqp::Topology::new(&cluster)),
             retention: Default::default(),
             limits: Arc::new(opts.job_limits),
         };

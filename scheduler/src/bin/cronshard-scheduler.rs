@@ -83,6 +83,7 @@ async fn run() -> anyhow::Result<()> {
     config.stranded_after = Duration::from_secs(args.stranded_after_secs.max(1));
     config.retention = retention;
     config.clock = args.clock.config();
+    config.queue_type = args.service.amqp_queue_type;
     let node = Node {
         config,
         pg: common::db::pool_with_settings(

@@ -145,7 +145,7 @@ impl Stack {
             cluster: cluster.clone(),
             tokens: Arc::new(vec![]),
             token_cache: Default::default(),
-            publisher: api::AppState::publisher(&common::testing::amqp_url(), &cluster),
+            publisher: api::AppState::publisher(&common::testing::amqp_url(), common::amqp::Topology::new(&cluster)),
             retention: Default::default(),
             // As the workers (`worker_config`): callbacks go to loopback sinks,
             // and some tests run sub-second intervals.
@@ -191,6 +191,7 @@ impl Stack {
             worker_id: worker_id.into(),
             cluster: self.cluster.clone(),
             amqp_url: common::testing::amqp_url(),
+            queue_type: Default::default(),
             prefetch: 500,
             max_in_flight: 64,
             destinations: Default::default(),

@@ -56,6 +56,7 @@ async fn run() -> anyhow::Result<()> {
         worker_id: args.worker_id.unwrap_or_else(|| format!("{host}-{}", std::process::id())),
         cluster: args.service.cluster_name.clone(),
         amqp_url: args.service.amqp_url.clone(),
+        queue_type: args.service.amqp_queue_type,
         prefetch: args.prefetch,
         max_in_flight: args.max_in_flight.max(1),
         destinations: args.destinations.config(),
