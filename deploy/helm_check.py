@@ -241,7 +241,7 @@ def assert_contracts(name: str, values: dict[str, Any], docs: list[tuple[Path, d
                 need(sc.get("readOnlyRootFilesystem") is True and sc.get("allowPrivilegeEscalation") is False,
                      f"{d['metadata']['name']}: read-only root fs, no privilege escalation")
                 need(bool(ct.get("resources", {}).get("requests")), f"{d['metadata']['name']}: resource requests")
-    text_keys = {"CLUSTER_NAME", "LOG_FORMAT", "CALLBACK_ALLOW_CIDRS", "AWS_REGION",
+    text_keys = {"CLUSTER_NAME", "LOG_FORMAT", "AMQP_QUEUE_TYPE", "CALLBACK_ALLOW_CIDRS", "AWS_REGION",
                  "AWS_ENDPOINT_URL_SQS", "CRON_RETRY_DELAY_MULTIPLIER"}
     for cm in by_kind(docs, "ConfigMap"):
         for k, v in cm["data"].items():
