@@ -14,29 +14,12 @@ use serde_json::{Value, json};
 use common::execution::{format_instant, truncate_ms};
 use common::testing::wait_for;
 use support::{
-    ProcEnv, RedisServer, Sink, Stack, TcpProxy, assert_exactly_once, expected_executions, http_target, kill9,
+    ProcEnv, RedisServer, Sink, Stack, TcpProxy, assert_ticks_delivered_once, create_ticking_jobs, http_target, kill9,
 };
-
-const EVERY_MS: i64 = 1000;
 
 async fn live_nodes(stack: &Stack) -> Option<usize> {
     let c: Value = stack.http.get(format!("{}/v1/cluster", stack.api)).send().await.ok()?.json().await.ok()?;
     c["live_nodes"].as_u64().map(|n| n as usize)
-}
-
-async fn create_interval_jobs(stack: &Stack, sink: &Sink, n: usize, start: DateTime<Utc>) -> Vec<String> {
-    let mut ids = Vec::with_capacity(n);
-    for i in 0..n {
-        let job = stack
-            .create_job(json!({
-                "name": format!("job-{i}"),
-                "schedule": { "kind": "interval", "every_ms": EVERY_MS, "start_at": format_instant(start) },
-                "target": http_target(&sink.url("tick")),
-            }))
-            .await;
-        ids.push(job["id"].as_str().unwrap().to_owned());
-    }
-    ids
 }
 
 /// Waits until the receiver has seen a slot scheduled at or after `t`.
@@ -46,20 +29,6 @@ async fn until_delivered_past(sink: &Sink, t: DateTime<Utc>, within: Duration) {
         sink.received().iter().any(|r| r.scheduled_at >= mark).then_some(())
     })
     .await;
-}
-
-/// Waits until every slot of `jobs` from `start` to `window_end` arrived,
-/// then asserts that each arrived exactly once.
-async fn assert_window_delivered_once(sink: &Sink, jobs: &[String], start: DateTime<Utc>, window_end: DateTime<Utc>) {
-    let expected = expected_executions(jobs, start, EVERY_MS, window_end);
-    // A slot whose lock a dead node held is taken over after the verify delay.
-    wait_for(&format!("all {} expected executions", expected.len()), Duration::from_secs(60), || async {
-        let got: std::collections::BTreeSet<String> = sink.received().into_iter().map(|r| r.execution_id).collect();
-        expected.is_subset(&got).then_some(())
-    })
-    .await;
-    let in_window: Vec<_> = sink.received().into_iter().filter(|r| expected.contains(&r.execution_id)).collect();
-    assert_exactly_once(&in_window, &expected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,7 +46,7 @@ async fn killing_a_node_and_adding_one_neither_misses_nor_duplicates() {
         .await;
 
     let start = truncate_ms(Utc::now() + TimeDelta::seconds(6));
-    let jobs = create_interval_jobs(&stack, &sink, 300, start).await;
+    let jobs = create_ticking_jobs(&stack, &sink, 300, start).await;
 
     until_delivered_past(&sink, start + TimeDelta::seconds(6), Duration::from_secs(30)).await;
     kill9(&nodes[1]);
@@ -89,7 +58,7 @@ async fn killing_a_node_and_adding_one_neither_misses_nor_duplicates() {
     })
     .await;
     let window_end = truncate_ms(Utc::now() + TimeDelta::seconds(6));
-    assert_window_delivered_once(&sink, &jobs, start, window_end).await;
+    assert_ticks_delivered_once(&sink, &jobs, start, window_end).await;
     drop(nodes);
     stack.stop().await;
 }
@@ -112,7 +81,7 @@ async fn a_node_cut_off_from_redis_neither_misses_nor_duplicates() {
         .await;
 
     let start = truncate_ms(Utc::now() + TimeDelta::seconds(5));
-    let jobs = create_interval_jobs(&stack, &sink, 100, start).await;
+    let jobs = create_ticking_jobs(&stack, &sink, 100, start).await;
     until_delivered_past(&sink, start + TimeDelta::seconds(3), Duration::from_secs(30)).await;
     proxy.cut();
     // Past the 30 s heartbeat TTL the others drop the cut node and take over
@@ -128,7 +97,7 @@ async fn a_node_cut_off_from_redis_neither_misses_nor_duplicates() {
     })
     .await;
     let window_end = truncate_ms(Utc::now() + TimeDelta::seconds(3));
-    assert_window_delivered_once(&sink, &jobs, start, window_end).await;
+    assert_ticks_delivered_once(&sink, &jobs, start, window_end).await;
     stack.stop().await;
 }
 
@@ -151,7 +120,7 @@ async fn flushing_redis_mid_run_does_not_execute_a_slot_twice() {
     wait_for("3 heartbeats", Duration::from_secs(60), || async { (members().await? == 3).then_some(()) }).await;
 
     let start = truncate_ms(Utc::now() + TimeDelta::seconds(5));
-    let jobs = create_interval_jobs(&stack, &sink, 100, start).await;
+    let jobs = create_ticking_jobs(&stack, &sink, 100, start).await;
     until_delivered_past(&sink, start + TimeDelta::seconds(3), Duration::from_secs(30)).await;
     // Every lock and heartbeat is gone: each node briefly believes it is
     // alone and owns everything; only the ledger claim stands in the way.
@@ -159,7 +128,7 @@ async fn flushing_redis_mid_run_does_not_execute_a_slot_twice() {
     let _: () = redis::cmd("FLUSHALL").query_async(&mut *conn).await.unwrap();
     drop(conn);
     let window_end = truncate_ms(Utc::now() + TimeDelta::seconds(8));
-    assert_window_delivered_once(&sink, &jobs, start, window_end).await;
+    assert_ticks_delivered_once(&sink, &jobs, start, window_end).await;
     stack.stop().await;
 }
 
@@ -185,11 +154,11 @@ async fn with_one_of_two_redis_shards_down_the_cluster_keeps_firing_exactly_once
     .await;
 
     let start = truncate_ms(Utc::now() + TimeDelta::seconds(5));
-    let jobs = create_interval_jobs(&stack, &sink, 50, start).await;
+    let jobs = create_ticking_jobs(&stack, &sink, 50, start).await;
     until_delivered_past(&sink, start + TimeDelta::seconds(3), Duration::from_secs(30)).await;
     drop(shard_a); // kills the first shard: locks and heartbeats move to the second
     let window_end = truncate_ms(Utc::now() + TimeDelta::seconds(10));
-    assert_window_delivered_once(&sink, &jobs, start, window_end).await;
+    assert_ticks_delivered_once(&sink, &jobs, start, window_end).await;
     assert_eq!(live_on_b().await, Some(3), "the second shard alone carries the live set");
     stack.stop().await;
 }
@@ -413,14 +382,14 @@ async fn outage_delays_but_never_drops(label: &str, upstream: &str) {
     wait_for("1 live node", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 1).then_some(()) }).await;
 
     let start = truncate_ms(Utc::now() + TimeDelta::seconds(4));
-    let jobs = create_interval_jobs(&stack, &sink, 30, start).await;
+    let jobs = create_ticking_jobs(&stack, &sink, 30, start).await;
     until_delivered_past(&sink, start + TimeDelta::seconds(2), Duration::from_secs(30)).await;
     proxy.cut();
     // The outage is the thing under test: nothing to await but time.
     tokio::time::sleep(Duration::from_secs(5)).await;
     proxy.restore();
     let window_end = truncate_ms(Utc::now() + TimeDelta::seconds(3));
-    assert_window_delivered_once(&sink, &jobs, start, window_end).await;
+    assert_ticks_delivered_once(&sink, &jobs, start, window_end).await;
     stack.stop().await;
 }
 

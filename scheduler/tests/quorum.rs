@@ -15,7 +15,7 @@ use serde_json::json;
 use common::amqp::{QueueType, Topology};
 use common::execution::{format_instant, truncate_ms};
 use common::testing::wait_for;
-use support::{Sink, Stack, assert_exactly_once, expected_executions, http_target};
+use support::{Sink, Stack, assert_ticks_delivered_once, create_ticking_jobs, http_target};
 
 /// Whether the cluster's queues (and the retry queue of `retry_ms`) exist
 /// as quorum queues: declaring them as such is accepted (equivalent), and
@@ -48,17 +48,7 @@ async fn with_quorum_queues_slots_retries_and_failures_travel_as_with_classic_on
     stack.start_worker(worker);
 
     let start = truncate_ms(Utc::now() + TimeDelta::seconds(3));
-    let mut jobs = Vec::new();
-    for i in 0..20 {
-        let job = stack
-            .create_job(json!({
-                "name": format!("tick-{i}"),
-                "schedule": { "kind": "interval", "every_ms": 1000, "start_at": format_instant(start) },
-                "target": http_target(&ok_sink.url("tick")),
-            }))
-            .await;
-        jobs.push(job["id"].as_str().unwrap().to_owned());
-    }
+    let jobs = create_ticking_jobs(&stack, &ok_sink, 20, start).await;
     let once = |name: &str, sink: &Sink, retries: u32| {
         json!({
             "name": name,
@@ -74,15 +64,7 @@ async fn with_quorum_queues_slots_retries_and_failures_travel_as_with_classic_on
     let topology = Topology::new(&stack.cluster);
     assert!(are_quorum(&connection, &stack.cluster, None).await, "the main and failed queues are not quorum queues");
 
-    let window_end = start + TimeDelta::seconds(4);
-    let expected = expected_executions(&jobs, start, 1000, window_end);
-    wait_for(&format!("all {} expected executions", expected.len()), Duration::from_secs(30), || async {
-        let got: std::collections::BTreeSet<String> = ok_sink.received().into_iter().map(|r| r.execution_id).collect();
-        expected.is_subset(&got).then_some(())
-    })
-    .await;
-    let in_window: Vec<_> = ok_sink.received().into_iter().filter(|r| expected.contains(&r.execution_id)).collect();
-    assert_exactly_once(&in_window, &expected);
+    assert_ticks_delivered_once(&ok_sink, &jobs, start, start + TimeDelta::seconds(4)).await;
 
     // Two failures, then success: both retries came back from the retry
     // queues (quorum, dead-lettering at least once) to the main queue.

@@ -417,6 +417,50 @@ impl RedisServer {
     }
 }
 
+/// The interval of [`create_ticking_jobs`].
+pub const TICK_MS: i64 = 1000;
+
+/// `n` jobs firing every [`TICK_MS`] from `start`, delivered to `sink` on `/tick`.
+pub async fn create_ticking_jobs(stack: &Stack, sink: &Sink, n: usize, start: DateTime<Utc>) -> Vec<String> {
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        let job = stack
+            .create_job(json!({
+                "name": format!("job-{i}"),
+                "schedule": { "kind": "interval", "every_ms": TICK_MS, "start_at": common::execution::format_instant(start) },
+                "target": http_target(&sink.url("tick")),
+            }))
+            .await;
+        ids.push(job["id"].as_str().unwrap().to_owned());
+    }
+    ids
+}
+
+/// Waits until every slot of ticking `jobs` from `start` to `window_end`
+/// arrived at `sink`, asserts that each arrived exactly once, and returns
+/// those deliveries.
+pub async fn assert_ticks_delivered_once(
+    sink: &Sink,
+    jobs: &[String],
+    start: DateTime<Utc>,
+    window_end: DateTime<Utc>,
+) -> Vec<Received> {
+    let expected = expected_executions(jobs, start, TICK_MS, window_end);
+    // A slot whose lock a dead node held is taken over after the verify delay.
+    common::testing::wait_for(
+        &format!("all {} expected executions", expected.len()),
+        Duration::from_secs(60),
+        || async {
+            let got: std::collections::BTreeSet<String> = sink.received().into_iter().map(|r| r.execution_id).collect();
+            expected.is_subset(&got).then_some(())
+        },
+    )
+    .await;
+    let in_window: Vec<_> = sink.received().into_iter().filter(|r| expected.contains(&r.execution_id)).collect();
+    assert_exactly_once(&in_window, &expected);
+    in_window
+}
+
 /// Every slot of `jobs` (interval `every_ms` from `start`) up to `until`,
 /// as execution ids.
 pub fn expected_executions(
