@@ -75,7 +75,8 @@ pub struct DispatchConfig {
     pub node_id: String,
     pub keys: Keys,
     pub lock_ttl: Duration,
-    /// How long after its due time a lost slot is checked for a ledger row.
+    /// The least time after a lost lock race before the slot is checked for
+    /// a ledger row (it is checked at its due instant when that is later).
     pub verify_after: Duration,
     /// Age after which a claimed, unpublished row is republished.
     pub outbox_grace: Duration,
@@ -180,8 +181,15 @@ impl Dispatcher {
         let (mine, lost): (Vec<_>, Vec<_>) = slots.into_iter().zip(won).partition(|(_, won)| *won);
         metrics::counter!(common::metrics::LOCK_WINS_TOTAL).increment(mine.len() as u64);
         metrics::counter!(common::metrics::LOCK_LOSSES_TOTAL).increment(lost.len() as u64);
+        // A lost slot is checked at its due instant, or `verify_after` after
+        // the race when that is later. The winner claims right after its
+        // lock, so a pre-armed slot still open at its due instant has a
+        // winner that cannot claim (crashed, or cut off from Postgres while
+        // it reaches Redis): taken over then, it is late by a verify tick,
+        // not by seconds. A winner that is merely slow loses nothing: the
+        // claim is idempotent, and its own claim then conflicts.
         let verify_at = |s: &Slot| {
-            s.scheduled_at.max(common::clock::now()) + TimeDelta::from_std(self.config.verify_after).unwrap_or_default()
+            s.scheduled_at.max(common::clock::now() + TimeDelta::from_std(self.config.verify_after).unwrap_or_default())
         };
         for (slot, _) in lost {
             self.verify.push_back((verify_at(&slot), slot));

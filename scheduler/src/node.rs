@@ -105,7 +105,7 @@ impl NodeConfig {
             heartbeat_interval: Duration::from_millis(defaults::HEARTBEAT_INTERVAL_MS),
             membership_refresh: Duration::from_secs(2),
             lock_ttl: Duration::from_secs(120),
-            verify_after: Duration::from_secs(5),
+            verify_after: Duration::from_secs(1),
             outbox_grace: Duration::from_secs(10),
             running_grace: Duration::from_secs(60),
             stranded_after: Duration::from_secs(defaults::STRANDED_AFTER_SECS),

@@ -356,6 +356,47 @@ async fn killing_a_worker_mid_delivery_loses_nothing_and_records_one_execution()
     stack.stop().await;
 }
 
+/// A gray failure: one of three nodes reaches Redis (it wins lock races)
+/// but not Postgres (it cannot claim what it won). The slots it won are
+/// taken over by their other owner at their due instant, not seconds later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_postgres_only_delays_no_slot_by_more_than_a_second() {
+    let sink = Sink::start().await;
+    let stack = Stack::start("cut-pg").await;
+    let proxy = TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    let env = ProcEnv {
+        database_url: stack.db.url.clone(),
+        cluster: stack.cluster.clone(),
+        redis_urls: common::testing::redis_url(),
+    };
+    let cut_env = ProcEnv {
+        database_url: common::testing::with_database(&format!("postgres://postgres@{}", proxy.addr), &stack.db.name),
+        ..env.clone()
+    };
+    let _nodes = [env.scheduler("node-0"), env.scheduler("node-1"), cut_env.scheduler("node-cut")];
+    let _workers = [env.worker("worker-0"), env.worker("worker-1")];
+    wait_for("3 live nodes", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 3).then_some(()) })
+        .await;
+
+    // Every job fires at the same instants: each second the cut node wins
+    // about half of the locks of the slots it owns.
+    let start = truncate_ms(Utc::now() + TimeDelta::seconds(5));
+    let jobs = create_ticking_jobs(&stack, &sink, 120, start).await;
+    until_delivered_past(&sink, start + TimeDelta::seconds(2), Duration::from_secs(30)).await;
+    proxy.cut();
+    until_delivered_past(&sink, start + TimeDelta::seconds(8), Duration::from_secs(30)).await;
+    proxy.restore();
+    let window_end = truncate_ms(Utc::now() + TimeDelta::seconds(3));
+    let delivered = assert_ticks_delivered_once(&sink, &jobs, start, window_end).await;
+    let latest = delivered
+        .iter()
+        .map(|r| (r.received_at - r.scheduled_at.parse::<DateTime<Utc>>().unwrap(), &r.execution_id))
+        .max()
+        .unwrap();
+    assert!(latest.0 <= TimeDelta::seconds(1), "{} delivered {} ms late", latest.1, latest.0.num_milliseconds());
+    stack.stop().await;
+}
+
 /// One node whose link to `upstream` (RabbitMQ or Postgres) goes through a
 /// proxy that is cut for a while: its fires are delayed, never dropped.
 async fn outage_delays_but_never_drops(label: &str, upstream: &str) {
