@@ -209,12 +209,27 @@ const WORKER_GONE_AFTER_SQL: &str = worker_gone_after!();
 /// The same, for the worker's own reckoning (a test keeps the two equal).
 pub const WORKER_GONE_AFTER: std::time::Duration = std::time::Duration::from_secs(15);
 
+/// SQL predicate (on a heartbeat row aliased `w`): the connection the
+/// worker heartbeats on is still open. A killed worker's socket is closed by
+/// its kernel and Postgres ends the session at once; a worker that is only
+/// cut off keeps its session until Postgres notices, and is then judged by
+/// its heartbeat's age like one that predates the column (NULL).
+macro_rules! worker_session_open {
+    () => {
+        "(w.session_pid IS NULL OR EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.session_pid))"
+    };
+}
+const WORKER_SESSION_OPEN: &str = worker_session_open!();
+
 /// SQL predicate (on a ledger row aliased `l`): its worker has not been
-/// seen for three heartbeats, so whatever it held `running` is lost.
+/// seen for three heartbeats, or its heartbeat session has ended (the
+/// process died), so whatever it held `running` is lost.
 const WORKER_PRESUMED_GONE: &str = concat!(
     "NOT EXISTS (SELECT 1 FROM worker_heartbeats w
     WHERE w.worker_id = l.worker_id AND w.seen_at > now() - ",
     worker_gone_after!(),
+    " AND ",
+    worker_session_open!(),
     ")"
 );
 

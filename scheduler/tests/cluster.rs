@@ -356,6 +356,42 @@ async fn killing_a_worker_mid_delivery_loses_nothing_and_records_one_execution()
     stack.stop().await;
 }
 
+/// A worker killed while it holds pre-armed slots: RabbitMQ hands its
+/// messages to the other worker at once, and since Postgres ended the dead
+/// worker's heartbeat session, the survivor takes the armed rows at once
+/// instead of waiting for the heartbeat to age (15 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_workers_armed_slots_are_delivered_by_another_on_time() {
+    let sink = Sink::start().await;
+    let stack = Stack::start("kill-armed").await;
+    let env = ProcEnv {
+        database_url: stack.db.url.clone(),
+        cluster: stack.cluster.clone(),
+        redis_urls: common::testing::redis_url(),
+    };
+    let _node = env.scheduler("node-0");
+    let victim = env.worker("worker-victim");
+    let _survivor = env.worker("worker-survivor");
+    wait_for("1 live node", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 1).then_some(()) }).await;
+
+    let start = truncate_ms(Utc::now() + TimeDelta::seconds(4));
+    let jobs = create_ticking_jobs(&stack, &sink, 60, start).await;
+    // Half a second after a tick: nothing in flight, the next two ticks
+    // armed in both workers (lookahead 2 s).
+    until_delivered_past(&sink, start + TimeDelta::seconds(2), Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    kill9(&victim);
+    let window_end = start + TimeDelta::seconds(7);
+    let delivered = assert_ticks_delivered_once(&sink, &jobs, start, window_end).await;
+    let latest = delivered
+        .iter()
+        .map(|r| (r.received_at - r.scheduled_at.parse::<DateTime<Utc>>().unwrap(), &r.execution_id))
+        .max()
+        .unwrap();
+    assert!(latest.0 <= TimeDelta::seconds(1), "{} delivered {} ms late", latest.1, latest.0.num_milliseconds());
+    stack.stop().await;
+}
+
 /// A gray failure: one of three nodes reaches Redis (it wins lock races)
 /// but not Postgres (it cannot claim what it won). The slots it won are
 /// taken over by their other owner at their due instant, not seconds later.

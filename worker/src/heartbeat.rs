@@ -16,24 +16,38 @@ use common::ledger::delivery::{self as ledger, HeldSlot};
 /// rows): 30 s.
 const ORPHAN_CHECK_EVERY: u64 = 6;
 
-/// When this worker's last successful heartbeat went out. While it is
-/// recent, no other worker can presume this one gone and take its rows.
+/// Whether the session the last beat went out on is still open.
+type SessionOpen = Box<dyn Fn() -> bool + Send + Sync>;
+
+/// When this worker's last successful heartbeat went out, and on which
+/// session. While the beat is recent and the session open, no other worker
+/// can presume this one gone and take its rows.
 #[derive(Default)]
-pub(crate) struct LastBeat(Mutex<Option<Instant>>);
+pub(crate) struct LastBeat(Mutex<Option<(Instant, SessionOpen)>>);
 
 impl LastBeat {
     /// Recorded before the beat is sent: the row's `seen_at` is no earlier.
-    fn record(&self, sent: Instant) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(sent);
+    fn record(&self, sent: Instant, session_open: SessionOpen) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((sent, session_open));
     }
 
     /// A beat went out within the last two beat periods, so at least one
-    /// period remains before anyone may presume this worker gone.
+    /// period remains before anyone may presume this worker gone; and the
+    /// session it went out on is open (once Postgres ends it, the others
+    /// presume this worker gone at once).
     pub(crate) fn fresh(&self) -> bool {
         let recent = common::ledger::WORKER_GONE_AFTER - common::ledger::WORKER_HEARTBEAT_EVERY;
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_some_and(|sent| sent.elapsed() < recent)
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|(sent, session_open)| sent.elapsed() < recent && session_open())
     }
 }
+
+/// How soon a heartbeat is tried again after its session was lost: the
+/// others presume this worker gone until it beats on a new one.
+const SESSION_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// The slots (with attempt) that a task of this worker is handling. A row
 /// `running` under this worker's id with no entry here has no task: it is an
@@ -72,7 +86,10 @@ impl Drop for Hold<'_> {
 }
 
 /// Keeps this worker's row in `worker_heartbeats` fresh until `token` is
-/// cancelled, then deletes it. The stuck-`running` sweep leaves alone what a
+/// cancelled, then deletes it. Beats go out on one connection of their own,
+/// whose backend pid the row records: when the process dies, Postgres ends
+/// that session and the others presume this worker gone without waiting for
+/// its heartbeat to age. The stuck-`running` sweep leaves alone what a
 /// worker with a fresh heartbeat holds. A failed refresh is retried at the
 /// next beat; three in a row make the rows this worker holds recoverable.
 /// At start and every `ORPHAN_CHECK_EVERY` beats it also gives back the rows
@@ -84,7 +101,8 @@ pub(crate) async fn run(
     last_beat: Arc<LastBeat>,
     token: CancellationToken,
 ) {
-    for beat_number in 0u64.. {
+    let mut session: Option<Arc<deadpool_postgres::ClientWrapper>> = None;
+    'beats: for beat_number in 0u64.. {
         if beat_number % ORPHAN_CHECK_EVERY == 0 {
             match ledger::release_orphans(&pg, &worker_id, holding.snapshot()).await {
                 Ok(0) => {}
@@ -97,23 +115,42 @@ pub(crate) async fn run(
         }
         let sent = Instant::now();
         let beat = async {
-            pg.get()
-                .await?
+            let client = match session.take() {
+                Some(client) if !client.is_closed() => client,
+                // Out of the pool for good: the session must live as long
+                // as the beats say it does.
+                _ => Arc::new(deadpool_postgres::Object::take(pg.get().await?)),
+            };
+            client
                 .execute(
-                    "INSERT INTO worker_heartbeats (worker_id, seen_at) VALUES ($1, now())
-                     ON CONFLICT (worker_id) DO UPDATE SET seen_at = now()",
+                    "INSERT INTO worker_heartbeats (worker_id, seen_at, session_pid) VALUES ($1, now(), pg_backend_pid())
+                     ON CONFLICT (worker_id) DO UPDATE SET seen_at = now(), session_pid = pg_backend_pid()",
                     &[&worker_id],
                 )
                 .await?;
-            anyhow::Ok(())
+            anyhow::Ok(client)
         };
         match beat.await {
-            Ok(()) => last_beat.record(sent),
+            Ok(client) => {
+                let probe = client.clone();
+                last_beat.record(sent, Box::new(move || !probe.is_closed()));
+                session = Some(client);
+            }
             Err(e) => tracing::warn!(error = %format!("{e:#}"), "worker heartbeat failed"),
         }
-        tokio::select! {
-            _ = token.cancelled() => break,
-            _ = tokio::time::sleep(common::ledger::WORKER_HEARTBEAT_EVERY) => {}
+        let next_beat = tokio::time::sleep(common::ledger::WORKER_HEARTBEAT_EVERY);
+        tokio::pin!(next_beat);
+        // A lost session is replaced at once, not at the next beat.
+        loop {
+            tokio::select! {
+                _ = token.cancelled() => break 'beats,
+                _ = &mut next_beat => break,
+                _ = tokio::time::sleep(SESSION_RETRY) => {
+                    if session.as_ref().is_none_or(|c| c.is_closed()) {
+                        break;
+                    }
+                }
+            }
         }
     }
     if let Ok(client) = pg.get().await {
@@ -153,13 +190,25 @@ mod tests {
     fn a_heartbeat_is_fresh_for_one_beat_less_than_others_wait_before_presuming_the_worker_gone() {
         let last_beat = LastBeat::default();
         assert!(!last_beat.fresh(), "no beat yet");
-        last_beat.record(Instant::now());
+        last_beat.record(Instant::now(), Box::new(|| true));
         assert!(last_beat.fresh());
         let margin = common::ledger::WORKER_HEARTBEAT_EVERY;
         let ago = |d: Duration| Instant::now().checked_sub(d).expect("uptime");
-        last_beat.record(ago(common::ledger::WORKER_GONE_AFTER - margin - Duration::from_millis(100)));
+        last_beat
+            .record(ago(common::ledger::WORKER_GONE_AFTER - margin - Duration::from_millis(100)), Box::new(|| true));
         assert!(last_beat.fresh());
-        last_beat.record(ago(common::ledger::WORKER_GONE_AFTER - margin));
+        last_beat.record(ago(common::ledger::WORKER_GONE_AFTER - margin), Box::new(|| true));
         assert!(!last_beat.fresh(), "within one beat of being presumed gone");
+    }
+
+    #[test]
+    fn a_recent_beat_on_a_session_postgres_has_ended_is_not_fresh() {
+        let last_beat = LastBeat::default();
+        let open = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let probe = open.clone();
+        last_beat.record(Instant::now(), Box::new(move || probe.load(std::sync::atomic::Ordering::Relaxed)));
+        assert!(last_beat.fresh());
+        open.store(false, std::sync::atomic::Ordering::Relaxed);
+        assert!(!last_beat.fresh(), "the others presume this worker gone once its session ended");
     }
 }

@@ -201,12 +201,14 @@ async fn explain_refusal(client: &Client, r: &StartRequest, armed_by: Option<&st
         .query_opt(
             &format!(
                 "SELECT l.status, l.fire_id, l.attempts, l.worker_id, {unwanted},
-                        extract(epoch FROM (SELECT w.seen_at FROM worker_heartbeats w WHERE w.worker_id = l.worker_id)
+                        extract(epoch FROM (SELECT w.seen_at FROM worker_heartbeats w
+                                            WHERE w.worker_id = l.worker_id AND {session_open})
                                            + {gone_after} - now())::float8
                  FROM scheduled_jobs l
                  WHERE l.job_id = $1 AND l.scheduled_at = $2",
                 unwanted = super::UNWANTED_REASON,
-                gone_after = super::WORKER_GONE_AFTER_SQL
+                gone_after = super::WORKER_GONE_AFTER_SQL,
+                session_open = super::WORKER_SESSION_OPEN,
             ),
             &[&r.job_id, &r.scheduled_at],
         )
