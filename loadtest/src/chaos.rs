@@ -77,8 +77,8 @@ impl Fault {
         Fault::PostgresRestart,
         Fault::AllSchedulersDown,
         Fault::Scale,
-        Fault::ReceiverDown,
         Fault::ClockSkew,
+        Fault::ReceiverDown,
     ];
 
     /// The CI-sized subset of `--quick`. The queues go early: their stranded
@@ -133,10 +133,12 @@ impl Fault {
 #[derive(clap::Args)]
 pub struct ChaosArgs {
     /// Faults to inject, in this order, comma-separated (default: all 14 in
-    /// the documented order): kill-scheduler, kill-worker, redis-restart,
+    /// this order): kill-scheduler, kill-worker, redis-restart,
     /// redis-shard-down, scheduler-cut-from-redis, scheduler-cut-from-postgres,
     /// redis-latency, rabbitmq-restart, queues-deleted, postgres-restart,
-    /// all-schedulers-down, scale, receiver-down, clock-skew.
+    /// all-schedulers-down, scale, clock-skew, receiver-down (last: receiver
+    /// B's circuit may stay open minutes after it is back, delaying its
+    /// slots into the next windows).
     #[arg(long, value_delimiter = ',')]
     faults: Vec<String>,
     /// CI-sized run: kill-scheduler, queues-deleted, kill-worker,
@@ -859,8 +861,11 @@ async fn scenario(args: &ChaosArgs, plan: &Plan, services: &mut Services) -> any
         .row("settings", if extra_env.is_empty() { settings } else { format!("{settings}; {}", extra_env.join(", ")) });
     report.row(
         "services",
-        "private on loopback: 2 redis-server shards (no persistence), a RabbitMQ node, a PostgreSQL 15 cluster \
-         (max_connections 300); each scheduler reaches Redis and Postgres through proxies of its own",
+        format!(
+            "private on loopback: 2 redis-server shards (no persistence), a RabbitMQ node, a PostgreSQL cluster of \
+             {} (max_connections 300); each scheduler reaches Redis and Postgres through proxies of its own",
+            services::pg_bin().display()
+        ),
     );
     report.row("stack", format!("{} schedulers, {} workers, the API", args.schedulers, args.workers));
     report.row(

@@ -17,7 +17,21 @@ use anyhow::Context;
 use tokio::process::Command;
 use tokio::time::Instant;
 
-const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+/// The newest installed PostgreSQL server's programs (Debian's layout:
+/// `/usr/lib/postgresql/<major>/bin`).
+pub fn pg_bin() -> PathBuf {
+    std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let major: u32 = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").exists().then_some((major, bin))
+        })
+        .max_by_key(|(major, _)| *major)
+        .map_or_else(|| PathBuf::from("/usr/lib/postgresql/15/bin"), |(_, bin)| bin)
+}
 /// Debian's real RabbitMQ scripts: the `/usr/sbin` wrappers switch to the
 /// `rabbitmq` user and its home, which would find the shared node's cookie
 /// and directories instead of this run's.
@@ -254,7 +268,7 @@ impl Pg {
     }
 
     fn tool(dir: &Path, name: &str) -> Command {
-        let bin = Path::new(PG_BIN).join(name);
+        let bin = pg_bin().join(name);
         let mut c = if running_as_root() {
             let mut c = Command::new("runuser");
             c.args(["-u", "postgres", "--"]).arg(bin);

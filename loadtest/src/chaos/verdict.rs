@@ -194,10 +194,14 @@ impl Figures {
             if s.arrivals > s.oks {
                 f.refused_once += 1;
             }
+            // A reason's detail after the colon names the row's own slot
+            // ("coalesced into <instant>"): the kind alone is counted.
             let key = match &s.ledger {
                 None => "no ledger row".to_owned(),
                 Some(r) => match (&r.reason, r.status.as_str()) {
-                    (Some(reason), "skipped" | "missed" | "failed") => format!("{} ({reason})", r.status),
+                    (Some(reason), "skipped" | "missed" | "failed") => {
+                        format!("{} ({})", r.status, reason.split(':').next().unwrap_or_default().trim())
+                    }
                     _ => r.status.clone(),
                 },
             };
@@ -330,10 +334,18 @@ mod tests {
             slots.push((format!("id-{i}"), s));
         }
         slots[3].1.arrived(at(999), 200);
+        for i in [8, 9] {
+            slots[i].1 = Slot::new(at(i as i64 * 100), false);
+            slots[i].1.ledger = Some(LedgerRow {
+                status: "skipped".into(),
+                reason: Some(format!("misfire policy fire_once: coalesced into 2026-11-25T17:35:0{i}.000Z")),
+                crash_redelivery: false,
+            });
+        }
         let f = Figures::of(&ctx, slots.iter().map(|(id, s)| (id.as_str(), s)), |_| true);
-        assert_eq!((f.due, f.delivered, f.duplicated, f.violations()), (10, 10, 1, 1));
-        assert_eq!(f.earliest_ms, Some(11));
-        assert_eq!(f.ledger_cell(), "succeeded 10");
+        assert_eq!((f.due, f.delivered, f.missed_by_policy, f.duplicated, f.violations()), (10, 8, 2, 1, 1));
+        assert_eq!(f.earliest_ms, Some(13));
+        assert_eq!(f.ledger_cell(), "skipped (misfire policy fire_once) 2 · succeeded 8");
 
         // Seconds 0 and 1 bad, 2 and 3 good: recovered 2 s after the end.
         let lat = |s: i64, l: Option<i64>| (at(s * 1000 + 500), l);
