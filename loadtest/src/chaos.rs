@@ -336,6 +336,7 @@ impl Run<'_> {
         env.extend(extra.iter().cloned());
         self.stack.start_scheduler(name, &env)?;
         self.links.insert(name.to_owned(), NodeLinks { redis, pg });
+        self.record_pids();
         Ok(())
     }
 
@@ -355,6 +356,15 @@ impl Run<'_> {
         self.stack.terminate(name, Duration::from_secs(30)).await?;
         self.links.remove(name);
         Ok(())
+    }
+
+    /// Notes the stack's pids in the run's directory, for a later run to
+    /// clean up after this one if it is killed.
+    fn record_pids(&self) {
+        let me = std::process::id();
+        let targets = self.stack.targets();
+        let pids: Vec<u32> = targets.lock().expect("targets").iter().map(|(_, p)| *p).filter(|p| *p != me).collect();
+        self.services.record_stack(pids);
     }
 
     fn first_scheduler(&self) -> anyhow::Result<String> {
@@ -734,7 +744,9 @@ async fn scenario(args: &ChaosArgs, plan: &Plan, services: &mut Services) -> any
     for &fault in &plan.faults {
         let secs = plan.duration(args, fault);
         eprintln!("chaos: {} for {secs} s", fault.name());
-        let mut inj = run.inject(fault, secs).await.with_context(|| format!("injecting {}", fault.name()))?;
+        let injected_now = run.inject(fault, secs).await;
+        run.record_pids();
+        let mut inj = injected_now.with_context(|| format!("injecting {}", fault.name()))?;
         inj.observe_end = inj.end + TimeDelta::seconds(plan.observe);
         for note in &inj.notes {
             eprintln!("chaos:   {note}");

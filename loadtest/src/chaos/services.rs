@@ -4,10 +4,11 @@
 //! touches the machine's shared services (other tests run against those).
 //!
 //! A run's directory (`<work dir>/run-<id>`) holds `owner.pid` (this
-//! process) and the pid files of what it started. A run that died without
+//! process), the pid files of the services and `stack.pids` (the stack's
+//! processes, see [`Services::record_stack`]). A run that died without
 //! cleaning up (SIGKILL, a crash) is cleaned by the next one: [`reap_stale`]
-//! stops the services of every run directory whose owner is gone and
-//! removes the directory.
+//! kills the stack processes and stops the services of every run directory
+//! whose owner is gone, and removes the directory.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -389,6 +390,12 @@ impl Services {
         Ok(())
     }
 
+    /// Notes the pids of the stack's processes for [`reap_stale`].
+    pub fn record_stack(&self, pids: impl IntoIterator<Item = u32>) {
+        let text: String = pids.into_iter().map(|p| format!("{p}\n")).collect();
+        let _ = std::fs::write(self.dir.join("stack.pids"), text);
+    }
+
     pub fn redis_urls(&self) -> String {
         self.redis.iter().map(RedisShard::url).collect::<Vec<_>>().join(",")
     }
@@ -433,6 +440,12 @@ pub async fn reap_stale(work_dir: &Path) {
             continue;
         }
         eprintln!("chaos: cleaning up {} (its run is gone)", dir.display());
+        let stack = std::fs::read_to_string(dir.join("stack.pids")).unwrap_or_default();
+        for pid in stack.lines().filter_map(|l| l.trim().parse().ok()) {
+            if ["cronshard-api", "cronshard-scheduler", "cronshard-worker"].iter().any(|b| pid_runs(pid, b)) {
+                kill9(pid);
+            }
+        }
         for f in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let name = f.file_name().to_string_lossy().into_owned();
             if name.starts_with("redis-")
