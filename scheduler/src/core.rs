@@ -42,6 +42,30 @@ struct Owned {
     jitter_ms: u64,
     /// Keys (`namespace/name`) of the calendars whose excluded times it skips.
     calendars: Box<[String]>,
+    /// While its catch-up run waits for the rate limiter: the token of that
+    /// run's `Resume` entry and the instant the timer goes on from.
+    resume: Option<(u64, DateTime<Utc>)>,
+}
+
+/// An entry of the catch-up queue: a late slot to fire, or the end of a
+/// job's catch-up run, where its timer starts. A job's later slots are
+/// fired only once its catch-up slots have been handed to the dispatcher,
+/// so the ledger holds no slot of a job after one that is still waiting in
+/// a node's memory: a node that stops or dies with the run queued leaves
+/// the job's last ledger slot before it, and the next owner (who starts
+/// after that slot) decides those slots again instead of skipping them.
+enum CatchUp {
+    Fire(Slot),
+    Resume { job: Uuid, token: u64 },
+}
+
+impl CatchUp {
+    fn job(&self) -> Uuid {
+        match self {
+            CatchUp::Fire(slot) => slot.job_id,
+            CatchUp::Resume { job, .. } => *job,
+        }
+    }
 }
 
 pub struct Core {
@@ -49,8 +73,11 @@ pub struct Core {
     rf: usize,
     misfire_threshold: TimeDelta,
     misfire_record_max: usize,
-    /// Misfired slots waiting for the catch-up rate limiter.
-    catchup: VecDeque<Slot>,
+    /// Late slots waiting for the catch-up rate limiter, each job's run
+    /// ending with the entry that starts its timer.
+    catchup: VecDeque<CatchUp>,
+    /// The last token handed to a `CatchUp::Resume`.
+    last_resume_token: u64,
     /// Misfire decisions not yet handed to the dispatcher.
     records: Vec<Decided>,
     members: Vec<String>,
@@ -80,6 +107,7 @@ impl Core {
             misfire_threshold,
             misfire_record_max,
             catchup: VecDeque::new(),
+            last_resume_token: 0,
             records: Vec::new(),
             members,
             jobs: HashMap::new(),
@@ -121,26 +149,47 @@ impl Core {
 
     /// Up to `budget` caught-up slots, oldest first, and then the rest of the
     /// last job's run: a job's run is published as one ordered bundle, so it
-    /// is never split. Empty when `budget` is 0.
+    /// is never split. A run's end starts its job's timer. Empty when
+    /// `budget` is 0.
     pub fn take_catchup(&mut self, budget: usize) -> Vec<Slot> {
-        let mut n = budget.min(self.catchup.len());
-        if n == 0 {
-            return Vec::new();
+        let mut slots = Vec::new();
+        if budget == 0 {
+            return slots;
         }
-        while n < self.catchup.len() && self.catchup[n].job_id == self.catchup[n - 1].job_id {
-            n += 1;
-        }
-        let mut slots = Vec::with_capacity(n);
-        for slot in self.catchup.drain(..n) {
-            let keys =
-                self.jobs.get(&slot.job_id).and_then(|k| k.owned.as_ref()).map(|o| &o.calendars[..]).unwrap_or(&[]);
-            match Self::excluded_by(&self.calendars, keys, slot.scheduled_at) {
-                Some(name) => self.records.push(Decided {
-                    slot,
-                    status: Status::Skipped,
-                    reason: common::ledger::reason::calendar(&name),
-                }),
-                None => slots.push(slot),
+        let (mut taken, mut last_job) = (0, None);
+        while let Some(entry) = self.catchup.front() {
+            if taken >= budget && last_job != Some(entry.job()) {
+                break;
+            }
+            let Some(entry) = self.catchup.pop_front() else { break };
+            last_job = Some(entry.job());
+            match entry {
+                CatchUp::Fire(slot) => {
+                    taken += 1;
+                    let keys = self
+                        .jobs
+                        .get(&slot.job_id)
+                        .and_then(|k| k.owned.as_ref())
+                        .map(|o| &o.calendars[..])
+                        .unwrap_or(&[]);
+                    match Self::excluded_by(&self.calendars, keys, slot.scheduled_at) {
+                        Some(name) => self.records.push(Decided {
+                            slot,
+                            status: Status::Skipped,
+                            reason: common::ledger::reason::calendar(&name),
+                        }),
+                        None => slots.push(slot),
+                    }
+                }
+                CatchUp::Resume { job, token } => {
+                    if let Some(owned) = self.jobs.get_mut(&job).and_then(|k| k.owned.as_mut())
+                        && let Some((expected, from)) = owned.resume
+                        && expected == token
+                    {
+                        owned.resume = None;
+                        owned.arm(&mut self.heap, job, from);
+                    }
+                }
             }
         }
         slots
@@ -172,6 +221,7 @@ impl Core {
             return;
         }
         let unchanged = current.is_some_and(|k| k.version == row.version && k.owned.is_some());
+        let queued_before = self.catchup.len();
         // Runs the ledger holds plus the earlier versions' slots caught up now.
         let mut runs = row.runs;
         if let Some(history) = &row.history
@@ -220,6 +270,7 @@ impl Core {
             next_slot: DateTime::<Utc>::MIN_UTC,
             jitter_ms: spec.jitter_ms,
             calendars: spec.calendars.iter().map(|name| calendar::store::key(&row.namespace, name)).collect(),
+            resume: None,
         };
         if let Some(history) = row.history {
             let since =
@@ -241,7 +292,7 @@ impl Core {
                 let slot =
                     |at| Slot { job_id: row.id, scheduled_at: at, job_version: row.version, trigger: Trigger::Misfire };
                 owned.runs += d.fire.len() as u64;
-                self.catchup.extend(d.fire.into_iter().map(slot));
+                self.catchup.extend(d.fire.into_iter().map(|at| CatchUp::Fire(slot(at))));
                 self.records.extend(d.record.into_iter().map(|(at, status, reason)| Decided {
                     slot: slot(at),
                     status,
@@ -261,7 +312,15 @@ impl Core {
         // The slots after `from` are counted as `take_due` takes them.
         let counted_again = row.runs_since_change.iter().filter(|t| **t > from).count() as u64;
         owned.runs = owned.runs.saturating_sub(counted_again);
-        owned.arm(&mut self.heap, row.id, from);
+        if self.catchup.len() > queued_before {
+            // Late slots of this job wait for the rate limiter: its timer
+            // starts behind them (see `CatchUp`).
+            self.last_resume_token += 1;
+            owned.resume = Some((self.last_resume_token, from));
+            self.catchup.push_back(CatchUp::Resume { job: row.id, token: self.last_resume_token });
+        } else {
+            owned.arm(&mut self.heap, row.id, from);
+        }
         self.owned_count += 1;
         self.jobs.insert(row.id, Known { version: row.version, owned: Some(Box::new(owned)) });
     }
@@ -299,7 +358,7 @@ impl Core {
                 );
                 d.fire.truncate(runs_left(max_runs, runs));
                 runs += d.fire.len() as u64;
-                self.catchup.extend(d.fire.into_iter().map(|at| slot(at, Trigger::Misfire)));
+                self.catchup.extend(d.fire.into_iter().map(|at| CatchUp::Fire(slot(at, Trigger::Misfire))));
                 self.records.extend(d.record.into_iter().map(|(at, status, reason)| Decided {
                     slot: slot(at, Trigger::Misfire),
                     status,
@@ -310,7 +369,7 @@ impl Core {
             while runs_left(max_runs, runs) > 0
                 && let Some(at) = schedule.next_after(cursor).filter(|at| *at <= until)
             {
-                self.catchup.push_back(slot(at, Trigger::Schedule));
+                self.catchup.push_back(CatchUp::Fire(slot(at, Trigger::Schedule)));
                 runs += 1;
                 cursor = at;
             }
@@ -418,6 +477,7 @@ mod tests {
             misfire_threshold: TimeDelta::seconds(30),
             misfire_record_max: 100,
             catchup: VecDeque::new(),
+            last_resume_token: 0,
             records: Vec::new(),
             members: vec!["n0".into()],
             jobs: HashMap::new(),
@@ -473,7 +533,7 @@ mod tests {
             let row = reloaded(runs);
             let id = row.id;
             state.apply(row, now);
-            let slots: Vec<_> = state.catchup.iter().map(|s| (s.scheduled_at, s.job_version)).collect();
+            let slots: Vec<_> = queued_fires(&state).iter().map(|s| (s.scheduled_at, s.job_version)).collect();
             let expected: Vec<_> =
                 (0..caught_up).map(|i| (t("2026-01-01T12:00:08Z") + TimeDelta::seconds(2 * i), 1)).collect();
             assert_eq!(slots, expected, "ledger holds {runs} runs");
@@ -493,9 +553,63 @@ mod tests {
         row.spec = Some(spec.clone());
         row.history.as_mut().unwrap().past[0].spec = spec;
         state.apply(row, now);
-        // 12:00:08 to 12:00:18 under version 1; version 2 takes 12:00:20 on.
-        assert_eq!(state.catchup.len(), 6);
+        // 12:00:08 to 12:00:18 under version 1; version 2 takes 12:00:20 on,
+        // once those are handed over.
+        assert_eq!(queued_fires(&state).len(), 6);
+        assert_eq!(state.next_deadline(), None, "the timer waits behind the catch-up run");
+        assert_eq!(state.take_catchup(100).len(), 6);
         assert_eq!(state.next_deadline(), Some(t("2026-01-01T12:00:20Z")));
+    }
+
+    fn queued_fires(state: &Core) -> Vec<Slot> {
+        state
+            .catchup
+            .iter()
+            .filter_map(|e| match e {
+                CatchUp::Fire(slot) => Some(slot.clone()),
+                CatchUp::Resume { .. } => None,
+            })
+            .collect()
+    }
+
+    /// A node that stops with a job's misfired slot still queued for the
+    /// catch-up rate limiter must not have fired (and recorded) that job's
+    /// later slots: the next owner starts after the job's last ledger slot,
+    /// and would never decide the queued one. So the job's timer starts
+    /// only when its run leaves the queue, and a run taken in part leaves
+    /// the timer off.
+    #[test]
+    fn a_jobs_later_slots_wait_until_its_misfired_slot_is_handed_over() {
+        let now = t("2026-01-01T12:10:00Z");
+        let mut state = state();
+        let mut rows = Vec::new();
+        for n in 1..=3u128 {
+            let mut row = reloaded(0);
+            row.id = Uuid::from_u128(n);
+            let mut spec = every_two_seconds(0);
+            spec.schedule.max_runs = None;
+            spec.misfire = common::job::MisfirePolicy::FireOnce;
+            row.spec = Some(spec);
+            let history = row.history.as_mut().unwrap();
+            history.past.clear();
+            rows.push(row);
+        }
+        for row in rows {
+            state.apply(row, now);
+        }
+        // Each job: one coalesced late fire queued, its timer off.
+        assert_eq!(queued_fires(&state).len(), 3);
+        assert_eq!(state.next_deadline(), None);
+        assert!(state.take_due(now + TimeDelta::hours(1), 1000).is_empty());
+        let first = state.take_catchup(1);
+        assert_eq!(first.len(), 1);
+        // The first job's timer now runs (from the misfire threshold), the others' do not.
+        let due = state.take_due(now, 1000);
+        assert!(!due.is_empty() && due.iter().all(|s| s.job_id == first[0].job_id), "{due:?}");
+        assert!(due.iter().all(|s| s.scheduled_at > first[0].scheduled_at));
+        assert_eq!(state.take_catchup(10).len(), 2);
+        let rest: std::collections::HashSet<Uuid> = state.take_due(now, 1000).iter().map(|s| s.job_id).collect();
+        assert_eq!(rest.len(), 2);
     }
 
     /// A node gains a job 200 ms before a slot whose row an older version

@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 use common::execution::{format_instant, truncate_ms};
 use common::testing::wait_for;
 use support::{
-    ProcEnv, RedisServer, Sink, Stack, TcpProxy, assert_ticks_delivered_once, create_ticking_jobs, http_target, kill9,
+    ProcEnv, RedisServer, Sink, Stack, TcpProxy, assert_ticks_delivered_once, create_ticking_jobs, expected_executions,
+    http_target, kill9,
 };
 
 async fn live_nodes(stack: &Stack) -> Option<usize> {
@@ -68,7 +69,7 @@ async fn a_node_cut_off_from_redis_neither_misses_nor_duplicates() {
     let sink = Sink::start().await;
     let stack = Stack::start("cut-redis").await;
     let redis_addr = common::testing::redis_url().trim_start_matches("redis://").parse().unwrap();
-    let proxy = TcpProxy::start(redis_addr).await;
+    let proxy = TcpProxy::start(redis_addr).await.unwrap();
     let env = ProcEnv {
         database_url: stack.db.url.clone(),
         cluster: stack.cluster.clone(),
@@ -356,6 +357,103 @@ async fn killing_a_worker_mid_delivery_loses_nothing_and_records_one_execution()
     stack.stop().await;
 }
 
+/// Every owner of a job stops while the job's misfired slot waits for the
+/// catch-up rate limiter. The next owners start after the job's last ledger
+/// slot, so no later slot of the job may be in the ledger by then: every
+/// slot ends with a row (fired, or skipped by the misfire policy), none is
+/// left without one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owners_stopping_during_a_misfire_catch_up_leave_no_slot_without_a_row() {
+    let sink = Sink::start().await;
+    let stack = Stack::start("catchup-stop").await;
+    let env = ProcEnv {
+        database_url: stack.db.url.clone(),
+        cluster: stack.cluster.clone(),
+        redis_urls: common::testing::redis_url(),
+    };
+    // A slot 2 s late is a misfire; late fires go out at 10 per second per
+    // node (the least the limiter hands over per tick).
+    let node = |id: &str| {
+        let mut c = env.command("cronshard-scheduler");
+        c.env("NODE_ID", id)
+            .env("HEARTBEAT_INTERVAL_MS", "1000")
+            .env("POLL_INTERVAL_MS", "1000")
+            .env("MISFIRE_THRESHOLD_MS", "2000")
+            .env("CATCHUP_RATE", "1");
+        c.spawn().unwrap()
+    };
+    let first = [node("node-a"), node("node-b")];
+    let _worker = env.worker("worker-0");
+    wait_for("2 live nodes", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 2).then_some(()) })
+        .await;
+    let start = truncate_ms(Utc::now() + TimeDelta::seconds(8));
+    let mut jobs = Vec::new();
+    for i in 0..300 {
+        let job = stack
+            .create_job(json!({
+                "name": format!("job-{i}"),
+                "schedule": { "kind": "interval", "every_ms": 1000, "start_at": format_instant(start) },
+                "misfire": "fire_once",
+                "target": http_target(&sink.url("tick")),
+            }))
+            .await;
+        jobs.push(job["id"].as_str().unwrap().to_owned());
+    }
+    until_delivered_past(&sink, start + TimeDelta::seconds(1), Duration::from_secs(30)).await;
+    first.iter().for_each(kill9);
+    // Down long enough for misfires; the restarted owners queue one late
+    // fire per job (300 at 10/s per node: 15 s) and stop 3 s later.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let second = [node("node-c"), node("node-d")];
+    wait_for("the restarted nodes to decide the misfires", Duration::from_secs(30), || async {
+        let rows: i64 = stack
+            .pg
+            .get()
+            .await
+            .ok()?
+            .query_one("SELECT count(*) FROM scheduled_jobs WHERE status = 'skipped'", &[])
+            .await
+            .ok()?
+            .get(0);
+        (rows > 0).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for child in &second {
+        let _ = std::process::Command::new("kill").arg("-TERM").arg(child.id().unwrap().to_string()).status();
+    }
+    let _third = [node("node-e"), node("node-f")];
+    let window_end = truncate_ms(Utc::now());
+    // Every slot up to the window's end gets a final row.
+    let expected = expected_executions(&jobs, start, 1000, window_end);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let missing = loop {
+        let client = stack.pg.get().await.unwrap();
+        let rows = client
+            .query(
+                "SELECT job_id::text || '@' || cronshard_instant(scheduled_at) FROM scheduled_jobs
+                 WHERE status IN ('succeeded', 'skipped', 'failed') AND scheduled_at <= $1",
+                &[&window_end],
+            )
+            .await
+            .unwrap();
+        let got: std::collections::BTreeSet<String> = rows.iter().map(|r| r.get(0)).collect();
+        let missing: Vec<String> = expected.iter().filter(|e| !got.contains(*e)).cloned().collect();
+        if missing.is_empty() || tokio::time::Instant::now() >= deadline {
+            break missing;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(
+        missing.is_empty(),
+        "{} of {} slots without a final row, e.g. {:?}",
+        missing.len(),
+        expected.len(),
+        &missing[..missing.len().min(3)]
+    );
+    stack.stop().await;
+}
+
 /// A worker killed while it holds pre-armed slots: RabbitMQ hands its
 /// messages to the other worker at once, and since Postgres ended the dead
 /// worker's heartbeat session, the survivor takes the armed rows at once
@@ -399,7 +497,7 @@ async fn a_killed_workers_armed_slots_are_delivered_by_another_on_time() {
 async fn a_node_cut_off_from_postgres_only_delays_no_slot_by_more_than_a_second() {
     let sink = Sink::start().await;
     let stack = Stack::start("cut-pg").await;
-    let proxy = TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    let proxy = TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await.unwrap();
     let env = ProcEnv {
         database_url: stack.db.url.clone(),
         cluster: stack.cluster.clone(),
@@ -439,7 +537,7 @@ async fn outage_delays_but_never_drops(label: &str, upstream: &str) {
     let sink = Sink::start().await;
     let stack = Stack::start(label).await;
     let upstream_addr = upstream.parse().unwrap();
-    let proxy = TcpProxy::start(upstream_addr).await;
+    let proxy = TcpProxy::start(upstream_addr).await.unwrap();
     let env = ProcEnv {
         database_url: stack.db.url.clone(),
         cluster: stack.cluster.clone(),
