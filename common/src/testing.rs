@@ -4,6 +4,8 @@
 //! Services are found through `TEST_DATABASE_URL` (an admin DSN, default the
 //! local `postgres` database), `TEST_REDIS_URL` and `TEST_AMQP_URL`.
 
+pub mod proxy;
+
 use std::future::Future;
 use std::time::Duration;
 

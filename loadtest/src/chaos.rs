@@ -36,11 +36,11 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::proxy::{Mode, TcpProxy};
 use crate::receiver::Receiver;
 use crate::report::{OutArgs, Percentiles, Report, fmt_f, fmt_int};
 use crate::stack::{Stack, StackArgs, parse_env_pair};
 use crate::steady::{LoadArgs, sleep_until};
+use common::testing::proxy::{Mode, TcpProxy};
 use services::Services;
 use verdict::{Context, Figures, LedgerRow, Slot};
 

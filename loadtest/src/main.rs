@@ -47,7 +47,6 @@ mod herd;
 mod measure;
 mod plot;
 mod procstat;
-mod proxy;
 mod rebalance;
 mod receiver;
 mod recovery;

@@ -350,45 +350,9 @@ pub fn kill9(child: &tokio::process::Child) {
     let _ = std::process::Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
 }
 
-/// A loopback TCP proxy the test can cut and restore: the simplest way to
-/// take one process off a service without touching the others.
-pub struct TcpProxy {
-    pub addr: SocketAddr,
-    enabled: tokio::sync::watch::Sender<bool>,
-}
-
-impl TcpProxy {
-    pub async fn start(upstream: SocketAddr) -> TcpProxy {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (enabled, rx) = tokio::sync::watch::channel(true);
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut inbound, _)) = listener.accept().await else { return };
-                let mut rx = rx.clone();
-                if !*rx.borrow() {
-                    continue; // dropping the socket refuses the client
-                }
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await else { return };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                        _ = rx.wait_for(|on| !on) => {} // cut: drop both ends
-                    }
-                });
-            }
-        });
-        TcpProxy { addr, enabled }
-    }
-
-    pub fn cut(&self) {
-        self.enabled.send_replace(false);
-    }
-
-    pub fn restore(&self) {
-        self.enabled.send_replace(true);
-    }
-}
+// Each test binary uses a different part of this file.
+#[allow(unused_imports)]
+pub use common::testing::proxy::TcpProxy;
 
 /// A private redis-server for tests that must flush or break Redis.
 pub struct RedisServer {

@@ -1,8 +1,6 @@
-//! A loopback TCP proxy a scenario can cut, restore or slow down: the way to
-//! take one process off a service (or make the service slow for it alone)
-//! without touching the service or the other processes. The scheduler's
-//! tests have the same cut/restore proxy in their support crate; this one
-//! adds the latency mode the `chaos` scenario needs.
+//! A loopback TCP proxy a test or a scenario can cut, restore or slow down:
+//! the way to take one process off a service (or make the service slow for
+//! it alone) without touching the service or the other processes.
 //!
 //! - [`Mode::Pass`]: bytes are copied both ways as they come.
 //! - [`Mode::Cut`]: every open connection is dropped (both ends) and new
