@@ -18,7 +18,10 @@
 # ensure faketime: PostgreSQL, Redis and RabbitMQ, whose binaries the
 # scenario runs privately, and libfaketime for the clock-skew fault).
 # Environment:
-#   CARGO_TARGET_DIR   honoured (binaries from $CARGO_TARGET_DIR/release, default target/release)
+#   CARGO_TARGET_DIR   honoured (binaries from $CARGO_TARGET_DIR/<profile>, default target/<profile>)
+#   PROFILE            release (default) or debug: deploy/test.sh runs the quick subset on the
+#                      debug binaries it already built (figures then mean little; the verdict
+#                      on duplicates, losses and final statuses holds)
 #   CHAOS_OUT          result directory   [.run/chaos/<time>]
 #   CARGO_BUILD_LOCK   a file to hold with flock(1) around the build (a shared machine)
 #   SKIP_BUILD=1       use the binaries already built
@@ -46,8 +49,17 @@ if [[ ${SKIP_SERVICES:-0} != 1 ]]; then
 fi
 
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+PROFILE=${PROFILE:-release}
+case $PROFILE in
+    release) profile_flag=(--release) ;;
+    debug) profile_flag=() ;;
+    *)
+        echo "chaos.sh: PROFILE must be release or debug, not '$PROFILE'" >&2
+        exit 2
+        ;;
+esac
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
-    build=(cargo build --release --locked --bins -p cronshard-api -p cronshard-scheduler -p cronshard-worker
+    build=(cargo build "${profile_flag[@]}" --locked --bins -p cronshard-api -p cronshard-scheduler -p cronshard-worker
         -p cronshard-loadtest)
     if [[ -n ${CARGO_BUILD_LOCK:-} ]]; then build=(flock "$CARGO_BUILD_LOCK" "${build[@]}"); fi
     "${build[@]}"
@@ -57,4 +69,4 @@ OUT=${CHAOS_OUT:-$ROOT/.run/chaos/$(date -u +%Y%m%dT%H%M%SZ)}
 mode=(--quick)
 if [[ ${FULL:-0} == 1 ]]; then mode=(); fi
 set -x
-exec "$TARGET/release/cronshard-loadtest" chaos "${mode[@]}" --bin-dir "$TARGET/release" --out "$OUT" "$@"
+exec "$TARGET/$PROFILE/cronshard-loadtest" chaos "${mode[@]}" --bin-dir "$TARGET/$PROFILE" --out "$OUT" "$@"

@@ -19,7 +19,10 @@
 #   4. cargo test --workspace [ARGS...]
 #   5. deploy/fuzz-api.sh                (schemathesis fuzzes the API against its generated
 #                                         /openapi.json; SKIP_FUZZ=1 skips it)
-#   6. deploy/browser-test.sh            (the console in Chromium against a real stack;
+#   6. deploy/chaos.sh (quick subset)  (faults under load on private Redis, RabbitMQ and
+#                                         PostgreSQL, with the debug binaries of step 3: fails on
+#                                         a duplicated, lost or unfinished slot; SKIP_CHAOS=1 skips it)
+#   7. deploy/browser-test.sh            (the console in Chromium against a real stack;
 #                                         installs chromium and the npm packages when
 #                                         missing; SKIP_BROWSER=1 skips it)
 # and prints the time of each step. CARGO_TARGET_DIR is honoured, never set.
@@ -90,6 +93,12 @@ if [[ ${SKIP_FUZZ:-0} == 1 ]]; then
     echo "==> skipping the API fuzz run (SKIP_FUZZ=1)"
 else
     step "schemathesis against /openapi.json (deploy/fuzz-api.sh)" "$ROOT/deploy/fuzz-api.sh"
+fi
+if [[ ${SKIP_CHAOS:-0} == 1 ]]; then
+    echo "==> skipping the chaos subset (SKIP_CHAOS=1)"
+else
+    step "chaos, quick subset on the debug binaries (deploy/chaos.sh)" \
+        env SKIP_SERVICES=1 SKIP_BUILD=1 PROFILE=debug "$ROOT/deploy/chaos.sh"
 fi
 if [[ ${SKIP_BROWSER:-0} == 1 ]]; then
     echo "==> skipping the browser tests (SKIP_BROWSER=1)"
