@@ -855,22 +855,11 @@ async fn scenario(args: &ChaosArgs, plan: &Plan, services: &mut Services) -> any
     };
 
     // The report.
-    let settings = if args.tuned {
-        format!(
-            "tuned: WORKER_PREFETCH {}, WORKER_MAX_IN_FLIGHT {}, LOOKAHEAD_MS {}",
-            stack_args.worker_prefetch, stack_args.worker_max_in_flight, stack_args.scheduler_lookahead_ms
-        )
-    } else {
-        "the binaries' defaults (no WORKER_PREFETCH, WORKER_MAX_IN_FLIGHT or LOOKAHEAD_MS set)".to_owned()
-    };
-    let extra_env: Vec<String> = args
-        .scheduler_env
-        .iter()
-        .map(|(k, v)| format!("scheduler {k}={v}"))
-        .chain(args.worker_env.iter().map(|(k, v)| format!("worker {k}={v}")))
-        .collect();
-    report
-        .row("settings", if extra_env.is_empty() { settings } else { format!("{settings}; {}", extra_env.join(", ")) });
+    let mut settings = stack_args.settings();
+    for (k, v) in &args.scheduler_env {
+        settings.push_str(&format!("; scheduler {k}={v}"));
+    }
+    report.row("settings", settings);
     report.row(
         "services",
         format!(

@@ -102,13 +102,8 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     stack.shutdown().await?;
 
     let t = tally(&jobs, due, due + TimeDelta::milliseconds(1), &got);
-    report.row(
-        "stack",
-        format!(
-            "{} schedulers, {} workers (prefetch {})",
-            args.stack.schedulers, args.stack.workers, args.stack.worker_prefetch
-        ),
-    );
+    report.row("stack", format!("{} schedulers, {} workers", args.stack.schedulers, args.stack.workers));
+    report.row("settings", args.stack.settings());
     report.row(
         if args.create_batch > 0 { "creates through the API (batches)" } else { "creates through the API" },
         format!(

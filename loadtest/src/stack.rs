@@ -89,6 +89,11 @@ pub struct StackArgs {
     /// `WORKER_MAX_PER_HOST=8`.
     #[arg(long = "worker-env", value_parser = parse_env_pair)]
     pub worker_env: Vec<(String, String)>,
+    /// More environment for every process of the stack (API, schedulers
+    /// and workers), `NAME=VALUE` (repeatable), for a setting the whole
+    /// cluster must share, e.g. `AMQP_QUEUE_TYPE=quorum`.
+    #[arg(long = "stack-env", value_parser = parse_env_pair)]
+    pub stack_env: Vec<(String, String)>,
 }
 
 impl StackArgs {
@@ -98,6 +103,27 @@ impl StackArgs {
         use clap::{Args, FromArgMatches};
         let command = Self::augment_args(clap::Command::new("stack"));
         Self::from_arg_matches(&command.get_matches_from(["stack"])).expect("the defaults parse")
+    }
+
+    /// What the stack's processes ran with, for a report's settings row.
+    pub fn settings(&self) -> String {
+        let mut s = if self.tuned {
+            format!(
+                "tuned: WORKER_PREFETCH {}, WORKER_MAX_IN_FLIGHT {}, LOOKAHEAD_MS {}",
+                self.worker_prefetch.min(65_535),
+                self.worker_max_in_flight,
+                self.scheduler_lookahead_ms
+            )
+        } else {
+            "the binaries' defaults (no WORKER_PREFETCH, WORKER_MAX_IN_FLIGHT or LOOKAHEAD_MS set)".to_owned()
+        };
+        for (k, v) in &self.stack_env {
+            s.push_str(&format!("; every process {k}={v}"));
+        }
+        for (k, v) in &self.worker_env {
+            s.push_str(&format!("; worker {k}={v}"));
+        }
+        s
     }
 }
 
@@ -254,6 +280,9 @@ impl Stack {
         };
         if self.args.tuned && role == Role::Scheduler {
             c.env("LOOKAHEAD_MS", self.args.scheduler_lookahead_ms.to_string());
+        }
+        for (k, v) in &self.args.stack_env {
+            c.env(k, v);
         }
         for (k, v) in extra {
             c.env(k, v);

@@ -146,6 +146,7 @@ pub async fn sleep_until(at: DateTime<Utc>) {
 /// The rows describing the stack and the load.
 pub fn load_rows(report: &mut Report, jobs: usize, create_secs: f64, load: &LoadArgs, stack: &StackArgs) {
     report.row("stack", format!("{} schedulers, {} workers", stack.schedulers, stack.workers));
+    report.row("settings", stack.settings());
     report.row(
         "jobs (period, cron jobs)",
         format!("{} (every {} ms, {} cron)", fmt_int(jobs as i64), load.period_ms, fmt_int(load.cron_jobs() as i64)),
