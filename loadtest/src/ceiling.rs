@@ -38,6 +38,9 @@ pub struct CeilingArgs {
     pub ceiling_prefetch: u16,
     #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
     pub amqp_url: String,
+    /// The queues' type, as `AMQP_QUEUE_TYPE` sets it for the product.
+    #[arg(long, value_enum, default_value = "classic")]
+    pub ceiling_queue_type: common::amqp::QueueType,
 }
 
 #[derive(clap::Args)]
@@ -90,7 +93,7 @@ pub fn sample_message() -> anyhow::Result<FireMessage> {
 
 pub async fn measure(args: &CeilingArgs) -> anyhow::Result<Ceiling> {
     let cluster = crate::benchdb::cluster_name("ceiling");
-    let topology = Topology::new(&cluster);
+    let topology = Topology::new(&cluster).with_queue_type(args.ceiling_queue_type);
     let template = sample_message()?;
     let message_bytes = serde_json::to_vec(&template)?.len();
     // Distinct ids, so each message is a distinct fire of the same size.
@@ -173,6 +176,7 @@ pub async fn run(cmd: CeilingCmd) -> anyhow::Result<()> {
         "publish batch / consumer prefetch",
         format!("{} / {}", cmd.ceiling.ceiling_batch, cmd.ceiling.ceiling_prefetch),
     );
+    report.row("queue type", format!("{:?}", cmd.ceiling.ceiling_queue_type).to_lowercase());
     report.row("confirmed publishes/s", fmt_int(c.publish_per_second as i64));
     report.row("ceiling: published and consumed, msgs/s", fmt_int(c.end_to_end_per_second as i64));
     report.row("seconds", fmt_f(c.seconds));

@@ -27,6 +27,10 @@
 pub mod services;
 pub mod verdict;
 
+/// Seconds at the end of an observation that do not judge the recovery when
+/// another fault follows: the binaries' lookahead (2 s) plus a second.
+const RECOVERY_GUARD_SECS: i64 = 3;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -812,18 +816,26 @@ async fn scenario(args: &ChaosArgs, plan: &Plan, services: &mut Services) -> any
         ((p.p99 as f64 * args.recovery_factor).round() as i64).max(args.recovery_floor_ms)
     });
     let mut results = Vec::new();
-    for inj in &injected {
+    for (i, inj) in injected.iter().enumerate() {
         // While receiver B is down its slots wait by design: the lateness
         // and recovery of `receiver-down` are receiver A's.
         let only_a = |s: &Slot| !s.on_b;
         let lateness_of: &dyn Fn(&Slot) -> bool = if inj.fault == Fault::ReceiverDown { &only_a } else { &all };
-        let after_slots = window(inj.end, inj.observe_end).iter().filter(|(_, s)| lateness_of(s));
+        // The slots due in the last seconds before the next fault are
+        // already armed in a worker or queued when it starts: its effect
+        // shows on them, so they do not judge this fault's recovery.
+        let judged_until = if i + 1 < injected.len() {
+            inj.observe_end - TimeDelta::seconds(RECOVERY_GUARD_SECS)
+        } else {
+            inj.observe_end
+        };
+        let after_slots = window(inj.end, judged_until).iter().filter(|(_, s)| lateness_of(s));
         let recovery = verdict::recovery_secs(
             after_slots
                 .filter(|(_, s)| ctx.outcome(s) != verdict::Outcome::ByPolicy)
                 .map(|(_, s)| (s.due, s.lateness_ms())),
             inj.end,
-            inj.observe_end,
+            judged_until,
             threshold,
         );
         let receiver_b = (inj.fault == Fault::ReceiverDown).then(|| {
@@ -910,7 +922,8 @@ async fn scenario(args: &ChaosArgs, plan: &Plan, services: &mut Services) -> any
         "recovery threshold",
         format!(
             "{} ms = max({} × baseline p99, {} ms); recovered from the first second after the fault's end from \
-             which every second's p99 (a slot not yet requested counts as infinitely late) stays at or under it",
+             which every second's p99 (a slot not yet requested counts as infinitely late) stays at or under it, \
+             up to {RECOVERY_GUARD_SECS} s before the next fault (those slots are armed when it starts)",
             fmt_int(threshold),
             args.recovery_factor,
             args.recovery_floor_ms

@@ -2,8 +2,9 @@
 //! public API of a [`Stack`] this command starts itself. Lateness is measured
 //! at the run's own receiver (received − due); drain rate is deliveries per
 //! second from the first to the last. With `--with-ceiling` the broker
-//! ceiling is measured first, in the same run, and the drain rate is given
-//! as a share of it.
+//! ceiling and the raw HTTP ceiling (a plain client with the workers'
+//! connections against the same receiver code) are measured first, in the
+//! same run, and the drain rate is given as a share of each.
 
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use chrono::{TimeDelta, Utc};
 use serde_json::json;
 
 use crate::ceiling::CeilingArgs;
+use crate::http_ceiling::HttpCeilingArgs;
 use crate::measure::tally;
 use crate::receiver::Receiver;
 use crate::report::{OutArgs, Report, fmt_f, fmt_int};
@@ -36,11 +38,14 @@ pub struct HerdArgs {
     /// through `POST /v1/jobs` (as before the batch endpoint existed).
     #[arg(long, default_value_t = 1_000)]
     create_batch: usize,
-    /// Measure the broker ceiling first and report the drain rate against it.
+    /// Measure the broker ceiling and the raw HTTP ceiling first and report
+    /// the drain rate against each.
     #[arg(long)]
     with_ceiling: bool,
     #[command(flatten)]
     ceiling: CeilingArgs,
+    #[command(flatten)]
+    http_ceiling: HttpCeilingArgs,
     #[command(flatten)]
     stack: StackArgs,
     #[command(flatten)]
@@ -63,6 +68,13 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
         &args.out,
     );
     let ceiling = if args.with_ceiling { Some(crate::ceiling::measure(&args.ceiling).await?) } else { None };
+    let http_ceiling = if args.with_ceiling {
+        let connections =
+            args.http_ceiling.http_ceiling_connections.unwrap_or_else(|| args.stack.worker_connections_per_host());
+        Some(crate::http_ceiling::measure(args.http_ceiling.http_ceiling_requests, connections).await?)
+    } else {
+        None
+    };
 
     let receiver = Receiver::loopback().await?;
     let stack = Stack::start("herd", &args.stack).await?;
@@ -148,6 +160,20 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
             report.row("drain rate / ceiling", format!("{:.0}%", rate / c.end_to_end_per_second * 100.0));
         }
     }
+    if let Some(h) = &http_ceiling {
+        report.row(
+            "raw HTTP ceiling in the same run",
+            format!(
+                "{}/s ({} requests over {} keep-alive connections)",
+                fmt_int(h.per_second as i64),
+                fmt_int(h.requests as i64),
+                h.connections
+            ),
+        );
+        if let Some(rate) = drain {
+            report.row("drain rate / raw HTTP ceiling", format!("{:.0}%", rate / h.per_second * 100.0));
+        }
+    }
     crate::procstat::rows(&mut report, &usage);
     report.data("jobs", args.jobs);
     report.data("schedulers", args.stack.schedulers);
@@ -162,6 +188,7 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     report.data("last_delivery_after_due_ms", last.map(|l| (l - due).num_milliseconds()));
     report.data("drain_per_second", drain.map(f64::round));
     report.data("ceiling", &ceiling);
+    report.data("http_ceiling", &http_ceiling);
     report.data("jitter_ms", args.jitter_ms);
     report.data("receiver_peak_per_second", peak.round());
     report.data("jittered_lateness_p50_p99_max_ms", jittered);

@@ -44,6 +44,7 @@ mod deliver;
 mod destinations;
 mod doc;
 mod herd;
+mod http_ceiling;
 mod measure;
 mod plot;
 mod procstat;

@@ -105,6 +105,19 @@ impl StackArgs {
         Self::from_arg_matches(&command.get_matches_from(["stack"])).expect("the defaults parse")
     }
 
+    /// Connections the stack's workers may hold open to one host together:
+    /// each worker's in-flight limit, capped by its per-host limit.
+    pub fn worker_connections_per_host(&self) -> usize {
+        let env = |name: &str| self.worker_env.iter().rev().find(|(k, _)| k == name).and_then(|(_, v)| v.parse().ok());
+        let in_flight = env("WORKER_MAX_IN_FLIGHT").unwrap_or(if self.tuned {
+            self.worker_max_in_flight as usize
+        } else {
+            worker::defaults::MAX_IN_FLIGHT
+        });
+        let per_host = env("WORKER_MAX_PER_HOST").unwrap_or(worker::defaults::MAX_PER_HOST);
+        self.workers * in_flight.min(per_host)
+    }
+
     /// What the stack's processes ran with, for a report's settings row.
     pub fn settings(&self) -> String {
         let mut s = if self.tuned {

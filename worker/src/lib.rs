@@ -32,6 +32,16 @@ mod processing;
 mod retry;
 mod session;
 
+/// The binary's defaults for what a worker holds and runs at once, and the
+/// destination gate's (reasons in docs/decisions.md).
+pub mod defaults {
+    pub use crate::destination::defaults::*;
+    /// Unacked messages held at once.
+    pub const PREFETCH: u16 = 2000;
+    /// Callback deliveries in progress at once.
+    pub const MAX_IN_FLIGHT: usize = 256;
+}
+
 pub use self::deliver::{DeliveryError, Outcome};
 pub use self::destination::{DestinationArgs, DestinationConfig};
 pub use self::session::run;

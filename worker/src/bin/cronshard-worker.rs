@@ -23,10 +23,10 @@ struct Args {
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:9090")]
     metrics_addr: SocketAddr,
     /// Unacked messages held at once (pre-armed ones wait here for their time).
-    #[arg(long, env = "WORKER_PREFETCH", default_value_t = 2000)]
+    #[arg(long, env = "WORKER_PREFETCH", default_value_t = worker::defaults::PREFETCH)]
     prefetch: u16,
     /// Callback deliveries in progress at once.
-    #[arg(long, env = "WORKER_MAX_IN_FLIGHT", default_value_t = 256)]
+    #[arg(long, env = "WORKER_MAX_IN_FLIGHT", default_value_t = worker::defaults::MAX_IN_FLIGHT)]
     max_in_flight: usize,
     /// Private/loopback ranges callbacks may reach anyway, e.g. `127.0.0.0/8`.
     #[arg(long, env = "CALLBACK_ALLOW_CIDRS", default_value = "")]
