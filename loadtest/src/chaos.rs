@@ -6,7 +6,7 @@
 //! PostgreSQL cluster ([`services`]) on free loopback ports, so restarting
 //! or stopping them never touches the machine's shared services. Each
 //! scheduler reaches Redis and Postgres through proxies of its own
-//! ([`crate::proxy`]), so one node can be cut off or slowed alone. The
+//! (`common::testing::proxy`), so one node can be cut off or slowed alone. The
 //! processes run with the binaries' own defaults unless `--tuned true`.
 //!
 //! Two receivers in this process: A takes most jobs, B a share

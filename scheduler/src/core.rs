@@ -42,30 +42,26 @@ struct Owned {
     jitter_ms: u64,
     /// Keys (`namespace/name`) of the calendars whose excluded times it skips.
     calendars: Box<[String]>,
-    /// While its catch-up run waits for the rate limiter: the token of that
-    /// run's `Resume` entry and the instant the timer goes on from.
-    resume: Option<(u64, DateTime<Utc>)>,
 }
 
-/// An entry of the catch-up queue: a late slot to fire, or the end of a
-/// job's catch-up run, where its timer starts. A job's later slots are
-/// fired only once its catch-up slots have been handed to the dispatcher,
-/// so the ledger holds no slot of a job after one that is still waiting in
-/// a node's memory: a node that stops or dies with the run queued leaves
-/// the job's last ledger slot before it, and the next owner (who starts
-/// after that slot) decides those slots again instead of skipping them.
-enum CatchUp {
-    Fire(Slot),
-    Resume { job: Uuid, token: u64 },
-}
-
-impl CatchUp {
-    fn job(&self) -> Uuid {
-        match self {
-            CatchUp::Fire(slot) => slot.job_id,
-            CatchUp::Resume { job, .. } => *job,
-        }
-    }
+/// Late slots of a job found when it was (re)loaded, waiting for the
+/// catch-up rate limiter: a misfire policy's late fires, and the slots of
+/// earlier versions nobody fired.
+///
+/// Two rules keep the ledger a prefix in time for every job (it never holds
+/// a slot of a job after one that still waits in a node's memory, so a node
+/// that stops or dies with a run queued leaves the job's last ledger slot
+/// before it, and the next owner decides those slots again):
+/// - a job's runs go out in the order they were queued, whole;
+/// - a job's live slot never goes out before its queued runs: when the
+///   timer reaches it, the job's runs are handed over first, ahead of the
+///   rate limiter. The limiter only spreads the runs of jobs whose next
+///   live slot is further away, so one job's wait never delays another's
+///   live slots (with a run waiting behind every job's, a restart after a
+///   long outage held every timer for minutes).
+struct CatchUpRun {
+    token: u64,
+    slots: Vec<Slot>,
 }
 
 pub struct Core {
@@ -73,11 +69,14 @@ pub struct Core {
     rf: usize,
     misfire_threshold: TimeDelta,
     misfire_record_max: usize,
-    /// Late slots waiting for the catch-up rate limiter, each job's run
-    /// ending with the entry that starts its timer.
-    catchup: VecDeque<CatchUp>,
-    /// The last token handed to a `CatchUp::Resume`.
-    last_resume_token: u64,
+    /// The order catch-up runs go out under the rate limiter: (job, token).
+    /// An entry whose run was handed over with the job's live slot is
+    /// passed over.
+    catchup: VecDeque<(Uuid, u64)>,
+    /// Each job's runs not yet handed over, oldest first.
+    runs: HashMap<Uuid, VecDeque<CatchUpRun>>,
+    /// The last token handed to a run.
+    last_run_token: u64,
     /// Misfire decisions not yet handed to the dispatcher.
     records: Vec<Decided>,
     members: Vec<String>,
@@ -107,7 +106,8 @@ impl Core {
             misfire_threshold,
             misfire_record_max,
             catchup: VecDeque::new(),
-            last_resume_token: 0,
+            runs: HashMap::new(),
+            last_run_token: 0,
             records: Vec::new(),
             members,
             jobs: HashMap::new(),
@@ -147,52 +147,39 @@ impl Core {
         !self.catchup.is_empty()
     }
 
-    /// Up to `budget` caught-up slots, oldest first, and then the rest of the
-    /// last job's run: a job's run is published as one ordered bundle, so it
-    /// is never split. A run's end starts its job's timer. Empty when
-    /// `budget` is 0.
+    /// Whole catch-up runs, oldest first, until `budget` slots are taken
+    /// (the last run may go past it: a job's run is published as one
+    /// ordered bundle, so it is never split). Empty when `budget` is 0.
     pub fn take_catchup(&mut self, budget: usize) -> Vec<Slot> {
         let mut slots = Vec::new();
-        if budget == 0 {
-            return slots;
-        }
-        let (mut taken, mut last_job) = (0, None);
-        while let Some(entry) = self.catchup.front() {
-            if taken >= budget && last_job != Some(entry.job()) {
-                break;
-            }
-            let Some(entry) = self.catchup.pop_front() else { break };
-            last_job = Some(entry.job());
-            match entry {
-                CatchUp::Fire(slot) => {
-                    taken += 1;
-                    let keys = self
-                        .jobs
-                        .get(&slot.job_id)
-                        .and_then(|k| k.owned.as_ref())
-                        .map(|o| &o.calendars[..])
-                        .unwrap_or(&[]);
-                    match Self::excluded_by(&self.calendars, keys, slot.scheduled_at) {
-                        Some(name) => self.records.push(Decided {
-                            slot,
-                            status: Status::Skipped,
-                            reason: common::ledger::reason::calendar(&name),
-                        }),
-                        None => slots.push(slot),
-                    }
-                }
-                CatchUp::Resume { job, token } => {
-                    if let Some(owned) = self.jobs.get_mut(&job).and_then(|k| k.owned.as_mut())
-                        && let Some((expected, from)) = owned.resume
-                        && expected == token
-                    {
-                        owned.resume = None;
-                        owned.arm(&mut self.heap, job, from);
-                    }
-                }
-            }
+        while slots.len() < budget {
+            let Some((job, token)) = self.catchup.pop_front() else { break };
+            self.hand_over_runs(job, Some(token), &mut slots);
         }
         slots
+    }
+
+    /// Moves `job`'s queued runs up to `until` (all of them with `None`)
+    /// into `out`, in order; a slot a calendar excludes is recorded instead.
+    fn hand_over_runs(&mut self, job: Uuid, until: Option<u64>, out: &mut Vec<Slot>) {
+        let Some(queued) = self.runs.get_mut(&job) else { return };
+        while queued.front().is_some_and(|run| until.is_none_or(|u| run.token <= u)) {
+            let Some(run) = queued.pop_front() else { break };
+            let keys = self.jobs.get(&job).and_then(|k| k.owned.as_ref()).map(|o| &o.calendars[..]).unwrap_or(&[]);
+            for slot in run.slots {
+                match Self::excluded_by(&self.calendars, keys, slot.scheduled_at) {
+                    Some(name) => self.records.push(Decided {
+                        slot,
+                        status: Status::Skipped,
+                        reason: common::ledger::reason::calendar(&name),
+                    }),
+                    None => out.push(slot),
+                }
+            }
+        }
+        if queued.is_empty() {
+            self.runs.remove(&job);
+        }
     }
 
     fn is_owner(&self, job: Uuid) -> bool {
@@ -221,14 +208,15 @@ impl Core {
             return;
         }
         let unchanged = current.is_some_and(|k| k.version == row.version && k.owned.is_some());
-        let queued_before = self.catchup.len();
+        // Late slots to catch up, in order.
+        let mut late = Vec::new();
         // Runs the ledger holds plus the earlier versions' slots caught up now.
         let mut runs = row.runs;
         if let Some(history) = &row.history
             && !unchanged
             && self.is_owner(row.id)
         {
-            runs += self.catch_up_past_versions(&row, history, now);
+            runs += self.catch_up_past_versions(&row, history, now, &mut late);
         }
         let Some(spec) = row.spec else {
             // Paused: known (so that a membership change can hand it over
@@ -270,7 +258,6 @@ impl Core {
             next_slot: DateTime::<Utc>::MIN_UTC,
             jitter_ms: spec.jitter_ms,
             calendars: spec.calendars.iter().map(|name| calendar::store::key(&row.namespace, name)).collect(),
-            resume: None,
         };
         if let Some(history) = row.history {
             let since =
@@ -292,7 +279,7 @@ impl Core {
                 let slot =
                     |at| Slot { job_id: row.id, scheduled_at: at, job_version: row.version, trigger: Trigger::Misfire };
                 owned.runs += d.fire.len() as u64;
-                self.catchup.extend(d.fire.into_iter().map(|at| CatchUp::Fire(slot(at))));
+                late.extend(d.fire.into_iter().map(slot));
                 self.records.extend(d.record.into_iter().map(|(at, status, reason)| Decided {
                     slot: slot(at),
                     status,
@@ -312,15 +299,15 @@ impl Core {
         // The slots after `from` are counted as `take_due` takes them.
         let counted_again = row.runs_since_change.iter().filter(|t| **t > from).count() as u64;
         owned.runs = owned.runs.saturating_sub(counted_again);
-        if self.catchup.len() > queued_before {
-            // Late slots of this job wait for the rate limiter: its timer
-            // starts behind them (see `CatchUp`).
-            self.last_resume_token += 1;
-            owned.resume = Some((self.last_resume_token, from));
-            self.catchup.push_back(CatchUp::Resume { job: row.id, token: self.last_resume_token });
-        } else {
-            owned.arm(&mut self.heap, row.id, from);
+        if !late.is_empty() {
+            // They wait for the rate limiter, or go out ahead of the job's
+            // next live slot, whichever comes first (see `CatchUpRun`).
+            self.last_run_token += 1;
+            let token = self.last_run_token;
+            self.runs.entry(row.id).or_default().push_back(CatchUpRun { token, slots: late });
+            self.catchup.push_back((row.id, token));
         }
+        owned.arm(&mut self.heap, row.id, from);
         self.owned_count += 1;
         self.jobs.insert(row.id, Known { version: row.version, owned: Some(Box::new(owned)) });
     }
@@ -334,7 +321,13 @@ impl Core {
     /// counts towards the `max_runs` of the version it fires under (the
     /// ledger's runs come first: these slots are later than all of them).
     /// Returns how many slots it fired.
-    fn catch_up_past_versions(&mut self, row: &JobRow, history: &feed::History, now: DateTime<Utc>) -> u64 {
+    fn catch_up_past_versions(
+        &mut self,
+        row: &JobRow,
+        history: &feed::History,
+        now: DateTime<Utc>,
+        late: &mut Vec<Slot>,
+    ) -> u64 {
         let covered = history.looked_back_to.max(history.last_slot.unwrap_or(DateTime::<Utc>::MIN_UTC));
         let misfired_before = now - self.misfire_threshold;
         let mut runs = row.runs;
@@ -358,7 +351,7 @@ impl Core {
                 );
                 d.fire.truncate(runs_left(max_runs, runs));
                 runs += d.fire.len() as u64;
-                self.catchup.extend(d.fire.into_iter().map(|at| CatchUp::Fire(slot(at, Trigger::Misfire))));
+                late.extend(d.fire.into_iter().map(|at| slot(at, Trigger::Misfire)));
                 self.records.extend(d.record.into_iter().map(|(at, status, reason)| Decided {
                     slot: slot(at, Trigger::Misfire),
                     status,
@@ -369,7 +362,7 @@ impl Core {
             while runs_left(max_runs, runs) > 0
                 && let Some(at) = schedule.next_after(cursor).filter(|at| *at <= until)
             {
-                self.catchup.push_back(CatchUp::Fire(slot(at, Trigger::Schedule)));
+                late.push(slot(at, Trigger::Schedule));
                 runs += 1;
                 cursor = at;
             }
@@ -407,6 +400,8 @@ impl Core {
         while slots.len() < max {
             let jobs = &self.jobs;
             let Some((id, _delivery)) = self.heap.pop_due(horizon, |job, g| is_live(jobs, job, g)) else { break };
+            // The job's queued catch-up runs go out first (see `CatchUpRun`).
+            self.hand_over_runs(id, None, &mut slots);
             let Some(known) = self.jobs.get_mut(&id) else { continue };
             let Some(owned) = known.owned.as_mut() else { continue };
             let at = owned.next_slot;
@@ -477,7 +472,8 @@ mod tests {
             misfire_threshold: TimeDelta::seconds(30),
             misfire_record_max: 100,
             catchup: VecDeque::new(),
-            last_resume_token: 0,
+            runs: HashMap::new(),
+            last_run_token: 0,
             records: Vec::new(),
             members: vec!["n0".into()],
             jobs: HashMap::new(),
@@ -556,7 +552,7 @@ mod tests {
         // 12:00:08 to 12:00:18 under version 1; version 2 takes 12:00:20 on,
         // once those are handed over.
         assert_eq!(queued_fires(&state).len(), 6);
-        assert_eq!(state.next_deadline(), None, "the timer waits behind the catch-up run");
+        assert_eq!(state.next_deadline(), Some(t("2026-01-01T12:00:20Z")));
         assert_eq!(state.take_catchup(100).len(), 6);
         assert_eq!(state.next_deadline(), Some(t("2026-01-01T12:00:20Z")));
     }
@@ -565,51 +561,85 @@ mod tests {
         state
             .catchup
             .iter()
-            .filter_map(|e| match e {
-                CatchUp::Fire(slot) => Some(slot.clone()),
-                CatchUp::Resume { .. } => None,
-            })
+            .filter_map(|(job, token)| state.runs.get(job)?.iter().find(|r| r.token == *token))
+            .flat_map(|r| r.slots.iter().cloned())
             .collect()
     }
 
-    /// A node that stops with a job's misfired slot still queued for the
-    /// catch-up rate limiter must not have fired (and recorded) that job's
-    /// later slots: the next owner starts after the job's last ledger slot,
-    /// and would never decide the queued one. So the job's timer starts
-    /// only when its run leaves the queue, and a run taken in part leaves
-    /// the timer off.
-    #[test]
-    fn a_jobs_later_slots_wait_until_its_misfired_slot_is_handed_over() {
-        let now = t("2026-01-01T12:10:00Z");
+    /// Jobs every two seconds whose owners were all down from 12:00:06 on,
+    /// reloaded at `now` with a misfire policy of `fire_once`: each has one
+    /// coalesced late fire to catch up.
+    fn misfired_jobs(n: u128, now: DateTime<Utc>) -> Core {
         let mut state = state();
-        let mut rows = Vec::new();
-        for n in 1..=3u128 {
+        for id in 1..=n {
             let mut row = reloaded(0);
-            row.id = Uuid::from_u128(n);
+            row.id = Uuid::from_u128(id);
             let mut spec = every_two_seconds(0);
             spec.schedule.max_runs = None;
             spec.misfire = common::job::MisfirePolicy::FireOnce;
             row.spec = Some(spec);
-            let history = row.history.as_mut().unwrap();
-            history.past.clear();
-            rows.push(row);
-        }
-        for row in rows {
+            row.history.as_mut().unwrap().past.clear();
             state.apply(row, now);
         }
-        // Each job: one coalesced late fire queued, its timer off.
+        state
+    }
+
+    /// The ledger stays a prefix in time for every job: a job's live slots
+    /// never go out before its queued catch-up run (a node that stopped with
+    /// the run queued would leave a gap the next owner never decides), and
+    /// they do not wait for other jobs' runs either: the rate limiter held
+    /// every job's timer behind every earlier run, so a restart after a long
+    /// outage fired nothing live for minutes.
+    #[test]
+    fn a_jobs_live_slots_go_out_right_after_its_own_run_and_not_after_the_others() {
+        let now = t("2026-01-01T12:10:00Z");
+        let mut state = misfired_jobs(3, now);
         assert_eq!(queued_fires(&state).len(), 3);
-        assert_eq!(state.next_deadline(), None);
-        assert!(state.take_due(now + TimeDelta::hours(1), 1000).is_empty());
-        let first = state.take_catchup(1);
-        assert_eq!(first.len(), 1);
-        // The first job's timer now runs (from the misfire threshold), the others' do not.
+        // No catch-up budget at all: the timer still hands every job over,
+        // each job's late fire first.
         let due = state.take_due(now, 1000);
-        assert!(!due.is_empty() && due.iter().all(|s| s.job_id == first[0].job_id), "{due:?}");
-        assert!(due.iter().all(|s| s.scheduled_at > first[0].scheduled_at));
-        assert_eq!(state.take_catchup(10).len(), 2);
-        let rest: std::collections::HashSet<Uuid> = state.take_due(now, 1000).iter().map(|s| s.job_id).collect();
-        assert_eq!(rest.len(), 2);
+        for id in 1..=3u128 {
+            let job: Vec<&Slot> = due.iter().filter(|s| s.job_id == Uuid::from_u128(id)).collect();
+            assert_eq!(job[0].trigger, Trigger::Misfire, "{job:?}");
+            assert!(job.len() > 1 && job[1..].iter().all(|s| s.trigger == Trigger::Schedule), "{job:?}");
+            assert!(job.windows(2).all(|w| w[0].scheduled_at < w[1].scheduled_at), "{job:?}");
+        }
+        // Their runs left the queue with them.
+        assert!(state.take_catchup(10).is_empty());
+        assert!(queued_fires(&state).is_empty());
+    }
+
+    proptest::proptest! {
+        /// Any interleaving of rate-limited catch-up and timer hand-overs:
+        /// every job's slots come out in time order, its late fire once,
+        /// and nothing is handed over twice.
+        #[test]
+        fn catch_up_and_timer_hand_over_every_jobs_slots_in_order(
+            jobs in 1u128..30,
+            steps in proptest::collection::vec((0usize..4, 0i64..1500), 1..40),
+        ) {
+            let now = t("2026-01-01T12:10:00Z");
+            let mut state = misfired_jobs(jobs, now);
+            let mut out: Vec<Slot> = Vec::new();
+            let mut clock = now;
+            for (budget, advance_ms) in steps {
+                out.extend(state.take_catchup(budget));
+                clock += TimeDelta::milliseconds(advance_ms);
+                out.extend(state.take_due(clock, 7));
+            }
+            out.extend(state.take_catchup(usize::MAX));
+            out.extend(state.take_due(clock, usize::MAX));
+            let mut seen = std::collections::HashSet::new();
+            for id in 1..=jobs {
+                let job: Vec<&Slot> = out.iter().filter(|s| s.job_id == Uuid::from_u128(id)).collect();
+                proptest::prop_assert!(job.windows(2).all(|w| w[0].scheduled_at < w[1].scheduled_at), "{:?}", job);
+                proptest::prop_assert_eq!(job.iter().filter(|s| s.trigger == Trigger::Misfire).count(), 1);
+                proptest::prop_assert_eq!(job[0].trigger, Trigger::Misfire);
+            }
+            for slot in &out {
+                proptest::prop_assert!(seen.insert((slot.job_id, slot.scheduled_at)), "twice: {:?}", slot);
+            }
+        }
     }
 
     /// A node gains a job 200 ms before a slot whose row an older version
