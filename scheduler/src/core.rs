@@ -218,6 +218,9 @@ impl Core {
         {
             runs += self.catch_up_past_versions(&row, history, now, &mut late);
         }
+        // Queued before any return below: a paused job's (or one whose
+        // schedule no longer compiles) earlier versions still fire.
+        self.queue_run(row.id, std::mem::take(&mut late));
         let Some(spec) = row.spec else {
             // Paused: known (so that a membership change can hand it over
             // and its history be read), never scheduled.
@@ -299,17 +302,23 @@ impl Core {
         // The slots after `from` are counted as `take_due` takes them.
         let counted_again = row.runs_since_change.iter().filter(|t| **t > from).count() as u64;
         owned.runs = owned.runs.saturating_sub(counted_again);
-        if !late.is_empty() {
-            // They wait for the rate limiter, or go out ahead of the job's
-            // next live slot, whichever comes first (see `CatchUpRun`).
-            self.last_run_token += 1;
-            let token = self.last_run_token;
-            self.runs.entry(row.id).or_default().push_back(CatchUpRun { token, slots: late });
-            self.catchup.push_back((row.id, token));
-        }
+        self.queue_run(row.id, late);
         owned.arm(&mut self.heap, row.id, from);
         self.owned_count += 1;
         self.jobs.insert(row.id, Known { version: row.version, owned: Some(Box::new(owned)) });
+    }
+
+    /// Queues a job's late slots: they wait for the rate limiter, or go out
+    /// ahead of the job's next live slot, whichever comes first (see
+    /// `CatchUpRun`).
+    fn queue_run(&mut self, job: Uuid, late: Vec<Slot>) {
+        if late.is_empty() {
+            return;
+        }
+        self.last_run_token += 1;
+        let token = self.last_run_token;
+        self.runs.entry(job).or_default().push_back(CatchUpRun { token, slots: late });
+        self.catchup.push_back((job, token));
     }
 
     /// The slots of the job's earlier live versions that nobody fired and no
