@@ -522,12 +522,31 @@ async fn a_node_cut_off_from_postgres_only_delays_no_slot_by_more_than_a_second(
     proxy.restore();
     let window_end = truncate_ms(Utc::now() + TimeDelta::seconds(3));
     let delivered = assert_ticks_delivered_once(&sink, &jobs, start, window_end).await;
-    let latest = delivered
-        .iter()
-        .map(|r| (r.received_at - r.scheduled_at.parse::<DateTime<Utc>>().unwrap(), &r.execution_id))
-        .max()
-        .unwrap();
-    assert!(latest.0 <= TimeDelta::seconds(1), "{} delivered {} ms late", latest.1, latest.0.num_milliseconds());
+    // Within a second, except one case: a claim the cut node sent just as
+    // the link was cut, committed by Postgres with its answer lost. That
+    // row is the cut node's, unpublished, and the outbox sweep of another
+    // node publishes it once it is `outbox_grace` (10 s) old, at the next
+    // sweep (every 10 s). Seen only under a loaded machine (the whole
+    // suite in parallel): 11.6 and 12.5 s.
+    let mut outbox_taken = 0;
+    for r in &delivered {
+        let scheduled_at: DateTime<Utc> = r.scheduled_at.parse().unwrap();
+        let late = r.received_at - scheduled_at;
+        if late <= TimeDelta::seconds(1) {
+            continue;
+        }
+        let job = r.execution_id.split('@').next().unwrap();
+        let row = stack.ledger(job, scheduled_at).await.expect("a delivered slot has a row");
+        assert!(
+            row["scheduler_node"].as_str().is_some_and(|n| n.contains("node-cut")) && late <= TimeDelta::seconds(22),
+            "{} delivered {} ms late, claimed by {}: only a claim of the cut node may wait for the outbox sweep",
+            r.execution_id,
+            late.num_milliseconds(),
+            row["scheduler_node"]
+        );
+        outbox_taken += 1;
+    }
+    println!("{outbox_taken} of {} slots waited for the outbox sweep", delivered.len());
     stack.stop().await;
 }
 
