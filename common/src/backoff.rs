@@ -5,18 +5,31 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-/// Doubles from its first delay up to [`Backoff::MAX`]: long enough to spare
-/// a struggling dependency, short enough to notice its return within seconds.
+/// Doubles from its first delay up to [`Backoff::MAX`].
+///
+/// The cap is what a dependency's return costs: a caller asleep in its
+/// backoff notices it up to `MAX` later. At 5 s, a broker or database
+/// restart kept every process waiting up to 5 s after it was back, on top
+/// of the backlog it left. One try per second per caller is still nothing
+/// for a dependency (a cluster has a handful of processes, and the workers'
+/// concurrent writes share batched statements).
 #[derive(Debug, Clone)]
 pub struct Backoff {
     next: Duration,
+    started: std::time::Instant,
 }
 
 impl Backoff {
-    pub const MAX: Duration = Duration::from_secs(5);
+    pub const MAX: Duration = Duration::from_secs(1);
 
     pub fn new(first: Duration) -> Self {
-        Self { next: first.min(Self::MAX) }
+        Self { next: first.min(Self::MAX), started: std::time::Instant::now() }
+    }
+
+    /// How long the operation has been tried: callers give up by this, not
+    /// by the delay, which stops growing at `MAX`.
+    pub fn trying_for(&self) -> Duration {
+        self.started.elapsed()
     }
 
     /// What the next wait sleeps.
@@ -52,7 +65,7 @@ mod tests {
             seen.push(b.delay().as_millis());
             b.wait().await;
         }
-        assert_eq!(seen, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+        assert_eq!(seen, [100, 200, 400, 800, 1000, 1000, 1000, 1000]);
         let token = CancellationToken::new();
         token.cancel();
         assert!(!b.wait_unless_cancelled(&token).await);

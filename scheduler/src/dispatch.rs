@@ -63,6 +63,10 @@ const UNRETAKEN_GRACE: Duration = Duration::from_secs(5);
 /// How far back `sweep_unretaken` looks (an index range on the slot).
 const UNRETAKEN_LOOKBACK: Duration = Duration::from_secs(3600);
 
+/// On stop, a claim or publish that keeps failing is given up after this
+/// long: the other owner (or this node's restart) covers those slots.
+const GIVE_UP_ON_STOP_AFTER: Duration = Duration::from_secs(3);
+
 /// What the core loop hands the dispatcher.
 #[derive(Debug)]
 pub enum Work {
@@ -212,7 +216,7 @@ impl Dispatcher {
                     tracing::warn!(error = %format!("{e:#}"), slots = slots.len(), "claiming slots failed; retrying");
                     metrics::counter!(common::metrics::CLAIM_RETRIES_TOTAL).increment(1);
                     // On shutdown the other owner (or our restart) covers these.
-                    if token.is_cancelled() && backoff.delay() > Duration::from_secs(2) {
+                    if token.is_cancelled() && backoff.trying_for() > GIVE_UP_ON_STOP_AFTER {
                         return;
                     }
                     backoff.wait().await;
@@ -266,7 +270,7 @@ impl Dispatcher {
                     tracing::warn!(error = %format!("{e:#}"), messages = batch.len(), "publishing failed; retrying");
                     metrics::counter!(common::metrics::PUBLISH_RETRIES_TOTAL).increment(1);
                     // Claimed rows stay pending: the outbox sweep of any node republishes them.
-                    if token.is_cancelled() && backoff.delay() > Duration::from_secs(2) {
+                    if token.is_cancelled() && backoff.trying_for() > GIVE_UP_ON_STOP_AFTER {
                         return;
                     }
                     backoff.wait().await;

@@ -59,12 +59,19 @@ pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> an
         last_beat.clone(),
         beats_stop.clone(),
     ));
-    let mut backoff = Backoff::new(Duration::from_millis(200));
+    let first_delay = Duration::from_millis(200);
+    let mut backoff = Backoff::new(first_delay);
     while !token.is_cancelled() {
+        let session_started = std::time::Instant::now();
         match consume(&config, &pg, deliverers.clone(), holding.clone(), last_beat.clone(), &token).await {
             Ok(()) => break,
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "worker lost RabbitMQ; reconnecting");
+                // A session that ran is a new outage: its retries start
+                // from the first delay, not where the last outage left off.
+                if session_started.elapsed() > Backoff::MAX {
+                    backoff = Backoff::new(first_delay);
+                }
                 if !backoff.wait_unless_cancelled(&token).await {
                     break;
                 }
