@@ -39,9 +39,10 @@ pub struct StackArgs {
     /// Worker processes.
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
-    /// Pass the three settings below to the processes; `--tuned false` runs
-    /// the binaries' own defaults for them (prefetch, in-flight, lookahead).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    /// `true`: pass the three settings below to the processes. By default
+    /// the stack runs the binaries' own defaults (prefetch, in-flight,
+    /// lookahead): a benchmark measures what a user installs.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     pub tuned: bool,
     /// Messages a worker may hold: pre-armed messages wait in it until due,
     /// so it must hold everything due within the lookahead (65,535 is the
