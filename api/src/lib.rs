@@ -57,6 +57,8 @@ pub struct AppState {
     /// What a job definition may be: the minimum interval and the internal
     /// ranges callback URLs may name (`MIN_INTERVAL_MS`, `CALLBACK_ALLOW_CIDRS`).
     pub limits: Arc<common::job::Limits>,
+    /// Wakes the schedulers after a create committed (see `common::job_changes`).
+    pub job_changes: common::job_changes::Announcer,
 }
 
 impl AppState {

@@ -89,8 +89,10 @@ async fn run() -> anyhow::Result<()> {
                     "API_TOKENS is empty: AUTHENTICATION IS OFF and anyone who can reach this port can create jobs that call any URL. Set API_TOKENS in production."
                 );
             }
+            let pg = common::db::pool(&args.service.database_url, args.service.database_pool_size)?;
             let state = api::AppState {
-                pg: common::db::pool(&args.service.database_url, args.service.database_pool_size)?,
+                job_changes: common::job_changes::Announcer::start(pg.clone()),
+                pg,
                 redis: common::redis::pools(&args.service.redis_urls)?,
                 keys: common::redis::Keys::new(&args.service.cluster_name),
                 cluster: args.service.cluster_name.clone(),

@@ -12,6 +12,7 @@ pub mod config;
 pub mod db;
 pub mod execution;
 pub mod job;
+pub mod job_changes;
 pub mod labels;
 pub mod ledger;
 pub mod message;

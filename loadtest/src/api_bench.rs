@@ -1,6 +1,7 @@
 //! The REST API under client load on loopback: a release `cronshard-api` on
-//! a fresh database; C concurrent clients create N jobs (creates/s), then
-//! read M of them at random (GET latency percentiles).
+//! a fresh database; C concurrent clients create N jobs (creates/s), one by
+//! one or through the batch endpoint, then read M of them at random (GET
+//! latency percentiles).
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -19,6 +20,10 @@ pub struct ApiArgs {
     /// Concurrent clients.
     #[arg(long, default_value_t = 32)]
     concurrency: usize,
+    /// Jobs per `POST /v1/jobs/batch` request; 0 creates them one by one
+    /// through `POST /v1/jobs`.
+    #[arg(long, default_value_t = 0)]
+    batch: usize,
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
     admin_database_url: String,
     /// The API binary (use a release build).
@@ -91,18 +96,35 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
     let ids = Arc::new(std::sync::Mutex::new(Vec::with_capacity(args.creates)));
     let (h, b, sink) = (http.clone(), base.clone(), ids.clone());
     let started = Instant::now();
-    let create_latencies = drive(args.creates, args.concurrency, move |i| {
+    let job = |i: usize| {
+        json!({
+            "name": format!("bench-{i}"),
+            "schedule": { "kind": "cron", "expr": "*/5 * * * *", "timezone": "Europe/Berlin" },
+            "target": { "kind": "http", "url": "https://example.invalid/hook", "timeout_ms": 5000 },
+        })
+    };
+    let (batch, creates) = (args.batch, args.creates);
+    let requests = if batch == 0 { creates } else { creates.div_ceil(batch) };
+    let create_latencies = drive(requests, args.concurrency, move |i| {
         let (http, base, sink) = (h.clone(), b.clone(), sink.clone());
         async move {
-            let body = json!({
-                "name": format!("bench-{i}"),
-                "schedule": { "kind": "cron", "expr": "*/5 * * * *", "timezone": "Europe/Berlin" },
-                "target": { "kind": "http", "url": "https://example.invalid/hook", "timeout_ms": 5000 },
-            });
-            let r = http.post(format!("{base}/v1/jobs")).json(&body).send().await?;
-            anyhow::ensure!(r.status() == 201, "create answered {}", r.status());
-            let job: serde_json::Value = r.json().await?;
-            sink.lock().expect("ids").push(job["id"].as_str().unwrap_or_default().to_owned());
+            if batch == 0 {
+                let r = http.post(format!("{base}/v1/jobs")).json(&job(i)).send().await?;
+                anyhow::ensure!(r.status() == 201, "create answered {}", r.status());
+                let created: serde_json::Value = r.json().await?;
+                sink.lock().expect("ids").push(created["id"].as_str().unwrap_or_default().to_owned());
+                return Ok(());
+            }
+            let jobs: Vec<_> = (i * batch..((i + 1) * batch).min(creates)).map(job).collect();
+            let wanted = jobs.len();
+            let r = http.post(format!("{base}/v1/jobs/batch")).json(&json!({ "jobs": jobs })).send().await?;
+            anyhow::ensure!(r.status() == 200, "batch create answered {}", r.status());
+            let answer: serde_json::Value = r.json().await?;
+            let items = answer["items"].as_array().map(Vec::as_slice).unwrap_or_default();
+            let ids: Vec<String> =
+                items.iter().filter_map(|item| item["job"]["id"].as_str().map(str::to_owned)).collect();
+            anyhow::ensure!(ids.len() == wanted, "batch created {} of {wanted}", ids.len());
+            sink.lock().expect("ids").extend(ids);
             Ok(())
         }
     })
@@ -132,6 +154,7 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         serde_json::to_string_pretty(&json!({
             "concurrency": args.concurrency,
             "creates": args.creates,
+            "batch": args.batch,
             "creates_per_second": (args.creates as f64 / create_secs).round(),
             "create_p50_ms": percentile(&create_latencies, 0.5),
             "create_p99_ms": percentile(&create_latencies, 0.99),

@@ -643,6 +643,58 @@ async fn read_ledger(
     Ok(rows)
 }
 
+/// Prints, for a few due slots that have no ledger row at all, their job's
+/// rows around them: what the nodes decided just before and after shows how
+/// the slot fell through.
+async fn explain_rowless(
+    db_url: &str,
+    jobs: &[crate::stack::CreatedJob],
+    ledger: &HashMap<String, LedgerRow>,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> anyhow::Result<()> {
+    let mut rowless: Vec<(uuid::Uuid, DateTime<Utc>)> = Vec::new();
+    let mut count = 0usize;
+    for job in jobs {
+        for due in job.slots(from, to) {
+            if !ledger.contains_key(common::execution::execution_id(job.id, due).as_str()) {
+                count += 1;
+                if rowless.len() < 3 {
+                    rowless.push((job.id, due));
+                }
+            }
+        }
+    }
+    if count == 0 {
+        return Ok(());
+    }
+    eprintln!("chaos: {count} due slots have no ledger row; around the first ones:");
+    let client = common::db::connect(db_url).await?;
+    for (job, due) in rowless {
+        eprintln!("chaos:   job {job}, slot {due} has no row; its rows within 40 s:");
+        let rows = client
+            .query(
+                "SELECT scheduled_at, status, trigger, scheduler_node, fired_at, reason, job_version
+                 FROM scheduled_jobs WHERE job_id = $1 AND scheduled_at BETWEEN $2 AND $3 ORDER BY scheduled_at",
+                &[&job, &(due - TimeDelta::seconds(40)), &(due + TimeDelta::seconds(40))],
+            )
+            .await?;
+        for r in rows {
+            eprintln!(
+                "chaos:     {} {} {} {} fired {:?} v{} {:?}",
+                r.get::<_, DateTime<Utc>>(0),
+                r.get::<_, String>(1),
+                r.get::<_, String>(2),
+                r.get::<_, String>(3),
+                r.get::<_, Option<DateTime<Utc>>>(4),
+                r.get::<_, i64>(6),
+                r.get::<_, Option<String>>(5),
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Waits until no slot of `[from, to)` is `pending`, `running` or
 /// `retrying`, or `max` has passed; returns how many still are.
 async fn drain(db_url: &str, from: DateTime<Utc>, to: DateTime<Utc>, max: Duration) -> anyhow::Result<i64> {
@@ -774,6 +826,7 @@ async fn scenario(args: &ChaosArgs, plan: &Plan, services: &mut Services) -> any
     let drained_secs = drain_started.elapsed().as_secs();
     eprintln!("chaos: drained in {drained_secs} s ({left} not final)");
     let ledger = read_ledger(&db_url, measure_from, measure_to).await?;
+    explain_rowless(&db_url, &jobs, &ledger, measure_from, measure_to).await?;
     let got: Vec<Vec<(crate::receiver::Delivery, u16)>> =
         run.receivers.iter().map(Receiver::snapshot_with_status).collect();
     let cluster = run.stack.get_json("/v1/cluster").await.ok();

@@ -263,8 +263,11 @@ impl Core {
             calendars: spec.calendars.iter().map(|name| calendar::store::key(&row.namespace, name)).collect(),
         };
         if let Some(history) = row.history {
-            let since =
-                changed_at.max(history.looked_back_to).max(history.last_slot.unwrap_or(DateTime::<Utc>::MIN_UTC));
+            // Decided up to the last ledger slot, but from a slot before it
+            // that has no row: the ledger is not a prefix there (an owner
+            // stopped holding it in memory), and nobody else will decide it.
+            let decided_to = history.decided_to();
+            let since = changed_at.max(history.looked_back_to).max(decided_to.unwrap_or(DateTime::<Utc>::MIN_UTC));
             if since < from {
                 let mut d = misfire::decide(
                     &owned.schedule,
@@ -294,7 +297,7 @@ impl Core {
             // from the first one an older version holds or a change cancelled:
             // the timer takes those again (a claim of a settled slot is a
             // harmless conflict).
-            if let Some(last) = history.last_slot {
+            if let Some(last) = decided_to {
                 let settled_to = history.unsettled_from.map_or(last, |u| last.min(u - TimeDelta::microseconds(1)));
                 from = from.max(settled_to);
             }
@@ -518,6 +521,7 @@ mod tests {
             runs_since_change: Vec::new(),
             history: Some(History {
                 last_slot: Some(t("2026-01-01T12:00:06Z")),
+                first_gap: None,
                 unsettled_from: None,
                 looked_back_to: t("2026-01-01T11:00:00Z"),
                 past: vec![PastVersion {
@@ -674,6 +678,54 @@ mod tests {
         let mut state = self::state();
         state.apply(row, now);
         assert_eq!(state.next_deadline(), Some(t("2026-01-01T12:00:32Z")));
+    }
+
+    /// A job whose ledger has a slot without a row before its last one (an
+    /// owner stopped holding it in memory while the other owner claimed a
+    /// later slot) is decided again from that slot: fired when it is less
+    /// late than the misfire threshold, by the misfire policy when older.
+    /// Started after the last slot, as before, that slot was lost for good.
+    #[test]
+    fn a_slot_without_a_row_before_the_last_one_is_decided_again() {
+        let now = t("2026-01-01T12:00:41.500Z");
+        let row = |gap: &str| {
+            let mut row = reloaded(0);
+            let mut spec = every_two_seconds(4);
+            spec.schedule.max_runs = None;
+            row.spec = Some(spec);
+            row.updated_at = row.created_at;
+            let history = row.history.as_mut().unwrap();
+            history.past.clear();
+            history.last_slot = Some(t("2026-01-01T12:00:40Z"));
+            history.first_gap = Some(t(gap));
+            row
+        };
+
+        // Within the threshold: the timer starts at the gap; the slots after
+        // it that have rows are handed over again and conflict in the claim.
+        let mut state = state();
+        state.apply(row("2026-01-01T12:00:36Z"), now);
+        assert!(state.take_records().is_empty());
+        let due: Vec<_> = state.take_due(now, 100).into_iter().map(|s| s.scheduled_at).collect();
+        assert_eq!(due, [t("2026-01-01T12:00:36Z"), t("2026-01-01T12:00:38Z"), t("2026-01-01T12:00:40Z")]);
+
+        // Older than the threshold (12:00:11.5): the policy decides it
+        // (`fire_once` records the older slots and fires the latest one,
+        // which has a row and so only conflicts); the timer starts at the
+        // threshold.
+        let mut state = self::state();
+        state.apply(row("2026-01-01T12:00:04Z"), now);
+        let recorded: Vec<_> = state.take_records().into_iter().map(|d| d.slot.scheduled_at).collect();
+        assert_eq!(recorded.first(), Some(&t("2026-01-01T12:00:04Z")));
+        assert_eq!(recorded.last(), Some(&t("2026-01-01T12:00:08Z")));
+        let due: Vec<_> = state.take_due(now, 100).into_iter().map(|s| s.scheduled_at).collect();
+        assert_eq!(due.first(), Some(&t("2026-01-01T12:00:10Z")), "the late fire, then the timer's slots: {due:?}");
+        assert_eq!(due.get(1), Some(&t("2026-01-01T12:00:12Z")));
+
+        // A gap at or after the last slot is no gap.
+        let mut state = self::state();
+        state.apply(row("2026-01-01T12:00:40Z"), now);
+        assert_eq!(state.next_deadline(), Some(t("2026-01-01T12:00:42Z")));
     }
 
     // ---------------------------------------------------------- properties

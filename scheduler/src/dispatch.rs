@@ -150,6 +150,7 @@ impl Dispatcher {
                     }
                     Some(Work::Record(rows)) => timed("record", self.record(rows)).await,
                     None => {
+                        self.settle_lost_on_stop().await;
                         self.stamp(true).await;
                         break;
                     }
@@ -176,13 +177,25 @@ impl Dispatcher {
         }
     }
 
-    /// Locks, claims and publishes one batch, retrying until it is done.
+    /// Locks, claims and publishes one batch, retrying until it is done, a
+    /// chunk at a time: each chunk is claimed right after its locks are
+    /// taken. Locking a whole batch first held the locks of its last chunks
+    /// for seconds before their claims when the dispatcher was behind; the
+    /// other owner, which lost those races, re-checks a slot only at its
+    /// due instant, and a winner stopped in between left the slot to that
+    /// re-check alone.
     pub async fn fire(&mut self, slots: Vec<Slot>, token: &CancellationToken) {
+        for chunk in slots.chunks(CLAIM_CHUNK) {
+            self.fire_chunk(chunk, token).await;
+        }
+    }
+
+    async fn fire_chunk(&mut self, slots: &[Slot], token: &CancellationToken) {
         if slots.is_empty() {
             return;
         }
-        let won = timed("lock", self.lock(&slots)).await;
-        let (mine, lost): (Vec<_>, Vec<_>) = slots.into_iter().zip(won).partition(|(_, won)| *won);
+        let won = timed("lock", self.lock(slots)).await;
+        let (mine, lost): (Vec<_>, Vec<_>) = slots.iter().cloned().zip(won).partition(|(_, won)| *won);
         metrics::counter!(common::metrics::LOCK_WINS_TOTAL).increment(mine.len() as u64);
         metrics::counter!(common::metrics::LOCK_LOSSES_TOTAL).increment(lost.len() as u64);
         // A lost slot is checked at its due instant, or `verify_after` after
@@ -199,9 +212,7 @@ impl Dispatcher {
             self.verify.push_back((verify_at(&slot), slot));
         }
         let mine: Vec<Slot> = mine.into_iter().map(|(s, _)| s).collect();
-        for chunk in mine.chunks(CLAIM_CHUNK) {
-            self.claim_and_publish(chunk, token).await;
-        }
+        self.claim_and_publish(&mine, token).await;
     }
 
     async fn claim_and_publish(&mut self, slots: &[Slot], token: &CancellationToken) {
@@ -399,6 +410,28 @@ impl Dispatcher {
                 self.verify.extend(due.into_iter().map(|s| (retry_at, s)));
             }
         }
+    }
+
+    /// On stop, asks at once about every slot still waiting for a re-check:
+    /// nobody else remembers them. A slot whose lock the other owner won
+    /// and has not claimed yet (its dispatcher far behind, or stopping too)
+    /// is claimed here; the claim is idempotent, so a winner that claims
+    /// meanwhile only conflicts. Left to wait, such a slot was lost when
+    /// both owners stopped while a later slot of its job was already in the
+    /// ledger (the next owners start after the job's last ledger slot).
+    async fn settle_lost_on_stop(&mut self) {
+        if self.verify.is_empty() {
+            return;
+        }
+        let waiting = self.verify.len();
+        let now = common::clock::now();
+        for (at, _) in self.verify.iter_mut() {
+            *at = (*at).min(now);
+        }
+        self.verify_lost().await;
+        // What still waits (held by an older version's row, or the check
+        // failed) is left to the other nodes' sweeps.
+        tracing::info!(checked = waiting, left = self.verify.len(), "re-checked lost slots before stopping");
     }
 
     /// Asks again about slots held by a row of an older version, shortly

@@ -7,7 +7,7 @@
 //! below that xmin had finished before the previous read and was seen by it,
 //! so no change is skipped even when transactions commit out of order (an
 //! `updated_at > watermark` poll can skip one). A row may be read twice;
-//! consumers compare versions. LISTEN `cronshard_jobs` wakes the poll at once,
+//! consumers compare versions. LISTEN (`common::job_changes`) wakes the poll at once,
 //! the periodic poll covers lost notifications and LISTEN reconnects.
 
 use std::time::Duration;
@@ -55,12 +55,28 @@ pub struct History {
     /// or a change cancelled for the version now in force: this version
     /// decides it, so the timer starts there.
     pub unsettled_from: Option<DateTime<Utc>>,
+    /// The earliest slot before `last_slot`, within `GAP_WINDOW` of it and
+    /// of this version, that has no ledger row: a slot some owner held only
+    /// in memory (queued, lost to a lock race, waiting for its claim) when it
+    /// stopped, while a later slot of the job was already in the ledger.
+    pub first_gap: Option<DateTime<Utc>>,
     /// Slots before this were not looked at.
     pub looked_back_to: DateTime<Utc>,
     /// The job's earlier live versions in force within the lookback, oldest
     /// first: their slots that nobody fired (the job had no live owner
     /// while they were in force) are caught up under them.
     pub past: Vec<PastVersion>,
+}
+
+impl History {
+    /// The instant up to which the ledger holds every slot of the job: its
+    /// last slot, or just before its first slot without a row.
+    pub fn decided_to(&self) -> Option<DateTime<Utc>> {
+        match (self.last_slot, self.first_gap) {
+            (Some(last), Some(gap)) if gap < last => Some(gap - chrono::TimeDelta::microseconds(1)),
+            (last, _) => last,
+        }
+    }
 }
 
 /// A live version that is no longer the job's current one.
@@ -110,10 +126,28 @@ async fn fill_history(
     }
     // Pruned to the partitions inside the lookback.
     let spans = common::ledger::read::spans(client, &ids, since).await?;
+    // The slots just before each job's last one, to find any left without a
+    // row (see `History::first_gap`).
+    let mut expected = Vec::new();
+    for row in rows.iter().filter(|r| !r.deleted) {
+        let (Some(spec), Some(last)) = (&row.spec, spans.get(&row.id).and_then(|s| s.last_slot)) else { continue };
+        let Ok(schedule) = spec.compile(row.created_at) else { continue };
+        let changed_at = row.created_at.max(row.updated_at);
+        let mut cursor = (last - GAP_WINDOW).max(since).max(changed_at) - chrono::TimeDelta::microseconds(1);
+        while let Some(slot) = schedule.next_after(cursor) {
+            if slot >= last {
+                break;
+            }
+            expected.push((row.id, slot));
+            cursor = slot;
+        }
+    }
+    let gaps = common::ledger::read::first_rowless(client, &expected).await?;
     for row in rows.iter_mut().filter(|r| !r.deleted) {
         let span = spans.get(&row.id).copied().unwrap_or_default();
         row.history = Some(History {
             last_slot: span.last_slot,
+            first_gap: gaps.get(&row.id).copied(),
             unsettled_from: span.unsettled_from,
             looked_back_to: since,
             past: past.remove(&row.id).unwrap_or_default(),
@@ -121,6 +155,14 @@ async fn fill_history(
     }
     Ok(())
 }
+
+/// How far before a job's last ledger slot a load looks for slots left
+/// without a row. What a stopped owner can have held in memory is bounded
+/// by its backlog: its dispatcher's queue and its catch-up queue, which
+/// after a total outage held slots up to about 80 s late on the 2-core
+/// benchmark machine. The check costs one key lookup per slot in the
+/// window (the fire rate times the window, for a whole cluster's load).
+const GAP_WINDOW: chrono::TimeDelta = chrono::TimeDelta::seconds(120);
 
 const SELECT: &str =
     "SELECT id, version, created_at, spec, paused, deleted_at IS NOT NULL, updated_at, namespace FROM jobs";
@@ -282,7 +324,8 @@ async fn listen(database_url: String, wake: mpsc::Sender<()>, token: Cancellatio
             let (client, mut connection) =
                 tokio_postgres::connect(&database_url, NoTls).await.context("LISTEN connect")?;
             let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-            let listen = client.batch_execute("LISTEN cronshard_jobs");
+            let statement = format!("LISTEN {}", common::job_changes::CHANNEL);
+            let listen = client.batch_execute(&statement);
             let mut listen = std::pin::pin!(listen);
             // The connection must be polled for LISTEN itself to complete.
             loop {

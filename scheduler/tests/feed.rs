@@ -51,3 +51,65 @@ async fn a_transaction_committing_after_a_later_one_is_not_skipped() {
     let deleted = rows.iter().find(|r| r.id == b).expect("the delete is fed");
     assert!(deleted.spec.is_none());
 }
+
+/// A slot with no ledger row before the job's last one (an owner stopped
+/// while it held the slot in memory, and the other owner claimed a later
+/// slot) is reported to the node that loads the job, so it is decided again;
+/// without it the node started after the last slot and the slot was lost.
+#[tokio::test]
+async fn a_load_reports_the_first_slot_without_a_row_before_the_last_one() {
+    use chrono::{TimeDelta, Timelike, Utc};
+    use common::ledger::claim::{Decided, Slot};
+
+    let db = TestDb::new().await.unwrap();
+    let pool = common::db::pool(&db.url, 4).unwrap();
+    let client = pool.get().await.unwrap();
+    let id = Uuid::now_v7();
+    let now = Utc::now();
+    // Slots ahead of now: a claim may be ahead of the due instant too.
+    let anchor = now.with_nanosecond(0).unwrap() + TimeDelta::seconds(10);
+    let spec = json!({
+        "name": "gappy",
+        "schedule": { "kind": "interval", "every_ms": 2000, "start_at": anchor },
+        "target": { "kind": "http", "url": "http://127.0.0.1:9/", "method": "POST", "timeout_ms": 1000, "headers": {} },
+        "misfire": "fire_once", "misfire_cap": 1, "paused": false
+    });
+    client.execute("INSERT INTO jobs (id, name, spec) VALUES ($1, 'gappy', $2)", &[&id, &spec]).await.unwrap();
+    let version: i64 = client.query_one("SELECT version FROM jobs WHERE id = $1", &[&id]).await.unwrap().get(0);
+    let slot = |secs: i64| anchor + TimeDelta::seconds(secs);
+    let record = |secs: &[i64]| -> Vec<Decided> {
+        secs.iter()
+            .map(|s| Decided {
+                slot: Slot {
+                    job_id: id,
+                    scheduled_at: slot(*s),
+                    job_version: version,
+                    trigger: common::ledger::Trigger::Schedule,
+                },
+                status: common::ledger::Status::Skipped,
+                reason: "test".into(),
+            })
+            .collect()
+    };
+    let history = |pool: deadpool_postgres::Pool| async move {
+        let rows = scheduler::feed::fetch(&pool, &[id], std::time::Duration::from_secs(3600)).await.unwrap();
+        rows[0].history.clone().expect("a loaded job has its history")
+    };
+
+    // Every slot up to 50 s has a row: nothing to report.
+    let every: Vec<i64> = (0..=25).map(|k| k * 2).collect();
+    record_decided_at(&client, &record(&every)).await;
+    let h = history(pool.clone()).await;
+    assert_eq!((h.last_slot, h.first_gap), (Some(slot(50)), None));
+    assert_eq!(h.decided_to(), Some(slot(50)));
+
+    // A row at 54 s with none at 52 s: the load starts before 52 s.
+    record_decided_at(&client, &record(&[54])).await;
+    let h = history(pool.clone()).await;
+    assert_eq!((h.last_slot, h.first_gap), (Some(slot(54)), Some(slot(52))));
+    assert!(h.decided_to().is_some_and(|d| d < slot(52) && d > slot(50)));
+}
+
+async fn record_decided_at(client: &deadpool_postgres::Object, rows: &[common::ledger::claim::Decided]) {
+    assert_eq!(common::ledger::claim::record_decided(client, "test", rows).await.unwrap(), rows.len() as u64);
+}

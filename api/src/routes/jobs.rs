@@ -215,6 +215,7 @@ pub async fn create(
     fires_ever(&spec)?;
     let id = Uuid::now_v7();
     let tx = client.transaction().await?;
+    tx.batch_execute(common::job_changes::DEFER_TO_AFTER_COMMIT).await?;
     let peak = quota::peak_fires_per_second(&spec, Utc::now());
     let counted = if spec.paused { 0.0 } else { peak };
     quota::check(&tx, &namespace, quota::Demand { new_jobs: 1, peak: counted, peak_before: 0.0 }).await?;
@@ -240,6 +241,7 @@ pub async fn create(
         return Ok(created(first.status, first.body, true));
     }
     tx.commit().await?;
+    state.job_changes.changed();
     tracing::info!(job.id = %id, job.name = %spec.name, job.namespace = %namespace, "job created");
     if key.is_some() {
         idempotency::purge_expired(&client).await;

@@ -68,8 +68,10 @@ impl TestApp {
         let db = TestDb::new().await.expect("creating the test database");
         let cluster = unique_cluster(label);
         let redis = common::redis::pools(&[redis_url()]).expect("Redis pool");
+        let pg = common::db::pool(opts.pg_url.as_deref().unwrap_or(&db.url), 4).expect("Postgres pool");
         let state = api::AppState {
-            pg: common::db::pool(opts.pg_url.as_deref().unwrap_or(&db.url), 4).expect("Postgres pool"),
+            job_changes: common::job_changes::Announcer::start(pg.clone()),
+            pg,
             redis: match &opts.redis_url {
                 Some(url) => common::redis::pools(std::slice::from_ref(url)).expect("Redis pool"),
                 None => redis.clone(),
@@ -156,6 +158,28 @@ impl TestApp {
 
     pub async fn sql(&self) -> tokio_postgres::Client {
         common::db::connect(&self.db.url).await.expect("connecting to the test database")
+    }
+
+    /// A connection LISTENing where the schedulers do (it listens while the
+    /// client is kept), and each notification's payload in the order
+    /// Postgres sends them.
+    pub async fn job_change_notifications(
+        &self,
+    ) -> (tokio_postgres::Client, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        let (client, mut connection) =
+            tokio_postgres::connect(&self.db.url, tokio_postgres::NoTls).await.expect("LISTEN connection");
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                if let tokio_postgres::AsyncMessage::Notification(n) = message
+                    && tx.send(n.payload().to_owned()).is_err()
+                {
+                    break;
+                }
+            }
+        });
+        client.batch_execute(&format!("LISTEN {}", common::job_changes::CHANNEL)).await.expect("LISTEN");
+        (client, rx)
     }
 
     /// Rows in `jobs`, tombstones included.

@@ -120,28 +120,33 @@ pub async fn record_decided(
     node_id: &str,
     rows: &[Decided],
 ) -> Result<u64, tokio_postgres::Error> {
+    // Both owners of a job record the same decisions at about the same
+    // time: in lock order, two such inserts wait for each other instead of
+    // deadlocking (each deadlock failed a whole batch of decisions).
+    let order = crate::db::lock_order(rows.iter().map(|r| (r.slot.job_id, r.slot.scheduled_at)));
+    let rows: Vec<&Decided> = order.into_iter().map(|i| &rows[i]).collect();
     let (job_ids, times, versions) = key_columns(rows.iter().map(|r| &r.slot));
     let fire_ids: Vec<Uuid> = rows.iter().map(|_| Uuid::now_v7()).collect();
     let exec_ids: Vec<String> = rows.iter().map(|r| execution_id(r.slot.job_id, r.slot.scheduled_at)).collect();
     let statuses: Vec<&str> = rows.iter().map(|r| r.status.as_str()).collect();
     let reasons: Vec<&str> = rows.iter().map(|r| r.reason.as_str()).collect();
     let triggers: Vec<&str> = rows.iter().map(|r| r.slot.trigger.as_str()).collect();
-    client
-        .execute(
-            concat!(
-                r#"INSERT INTO scheduled_jobs
+    let statement = client
+        .prepare_cached(concat!(
+            r#"INSERT INTO scheduled_jobs
                      (job_id, scheduled_at, fire_id, execution_id, trigger, status, reason, scheduler_node, finished_at, job_version)
                  SELECT s.job_id, s.scheduled_at, s.fire_id, s.execution_id, s.trigger, s.status, s.reason, $8, now(), s.job_version
                  FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[], $4::uuid[], $5::text[], $6::text[], $7::text[], $9::text[])
                       AS s(job_id, scheduled_at, job_version, fire_id, execution_id, status, reason, trigger)
                  WHERE "#,
-                claimable_by!("s.job_id", "s.job_version", "s.scheduled_at"),
-                r#"
+            claimable_by!("s.job_id", "s.job_version", "s.scheduled_at"),
+            r#"
                  ON CONFLICT (job_id, scheduled_at) DO NOTHING"#
-            ),
-            &[&job_ids, &times, &versions, &fire_ids, &exec_ids, &statuses, &reasons, &node_id, &triggers],
-        )
-        .await
+        ))
+        .await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] =
+        [&job_ids, &times, &versions, &fire_ids, &exec_ids, &statuses, &reasons, &node_id, &triggers];
+    crate::db::retry_deadlock(|| client.execute(&statement, &params)).await
 }
 
 /// Where a slot stands for a claimer, as [`check_slots`] reads it.

@@ -252,6 +252,29 @@ pub async fn spans(
         .collect())
 }
 
+/// Of the given `(job, slot)` pairs, the earliest slot of each job that has
+/// no ledger row at all.
+pub async fn first_rowless(
+    client: &impl deadpool_postgres::GenericClient,
+    slots: &[(Uuid, DateTime<Utc>)],
+) -> Result<HashMap<Uuid, DateTime<Utc>>, tokio_postgres::Error> {
+    if slots.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let (job_ids, times): (Vec<Uuid>, Vec<DateTime<Utc>>) = slots.iter().copied().unzip();
+    let rows = client
+        .query(
+            "SELECT b.job_id, min(b.scheduled_at)
+             FROM unnest($1::uuid[], $2::timestamptz[]) AS b(job_id, scheduled_at)
+             WHERE NOT EXISTS (SELECT 1 FROM scheduled_jobs l
+                               WHERE l.job_id = b.job_id AND l.scheduled_at = b.scheduled_at)
+             GROUP BY b.job_id",
+            &[&job_ids, &times],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
 /// A job's runs towards `max_runs`, as the ledger still holds them (its
 /// retention bounds the history).
 #[derive(Debug, Clone, Default, PartialEq)]

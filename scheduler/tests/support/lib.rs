@@ -139,6 +139,7 @@ impl Stack {
         let cluster = unique_cluster(label);
         let pg = common::db::pool(&db.url, 8).unwrap();
         let state = api::AppState {
+            job_changes: common::job_changes::Announcer::start(pg.clone()),
             pg: pg.clone(),
             redis: common::redis::pools(&[common::testing::redis_url()]).unwrap(),
             keys: common::redis::Keys::new(&cluster),

@@ -137,6 +137,7 @@ pub async fn batch(
     }
 
     let tx = client.transaction().await?;
+    tx.batch_execute(common::job_changes::DEFER_TO_AFTER_COMMIT).await?;
     // Per namespace: its quota for all its new jobs at once, and the
     // calendars they name (locked until commit, as for a single create).
     let mut by_namespace: BTreeMap<String, Vec<usize>> = BTreeMap::new();
@@ -240,6 +241,9 @@ pub async fn batch(
         return Ok(answer(first.status, first.body, true));
     }
     tx.commit().await?;
+    if result.created > 0 {
+        state.job_changes.changed();
+    }
     tracing::info!(created = result.created, refused = result.refused, atomic, "jobs created in a batch");
     if key.is_some() {
         idempotency::purge_expired(&client).await;
