@@ -477,20 +477,14 @@ impl CompiledSchedule {
         self.next_after(lo)
     }
 
+    /// Every fire time strictly after `after`, in order (lazily).
+    pub fn fires_after(&self, after: DateTime<Utc>) -> impl Iterator<Item = DateTime<Utc>> + '_ {
+        std::iter::successors(self.next_after(after), move |t| self.next_after(*t))
+    }
+
     /// Up to `count` fire times strictly after `after` (for previews).
     pub fn upcoming(&self, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
-        let mut out = Vec::with_capacity(count.min(1024));
-        let mut cursor = after;
-        while out.len() < count {
-            match self.next_after(cursor) {
-                Some(t) => {
-                    out.push(t);
-                    cursor = t;
-                }
-                None => break,
-            }
-        }
-        out
+        self.fires_after(after).take(count).collect()
     }
 }
 

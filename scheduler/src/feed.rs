@@ -133,14 +133,8 @@ async fn fill_history(
         let (Some(spec), Some(last)) = (&row.spec, spans.get(&row.id).and_then(|s| s.last_slot)) else { continue };
         let Ok(schedule) = spec.compile(row.created_at) else { continue };
         let changed_at = row.created_at.max(row.updated_at);
-        let mut cursor = (last - GAP_WINDOW).max(since).max(changed_at) - chrono::TimeDelta::microseconds(1);
-        while let Some(slot) = schedule.next_after(cursor) {
-            if slot >= last {
-                break;
-            }
-            expected.push((row.id, slot));
-            cursor = slot;
-        }
+        let from = (last - GAP_WINDOW).max(since).max(changed_at) - chrono::TimeDelta::microseconds(1);
+        expected.extend(schedule.fires_after(from).take_while(|slot| *slot < last).map(|slot| (row.id, slot)));
     }
     let gaps = common::ledger::read::first_rowless(client, &expected).await?;
     for row in rows.iter_mut().filter(|r| !r.deleted) {
