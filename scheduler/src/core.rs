@@ -279,7 +279,9 @@ impl Core {
                 );
                 d.fire.truncate(runs_left(owned.max_runs, owned.runs));
                 if !d.fire.is_empty() || !d.record.is_empty() || d.unrecorded > 0 {
-                    tracing::info!(job.id = %row.id, policy = ?spec.misfire, fire = d.fire.len(), recorded = d.record.len(), unrecorded = d.unrecorded, "misfired slots found");
+                    // One line per job at debug: after an outage every job has some;
+                    // the node logs the totals.
+                    tracing::debug!(job.id = %row.id, policy = ?spec.misfire, fire = d.fire.len(), recorded = d.record.len(), unrecorded = d.unrecorded, "misfired slots found");
                     metrics::counter!(common::metrics::MISFIRE_UNRECORDED_TOTAL).increment(d.unrecorded);
                 }
                 let slot =

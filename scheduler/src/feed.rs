@@ -125,29 +125,29 @@ async fn fill_history(
         });
     }
     // Pruned to the partitions inside the lookback.
-    let spans = common::ledger::read::spans(client, &ids, since).await?;
-    // The slots just before each job's last one, to find any left without a
-    // row (see `History::first_gap`).
-    let mut expected = Vec::new();
-    for row in rows.iter().filter(|r| !r.deleted) {
-        let (Some(spec), Some(last)) = (&row.spec, spans.get(&row.id).and_then(|s| s.last_slot)) else { continue };
-        let Ok(schedule) = spec.compile(row.created_at) else { continue };
-        let changed_at = row.created_at.max(row.updated_at);
-        let from = (last - GAP_WINDOW).max(since).max(changed_at) - chrono::TimeDelta::microseconds(1);
-        expected.extend(schedule.fires_after(from).take_while(|slot| *slot < last).map(|slot| (row.id, slot)));
-    }
-    let gaps = common::ledger::read::first_rowless(client, &expected).await?;
+    let spans = common::ledger::read::spans(client, &ids, since, GAP_WINDOW).await?;
     for row in rows.iter_mut().filter(|r| !r.deleted) {
-        let span = spans.get(&row.id).copied().unwrap_or_default();
+        let span = spans.get(&row.id).cloned().unwrap_or_default();
+        let first_gap = first_gap(row, &span, since);
         row.history = Some(History {
             last_slot: span.last_slot,
-            first_gap: gaps.get(&row.id).copied(),
+            first_gap,
             unsettled_from: span.unsettled_from,
             looked_back_to: since,
             past: past.remove(&row.id).unwrap_or_default(),
         });
     }
     Ok(())
+}
+
+/// The job's first slot in [`GAP_WINDOW`] before its last ledger slot (and
+/// since its last change) that has no row (see `History::first_gap`).
+fn first_gap(row: &JobRow, span: &common::ledger::read::Span, since: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let (spec, last) = (row.spec.as_ref()?, span.last_slot?);
+    let schedule = spec.compile(row.created_at).ok()?;
+    let changed_at = row.created_at.max(row.updated_at);
+    let from = (last - GAP_WINDOW).max(since).max(changed_at) - chrono::TimeDelta::microseconds(1);
+    schedule.fires_after(from).take_while(|slot| *slot < last).find(|slot| !span.has_row_before_last(*slot))
 }
 
 /// How far before a job's last ledger slot a load looks for slots left
@@ -236,8 +236,10 @@ pub async fn initial_load(pool: &Pool, lookback: Duration, out: &mpsc::Sender<Ve
         .read_only(true)
         .start()
         .await?;
+    let started = std::time::Instant::now();
     let xmin: i64 = tx.query_one("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint", &[]).await?.get(0);
     let mut after = Uuid::nil();
+    let mut jobs = 0;
     // Paused jobs too: a node must know them to own them (a version before
     // the pause may have slots to catch up) and to notice a resume.
     let query = format!("{SELECT} WHERE deleted_at IS NULL AND id > $1 ORDER BY id LIMIT $2");
@@ -247,8 +249,17 @@ pub async fn initial_load(pool: &Pool, lookback: Duration, out: &mpsc::Sender<Ve
         after = last.get(0);
         let full = rows.len() as i64 == PAGE;
         let mut page: Vec<JobRow> = rows.iter().map(parse).collect();
+        let page_started = std::time::Instant::now();
         fill_history(&tx, &mut page, lookback).await?;
+        let history_ms = page_started.elapsed().as_millis() as u64;
         count_runs(&tx, &mut page).await?;
+        jobs += page.len();
+        tracing::debug!(
+            jobs = page.len(),
+            history_ms,
+            total_ms = page_started.elapsed().as_millis() as u64,
+            "loaded a page of jobs"
+        );
         if out.send(page).await.is_err() {
             break;
         }
@@ -257,6 +268,9 @@ pub async fn initial_load(pool: &Pool, lookback: Duration, out: &mpsc::Sender<Ve
         }
     }
     tx.commit().await?;
+    // How long a restart takes to know its jobs bounds how late the first
+    // slots fire after an outage: worth a line at every start.
+    tracing::info!(jobs, elapsed_ms = started.elapsed().as_millis() as u64, "initial job load complete");
     Ok(xmin)
 }
 

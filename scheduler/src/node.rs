@@ -190,7 +190,6 @@ impl Node {
                         }
                     }
                 };
-                tracing::info!("initial job load complete");
                 feed::run(url, pool, since, poll_every, tx, t).await;
             });
         }
@@ -311,11 +310,15 @@ impl Node {
                 }
                 Some(rows) = feed_rx.recv() => {
                     let now = common::clock::now();
+                    let jobs = rows.len();
                     for row in rows {
                         state.apply(row, now);
                     }
                     state.compact_timer();
                     let records = state.take_records();
+                    if !records.is_empty() {
+                        tracing::info!(jobs, misfire_records = records.len(), "misfired slots found in loaded jobs");
+                    }
                     if !records.is_empty() && batch_tx.send(Work::Record(records)).await.is_err() {
                         break;
                     }

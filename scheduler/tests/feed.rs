@@ -113,3 +113,64 @@ async fn a_load_reports_the_first_slot_without_a_row_before_the_last_one() {
 async fn record_decided_at(client: &deadpool_postgres::Object, rows: &[common::ledger::claim::Decided]) {
     assert_eq!(common::ledger::claim::record_decided(client, "test", rows).await.unwrap(), rows.len() as u64);
 }
+
+/// After an edit, a slot the old version claimed and has not finished is
+/// the new version's to decide (the load starts its timer there), while
+/// the last slot ignores it; a job never edited has no such slot, and a gap
+/// older than the window before the last slot is not reported.
+#[tokio::test]
+async fn a_load_starts_an_edited_job_at_the_old_versions_unfinished_slot() {
+    use chrono::{TimeDelta, Timelike, Utc};
+    use common::ledger::claim::Slot;
+
+    let db = TestDb::new().await.unwrap();
+    let pool = common::db::pool(&db.url, 4).unwrap();
+    let client = pool.get().await.unwrap();
+    let id = Uuid::now_v7();
+    let anchor = Utc::now().with_nanosecond(0).unwrap() + TimeDelta::seconds(10);
+    let spec = |every_ms: u64| {
+        json!({
+            "name": "edited",
+            "schedule": { "kind": "interval", "every_ms": every_ms, "start_at": anchor },
+            "target": { "kind": "http", "url": "http://127.0.0.1:9/", "method": "POST", "timeout_ms": 1000, "headers": {} },
+            "misfire": "fire_once", "misfire_cap": 1, "paused": false
+        })
+    };
+    client.execute("INSERT INTO jobs (id, name, spec) VALUES ($1, 'edited', $2)", &[&id, &spec(2000)]).await.unwrap();
+    let slot = |secs: i64| anchor + TimeDelta::seconds(secs);
+    let claim = |secs: i64, version: i64| Slot {
+        job_id: id,
+        scheduled_at: slot(secs),
+        job_version: version,
+        trigger: common::ledger::Trigger::Schedule,
+    };
+    let history = |pool: deadpool_postgres::Pool| async move {
+        let rows = scheduler::feed::fetch(&pool, &[id], std::time::Duration::from_secs(3600)).await.unwrap();
+        rows[0].history.clone().expect("a loaded job has its history")
+    };
+    // Version 1 claims 0 s and 2 s (pending: not delivered yet) and, after
+    // a hole at 4 s, every slot from 6 s to 300 s is decided.
+    let claimed = common::ledger::claim::claim(&client, "test", &[claim(0, 1), claim(2, 1)]).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+    let later: Vec<_> = (3..=150)
+        .map(|k| common::ledger::claim::Decided {
+            slot: claim(k * 2, 1),
+            status: common::ledger::Status::Skipped,
+            reason: "test".into(),
+        })
+        .collect();
+    assert_eq!(common::ledger::claim::record_decided(&client, "test", &later).await.unwrap(), later.len() as u64);
+    let h = history(pool.clone()).await;
+    assert_eq!(h.unsettled_from, None, "a job never edited has no slot of an older version");
+    assert_eq!(h.last_slot, Some(slot(300)));
+    assert_eq!(h.first_gap, None, "the hole at 4 s is older than the window before the last slot");
+
+    // The edit: version 2 owns the unfinished slots of version 1.
+    client
+        .execute("UPDATE jobs SET spec = $2, version = version + 1 WHERE id = $1", &[&id, &spec(2000)])
+        .await
+        .unwrap();
+    let h = history(pool.clone()).await;
+    assert_eq!(h.unsettled_from, Some(slot(0)), "the old version's pending slot is the new one's to decide");
+    assert_eq!(h.last_slot, Some(slot(300)), "decided slots of any version are taken care of");
+}

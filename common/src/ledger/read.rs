@@ -210,7 +210,7 @@ macro_rules! ledger_runs_used_by_jobs_row {
 
 /// What the ledger holds of a job's slots since `since` (schedule and
 /// misfire slots, not manual fires), as a new owner's timer needs it.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Span {
     /// The latest slot taken care of (claimed or decided for the current
     /// version).
@@ -221,58 +221,76 @@ pub struct Span {
     /// decided, so the timer starts there even when a later slot is
     /// already claimed (a previous owner claims ahead).
     pub unsettled_from: Option<DateTime<Utc>>,
+    /// Every slot with a row (of any kind) in the `window` before
+    /// `last_slot`, ascending: what a load compares with the schedule to
+    /// find a slot left without a row.
+    pub slots_before_last: Vec<DateTime<Utc>>,
 }
 
-/// The [`Span`] of each job, in one query pruned to the partitions since `since`.
+impl Span {
+    /// Whether the ledger holds a row for `slot` (only slots inside the
+    /// window asked for are known).
+    pub fn has_row_before_last(&self, slot: DateTime<Utc>) -> bool {
+        self.slots_before_last.binary_search(&slot).is_ok()
+    }
+}
+
+/// The [`Span`] of each job, in one query pruned to the partitions since
+/// `since`. Per job a few index probes, not a read of its rows: after an
+/// outage the whole cluster loads at once against a ledger of millions of
+/// rows, and an aggregate over every row of the lookback took tens of
+/// seconds there.
 pub async fn spans(
     client: &impl deadpool_postgres::GenericClient,
     job_ids: &[Uuid],
     since: DateTime<Utc>,
+    window: chrono::TimeDelta,
 ) -> Result<HashMap<Uuid, Span>, tokio_postgres::Error> {
+    let window_secs = window.as_seconds_f64();
     let rows = client
         .query(
             concat!(
-                "SELECT l.job_id, max(l.scheduled_at) FILTER (WHERE NOT unsettled) AS last_slot,
-                        min(l.scheduled_at) FILTER (WHERE unsettled) AS unsettled_from
-                 FROM (SELECT l.job_id, l.scheduled_at, (",
+                "SELECT j.id, s.last_slot, u.unsettled_from, coalesce(w.slots, '{}') AS slots
+                 FROM jobs j
+                 LEFT JOIN LATERAL (
+                     SELECT l.scheduled_at AS last_slot FROM scheduled_jobs l
+                     WHERE l.job_id = j.id AND l.scheduled_at >= $2 AND l.trigger <> 'manual'
+                       AND NOT (",
                 held_by_older_version!("j.version"),
                 " OR ",
                 retakeable_by!("j.version"),
-                ") AS unsettled
-                       FROM scheduled_jobs l JOIN jobs j ON j.id = l.job_id
-                       WHERE l.job_id = ANY($1) AND l.scheduled_at >= $2 AND l.trigger <> 'manual') l
-                 GROUP BY l.job_id"
+                ")
+                     ORDER BY l.scheduled_at DESC LIMIT 1) s ON true
+                 LEFT JOIN LATERAL (
+                     -- Only a changed job has rows of an older version; the
+                     -- first condition spares the others a read of their rows.
+                     SELECT min(l.scheduled_at) AS unsettled_from FROM scheduled_jobs l
+                     WHERE j.version > 1 AND l.job_id = j.id AND l.scheduled_at >= $2 AND l.trigger <> 'manual'
+                       AND (",
+                held_by_older_version!("j.version"),
+                " OR ",
+                retakeable_by!("j.version"),
+                ")) u ON true
+                 LEFT JOIN LATERAL (
+                     SELECT array_agg(l.scheduled_at ORDER BY l.scheduled_at) AS slots FROM scheduled_jobs l
+                     WHERE l.job_id = j.id AND l.scheduled_at < s.last_slot
+                       AND l.scheduled_at >= greatest(s.last_slot - make_interval(secs => $3), $2)) w ON true
+                 WHERE j.id = ANY($1) AND (s.last_slot IS NOT NULL OR u.unsettled_from IS NOT NULL)"
             ),
-            &[&job_ids, &since],
+            &[&job_ids, &since, &window_secs],
         )
         .await?;
     Ok(rows
         .iter()
-        .map(|r| (r.get("job_id"), Span { last_slot: r.get("last_slot"), unsettled_from: r.get("unsettled_from") }))
+        .map(|r| {
+            let span = Span {
+                last_slot: r.get("last_slot"),
+                unsettled_from: r.get("unsettled_from"),
+                slots_before_last: r.get("slots"),
+            };
+            (r.get("id"), span)
+        })
         .collect())
-}
-
-/// Of the given `(job, slot)` pairs, the earliest slot of each job that has
-/// no ledger row at all.
-pub async fn first_rowless(
-    client: &impl deadpool_postgres::GenericClient,
-    slots: &[(Uuid, DateTime<Utc>)],
-) -> Result<HashMap<Uuid, DateTime<Utc>>, tokio_postgres::Error> {
-    if slots.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let (job_ids, times): (Vec<Uuid>, Vec<DateTime<Utc>>) = slots.iter().copied().unzip();
-    let rows = client
-        .query(
-            "SELECT b.job_id, min(b.scheduled_at)
-             FROM unnest($1::uuid[], $2::timestamptz[]) AS b(job_id, scheduled_at)
-             WHERE NOT EXISTS (SELECT 1 FROM scheduled_jobs l
-                               WHERE l.job_id = b.job_id AND l.scheduled_at = b.scheduled_at)
-             GROUP BY b.job_id",
-            &[&job_ids, &times],
-        )
-        .await?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
 /// A job's runs towards `max_runs`, as the ledger still holds them (its
