@@ -1,0 +1,235 @@
+//! The dispatcher against the real services: what it writes of a job's
+//! decided slots (misfires, calendar exclusions) and when, relative to the
+//! claims of the job's later slots.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Timelike, Utc};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use common::ledger::claim::{Decided, Slot};
+use common::ledger::{Status, Trigger};
+use common::testing::TestDb;
+use scheduler::dispatch::{DispatchConfig, Dispatcher, Work};
+
+/// SplitMix64: a seeded sequence, so a failing interleaving can be re-run
+/// (`DISPATCH_SEED`).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+struct Rig {
+    _db: TestDb,
+    pg: deadpool_postgres::Pool,
+    redis: Vec<deadpool_redis::Pool>,
+    cluster: String,
+}
+
+impl Rig {
+    async fn start() -> Rig {
+        let db = TestDb::new().await.unwrap();
+        let pg = common::db::pool_with_settings(&db.url, 8, common::db::HOT_PATH_SETTINGS).unwrap();
+        let redis = common::redis::pools(&[common::testing::redis_url()]).unwrap();
+        let cluster = format!("dispatch-{}", Uuid::now_v7().simple());
+        Rig { _db: db, pg, redis, cluster }
+    }
+
+    fn dispatcher(&self) -> Dispatcher {
+        let keys = common::redis::Keys::new(&self.cluster);
+        Dispatcher::new(
+            DispatchConfig {
+                node_id: "node-a".into(),
+                keys,
+                lock_ttl: Duration::from_secs(60),
+                verify_after: Duration::from_secs(1),
+                outbox_grace: Duration::from_secs(10),
+                running_grace: Duration::from_secs(30),
+                stranded_after: Duration::from_secs(60),
+            },
+            self.pg.clone(),
+            self.redis.clone(),
+            common::publisher::Publisher::new(
+                common::testing::amqp_url(),
+                "dispatch-test".into(),
+                common::amqp::Topology::new(&self.cluster),
+            ),
+        )
+    }
+
+    /// A job whose schedule fires every second, in force from now on.
+    async fn job(&self) -> Uuid {
+        let id = Uuid::now_v7();
+        let spec = json!({
+            "name": "j",
+            "schedule": { "kind": "interval", "every_ms": 1000 },
+            "target": { "kind": "http", "url": "http://127.0.0.1:9/", "method": "POST", "timeout_ms": 1000, "headers": {} },
+            "misfire": "fire_once", "misfire_cap": 1, "paused": false
+        });
+        let client = self.pg.get().await.unwrap();
+        client.execute("INSERT INTO jobs (id, name, spec) VALUES ($1, 'j', $2)", &[&id, &spec]).await.unwrap();
+        id
+    }
+}
+
+/// The ledger prefix rule under crashes, randomized: each job has some
+/// slots decided without firing (as a load's misfire decision hands them
+/// over) followed by a slot to fire, handed to the dispatcher in the order
+/// the core sends them, jobs interleaved at random; the dispatcher is then
+/// killed (its task aborted, its transactions rolled back) at a random
+/// moment. Whatever it had done by then, no job may have a slot claimed
+/// while one of its earlier decided slots has no row: a node that died
+/// there would leave that slot to nobody (loads start after a job's last
+/// ledger slot). Then, run to the end, every decision and every fire has
+/// its row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_jobs_decided_slots_are_in_the_ledger_before_any_later_slot_is_claimed_whenever_the_node_dies() {
+    let rig = Rig::start().await;
+    let seed: u64 = std::env::var("DISPATCH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| Utc::now().timestamp_nanos_opt().unwrap_or_default() as u64);
+    let mut rng = Rng(seed);
+    for round in 0..12 {
+        // Slots ahead of the jobs' creation: the claim only takes slots of
+        // the version in force, which came into force at creation.
+        let jobs: Vec<Uuid> = {
+            let mut jobs = Vec::new();
+            for _ in 0..20 + rng.below(40) {
+                jobs.push(rig.job().await);
+            }
+            jobs
+        };
+        let base = Utc::now().with_nanosecond(0).unwrap() + TimeDelta::seconds(2);
+        let mut decided: HashMap<Uuid, BTreeSet<DateTime<Utc>>> = HashMap::new();
+        let mut work = Vec::new();
+        for &job in &jobs {
+            let skipped = rng.below(400) as i64;
+            let slot = |k: i64| Slot {
+                job_id: job,
+                scheduled_at: base + TimeDelta::seconds(k),
+                job_version: 1,
+                trigger: Trigger::Misfire,
+            };
+            let rows: Vec<Decided> = (0..skipped)
+                .map(|k| Decided { slot: slot(k), status: Status::Skipped, reason: "test: misfire".into() })
+                .collect();
+            decided.insert(job, rows.iter().map(|d| d.slot.scheduled_at).collect());
+            if !rows.is_empty() {
+                work.push((job, Work::Record(rows)));
+            }
+            work.push((job, Work::Fire(vec![slot(skipped)])));
+        }
+        // Jobs interleaved at random, each job's own items in order.
+        let mut queues: Vec<std::collections::VecDeque<Work>> = Vec::new();
+        let mut index: HashMap<Uuid, usize> = HashMap::new();
+        for (job, item) in work {
+            let i = *index.entry(job).or_insert_with(|| {
+                queues.push(Default::default());
+                queues.len() - 1
+            });
+            queues[i].push_back(item);
+        }
+        let (tx, rx) = mpsc::channel::<Work>(1024);
+        while queues.iter().any(|q| !q.is_empty()) {
+            let live: Vec<usize> = (0..queues.len()).filter(|&i| !queues[i].is_empty()).collect();
+            let pick = live[rng.below(live.len() as u64) as usize];
+            tx.send(queues[pick].pop_front().unwrap()).await.unwrap();
+        }
+        let token = CancellationToken::new();
+        let kill_after = Duration::from_millis(rng.below(100));
+        let task = tokio::spawn(rig.dispatcher().run(rx, token.clone()));
+        tokio::time::sleep(kill_after).await;
+        task.abort();
+        let _ = task.await;
+        drop(tx);
+        check_prefix(&rig, &jobs, &decided, &format!("seed {seed}, round {round}, killed after {kill_after:?}")).await;
+    }
+
+    // Run to the end: every decision and every fire written.
+    let jobs = vec![rig.job().await, rig.job().await];
+    let base = Utc::now().with_nanosecond(0).unwrap() + TimeDelta::seconds(2);
+    let (tx, rx) = mpsc::channel::<Work>(16);
+    let token = CancellationToken::new();
+    let task = tokio::spawn(rig.dispatcher().run(rx, token.clone()));
+    for &job in &jobs {
+        let slot = |k: i64| Slot {
+            job_id: job,
+            scheduled_at: base + TimeDelta::seconds(k),
+            job_version: 1,
+            trigger: Trigger::Misfire,
+        };
+        let rows = (0..50).map(|k| Decided { slot: slot(k), status: Status::Skipped, reason: "test".into() }).collect();
+        tx.send(Work::Record(rows)).await.unwrap();
+    }
+    // Only the first job fires: the second's decisions are written while
+    // the dispatcher has nothing to fire, or at its stop.
+    let first = Slot {
+        job_id: jobs[0],
+        scheduled_at: base + TimeDelta::seconds(50),
+        job_version: 1,
+        trigger: Trigger::Misfire,
+    };
+    tx.send(Work::Fire(vec![first])).await.unwrap();
+    drop(tx);
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("the dispatcher stops once its work is done")
+        .unwrap();
+    let client = rig.pg.get().await.unwrap();
+    let rows = |job: Uuid, status: &'static str| {
+        let client = &client;
+        async move {
+            let n: i64 = client
+                .query_one("SELECT count(*) FROM scheduled_jobs WHERE job_id = $1 AND status = $2", &[&job, &status])
+                .await
+                .unwrap()
+                .get(0);
+            n
+        }
+    };
+    assert_eq!((rows(jobs[0], "skipped").await, rows(jobs[0], "pending").await), (50, 1));
+    assert_eq!((rows(jobs[1], "skipped").await, rows(jobs[1], "pending").await), (50, 0));
+}
+
+async fn check_prefix(rig: &Rig, jobs: &[Uuid], decided: &HashMap<Uuid, BTreeSet<DateTime<Utc>>>, context: &str) {
+    let client = rig.pg.get().await.unwrap();
+    let rows = client
+        .query("SELECT job_id, scheduled_at, status FROM scheduled_jobs WHERE job_id = ANY($1)", &[&jobs])
+        .await
+        .unwrap();
+    let mut with_row: HashMap<Uuid, BTreeSet<DateTime<Utc>>> = HashMap::new();
+    let mut claimed: HashMap<Uuid, DateTime<Utc>> = HashMap::new();
+    for r in &rows {
+        let (job, at, status): (Uuid, DateTime<Utc>, String) = (r.get(0), r.get(1), r.get(2));
+        with_row.entry(job).or_default().insert(at);
+        if status == "pending" {
+            claimed.entry(job).and_modify(|c| *c = (*c).max(at)).or_insert(at);
+        }
+    }
+    for (job, fired) in &claimed {
+        let present = with_row.get(job).cloned().unwrap_or_default();
+        let missing: Vec<_> = decided[job].iter().filter(|at| *at < fired && !present.contains(*at)).collect();
+        assert!(
+            missing.is_empty(),
+            "{context}: job {job} has its slot {fired} claimed while {} of its earlier decided slots have no row (first {})",
+            missing.len(),
+            missing[0]
+        );
+    }
+}
