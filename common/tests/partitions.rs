@@ -176,6 +176,18 @@ async fn partitions_are_created_ahead_adopted_and_dropped() {
     // Idempotent.
     assert_eq!(maintain(&mut client, noon(today), retention).await.unwrap().created, Vec::<String>::new());
 
+    // Vacuumed as they are written, unthrottled: a day's partition takes
+    // three row versions per slot, and the sweeps walk the dead ones.
+    let options: Option<Vec<String>> = client
+        .query_one("SELECT reloptions FROM pg_class WHERE relname = $1", &[&partition_name(today)])
+        .await
+        .unwrap()
+        .get(0);
+    let options = options.unwrap_or_default();
+    for wanted in ["autovacuum_vacuum_scale_factor=0.01", "autovacuum_vacuum_cost_delay=0"] {
+        assert!(options.iter().any(|o| o == wanted), "{wanted} missing from {options:?}");
+    }
+
     // A slot 30 days out has no partition yet: the insert still succeeds.
     let far = today + Days::new(30);
     let job = insert_slot(&client, noon(far)).await;
