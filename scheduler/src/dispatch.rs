@@ -73,7 +73,7 @@ pub enum Work {
     Fire(Vec<Slot>),
     /// Slots decided without firing (misfires, calendar exclusions). They
     /// are written ahead of the next claim of a slot of the same job, or
-    /// while the dispatcher has nothing to fire (see [`Unrecorded`]).
+    /// while the dispatcher has nothing to fire (see `Unrecorded`).
     Record(Vec<Decided>),
 }
 
