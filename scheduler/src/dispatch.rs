@@ -113,6 +113,13 @@ impl Unrecorded {
             }
             entry.push(row);
         }
+        // Ids whose rows a claim took stay in `order` until an idle write
+        // passes them; a dispatcher that is never idle must not collect them.
+        if self.order.len() > 2 * self.by_job.len() + 1024 {
+            let mut seen = std::collections::HashSet::new();
+            let by_job = &self.by_job;
+            self.order.retain(|job| by_job.contains_key(job) && seen.insert(*job));
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -542,5 +549,55 @@ impl Dispatcher {
             let at = (slot.scheduled_at + RECHECK_AFTER_DUE).max(now + RECHECK_EVERY);
             self.verify.push_back((at, slot));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use common::ledger::{Status, Trigger};
+
+    fn decided(job: Uuid, k: i64) -> Decided {
+        let at = DateTime::<Utc>::UNIX_EPOCH + TimeDelta::seconds(k);
+        Decided {
+            slot: Slot { job_id: job, scheduled_at: at, job_version: 1, trigger: Trigger::Misfire },
+            status: Status::Skipped,
+            reason: "test".into(),
+        }
+    }
+
+    #[test]
+    fn decisions_go_with_their_jobs_claims_or_whole_per_job_in_arrival_order() {
+        let (a, b, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+        let mut unrecorded = Unrecorded::default();
+        unrecorded.add(vec![decided(a, 1), decided(b, 1), decided(a, 2)]);
+        unrecorded.add(vec![decided(c, 1), decided(b, 2)]);
+        let slot_of_b = decided(b, 3).slot;
+        let taken: Vec<(Uuid, i64)> = unrecorded
+            .take_for(&[slot_of_b])
+            .iter()
+            .map(|d| (d.slot.job_id, d.slot.scheduled_at.timestamp()))
+            .collect();
+        assert_eq!(taken, vec![(b, 1), (b, 2)]);
+        // Whole jobs, oldest first, past the limit rather than splitting one.
+        let chunk: Vec<Uuid> = unrecorded.take_chunk(1).iter().map(|d| d.slot.job_id).collect();
+        assert_eq!(chunk, vec![a, a]);
+        let chunk: Vec<Uuid> = unrecorded.take_chunk(10).iter().map(|d| d.slot.job_id).collect();
+        assert_eq!(chunk, vec![c]);
+        assert!(unrecorded.is_empty());
+    }
+
+    #[test]
+    fn a_dispatcher_that_is_never_idle_keeps_its_bookkeeping_bounded() {
+        let mut unrecorded = Unrecorded::default();
+        let waiting = Uuid::now_v7();
+        unrecorded.add(vec![decided(waiting, 0)]);
+        for k in 0..100_000 {
+            let job = Uuid::now_v7();
+            unrecorded.add(vec![decided(job, k)]);
+            unrecorded.take_for(&[decided(job, k + 1).slot]);
+        }
+        assert!(unrecorded.order.len() <= 1026, "{} ids kept", unrecorded.order.len());
+        assert_eq!(unrecorded.take_chunk(10).len(), 1, "the waiting job's decision is still there");
     }
 }
