@@ -168,6 +168,43 @@ pub fn assert_help_hides_secret_values(
     assert!(out.contains(visible), "{out}");
 }
 
+/// SplitMix64: a seeded sequence for randomized tests and scenarios (print
+/// the seed, so a failure replays), without a `rand` dependency.
+pub struct SeededRng(u64);
+
+impl SeededRng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (0 for n = 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next_u64() % n }
+    }
+
+    /// Uniform in `lo..=hi`.
+    pub fn between(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + self.below((hi - lo + 1).max(1) as u64) as i64
+    }
+
+    pub fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == 0
+    }
+
+    /// A child generator, so each task draws its own repeatable stream.
+    pub fn fork(&mut self) -> Self {
+        Self(self.next_u64())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

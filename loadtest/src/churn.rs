@@ -48,6 +48,7 @@ use crate::receiver::{Delivery, Receiver};
 use crate::report::{OutArgs, Report, fmt_f, fmt_int};
 use crate::stack::{Stack, StackArgs};
 use crate::steady::sleep_until;
+use common::testing::SeededRng as Rng;
 
 /// How far either side of an op's [sent, received] window a slot counts as
 /// made "at the same time" as the change: both ends are read on one clock,
@@ -87,43 +88,6 @@ pub struct ChurnArgs {
     stack: StackArgs,
     #[command(flatten)]
     out: OutArgs,
-}
-
-/// SplitMix64: seedable and enough to choose ops, without a `rand`
-/// dependency for one scenario.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (0 for n = 0).
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
-    }
-
-    /// Uniform in `lo..=hi`.
-    fn between(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + self.below((hi - lo + 1).max(1) as u64) as i64
-    }
-
-    fn one_in(&mut self, n: u64) -> bool {
-        self.below(n) == 0
-    }
-
-    /// A child generator, so each task draws its own repeatable stream.
-    fn fork(&mut self) -> Self {
-        Self(self.next())
-    }
 }
 
 // ---------------------------------------------------------------- the model

@@ -13,26 +13,8 @@ use uuid::Uuid;
 
 use common::ledger::claim::{Decided, Slot};
 use common::ledger::{Status, Trigger};
-use common::testing::TestDb;
+use common::testing::{SeededRng, TestDb};
 use scheduler::dispatch::{DispatchConfig, Dispatcher, Work};
-
-/// SplitMix64: a seeded sequence, so a failing interleaving can be re-run
-/// (`DISPATCH_SEED`).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 struct Rig {
     _db: TestDb,
@@ -46,7 +28,7 @@ impl Rig {
         let db = TestDb::new().await.unwrap();
         let pg = common::db::pool_with_settings(&db.url, 8, common::db::HOT_PATH_SETTINGS).unwrap();
         let redis = common::redis::pools(&[common::testing::redis_url()]).unwrap();
-        let cluster = format!("dispatch-{}", Uuid::now_v7().simple());
+        let cluster = common::testing::unique_cluster("dispatch");
         Rig { _db: db, pg, redis, cluster }
     }
 
@@ -104,7 +86,7 @@ async fn a_jobs_decided_slots_are_in_the_ledger_before_any_later_slot_is_claimed
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| Utc::now().timestamp_nanos_opt().unwrap_or_default() as u64);
-    let mut rng = Rng(seed);
+    let mut rng = SeededRng::new(seed);
     for round in 0..12 {
         // Slots ahead of the jobs' creation: the claim only takes slots of
         // the version in force, which came into force at creation.

@@ -14,6 +14,22 @@ fn spec(name: &str) -> serde_json::Value {
     })
 }
 
+/// A job firing every 2 s from `anchor`, `fire_once` on misfires.
+fn every_2s_from(name: &str, anchor: chrono::DateTime<chrono::Utc>) -> serde_json::Value {
+    json!({
+        "name": name,
+        "schedule": { "kind": "interval", "every_ms": 2000, "start_at": anchor },
+        "target": { "kind": "http", "url": "http://127.0.0.1:9/", "method": "POST", "timeout_ms": 1000, "headers": {} },
+        "misfire": "fire_once", "misfire_cap": 1, "paused": false
+    })
+}
+
+/// The history a node's load computes for the job, over a 1 h lookback.
+async fn loaded_history(pool: &deadpool_postgres::Pool, id: Uuid) -> scheduler::feed::History {
+    let rows = scheduler::feed::fetch(pool, &[id], std::time::Duration::from_secs(3600)).await.unwrap();
+    rows[0].history.clone().expect("a loaded job has its history")
+}
+
 async fn insert(client: &impl tokio_postgres::GenericClient, id: Uuid, name: &str) {
     client.execute("INSERT INTO jobs (id, name, spec) VALUES ($1, $2, $3)", &[&id, &name, &spec(name)]).await.unwrap();
 }
@@ -68,12 +84,7 @@ async fn a_load_reports_the_first_slot_without_a_row_before_the_last_one() {
     let now = Utc::now();
     // Slots ahead of now: a claim may be ahead of the due instant too.
     let anchor = now.with_nanosecond(0).unwrap() + TimeDelta::seconds(10);
-    let spec = json!({
-        "name": "gappy",
-        "schedule": { "kind": "interval", "every_ms": 2000, "start_at": anchor },
-        "target": { "kind": "http", "url": "http://127.0.0.1:9/", "method": "POST", "timeout_ms": 1000, "headers": {} },
-        "misfire": "fire_once", "misfire_cap": 1, "paused": false
-    });
+    let spec = every_2s_from("gappy", anchor);
     client.execute("INSERT INTO jobs (id, name, spec) VALUES ($1, 'gappy', $2)", &[&id, &spec]).await.unwrap();
     let version: i64 = client.query_one("SELECT version FROM jobs WHERE id = $1", &[&id]).await.unwrap().get(0);
     let slot = |secs: i64| anchor + TimeDelta::seconds(secs);
@@ -91,21 +102,17 @@ async fn a_load_reports_the_first_slot_without_a_row_before_the_last_one() {
             })
             .collect()
     };
-    let history = |pool: deadpool_postgres::Pool| async move {
-        let rows = scheduler::feed::fetch(&pool, &[id], std::time::Duration::from_secs(3600)).await.unwrap();
-        rows[0].history.clone().expect("a loaded job has its history")
-    };
 
     // Every slot up to 50 s has a row: nothing to report.
     let every: Vec<i64> = (0..=25).map(|k| k * 2).collect();
     record_decided_at(&client, &record(&every)).await;
-    let h = history(pool.clone()).await;
+    let h = loaded_history(&pool, id).await;
     assert_eq!((h.last_slot, h.first_gap), (Some(slot(50)), None));
     assert_eq!(h.decided_to(), Some(slot(50)));
 
     // A row at 54 s with none at 52 s: the load starts before 52 s.
     record_decided_at(&client, &record(&[54])).await;
-    let h = history(pool.clone()).await;
+    let h = loaded_history(&pool, id).await;
     assert_eq!((h.last_slot, h.first_gap), (Some(slot(54)), Some(slot(52))));
     assert!(h.decided_to().is_some_and(|d| d < slot(52) && d > slot(50)));
 }
@@ -128,25 +135,14 @@ async fn a_load_starts_an_edited_job_at_the_old_versions_unfinished_slot() {
     let client = pool.get().await.unwrap();
     let id = Uuid::now_v7();
     let anchor = Utc::now().with_nanosecond(0).unwrap() + TimeDelta::seconds(10);
-    let spec = |every_ms: u64| {
-        json!({
-            "name": "edited",
-            "schedule": { "kind": "interval", "every_ms": every_ms, "start_at": anchor },
-            "target": { "kind": "http", "url": "http://127.0.0.1:9/", "method": "POST", "timeout_ms": 1000, "headers": {} },
-            "misfire": "fire_once", "misfire_cap": 1, "paused": false
-        })
-    };
-    client.execute("INSERT INTO jobs (id, name, spec) VALUES ($1, 'edited', $2)", &[&id, &spec(2000)]).await.unwrap();
+    let spec = every_2s_from("edited", anchor);
+    client.execute("INSERT INTO jobs (id, name, spec) VALUES ($1, 'edited', $2)", &[&id, &spec]).await.unwrap();
     let slot = |secs: i64| anchor + TimeDelta::seconds(secs);
     let claim = |secs: i64, version: i64| Slot {
         job_id: id,
         scheduled_at: slot(secs),
         job_version: version,
         trigger: common::ledger::Trigger::Schedule,
-    };
-    let history = |pool: deadpool_postgres::Pool| async move {
-        let rows = scheduler::feed::fetch(&pool, &[id], std::time::Duration::from_secs(3600)).await.unwrap();
-        rows[0].history.clone().expect("a loaded job has its history")
     };
     // Version 1 claims 0 s and 2 s (pending: not delivered yet) and, after
     // a hole at 4 s, every slot from 6 s to 300 s is decided.
@@ -160,17 +156,14 @@ async fn a_load_starts_an_edited_job_at_the_old_versions_unfinished_slot() {
         })
         .collect();
     assert_eq!(common::ledger::claim::record_decided(&client, "test", &later).await.unwrap(), later.len() as u64);
-    let h = history(pool.clone()).await;
+    let h = loaded_history(&pool, id).await;
     assert_eq!(h.unsettled_from, None, "a job never edited has no slot of an older version");
     assert_eq!(h.last_slot, Some(slot(300)));
     assert_eq!(h.first_gap, None, "the hole at 4 s is older than the window before the last slot");
 
     // The edit: version 2 owns the unfinished slots of version 1.
-    client
-        .execute("UPDATE jobs SET spec = $2, version = version + 1 WHERE id = $1", &[&id, &spec(2000)])
-        .await
-        .unwrap();
-    let h = history(pool.clone()).await;
+    client.execute("UPDATE jobs SET spec = $2, version = version + 1 WHERE id = $1", &[&id, &spec]).await.unwrap();
+    let h = loaded_history(&pool, id).await;
     assert_eq!(h.unsettled_from, Some(slot(0)), "the old version's pending slot is the new one's to decide");
     assert_eq!(h.last_slot, Some(slot(300)), "decided slots of any version are taken care of");
 }
