@@ -22,12 +22,58 @@ pub fn peak_fires_per_second(spec: &JobSpec, now: DateTime<Utc>) -> f64 {
     match &spec.schedule.kind {
         ScheduleKind::Once { .. } => 0.0,
         ScheduleKind::Interval { every_ms } => 1000.0 / (*every_ms).max(1) as f64,
-        ScheduleKind::Cron { .. } => {
+        ScheduleKind::Cron { expr, timezone } => {
+            let window_free = spec.schedule.start_at.is_none() && spec.schedule.end_at.is_none();
+            let key = (expr.clone(), timezone.clone());
+            if window_free && let Some(peak) = cron_peaks().recall(&key, now) {
+                return peak;
+            }
             let Ok(schedule) = spec.compile(now) else { return 0.0 };
             let fires = schedule.upcoming(now, CRON_SAMPLE);
             let shortest = fires.windows(2).map(|w| (w[1] - w[0]).num_milliseconds()).filter(|ms| *ms > 0).min();
-            shortest.map_or(0.0, |ms| 1000.0 / ms as f64)
+            let peak = shortest.map_or(0.0, |ms| 1000.0 / ms as f64);
+            if window_free {
+                cron_peaks().keep(key, now, peak);
+            }
+            peak
         }
+    }
+}
+
+/// A cron expression's peak is the same for every job that uses it
+/// without a `start_at` or `end_at`, and walking its next 200 fires was
+/// about a quarter of a create's CPU in the API: it is computed once per
+/// expression and zone and reused for `CRON_PEAK_REUSED_FOR`, over which
+/// the sampled stretch moves too little to matter (a DST change inside
+/// the next 200 fires is seen at most that late).
+const CRON_PEAK_REUSED_FOR: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
+/// Expressions remembered; past it the memo starts afresh.
+const CRON_PEAK_MEMO_MAX: usize = 1_000;
+
+/// (expression, zone) → (when computed, peak).
+type CronPeakMemo = std::collections::HashMap<(String, String), (DateTime<Utc>, f64)>;
+
+#[derive(Default)]
+struct CronPeaks(std::sync::Mutex<CronPeakMemo>);
+
+fn cron_peaks() -> &'static CronPeaks {
+    static PEAKS: std::sync::OnceLock<CronPeaks> = std::sync::OnceLock::new();
+    PEAKS.get_or_init(CronPeaks::default)
+}
+
+impl CronPeaks {
+    fn recall(&self, key: &(String, String), now: DateTime<Utc>) -> Option<f64> {
+        let memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (at, peak) = memo.get(key)?;
+        ((now - *at).abs() < CRON_PEAK_REUSED_FOR).then_some(*peak)
+    }
+
+    fn keep(&self, key: (String, String), now: DateTime<Utc>, peak: f64) {
+        let mut memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if memo.len() >= CRON_PEAK_MEMO_MAX {
+            memo.clear();
+        }
+        memo.insert(key, (now, peak));
     }
 }
 
@@ -120,5 +166,26 @@ mod tests {
         assert!((peak_fires_per_second(&hourly, now) - 1.0 / 3600.0).abs() < 1e-9);
         assert_eq!(rate(0.5), "0.5");
         assert_eq!(rate(2.0), "2");
+    }
+
+    #[test]
+    fn a_remembered_cron_peak_is_used_only_for_jobs_without_a_window_and_only_for_a_while() {
+        let now = Utc::now();
+        let expr = "0-2 7 * * * *";
+        let burst = spec(serde_json::json!({ "kind": "cron", "expr": expr, "timezone": "Asia/Tokyo" }));
+        assert_eq!(peak_fires_per_second(&burst, now), 1.0);
+        // The same expression ending before its second fire: one fire, no rate.
+        let first = burst.compile(now).unwrap().next_after(now).unwrap();
+        let ended = spec(serde_json::json!({
+            "kind": "cron", "expr": expr, "timezone": "Asia/Tokyo",
+            "end_at": (first + chrono::TimeDelta::milliseconds(500)).to_rfc3339()
+        }));
+        assert_eq!(peak_fires_per_second(&ended, now), 0.0);
+        // A stale memo is not read: a wrong value planted for long ago is replaced.
+        let key = (expr.to_owned(), "Asia/Tokyo".to_owned());
+        let long_ago = now - CRON_PEAK_REUSED_FOR - chrono::TimeDelta::seconds(1);
+        cron_peaks().keep(key.clone(), long_ago, 42.0);
+        assert_eq!(peak_fires_per_second(&burst, now), 1.0);
+        assert_eq!(cron_peaks().recall(&key, now), Some(1.0));
     }
 }

@@ -260,6 +260,15 @@ async fn quotas_refuse_what_a_namespace_may_not_have_with_a_clear_error() {
     let fourth = call(&app, &t, Method::POST, "/v1/jobs", Some(&interval_job("four", 3_600_000))).await;
     assert_eq!(fourth.status, 409, "{}", fourth.text);
     assert!(fourth.text.contains("max_jobs"), "{}", fourth.text);
+    // A namespace that does not exist is named as such, and nothing is written.
+    let mut elsewhere = interval_job("nowhere", 3_600_000);
+    elsewhere["namespace"] = json!("nowhere");
+    let missing = call(&app, BOOTSTRAP, Method::POST, "/v1/jobs", Some(&elsewhere)).await;
+    assert_invalid(&missing, &["namespace"]);
+    assert!(missing.text.contains("nowhere"), "{}", missing.text);
+    let written: i64 =
+        app.sql().await.query_one("SELECT count(*) FROM jobs WHERE namespace = 'nowhere'", &[]).await.unwrap().get(0);
+    assert_eq!(written, 0);
     // The namespace reports its use.
     let ns = call(&app, &t, Method::GET, "/v1/namespaces/small", None).await.json();
     assert_eq!(ns["jobs"], 3);

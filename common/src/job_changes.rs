@@ -24,6 +24,10 @@ pub const CHANNEL: &str = "cronshard_jobs";
 /// notification; the writer calls [`Announcer::changed`] after the commit.
 pub const DEFER_TO_AFTER_COMMIT: &str = "SET LOCAL cronshard.jobs_notify = 'after_commit'";
 
+/// The same as an expression, for a write that is a statement of its own
+/// (its transaction): evaluated in a CTE the write reads before its rows.
+pub const DEFER_TO_AFTER_COMMIT_IN_STATEMENT: &str = "SELECT set_config('cronshard.jobs_notify', 'after_commit', true)";
+
 /// How long one announcement is retried; past it the schedulers' poll
 /// picks the change up.
 const ANNOUNCE_RETRY_FOR: Duration = Duration::from_secs(10);
