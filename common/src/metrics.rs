@@ -118,7 +118,9 @@ catalog! {
     WORKER_CIRCUIT_OPENS_TOTAL = "cronshard_worker_circuit_opens_total", Counter,
         "Times a destination's circuit opened (label from: closed, a new outage; half_open, a failed probe).";
     WORKER_DESTINATION_WAITING = "cronshard_worker_destination_waiting", Gauge,
-        "Slots held on this worker for their destination host (label host): its circuit is open or half-open, or it is at WORKER_MAX_PER_HOST.";
+        "Slots held on this worker for their destination host (label host): its circuit is open or half-open, or it is at its concurrency limit.";
+    WORKER_DESTINATION_LIMIT = "cronshard_worker_destination_limit", Gauge,
+        "Deliveries this worker lets run at once to each destination host it tracks (label host): learnt from the host's throughput unless WORKER_MAX_PER_HOST fixes it.";
     WORKER_DESTINATION_RELEASED_TOTAL = "cronshard_worker_destination_released_total", Counter,
         "Slots handed back to the broker with a delay, without an attempt, for their destination (label reason: circuit_open, concurrency).";
     API_REQUEST_SECONDS = "cronshard_api_request_seconds", Histogram,

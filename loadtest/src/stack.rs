@@ -115,7 +115,8 @@ impl StackArgs {
         } else {
             worker::defaults::MAX_IN_FLIGHT
         });
-        let per_host = env("WORKER_MAX_PER_HOST").unwrap_or(worker::defaults::MAX_PER_HOST);
+        // Unset, a worker's limit per host is learnt, up to its in-flight limit.
+        let per_host = env("WORKER_MAX_PER_HOST").unwrap_or(in_flight);
         self.workers * in_flight.min(per_host)
     }
 

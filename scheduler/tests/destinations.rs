@@ -270,3 +270,119 @@ async fn a_dead_host_waits_on_its_circuit_without_delaying_a_healthy_one_and_eve
     assert_eq!(waiting, 0.0, "nothing waits once the host is back");
     stack.stop().await;
 }
+
+/// `n` one-time jobs on `sink`'s `path`, all due at `at`, created through
+/// the batch endpoint; their ids.
+async fn herd_on(stack: &Stack, sink: &Sink, path: &str, n: usize, at: DateTime<Utc>) -> Vec<String> {
+    let mut ids = Vec::with_capacity(n);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let jobs: Vec<Value> = chunk
+            .iter()
+            .map(|i| {
+                json!({
+                    "name": format!("{path}-{i}"),
+                    "schedule": { "kind": "once", "at": format_instant(at) },
+                    "target": http_target(&sink.url(path)),
+                })
+            })
+            .collect();
+        let r = stack.http.post(format!("{}/v1/jobs/batch", stack.api)).json(&json!({ "jobs": jobs })).send().await;
+        let body: Value = r.unwrap().json().await.unwrap();
+        assert_eq!(body["created"], chunk.len(), "batch create: {body}");
+        let items = body["items"].as_array().unwrap();
+        ids.extend(items.iter().map(|item| item["job"]["id"].as_str().unwrap().to_owned()));
+    }
+    ids
+}
+
+/// With no `WORKER_MAX_PER_HOST`, a worker learns each host's limit from
+/// its throughput, on the real stack: a slow receiver that answers any
+/// number at once (300 ms each) is given more than the starting 64 at
+/// once, so a burst to it drains sooner than a fixed 64 allows; a receiver
+/// that serves 16 at once (20 ms each) and queues the rest gains nothing
+/// from more and stays near the start. Every slot is delivered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_learns_how_many_deliveries_each_host_takes_at_once() {
+    const SLOW: usize = 2_000;
+    const NARROW: usize = 1_000;
+    let slow = Sink::start().await;
+    slow.set_delay(Duration::from_millis(300));
+    let narrow = Sink::start().await;
+    narrow.serve_at_most(16);
+    narrow.set_delay(Duration::from_millis(20));
+    let stack = Stack::start("destinations-limit").await;
+    let env = ProcEnv {
+        database_url: stack.db.url.clone(),
+        cluster: stack.cluster.clone(),
+        redis_urls: common::testing::redis_url(),
+    };
+    let metrics_addr = free_addr();
+    let _node = env.scheduler("node-0");
+    // The binary's defaults but for what the test needs to reach loopback.
+    let _worker = env
+        .command("cronshard-worker")
+        .env("WORKER_ID", "worker-0")
+        .env("CALLBACK_ALLOW_CIDRS", "127.0.0.0/8")
+        .env("METRICS_ADDR", &metrics_addr)
+        .env_remove("WORKER_MAX_PER_HOST")
+        .spawn()
+        .unwrap();
+    wait_for("1 live node", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 1).then_some(()) }).await;
+
+    let due = truncate_ms(Utc::now() + TimeDelta::seconds(10));
+    let slow_jobs = herd_on(&stack, &slow, "slow", SLOW, due).await;
+    let narrow_jobs = herd_on(&stack, &narrow, "narrow", NARROW, due).await;
+    assert!(Utc::now() < due - TimeDelta::seconds(1), "creating the jobs took too long for the test's timing");
+
+    wait_for("every slot delivered", Duration::from_secs(120), || async {
+        (slow.received().len() >= SLOW && narrow.received().len() >= NARROW).then_some(())
+    })
+    .await;
+    let slow_host = format!("host=\"{}\"", slow.addr);
+    let narrow_host = format!("host=\"{}\"", narrow.addr);
+    let learnt = |host: String| {
+        let http = stack.http.clone();
+        let addr = metrics_addr.clone();
+        async move { metric(&http, &addr, "cronshard_worker_destination_limit", &host).await.unwrap() }
+    };
+    let (slow_limit, narrow_limit) = (learnt(slow_host).await, learnt(narrow_host).await);
+    let slow_drain = {
+        let times: Vec<_> = slow.received().iter().map(|r| r.received_at).collect();
+        *times.iter().max().unwrap() - *times.iter().min().unwrap()
+    };
+    eprintln!(
+        "slow host: {} at once at most, limit {slow_limit}, drained in {} ms; narrow host: {} at once at most, limit {narrow_limit}",
+        slow.peak_in_progress(),
+        slow_drain.num_milliseconds(),
+        narrow.peak_in_progress()
+    );
+    // A fixed 64 would never have more than 64 at the slow host.
+    assert!(slow.peak_in_progress() > 64, "the slow host never had more than 64 at once");
+    assert!(slow_limit > 64.0, "the slow host's limit {slow_limit}");
+    assert!(slow.peak_in_progress() <= 256, "never past the worker's in-flight limit");
+    // 2,000 calls of 300 ms, 64 at a time, take 9.4 s at the least.
+    assert!(slow_drain < TimeDelta::milliseconds(9_000), "drained in {slow_drain}");
+    // The narrow host's throughput does not grow past 16 at once: a step or
+    // two up may be tried on noise, never a climb.
+    assert!(narrow_limit <= 100.0, "the narrow host's limit {narrow_limit}");
+
+    let expected: std::collections::BTreeSet<String> = {
+        let client = stack.pg.get().await.unwrap();
+        let ids: Vec<uuid::Uuid> = slow_jobs.iter().chain(&narrow_jobs).map(|id| id.parse().unwrap()).collect();
+        wait_for("every row succeeded", Duration::from_secs(30), || async {
+            let rows = client
+                .query(
+                    "SELECT execution_id FROM scheduled_jobs WHERE job_id = ANY($1) AND status = 'succeeded'",
+                    &[&ids],
+                )
+                .await
+                .unwrap();
+            (rows.len() == SLOW + NARROW).then(|| rows.iter().map(|r| r.get(0)).collect())
+        })
+        .await
+    };
+    let mut received = slow.received();
+    received.extend(narrow.received());
+    assert_exactly_once(&received, &expected);
+    stack.stop().await;
+}

@@ -190,7 +190,7 @@ pub(crate) struct Deliverers {
 impl Deliverers {
     pub(crate) fn new(config: &WorkerConfig) -> anyhow::Result<Self> {
         let mut destinations = config.destinations;
-        destinations.max_per_host = destinations.max_per_host.clamp(1, config.max_in_flight.max(1));
+        destinations.per_host = destinations.per_host.capped(config.max_in_flight);
         Ok(Self {
             http: HttpDelivery::new(SsrfGuard::new(config.allow_cidrs.clone()), config.max_in_flight)?,
             sqs: SqsDelivery::new(config.aws.clone()),

@@ -1,6 +1,7 @@
 //! Per destination host (host:port of an HTTP callback, the host of an SQS
-//! queue URL): at most `max_per_host` deliveries at once on this worker, and
-//! a circuit breaker (`breaker`) that makes deliveries wait while the host
+//! queue URL): a limit on the deliveries in progress at once on this worker,
+//! learnt from the host's throughput (`limit`) unless fixed by the operator,
+//! and a circuit breaker (`breaker`) that makes deliveries wait while the host
 //! is down instead of spending their attempts on it.
 //!
 //! A slot meets its destination's gate (`Destinations::pass`) after its due
@@ -22,6 +23,7 @@
 //! for `GAUGES_FORGOTTEN_AFTER`.
 
 pub mod breaker;
+pub mod limit;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -37,11 +39,14 @@ use tokio_util::sync::CancellationToken;
 use common::job::{RetryPolicy, Target};
 
 use self::breaker::{Admission, Breaker, BreakerConfig, Call, CircuitState, Ticket, Transition};
+use self::limit::{AdaptiveLimit, LimitConfig};
 use super::backpressure::{DueBacklog, DueGuard};
 
 /// The flags' defaults, stated once (reasons in docs/decisions.md).
 pub mod defaults {
-    pub const MAX_PER_HOST: usize = 64;
+    /// Deliveries to one host at once on a worker at first, and the least
+    /// the learnt limit goes down to on its own.
+    pub const PER_HOST_INITIAL: usize = 64;
     pub const CIRCUIT_WINDOW_MS: u64 = 30_000;
     pub const CIRCUIT_MIN_CALLS: u32 = 20;
     pub const CIRCUIT_FAILURE_PERCENT: u8 = 50;
@@ -73,8 +78,9 @@ const RELEASE_DELAY_MAX_SECS: u64 = 256;
 /// The destination settings of a worker.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DestinationConfig {
-    /// Deliveries to one host in progress at once (at most `max_in_flight`).
-    pub max_per_host: usize,
+    /// Deliveries to one host in progress at once: learnt between its
+    /// bounds, or fixed (at most `max_in_flight` either way).
+    pub per_host: LimitConfig,
     pub breaker: BreakerConfig,
     /// An open circuit whose cool-down ends within this is waited out
     /// here; a longer one hands the slot back with a delay.
@@ -91,9 +97,10 @@ impl Default for DestinationConfig {
 #[derive(clap::Args, Debug, Clone)]
 pub struct DestinationArgs {
     /// Callback deliveries to one destination host (host:port) in progress at once on this
-    /// worker; at most `WORKER_MAX_IN_FLIGHT`.
-    #[arg(long, env = "WORKER_MAX_PER_HOST", default_value_t = defaults::MAX_PER_HOST)]
-    pub max_per_host: usize,
+    /// worker, fixed; at most `WORKER_MAX_IN_FLIGHT`. Unset (the default), the worker learns
+    /// each host's limit from its throughput: from 64 up to `WORKER_MAX_IN_FLIGHT`.
+    #[arg(long, env = "WORKER_MAX_PER_HOST")]
+    pub max_per_host: Option<usize>,
     /// Circuit breaker: how far back delivery outcomes count, per host.
     #[arg(long, env = "WORKER_CIRCUIT_WINDOW_MS", default_value_t = defaults::CIRCUIT_WINDOW_MS)]
     pub circuit_window_ms: u64,
@@ -127,7 +134,7 @@ pub struct DestinationArgs {
 impl Default for DestinationArgs {
     fn default() -> Self {
         DestinationArgs {
-            max_per_host: defaults::MAX_PER_HOST,
+            max_per_host: None,
             circuit_window_ms: defaults::CIRCUIT_WINDOW_MS,
             circuit_min_calls: defaults::CIRCUIT_MIN_CALLS,
             circuit_failure_percent: defaults::CIRCUIT_FAILURE_PERCENT,
@@ -142,8 +149,12 @@ impl Default for DestinationArgs {
 impl DestinationArgs {
     pub fn config(&self) -> DestinationConfig {
         let open_for = Duration::from_millis(self.circuit_open_ms.max(1));
+        let per_host = match self.max_per_host {
+            Some(fixed) => LimitConfig::fixed(fixed),
+            None => LimitConfig::adaptive(defaults::PER_HOST_INITIAL, defaults::PER_HOST_INITIAL, usize::MAX),
+        };
         DestinationConfig {
-            max_per_host: self.max_per_host.max(1),
+            per_host,
             breaker: BreakerConfig {
                 window: Duration::from_millis(self.circuit_window_ms.max(1)),
                 min_calls: self.circuit_min_calls,
@@ -247,7 +258,12 @@ pub(crate) struct Destinations {
 
 struct Host {
     key: String,
+    /// One permit per delivery the limit allows; a shrink the free permits
+    /// could not cover is `debt`, paid by permits forgotten as they return.
     slots: Arc<Semaphore>,
+    debt: AtomicUsize,
+    /// Deliveries admitted and not yet recorded.
+    in_progress: AtomicUsize,
     state: Mutex<HostState>,
     /// Woken by every change of the breaker's state and freed probe place.
     changed: Notify,
@@ -259,6 +275,7 @@ struct Host {
 
 struct HostState {
     breaker: Breaker,
+    limit: AdaptiveLimit,
     /// When the circuit last left closed; None while closed.
     outage_since: Option<DateTime<Utc>>,
     last_used: Instant,
@@ -286,9 +303,12 @@ impl Destinations {
         }
         let host = Arc::new(Host {
             key: key.to_owned(),
-            slots: Arc::new(Semaphore::new(self.config.max_per_host)),
+            slots: Arc::new(Semaphore::new(self.config.per_host.initial)),
+            debt: AtomicUsize::new(0),
+            in_progress: AtomicUsize::new(0),
             state: Mutex::new(HostState {
                 breaker: Breaker::new(self.config.breaker),
+                limit: AdaptiveLimit::new(self.config.per_host, now.into_std()),
                 outage_since: None,
                 last_used: now,
             }),
@@ -298,6 +318,7 @@ impl Destinations {
         });
         hosts.insert(key.to_owned(), host.clone());
         host.publish_state(CircuitState::Closed);
+        host.publish_limit(self.config.per_host.initial);
         host
     }
 
@@ -443,8 +464,12 @@ impl Destinations {
         let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
         evict(&mut hosts, now, false);
         for host in hosts.values() {
-            let state = host.lock().breaker.state(now.into_std());
+            let (state, limit) = {
+                let state = host.lock();
+                (state.breaker.state(now.into_std()), state.limit.limit())
+            };
             host.publish_state(state);
+            host.publish_limit(limit);
             host.publish_waiting(host.waiting.load(Ordering::SeqCst));
         }
         // Gauges the exporter would otherwise forget on an idle worker.
@@ -488,19 +513,20 @@ impl Host {
         if ticket.is_probe() {
             self.publish_state(CircuitState::HalfOpen);
         }
+        self.in_progress.fetch_add(1, Ordering::SeqCst);
         Pass { host: Some(self.clone()), permit: Some(permit), ticket: Some(ticket), _due: due }
     }
 
     /// A place among the slots held on this worker for the host's circuit
     /// (kept in `held` until the slot leaves the gate): at most
-    /// `max_per_host`, so that an outage keeps at most that many of the
+    /// the limit's start, so that an outage keeps at most that many of the
     /// host's messages in the prefetch. When every waiting slot comes back
     /// as the cool-down ends, the rest go back to the broker at once.
     fn hold(self: &Arc<Self>, held: &mut Option<HeldGuard>, config: &DestinationConfig) -> bool {
         if held.is_some() {
             return true;
         }
-        if self.held.fetch_add(1, Ordering::SeqCst) >= config.max_per_host {
+        if self.held.fetch_add(1, Ordering::SeqCst) >= config.per_host.initial {
             self.held.fetch_sub(1, Ordering::SeqCst);
             return false;
         }
@@ -511,6 +537,37 @@ impl Host {
     fn waiting(self: &Arc<Self>) -> WaitingGuard {
         self.publish_waiting(self.waiting.fetch_add(1, Ordering::SeqCst) + 1);
         WaitingGuard(self.clone())
+    }
+
+    /// A delivery's end: its permit goes back, or pays a shrink's debt.
+    fn release(&self, permit: OwnedSemaphorePermit) {
+        self.in_progress.fetch_sub(1, Ordering::SeqCst);
+        let paid = self.debt.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |d| d.checked_sub(1)).is_ok();
+        if paid {
+            permit.forget();
+        }
+    }
+
+    /// Applies a new limit to the permits: a rise pays debt first, a fall
+    /// takes free permits and owes the rest.
+    fn resize(&self, from: usize, to: usize) {
+        if to > from {
+            let mut more = to - from;
+            let _ = self.debt.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |d| {
+                more = (to - from).saturating_sub(d);
+                Some(d.saturating_sub(to - from))
+            });
+            self.slots.add_permits(more);
+        } else {
+            let fewer = from - to;
+            let taken = self.slots.forget_permits(fewer);
+            self.debt.fetch_add(fewer - taken, Ordering::SeqCst);
+        }
+        self.publish_limit(to);
+    }
+
+    fn publish_limit(&self, limit: usize) {
+        metrics::gauge!(common::metrics::WORKER_DESTINATION_LIMIT, "host" => self.key.clone()).set(limit as f64);
     }
 
     fn publish_state(&self, state: CircuitState) {
@@ -579,13 +636,21 @@ impl Pass {
     /// Reports what the delivery said about its destination and frees its places.
     pub(crate) fn record(mut self, call: Call) {
         let (Some(host), Some(ticket)) = (self.host.clone(), self.ticket.take()) else { return };
-        self.permit.take();
+        let now = Instant::now().into_std();
         let mut state = host.lock();
-        let transition = state.breaker.record(ticket, call, Instant::now().into_std());
+        let transition = state.breaker.record(ticket, call, now);
         if let Some(transition) = transition {
             host.transitioned(&mut state, transition);
         }
+        let before = state.limit.limit();
+        if let Some(limit) = state.limit.record(host.in_progress.load(Ordering::SeqCst), now) {
+            host.resize(before, limit);
+            tracing::debug!(destination = %host.key, limit, "destination concurrency limit changed");
+        }
         drop(state);
+        if let Some(permit) = self.permit.take() {
+            host.release(permit);
+        }
         if ticket.is_probe() || transition.is_some() {
             host.changed.notify_waiters();
         }
@@ -597,7 +662,9 @@ impl Drop for Pass {
         // Not delivered after all (the worker stopped, a task failed): a
         // probe's place goes to another slot.
         if let (Some(host), Some(ticket)) = (&self.host, self.ticket.take()) {
-            self.permit.take();
+            if let Some(permit) = self.permit.take() {
+                host.release(permit);
+            }
             host.lock().breaker.cancel(ticket);
             if ticket.is_probe() {
                 host.changed.notify_waiters();
@@ -656,9 +723,38 @@ mod tests {
         assert_eq!(distinct.len(), 9, "{distinct:?}");
     }
 
+    #[tokio::test]
+    async fn a_lowered_limit_takes_effect_as_deliveries_end_and_a_raised_one_at_once() {
+        let d = Destinations::new(config(4));
+        let host = d.host("h:1");
+        let mut held: Vec<_> = (0..3).map(|_| host.slots.clone().try_acquire_owned().unwrap()).collect();
+        host.in_progress.fetch_add(3, Ordering::SeqCst);
+        // 4 → 1: the free permit goes now, two more as deliveries end.
+        host.resize(4, 1);
+        assert_eq!((host.slots.available_permits(), host.debt.load(Ordering::SeqCst)), (0, 2));
+        host.release(held.pop().unwrap());
+        host.release(held.pop().unwrap());
+        assert_eq!((host.slots.available_permits(), host.debt.load(Ordering::SeqCst)), (0, 0));
+        host.release(held.pop().unwrap());
+        assert_eq!(host.slots.available_permits(), 1, "one at once");
+        // 1 → 3 with one delivery out: two more free at once.
+        let out = host.slots.clone().try_acquire_owned().unwrap();
+        host.in_progress.fetch_add(1, Ordering::SeqCst);
+        host.resize(1, 3);
+        assert_eq!(host.slots.available_permits(), 2);
+        // A rise while a fall is owed pays the debt first.
+        host.resize(3, 0);
+        assert_eq!((host.slots.available_permits(), host.debt.load(Ordering::SeqCst)), (0, 1));
+        host.resize(0, 2);
+        assert_eq!((host.slots.available_permits(), host.debt.load(Ordering::SeqCst)), (1, 0));
+        host.release(out);
+        assert_eq!(host.slots.available_permits(), 2);
+        assert_eq!(host.in_progress.load(Ordering::SeqCst), 0);
+    }
+
     fn config(max_per_host: usize) -> DestinationConfig {
         DestinationConfig {
-            max_per_host,
+            per_host: LimitConfig::fixed(max_per_host),
             breaker: BreakerConfig {
                 window: Duration::from_secs(10),
                 min_calls: 4,

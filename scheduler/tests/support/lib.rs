@@ -37,6 +37,11 @@ struct SinkState {
     delay: Arc<Mutex<Duration>>,
     /// (execution id, status) of every answer, in the order they were sent.
     answers: Arc<Mutex<Vec<(String, u16)>>>,
+    /// Requests being answered now, and the most there ever were at once.
+    in_progress: Arc<std::sync::atomic::AtomicUsize>,
+    peak_in_progress: Arc<std::sync::atomic::AtomicUsize>,
+    /// Serve at most this many at once (each for `delay`), queueing the rest.
+    serving: Arc<Mutex<Option<Arc<tokio::sync::Semaphore>>>>,
 }
 
 /// A real HTTP receiver on 127.0.0.1 that records every delivery.
@@ -58,10 +63,19 @@ async fn record(State(s): State<SinkState>, uri: axum::http::Uri, headers: Heade
         received_at: Utc::now(),
         path: uri.path().to_owned(),
     });
+    use std::sync::atomic::Ordering::SeqCst;
+    let now_in_progress = s.in_progress.fetch_add(1, SeqCst) + 1;
+    s.peak_in_progress.fetch_max(now_in_progress, SeqCst);
+    let serving = s.serving.lock().unwrap().clone();
+    let _turn = match serving {
+        Some(semaphore) => Some(semaphore.acquire_owned().await.unwrap()),
+        None => None,
+    };
     let delay = *s.delay.lock().unwrap();
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
+    s.in_progress.fetch_sub(1, SeqCst);
     let status = {
         let mut fail = s.fail_first.lock().unwrap();
         if fail.0 > 0 {
@@ -107,6 +121,17 @@ impl Sink {
 
     pub fn set_delay(&self, delay: Duration) {
         *self.state.delay.lock().unwrap() = delay;
+    }
+
+    /// Serve at most `n` requests at once, the rest queueing (a receiver
+    /// with a fixed number of workers).
+    pub fn serve_at_most(&self, n: usize) {
+        *self.state.serving.lock().unwrap() = Some(Arc::new(tokio::sync::Semaphore::new(n)));
+    }
+
+    /// The most requests this receiver was answering (or queueing) at once.
+    pub fn peak_in_progress(&self) -> usize {
+        self.state.peak_in_progress.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn fail_first(&self, n: usize, status: u16) {
