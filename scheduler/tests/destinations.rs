@@ -45,6 +45,32 @@ async fn live_nodes(stack: &Stack) -> Option<usize> {
     c["live_nodes"].as_u64().map(|n| n as usize)
 }
 
+/// A stack with one scheduler process and one worker process (the
+/// binary's defaults plus `worker_env`, callbacks allowed to loopback),
+/// once the node is live: the stack, the worker's metrics address, and
+/// the processes (killed when dropped).
+async fn one_node_one_worker(label: &str, worker_env: &[(&str, &str)]) -> (Stack, String, [tokio::process::Child; 2]) {
+    let stack = Stack::start(label).await;
+    let env = ProcEnv {
+        database_url: stack.db.url.clone(),
+        cluster: stack.cluster.clone(),
+        redis_urls: common::testing::redis_url(),
+    };
+    let metrics_addr = free_addr();
+    let node = env.scheduler("node-0");
+    let worker = env
+        .command("cronshard-worker")
+        .env("WORKER_ID", "worker-0")
+        .env("CALLBACK_ALLOW_CIDRS", "127.0.0.0/8")
+        .env("METRICS_ADDR", &metrics_addr)
+        .env_remove("WORKER_MAX_PER_HOST")
+        .envs(worker_env.iter().copied())
+        .spawn()
+        .unwrap();
+    wait_for("1 live node", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 1).then_some(()) }).await;
+    (stack, metrics_addr, [node, worker])
+}
+
 /// `JOBS` one-time jobs on `sink`'s `path`, due from `first` over `INSTANTS`
 /// instants; their ids.
 async fn once_jobs(stack: &Stack, sink: &Sink, path: &str, first: DateTime<Utc>, retry: Option<Value>) -> Vec<String> {
@@ -121,23 +147,7 @@ async fn a_dead_host_waits_on_its_circuit_without_delaying_a_healthy_one_and_eve
     dead.fail_first(usize::MAX, 503);
     dead.set_delay(Duration::from_secs(1));
     let dead_host = format!("host=\"{}\"", dead.addr);
-    let stack = Stack::start("destinations").await;
-    let env = ProcEnv {
-        database_url: stack.db.url.clone(),
-        cluster: stack.cluster.clone(),
-        redis_urls: common::testing::redis_url(),
-    };
-    let metrics_addr = free_addr();
-    let _node = env.scheduler("node-0");
-    let _worker = env
-        .command("cronshard-worker")
-        .env("WORKER_ID", "worker-0")
-        .env("CALLBACK_ALLOW_CIDRS", "127.0.0.0/8")
-        .env("METRICS_ADDR", &metrics_addr)
-        .envs(WORKER_ENV)
-        .spawn()
-        .unwrap();
-    wait_for("1 live node", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 1).then_some(()) }).await;
+    let (stack, metrics_addr, _processes) = one_node_one_worker("destinations", &WORKER_ENV).await;
 
     // The baseline (healthy alone), then healthy and dead slots due together.
     let base_at = truncate_ms(Utc::now() + TimeDelta::seconds(12));
@@ -310,24 +320,8 @@ async fn a_worker_learns_how_many_deliveries_each_host_takes_at_once() {
     let narrow = Sink::start().await;
     narrow.serve_at_most(16);
     narrow.set_delay(Duration::from_millis(20));
-    let stack = Stack::start("destinations-limit").await;
-    let env = ProcEnv {
-        database_url: stack.db.url.clone(),
-        cluster: stack.cluster.clone(),
-        redis_urls: common::testing::redis_url(),
-    };
-    let metrics_addr = free_addr();
-    let _node = env.scheduler("node-0");
     // The binary's defaults but for what the test needs to reach loopback.
-    let _worker = env
-        .command("cronshard-worker")
-        .env("WORKER_ID", "worker-0")
-        .env("CALLBACK_ALLOW_CIDRS", "127.0.0.0/8")
-        .env("METRICS_ADDR", &metrics_addr)
-        .env_remove("WORKER_MAX_PER_HOST")
-        .spawn()
-        .unwrap();
-    wait_for("1 live node", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 1).then_some(()) }).await;
+    let (stack, metrics_addr, _processes) = one_node_one_worker("destinations-limit", &[]).await;
 
     let due = truncate_ms(Utc::now() + TimeDelta::seconds(10));
     let slow_jobs = herd_on(&stack, &slow, "slow", SLOW, due).await;
