@@ -97,6 +97,8 @@ catalog! {
         "The attempt number of each delivery.";
     WORKER_IN_FLIGHT = "cronshard_worker_in_flight", Gauge,
         "Deliveries running now on this worker.";
+    WORKER_HELD_BYTES = "cronshard_worker_held_bytes", Gauge,
+        "Estimated memory of the messages this worker holds (bodies and per-slot state); it takes no further message while this is at WORKER_MAX_HELD_MB.";
     WORKER_DUPLICATES_TOTAL = "cronshard_worker_duplicates_total", Counter,
         "Messages dropped because their row was already taken (redeliveries, superseded fires).";
     WORKER_VERIFIED_TOTAL = "cronshard_worker_verified_total", Counter,

@@ -84,7 +84,7 @@ pub async fn run(args: RecoveryArgs) -> anyhow::Result<()> {
         args.outage_secs
     );
     let mut report = Report::new("recovery", format!("recovery-{}s", args.outage_secs), title, &args.out);
-    let mut running = start_load("recovery", &args.load, &args.stack).await?;
+    let mut running = start_load("recovery", &args.load, &args.stack, None).await?;
     // Skip the first seconds: the very first slots are part of start-up.
     let measured_from = running.t0 + TimeDelta::seconds(3);
     let down_at_planned = running.t0 + TimeDelta::seconds(args.before_secs);

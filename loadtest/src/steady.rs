@@ -96,6 +96,14 @@ pub struct SteadyArgs {
     /// Wait after the window for late deliveries before counting.
     #[arg(long, default_value_t = 10)]
     pub grace_secs: u64,
+    /// A second phase: from `--drop-at-secs` into the window the load falls
+    /// to this many fires/s (the other jobs end there), to see lateness
+    /// recover once an overload ends.
+    #[arg(long)]
+    pub drop_to_rate: Option<f64>,
+    /// Seconds into the measured window when the load drops.
+    #[arg(long, default_value_t = 120)]
+    pub drop_at_secs: i64,
     #[command(flatten)]
     pub stack: StackArgs,
     #[command(flatten)]
@@ -123,13 +131,48 @@ pub struct Running {
     pub create_secs: f64,
 }
 
+/// Where the load falls to a lower rate: `rate` fires/s go on past `after`
+/// (from T0); the other jobs end there.
+#[derive(Clone, Copy, Debug)]
+pub struct RateDrop {
+    pub rate: f64,
+    pub after: TimeDelta,
+}
+
+impl RateDrop {
+    /// Gives the jobs beyond `rate`'s share an end just before the drop.
+    /// The ending jobs are spread evenly over the list, so cron and
+    /// interval jobs and their phases drop alike.
+    fn apply(&self, load: &LoadArgs, bodies: &mut [Value], t0: DateTime<Utc>) {
+        let n = bodies.len();
+        let keep = ((self.rate / load.rate) * n as f64).round().clamp(0.0, n as f64) as usize;
+        // `end_at` is inclusive: the last slot is strictly before the drop.
+        let end_at = common::execution::format_instant(t0 + self.after - TimeDelta::milliseconds(1));
+        for (i, body) in bodies.iter_mut().enumerate() {
+            let kept = (i + 1) * keep / n > i * keep / n;
+            if !kept {
+                body["schedule"]["end_at"] = json!(end_at);
+            }
+        }
+    }
+}
+
 /// Starts the stack and creates the periodic jobs, firing from a T0 after creation.
-pub async fn start_load(label: &str, load: &LoadArgs, stack_args: &StackArgs) -> anyhow::Result<Running> {
+pub async fn start_load(
+    label: &str,
+    load: &LoadArgs,
+    stack_args: &StackArgs,
+    drop: Option<RateDrop>,
+) -> anyhow::Result<Running> {
     let receiver = Receiver::loopback().await?;
     let stack = Stack::start(label, stack_args).await?;
     let n = load.jobs();
     let t0 = common::execution::truncate_ms(Utc::now() + TimeDelta::seconds(8 + n as i64 / 300));
-    let (jobs, create_secs) = stack.create_jobs(load.bodies(&receiver.hook_url(), t0)).await?;
+    let mut bodies = load.bodies(&receiver.hook_url(), t0);
+    if let Some(drop) = drop {
+        drop.apply(load, &mut bodies, t0);
+    }
+    let (jobs, create_secs) = stack.create_jobs(bodies).await?;
     anyhow::ensure!(Utc::now() < t0, "creating {n} jobs took {create_secs:.1} s, past the start instant");
     eprintln!("{label}: created {n} jobs in {create_secs:.1} s; firing from {}", common::execution::format_instant(t0));
     Ok(Running { stack, receiver, jobs, t0, create_secs })
@@ -167,6 +210,25 @@ pub async fn run_failover(args: FailoverArgs) -> anyhow::Result<()> {
     run(args.steady, Some((args.kill_at_secs, args.add_at_secs))).await
 }
 
+/// The per-second p99 a load that dropped must return under.
+const RECOVERED_P99_MS: i64 = 250;
+
+/// Seconds from `from_second` (of the series) to the first second after
+/// which every second's p99 is at most `p99_ms`; None when the window ends
+/// before that.
+fn seconds_until_back_under(series: &crate::report::LatenessSeries, from_second: i64, p99_ms: i64) -> Option<i64> {
+    let after: Vec<_> = series.points.iter().filter(|p| p.t >= from_second).collect();
+    if after.is_empty() {
+        // Nothing scheduled after the drop was delivered within the run.
+        return None;
+    }
+    match after.iter().rposition(|p| p.p99_ms > p99_ms) {
+        None => Some(0),
+        Some(i) if i + 1 < after.len() => Some(after[i + 1].t - from_second),
+        Some(_) => None,
+    }
+}
+
 async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<()> {
     let (scenario, title) = match failover {
         None => ("steady", format!("Steady: {} fires/s for {} s", fmt_f(args.load.rate), args.duration_secs)),
@@ -180,13 +242,32 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
         ),
     };
     let mut report = Report::new(scenario, format!("{scenario}-{}", args.load.rate), title.clone(), &args.out);
-    let mut running = start_load(scenario, &args.load, &args.stack).await?;
+    let rate_drop = args
+        .drop_to_rate
+        .map(|rate| RateDrop { rate, after: TimeDelta::seconds(args.warmup_secs + args.drop_at_secs) });
+    if let Some(drop) = &rate_drop {
+        anyhow::ensure!(
+            0 < args.drop_at_secs && args.drop_at_secs < args.duration_secs,
+            "need 0 < --drop-at-secs < --duration-secs"
+        );
+        anyhow::ensure!(
+            0.0 <= drop.rate && drop.rate < args.load.rate,
+            "--drop-to-rate must be below --rate ({})",
+            args.load.rate
+        );
+        anyhow::ensure!(failover.is_none(), "failover does not take a rate drop");
+    }
+    let mut running = start_load(scenario, &args.load, &args.stack, rate_drop).await?;
     let from = running.t0 + TimeDelta::seconds(args.warmup_secs);
     let to = from + TimeDelta::seconds(args.duration_secs);
+    let drop_at = rate_drop.map(|d| running.t0 + d.after);
 
     sleep_until(from).await;
     let sampler = crate::procstat::Sampler::start(running.stack.targets());
     let mut events: Vec<(DateTime<Utc>, String)> = Vec::new();
+    if let (Some(at), Some(rate)) = (drop_at, args.drop_to_rate) {
+        events.push((at, format!("drop to {} fires/s", fmt_f(rate))));
+    }
     if let Some((kill_at, add_at)) = failover {
         sleep_until(from + TimeDelta::seconds(kill_at)).await;
         let victim = running.stack.schedulers().first().cloned().unwrap_or_default();
@@ -226,7 +307,21 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
     let worst = series.points.iter().map(|p| p.p99_ms).max();
     report.row("worst one-second p99", worst.map(|w| format!("{} ms", fmt_int(w))).unwrap_or_else(|| "-".into()));
     let mut phases = serde_json::Map::new();
-    if !events.is_empty() {
+    if let Some(drop_at) = drop_at {
+        for (name, (a, b)) in [("before the drop", (from, drop_at)), ("after the drop", (drop_at, to))] {
+            let p = t.lateness_between(a, b);
+            report.row(format!("lateness {name}"), Percentiles::cell(p));
+            phases.insert(name.to_string(), serde_json::to_value(p)?);
+        }
+        let drop_second = (drop_at - from).num_seconds();
+        let back = seconds_until_back_under(&series, drop_second, RECOVERED_P99_MS);
+        report.row(
+            format!("p99 back under {RECOVERED_P99_MS} ms after the drop"),
+            back.map_or_else(|| "not within the window".to_owned(), |s| format!("{s} s")),
+        );
+        report.data("recovered_after_drop_secs", back);
+    }
+    if failover.is_some() {
         let bounds = [from, events[0].0, events[1].0, to];
         for (i, name) in ["before the kill", "kill → add", "after the add"].iter().enumerate() {
             let p = t.lateness_between(bounds[i], bounds[i + 1]);
@@ -251,4 +346,48 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
     report.data("cluster_at_end", cluster);
     report.finish(&args.out)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{LatenessSeries, SeriesPoint};
+
+    fn series(p99s: &[i64]) -> LatenessSeries {
+        LatenessSeries {
+            points: p99s
+                .iter()
+                .enumerate()
+                .map(|(t, &p99_ms)| SeriesPoint { t: t as i64, deliveries: 1, p50_ms: 0, p99_ms, max_ms: p99_ms })
+                .collect(),
+            events: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn recovery_is_the_first_second_after_which_every_second_is_under() {
+        // Drop at second 2: over at 2, 3 and 5 (a relapse), under from 6 on.
+        let s = series(&[900, 900, 800, 400, 100, 300, 100, 90]);
+        assert_eq!(seconds_until_back_under(&s, 2, 250), Some(4));
+        assert_eq!(seconds_until_back_under(&s, 6, 250), Some(0));
+        // Still over at the last second: not recovered within the window.
+        assert_eq!(seconds_until_back_under(&series(&[100, 900]), 0, 250), None);
+        // Nothing delivered after the drop: not recovered either.
+        assert_eq!(seconds_until_back_under(&series(&[900, 900]), 5, 250), None);
+    }
+
+    #[test]
+    fn a_rate_drop_ends_the_jobs_beyond_its_share_evenly_and_before_the_drop() {
+        let load = LoadArgs { rate: 100.0, period_ms: 1000, cron_share: 0.5, misfire: "fire_once".into() };
+        let t0 = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        let mut bodies = load.bodies("http://127.0.0.1:1/", t0);
+        let drop = RateDrop { rate: 20.0, after: TimeDelta::seconds(30) };
+        drop.apply(&load, &mut bodies, t0);
+        let ending: Vec<bool> = bodies.iter().map(|b| b["schedule"].get("end_at").is_some()).collect();
+        assert_eq!(ending.iter().filter(|e| !**e).count(), 20, "20 of 100 jobs go on");
+        // Spread: each half (cron, interval) keeps its share.
+        assert_eq!(ending[..50].iter().filter(|e| !**e).count(), 10);
+        let end_at = bodies.iter().find_map(|b| b["schedule"]["end_at"].as_str()).unwrap();
+        assert_eq!(end_at, common::execution::format_instant(t0 + TimeDelta::milliseconds(29_999)));
+    }
 }

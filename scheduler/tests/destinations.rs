@@ -380,3 +380,63 @@ async fn a_worker_learns_how_many_deliveries_each_host_takes_at_once() {
     assert_exactly_once(&received, &expected);
     stack.stop().await;
 }
+
+/// The unlabelled gauge `name` on the worker's `/metrics`.
+async fn gauge(http: &reqwest::Client, addr: &str, name: &str) -> Option<f64> {
+    let text = http.get(format!("http://{addr}/metrics")).send().await.ok()?.text().await.ok()?;
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// What a worker holds is capped in bytes: with `WORKER_MAX_HELD_MB=1` a
+/// herd published 2 s ahead (about 8 MiB of slots held by the estimate)
+/// stays in the broker past the cap, the worker's held bytes never exceed
+/// the cap by more than one message, and every slot is still delivered
+/// once, each row final.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_holds_no_more_than_its_byte_cap_and_the_rest_waits_in_the_broker() {
+    const HERD: usize = 2_000;
+    const CAP: f64 = (1 << 20) as f64;
+    // A bundle carries at most a few dozen slots of 4 KiB each.
+    const ONE_MESSAGE_AT_MOST: f64 = 256.0 * 1024.0;
+    let sink = Sink::start().await;
+    sink.set_delay(Duration::from_millis(20));
+    let (stack, metrics_addr, _processes) =
+        one_node_one_worker("destinations-held", &[("WORKER_MAX_HELD_MB", "1")]).await;
+    let due = truncate_ms(Utc::now() + TimeDelta::seconds(8));
+    let jobs = herd_on(&stack, &sink, "herd", HERD, due).await;
+    assert!(Utc::now() < due - TimeDelta::seconds(3), "creating the jobs took too long for the test's timing");
+
+    let mut peak = 0f64;
+    while sink.received().len() < HERD {
+        assert!(Utc::now() < due + TimeDelta::seconds(120), "not every slot delivered: {}", sink.received().len());
+        if let Some(held) = gauge(&stack.http, &metrics_addr, "cronshard_worker_held_bytes").await {
+            peak = peak.max(held);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    eprintln!("held at most {peak} bytes (cap {CAP})");
+    assert!(peak <= CAP + ONE_MESSAGE_AT_MOST, "held {peak} bytes, cap {CAP}");
+    assert!(peak >= CAP / 2.0, "the herd never came near the cap ({peak} bytes): the test shows nothing");
+
+    let expected: std::collections::BTreeSet<String> = {
+        let client = stack.pg.get().await.unwrap();
+        let ids: Vec<uuid::Uuid> = jobs.iter().map(|id| id.parse().unwrap()).collect();
+        wait_for("every row succeeded", Duration::from_secs(30), || async {
+            let rows = client
+                .query(
+                    "SELECT execution_id FROM scheduled_jobs WHERE job_id = ANY($1) AND status = 'succeeded'",
+                    &[&ids],
+                )
+                .await
+                .unwrap();
+            (rows.len() == HERD).then(|| rows.iter().map(|r| r.get(0)).collect())
+        })
+        .await
+    };
+    assert_exactly_once(&sink.received(), &expected);
+    wait_for("nothing held once every message is settled", Duration::from_secs(10), || async {
+        (gauge(&stack.http, &metrics_addr, "cronshard_worker_held_bytes").await? == 0.0).then_some(())
+    })
+    .await;
+    stack.stop().await;
+}

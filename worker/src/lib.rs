@@ -16,7 +16,7 @@
 //!
 //! Modules, in the order a message meets them: `session` (broker
 //! connection, consumers, reconnecting; `run`), `processing` (one message
-//! from parse to ack), `backpressure` (outcome writes wait out a burst),
+//! from parse to ack; `holdings` caps what the held messages cost), `backpressure` (outcome writes wait out a burst),
 //! `destination` (per host: a concurrency limit and a circuit breaker; a
 //! slot waits here, without an attempt, while its host is down), `deliver`
 //! (HTTP and SQS, and why a delivery failed), `retry` (the next attempt, or
@@ -28,6 +28,7 @@ pub mod batch;
 pub mod deliver;
 pub mod destination;
 mod heartbeat;
+mod holdings;
 mod processing;
 mod retry;
 mod session;
@@ -40,6 +41,8 @@ pub mod defaults {
     pub const PREFETCH: u16 = 2000;
     /// Callback deliveries in progress at once.
     pub const MAX_IN_FLIGHT: usize = 256;
+    /// Estimated memory of the messages held at once, in MiB.
+    pub const MAX_HELD_MB: usize = 64;
 }
 
 pub use self::deliver::{DeliveryError, Outcome};
@@ -61,6 +64,9 @@ pub struct WorkerConfig {
     pub prefetch: u16,
     /// Deliveries in progress at once.
     pub max_in_flight: usize,
+    /// Estimated bytes of the messages held at once (`holdings`): past it,
+    /// the next message waits in the broker.
+    pub max_held_bytes: usize,
     /// Per destination host: deliveries at once and the circuit breaker.
     pub destinations: DestinationConfig,
     pub retry_defaults: RetryPolicy,

@@ -178,13 +178,16 @@ fn retries_by_x_death(delivery: &Delivery) -> Option<u32> {
 /// instant. The message is acked once every slot in it is decided, or
 /// requeued whole when one cannot be yet: the slots already decided come
 /// back as duplicates, which the ledger drops.
+/// `parsed` is the session's parse of the body (it charges the message
+/// before taking the next).
 pub(crate) async fn handle(
     shared: Arc<Shared>,
     delivery: Delivery,
+    parsed: serde_json::Result<Vec<FireMessage>>,
     in_flight: Arc<Semaphore>,
     token: CancellationToken,
 ) {
-    let messages = match common::message::parse_body(&delivery.data) {
+    let messages = match parsed {
         Ok(messages) if !messages.is_empty() => messages,
         result => {
             // Dead-letters to the failed queue, where an operator can see it.

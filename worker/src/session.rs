@@ -22,6 +22,7 @@ use common::backoff::Backoff;
 use super::WorkerConfig;
 use super::deliver::Deliverers;
 use super::heartbeat::{self, Holding, LastBeat};
+use super::holdings::HeldBytes;
 use super::processing::{self, Shared};
 use super::retry::RetryPublisher;
 
@@ -47,6 +48,8 @@ pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> an
     let clock = tokio::spawn(common::clock::discipline(pg.clone(), config.clock, clock_tx, clock_stop.clone()));
     let deliverers = Arc::new(Deliverers::new(&config)?);
     let holding = Arc::new(Holding::default());
+    // Shared by the sessions: a lost session's tasks hold theirs until they end.
+    let held = HeldBytes::new(config.max_held_bytes);
     let last_beat = Arc::new(LastBeat::default());
     // Only a worker that can deliver says it is alive, and it stays so
     // until its last delivery has ended: a worker presumed gone loses its
@@ -63,7 +66,7 @@ pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> an
     let mut backoff = Backoff::new(first_delay);
     while !token.is_cancelled() {
         let session_started = std::time::Instant::now();
-        match consume(&config, &pg, deliverers.clone(), holding.clone(), last_beat.clone(), &token).await {
+        match consume(&config, &pg, deliverers.clone(), holding.clone(), &held, last_beat.clone(), &token).await {
             Ok(()) => break,
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "worker lost RabbitMQ; reconnecting");
@@ -92,6 +95,7 @@ async fn consume(
     pg: &Pool,
     deliverers: Arc<Deliverers>,
     holding: Arc<Holding>,
+    held: &Arc<HeldBytes>,
     last_beat: Arc<LastBeat>,
     token: &CancellationToken,
 ) -> anyhow::Result<()> {
@@ -139,12 +143,21 @@ async fn consume(
     let result = loop {
         tokio::select! {
             _ = token.cancelled() => break Ok(()),
-            next = consumer.next() => match next {
+            // At the held-bytes cap the next message waits in the broker.
+            next = async { held.room().await; consumer.next().await } => match next {
                 Some(Ok(delivery)) => {
+                    // Parsed here, so that its charge counts before the next
+                    // message is taken.
+                    let messages = common::message::parse_body(&delivery.data);
+                    let slots = messages.as_ref().map_or(0, Vec::len);
+                    let charge = held.charge(HeldBytes::cost(delivery.data.len(), slots));
                     let shared = shared.clone();
                     let in_flight = in_flight.clone();
                     let session = session.clone();
-                    tasks.spawn(async move { processing::handle(shared, delivery, in_flight, session).await });
+                    tasks.spawn(async move {
+                        processing::handle(shared, delivery, messages, in_flight, session).await;
+                        drop(charge);
+                    });
                 }
                 Some(Err(e)) => break Err(e.into()),
                 None => break Err(anyhow::anyhow!("consumer cancelled by the broker")),

@@ -220,6 +220,7 @@ impl Stack {
             queue_type: Default::default(),
             prefetch: 500,
             max_in_flight: 64,
+            max_held_bytes: worker::defaults::MAX_HELD_MB << 20,
             destinations: Default::default(),
             retry_defaults: common::job::RetryPolicy {
                 max_retries: 3,

@@ -28,6 +28,10 @@ struct Args {
     /// Callback deliveries in progress at once.
     #[arg(long, env = "WORKER_MAX_IN_FLIGHT", default_value_t = worker::defaults::MAX_IN_FLIGHT)]
     max_in_flight: usize,
+    /// Estimated memory of the messages held at once, in MiB (bodies and
+    /// per-slot state); past it, further messages wait in the broker.
+    #[arg(long, env = "WORKER_MAX_HELD_MB", default_value_t = worker::defaults::MAX_HELD_MB)]
+    max_held_mb: usize,
     /// Private/loopback ranges callbacks may reach anyway, e.g. `127.0.0.0/8`.
     #[arg(long, env = "CALLBACK_ALLOW_CIDRS", default_value = "")]
     callback_allow_cidrs: String,
@@ -59,6 +63,7 @@ async fn run() -> anyhow::Result<()> {
         queue_type: args.service.amqp_queue_type,
         prefetch: args.prefetch,
         max_in_flight: args.max_in_flight.max(1),
+        max_held_bytes: args.max_held_mb.max(1).saturating_mul(1 << 20),
         destinations: args.destinations.config(),
         retry_defaults: args.retry.policy(),
         allow_cidrs: SsrfGuard::parse_allow_list(&args.callback_allow_cidrs)?,
