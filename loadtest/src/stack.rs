@@ -554,6 +554,24 @@ impl Stack {
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
+    /// Ledger rows of the slots scheduled in `[from, to)`, by status.
+    pub async fn ledger_window_by_status(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> anyhow::Result<Vec<(String, i64)>> {
+        let db = self.db.as_ref().context("the stack is shut down")?;
+        let client = common::db::connect(&db.url).await?;
+        let rows = client
+            .query(
+                "SELECT status, count(*) FROM scheduled_jobs WHERE scheduled_at >= $1 AND scheduled_at < $2
+                 GROUP BY status ORDER BY status",
+                &[&from, &to],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
     /// Ledger rows whose history says they waited for their destination
     /// (`waiting` entries), by status.
     pub async fn waiting_by_status(&self) -> anyhow::Result<Vec<(String, i64)>> {

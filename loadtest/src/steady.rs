@@ -96,6 +96,11 @@ pub struct SteadyArgs {
     /// Wait after the window for late deliveries before counting.
     #[arg(long, default_value_t = 10)]
     pub grace_secs: u64,
+    /// After the grace, wait up to this long for every slot of the window
+    /// to have a final ledger status (an overload's backlog to drain), and
+    /// report how long that took.
+    #[arg(long, default_value_t = 0)]
+    pub settle_secs: u64,
     /// A second phase: from `--drop-at-secs` into the window the load falls
     /// to this many fires/s (the other jobs end there), to see lateness
     /// recover once an overload ends.
@@ -210,6 +215,13 @@ pub async fn run_failover(args: FailoverArgs) -> anyhow::Result<()> {
     run(args.steady, Some((args.kill_at_secs, args.add_at_secs))).await
 }
 
+/// Rows whose status is not final (pending, running, retrying, or one this
+/// build does not know).
+fn not_final(ledger: &[(String, i64)]) -> i64 {
+    let is_final = |s: &str| common::ledger::Status::ALL.iter().any(|st| st.as_str() == s && st.is_final());
+    ledger.iter().filter(|(s, _)| !is_final(s)).map(|(_, n)| n).sum()
+}
+
 /// The per-second p99 a load that dropped must return under.
 const RECOVERED_P99_MS: i64 = 250;
 
@@ -284,6 +296,16 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
     sleep_until(to).await;
     let usage = sampler.stop().await;
     tokio::time::sleep(Duration::from_secs(args.grace_secs)).await;
+    let settle_until = tokio::time::Instant::now() + Duration::from_secs(args.settle_secs);
+    let settling = std::time::Instant::now();
+    let ledger = loop {
+        let ledger = running.stack.ledger_window_by_status(from, to).await?;
+        if not_final(&ledger) == 0 || tokio::time::Instant::now() >= settle_until {
+            break ledger;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    let settled_after = (args.settle_secs > 0).then(|| settling.elapsed().as_secs_f64());
     let got = running.receiver.snapshot();
     let cluster = running.stack.get_json("/v1/cluster").await.ok();
     let Running { stack, jobs, create_secs, .. } = running;
@@ -304,6 +326,15 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
     report.row("measured window", format!("{} s after {} s of warm-up", args.duration_secs, args.warmup_secs));
     t.rows(&mut report, "");
     let mut series = t.series(from);
+    for (status, n) in &ledger {
+        report.row(format!("  ledger (the window's slots): {status}"), fmt_int(*n));
+    }
+    let rows: i64 = ledger.iter().map(|(_, n)| n).sum();
+    report.row("  ledger rows / slots due", format!("{} / {}", fmt_int(rows), fmt_int(t.expected as i64)));
+    report.row("  not final at the end", fmt_int(not_final(&ledger)));
+    if let Some(secs) = settled_after {
+        report.row("  waited after the grace for final statuses", format!("{} s", fmt_f(secs)));
+    }
     let worst = series.points.iter().map(|p| p.p99_ms).max();
     report.row("worst one-second p99", worst.map(|w| format!("{} ms", fmt_int(w))).unwrap_or_else(|| "-".into()));
     let mut phases = serde_json::Map::new();
@@ -339,6 +370,8 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
     report.data("jobs", jobs.len());
     report.data("window", json!({ "from": from, "to": to }));
     report.data("tally", &t);
+    report.data("ledger_by_status", &ledger);
+    report.data("settled_after_secs", settled_after);
     report.data("lateness", t.lateness());
     report.data("phases", phases);
     report.data("events", events.iter().map(|(at, l)| json!({ "at": at, "event": l })).collect::<Vec<_>>());
@@ -374,6 +407,16 @@ mod tests {
         assert_eq!(seconds_until_back_under(&series(&[100, 900]), 0, 250), None);
         // Nothing delivered after the drop: not recovered either.
         assert_eq!(seconds_until_back_under(&series(&[900, 900]), 5, 250), None);
+    }
+
+    #[test]
+    fn pending_running_retrying_and_unknown_statuses_are_not_final() {
+        let ledger: Vec<(String, i64)> = [("failed", 1), ("pending", 2), ("retrying", 4), ("running", 8), ("new", 16)]
+            .into_iter()
+            .chain([("skipped", 32), ("succeeded", 64), ("missed", 128)])
+            .map(|(s, n)| (s.to_owned(), n))
+            .collect();
+        assert_eq!(not_final(&ledger), 2 + 4 + 8 + 16);
     }
 
     #[test]
