@@ -19,6 +19,10 @@ use tokio::sync::Notify;
 /// in the ledger batchers and `Holding`), rounded up.
 pub(crate) const SLOT_BYTES: usize = 4096;
 
+/// How long the consumer waits at the cap before it logs that no held
+/// message has settled (and again as often while that lasts).
+const STALL_WARNING: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The held-bytes budget of one worker (shared by its broker sessions).
 pub(crate) struct HeldBytes {
     held: AtomicUsize,
@@ -45,15 +49,31 @@ impl HeldBytes {
         HeldCharge { budget: self.clone(), bytes }
     }
 
-    /// Waits until what is held is below the cap.
+    /// Waits until what is held is below the cap. Every `STALL_WARNING`
+    /// without a message settled it says so: the deliveries are not keeping
+    /// up, or something they wait for is stuck.
     pub(crate) async fn room(&self) {
+        let started = tokio::time::Instant::now();
+        let mut warn_at = started + STALL_WARNING;
         loop {
             // Registered before the check, so a release in between still wakes us.
             let freed = self.freed.notified();
-            if self.held.load(Ordering::SeqCst) < self.cap {
+            let held = self.held.load(Ordering::SeqCst);
+            if held < self.cap {
                 return;
             }
-            freed.await;
+            tokio::select! {
+                _ = freed => {}
+                _ = tokio::time::sleep_until(warn_at) => {
+                    tracing::warn!(
+                        held_bytes = held,
+                        cap_bytes = self.cap,
+                        waited_secs = started.elapsed().as_secs(),
+                        "this worker holds all it may and no message has settled since: deliveries are not keeping up, or what they wait for (Postgres, a receiver, the broker) is stuck"
+                    );
+                    warn_at += STALL_WARNING;
+                }
+            }
         }
     }
 
@@ -102,7 +122,8 @@ mod tests {
             let budget = budget.clone();
             async move { budget.room().await }
         });
-        tokio::time::sleep(Duration::from_secs(60)).await;
+        // Past several stall warnings: still waiting, not given up.
+        tokio::time::sleep(STALL_WARNING * 3 + Duration::from_secs(5)).await;
         assert!(!consumer.is_finished(), "no further message while at the cap");
         // Still at the cap after this one: the consumer keeps waiting.
         drop(HeldCharge { budget: budget.clone(), bytes: 0 });
