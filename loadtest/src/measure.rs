@@ -30,6 +30,9 @@ pub struct Tally {
     pub retried: usize,
     /// A few missed execution ids, for a look at the ledger.
     pub missed_examples: Vec<String>,
+    /// The scheduled time of every missed slot.
+    #[serde(skip)]
+    pub missed_at: Vec<DateTime<Utc>>,
     /// A few duplicated deliveries: (execution id, attempt, received at).
     pub duplicate_examples: Vec<(String, u32, DateTime<Utc>)>,
     /// (scheduled at, lateness ms) of each expected slot's first delivery.
@@ -79,10 +82,11 @@ impl Tally {
 /// Compares `deliveries` whose scheduled time is in `[from, to)` with the
 /// slots `jobs` had due in that window.
 pub fn tally(jobs: &[CreatedJob], from: DateTime<Utc>, to: DateTime<Utc>, deliveries: &[Delivery]) -> Tally {
-    let mut expected: HashMap<String, bool> = HashMap::new();
+    // Execution id → (scheduled at, delivered).
+    let mut expected: HashMap<String, (DateTime<Utc>, bool)> = HashMap::new();
     for job in jobs {
         for slot in job.slots(from, to) {
-            expected.insert(common::execution::execution_id(job.id, slot), false);
+            expected.insert(common::execution::execution_id(job.id, slot), (slot, false));
         }
     }
     let mut t = Tally { expected: expected.len(), ..Default::default() };
@@ -103,7 +107,7 @@ pub fn tally(jobs: &[CreatedJob], from: DateTime<Utc>, to: DateTime<Utc>, delive
             continue;
         }
         match expected.get_mut(&*d.execution_id) {
-            Some(hit) => {
+            Some((_, hit)) => {
                 *hit = true;
                 t.delivered += 1;
                 t.first.push((at, d.lateness_ms().unwrap_or_default()));
@@ -113,7 +117,10 @@ pub fn tally(jobs: &[CreatedJob], from: DateTime<Utc>, to: DateTime<Utc>, delive
         }
     }
     t.missed = t.expected - t.delivered;
-    t.missed_examples = expected.into_iter().filter(|(_, hit)| !hit).map(|(id, _)| id).take(5).collect();
+    let missed: Vec<(String, DateTime<Utc>)> =
+        expected.into_iter().filter(|(_, (_, hit))| !hit).map(|(id, (at, _))| (id, at)).collect();
+    t.missed_at = missed.iter().map(|(_, at)| *at).collect();
+    t.missed_examples = missed.into_iter().map(|(id, _)| id).take(5).collect();
     t
 }
 
@@ -155,6 +162,7 @@ mod tests {
         let t = tally(std::slice::from_ref(&job), at(0), at(4), &got);
         assert_eq!((t.expected, t.delivered, t.missed, t.duplicates, t.unexpected, t.retried), (4, 3, 1, 1, 1, 1));
         assert_eq!(t.missed_examples, vec![id(2)]);
+        assert_eq!(t.missed_at, vec![at(2)]);
         assert_eq!(t.lateness().unwrap().max, 40);
     }
 }

@@ -225,22 +225,6 @@ fn not_final(ledger: &[(String, i64)]) -> i64 {
 /// The per-second p99 a load that dropped must return under.
 const RECOVERED_P99_MS: i64 = 250;
 
-/// Seconds from `from_second` (of the series) to the first second after
-/// which every second's p99 is at most `p99_ms`; None when the window ends
-/// before that.
-fn seconds_until_back_under(series: &crate::report::LatenessSeries, from_second: i64, p99_ms: i64) -> Option<i64> {
-    let after: Vec<_> = series.points.iter().filter(|p| p.t >= from_second).collect();
-    if after.is_empty() {
-        // Nothing scheduled after the drop was delivered within the run.
-        return None;
-    }
-    match after.iter().rposition(|p| p.p99_ms > p99_ms) {
-        None => Some(0),
-        Some(i) if i + 1 < after.len() => Some(after[i + 1].t - from_second),
-        Some(_) => None,
-    }
-}
-
 async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<()> {
     let (scenario, title) = match failover {
         None => ("steady", format!("Steady: {} fires/s for {} s", fmt_f(args.load.rate), args.duration_secs)),
@@ -296,11 +280,10 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
     sleep_until(to).await;
     let usage = sampler.stop().await;
     tokio::time::sleep(Duration::from_secs(args.grace_secs)).await;
-    let settle_until = tokio::time::Instant::now() + Duration::from_secs(args.settle_secs);
     let settling = std::time::Instant::now();
     let ledger = loop {
         let ledger = running.stack.ledger_window_by_status(from, to).await?;
-        if not_final(&ledger) == 0 || tokio::time::Instant::now() >= settle_until {
+        if not_final(&ledger) == 0 || settling.elapsed() >= Duration::from_secs(args.settle_secs) {
             break ledger;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -344,8 +327,10 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
             report.row(format!("lateness {name}"), Percentiles::cell(p));
             phases.insert(name.to_string(), serde_json::to_value(p)?);
         }
-        let drop_second = (drop_at - from).num_seconds();
-        let back = seconds_until_back_under(&series, drop_second, RECOVERED_P99_MS);
+        // The chaos scenario's definition: a slot not delivered counts as
+        // infinitely late.
+        let slots = t.first.iter().map(|(at, late)| (*at, Some(*late))).chain(t.missed_at.iter().map(|at| (*at, None)));
+        let back = crate::chaos::verdict::recovery_secs(slots, drop_at, to, RECOVERED_P99_MS);
         report.row(
             format!("p99 back under {RECOVERED_P99_MS} ms after the drop"),
             back.map_or_else(|| "not within the window".to_owned(), |s| format!("{s} s")),
@@ -384,30 +369,6 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{LatenessSeries, SeriesPoint};
-
-    fn series(p99s: &[i64]) -> LatenessSeries {
-        LatenessSeries {
-            points: p99s
-                .iter()
-                .enumerate()
-                .map(|(t, &p99_ms)| SeriesPoint { t: t as i64, deliveries: 1, p50_ms: 0, p99_ms, max_ms: p99_ms })
-                .collect(),
-            events: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn recovery_is_the_first_second_after_which_every_second_is_under() {
-        // Drop at second 2: over at 2, 3 and 5 (a relapse), under from 6 on.
-        let s = series(&[900, 900, 800, 400, 100, 300, 100, 90]);
-        assert_eq!(seconds_until_back_under(&s, 2, 250), Some(4));
-        assert_eq!(seconds_until_back_under(&s, 6, 250), Some(0));
-        // Still over at the last second: not recovered within the window.
-        assert_eq!(seconds_until_back_under(&series(&[100, 900]), 0, 250), None);
-        // Nothing delivered after the drop: not recovered either.
-        assert_eq!(seconds_until_back_under(&series(&[900, 900]), 5, 250), None);
-    }
 
     #[test]
     fn pending_running_retrying_and_unknown_statuses_are_not_final() {

@@ -305,6 +305,20 @@ async fn herd_on(stack: &Stack, sink: &Sink, path: &str, n: usize, at: DateTime<
     ids
 }
 
+/// Waits until every slot of `jobs` (ids) has a `succeeded` row; their execution ids.
+async fn all_succeeded(stack: &Stack, jobs: impl Iterator<Item = &String>) -> std::collections::BTreeSet<String> {
+    let client = stack.pg.get().await.unwrap();
+    let ids: Vec<uuid::Uuid> = jobs.map(|id| id.parse().unwrap()).collect();
+    wait_for("every row succeeded", Duration::from_secs(30), || async {
+        let rows = client
+            .query("SELECT execution_id FROM scheduled_jobs WHERE job_id = ANY($1) AND status = 'succeeded'", &[&ids])
+            .await
+            .unwrap();
+        (rows.len() == ids.len()).then(|| rows.iter().map(|r| r.get(0)).collect())
+    })
+    .await
+}
+
 /// With no `WORKER_MAX_PER_HOST`, a worker learns each host's limit from
 /// its throughput, on the real stack: a slow receiver that answers any
 /// number at once (300 ms each) is given more than the starting 64 at
@@ -360,21 +374,7 @@ async fn a_worker_learns_how_many_deliveries_each_host_takes_at_once() {
     // two up may be tried on noise, never a climb.
     assert!(narrow_limit <= 100.0, "the narrow host's limit {narrow_limit}");
 
-    let expected: std::collections::BTreeSet<String> = {
-        let client = stack.pg.get().await.unwrap();
-        let ids: Vec<uuid::Uuid> = slow_jobs.iter().chain(&narrow_jobs).map(|id| id.parse().unwrap()).collect();
-        wait_for("every row succeeded", Duration::from_secs(30), || async {
-            let rows = client
-                .query(
-                    "SELECT execution_id FROM scheduled_jobs WHERE job_id = ANY($1) AND status = 'succeeded'",
-                    &[&ids],
-                )
-                .await
-                .unwrap();
-            (rows.len() == SLOW + NARROW).then(|| rows.iter().map(|r| r.get(0)).collect())
-        })
-        .await
-    };
+    let expected = all_succeeded(&stack, slow_jobs.iter().chain(&narrow_jobs)).await;
     let mut received = slow.received();
     received.extend(narrow.received());
     assert_exactly_once(&received, &expected);
@@ -418,21 +418,7 @@ async fn a_worker_holds_no_more_than_its_byte_cap_and_the_rest_waits_in_the_brok
     assert!(peak <= CAP + ONE_MESSAGE_AT_MOST, "held {peak} bytes, cap {CAP}");
     assert!(peak >= CAP / 2.0, "the herd never came near the cap ({peak} bytes): the test shows nothing");
 
-    let expected: std::collections::BTreeSet<String> = {
-        let client = stack.pg.get().await.unwrap();
-        let ids: Vec<uuid::Uuid> = jobs.iter().map(|id| id.parse().unwrap()).collect();
-        wait_for("every row succeeded", Duration::from_secs(30), || async {
-            let rows = client
-                .query(
-                    "SELECT execution_id FROM scheduled_jobs WHERE job_id = ANY($1) AND status = 'succeeded'",
-                    &[&ids],
-                )
-                .await
-                .unwrap();
-            (rows.len() == HERD).then(|| rows.iter().map(|r| r.get(0)).collect())
-        })
-        .await
-    };
+    let expected = all_succeeded(&stack, jobs.iter()).await;
     assert_exactly_once(&sink.received(), &expected);
     wait_for("nothing held once every message is settled", Duration::from_secs(10), || async {
         (gauge(&stack.http, &metrics_addr, "cronshard_worker_held_bytes").await? == 0.0).then_some(())
