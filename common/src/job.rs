@@ -345,7 +345,10 @@ impl RetryPolicy {
     }
 }
 
-/// What to do with slots missed during an outage.
+/// What to do with slots not started on time: missed while the job had no
+/// live owner (decided by the scheduler), or reaching a worker later than
+/// the misfire threshold (decided by the worker, under overload or after a
+/// backlog).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MisfirePolicy {
@@ -354,6 +357,21 @@ pub enum MisfirePolicy {
     Skip,
     FireAll,
 }
+
+impl MisfirePolicy {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            MisfirePolicy::FireOnce => "fire_once",
+            MisfirePolicy::Skip => "skip",
+            MisfirePolicy::FireAll => "fire_all",
+        }
+    }
+}
+
+/// A slot started later than this after its due time is a misfire: the
+/// scheduler's default, and the worker's, which must agree (one setting,
+/// `MISFIRE_THRESHOLD_MS`, read by both).
+pub const MISFIRE_THRESHOLD_DEFAULT_MS: u64 = 30_000;
 
 /// One problem with user input, named by its JSON path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

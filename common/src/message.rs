@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::job::{JobSpec, Overlap, RetryPolicy, Target};
+use crate::job::{JobSpec, MisfirePolicy, Overlap, RetryPolicy, Target};
 use crate::ledger::Trigger;
 use crate::schedule::jitter_offset;
 
@@ -95,6 +95,12 @@ pub struct FireMessage {
     /// `retry`'s retries again, counted from attempt `retry_from + 1`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub retry_from: u32,
+    /// The job's misfire policy, on a scheduled slot only: what the worker
+    /// does when the slot's first attempt reaches it later than the misfire
+    /// threshold. Absent (manual and misfire-catch-up fires, messages of
+    /// older schedulers): delivered however late.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub misfire: Option<MisfirePolicy>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -160,6 +166,7 @@ impl FireMessage {
                 .or(spec.retry),
             overlap: spec.overlap,
             retry_from: row.try_get::<_, i32>("retry_from").map_or(0, |n| n.max(0) as u32),
+            misfire: (trigger == Trigger::Schedule).then_some(spec.misfire),
         }
     }
 }
@@ -193,6 +200,7 @@ mod tests {
             retry: None,
             overlap: Default::default(),
             retry_from: 0,
+            misfire: None,
         }
     }
 

@@ -99,6 +99,8 @@ catalog! {
         "Deliveries running now on this worker.";
     WORKER_HELD_BYTES = "cronshard_worker_held_bytes", Gauge,
         "Estimated memory of the messages this worker holds (bodies and per-slot state); it takes no further message while this is at WORKER_MAX_HELD_MB.";
+    WORKER_LATE_SKIPPED_TOTAL = "cronshard_worker_late_skipped_total", Counter,
+        "Scheduled slots that reached this worker later than MISFIRE_THRESHOLD_MS and were recorded skipped by their job's misfire policy (label policy: skip, fire_once): the workers are behind.";
     WORKER_DUPLICATES_TOTAL = "cronshard_worker_duplicates_total", Counter,
         "Messages dropped because their row was already taken (redeliveries, superseded fires).";
     WORKER_VERIFIED_TOTAL = "cronshard_worker_verified_total", Counter,

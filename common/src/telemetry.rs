@@ -178,3 +178,47 @@ mod tests {
         }
     }
 }
+
+/// Counts events and says when to log them: at most once per interval,
+/// with the count since the last report, so an event that can happen
+/// thousands of times a second is seen in the log without flooding it.
+pub struct EveryInterval {
+    interval: std::time::Duration,
+    state: std::sync::Mutex<(Option<std::time::Instant>, u64)>,
+}
+
+impl EveryInterval {
+    pub fn new(interval: std::time::Duration) -> Self {
+        Self { interval, state: std::sync::Mutex::new((None, 0)) }
+    }
+
+    /// Counts one event; `Some(count)` (this one included) when it is time
+    /// to report: on the first event, then once an interval has passed.
+    pub fn add(&self) -> Option<u64> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.1 += 1;
+        let now = std::time::Instant::now();
+        if state.0.is_some_and(|last| now.duration_since(last) < self.interval) {
+            return None;
+        }
+        let count = state.1;
+        *state = (Some(now), 0);
+        Some(count)
+    }
+}
+
+#[cfg(test)]
+mod every_interval_tests {
+    use super::EveryInterval;
+
+    #[test]
+    fn reports_the_first_event_then_the_count_once_per_interval() {
+        let every = EveryInterval::new(std::time::Duration::from_millis(50));
+        assert_eq!(every.add(), Some(1));
+        assert_eq!(every.add(), None);
+        assert_eq!(every.add(), None);
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        assert_eq!(every.add(), Some(3), "the two held back and this one");
+        assert_eq!(every.add(), None);
+    }
+}

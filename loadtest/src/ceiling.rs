@@ -88,6 +88,8 @@ pub fn sample_message() -> anyhow::Result<FireMessage> {
         retry: spec.retry,
         overlap: spec.overlap,
         retry_from: 0,
+        // As a scheduled slot carries it: the same size as a herd's fire.
+        misfire: Some(spec.misfire),
     })
 }
 

@@ -80,6 +80,7 @@ pub async fn run(args: DeliverArgs) -> anyhow::Result<()> {
             retry: None,
             overlap: Default::default(),
             retry_from: 0,
+            misfire: None,
         });
     }
     for chunk in messages.chunks(5000) {

@@ -79,7 +79,7 @@ pub mod defaults {
     pub const LOOKAHEAD_MS: u64 = 2_000;
     pub const POLL_INTERVAL_MS: u64 = 5_000;
     pub const HEARTBEAT_INTERVAL_MS: u64 = 10_000;
-    pub const MISFIRE_THRESHOLD_MS: u64 = 30_000;
+    pub const MISFIRE_THRESHOLD_MS: u64 = common::job::MISFIRE_THRESHOLD_DEFAULT_MS;
     pub const MISFIRE_LOOKBACK_SECS: u64 = 24 * 3600;
     pub const CATCHUP_RATE: u32 = 500;
     pub const STRANDED_AFTER_SECS: u64 = 60;

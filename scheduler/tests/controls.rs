@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, TimeDelta, Timelike, Utc};
 use serde_json::json;
 
 use common::execution::{format_instant, truncate_ms};
@@ -413,5 +413,155 @@ async fn messages_lost_with_the_brokers_queues_are_published_again_and_delivered
         let got: Vec<u32> = sink.received_on(path).iter().map(|r| r.attempt).collect();
         assert_eq!(got, attempts, "{path}");
     }
+    stack.stop().await;
+}
+
+/// Slots that reach a worker later than the misfire threshold follow their
+/// job's misfire policy there, randomized and compared slot by slot with
+/// the model. Jobs with random policies, periods and jitter fire while no
+/// worker runs, so their messages wait in the broker (as behind an
+/// overload); a worker starts after a random outage. Then every slot of
+/// every job has a final row, and:
+/// - delivered exactly once if and only if its row `succeeded`;
+/// - `fire_all`: every slot delivered, however late;
+/// - `skip`: a slot is delivered only if it started within the threshold
+///   (plus the skip statement's own time); the skipped ones were later;
+/// - `fire_once`: a slot started later than that only when no newer slot
+///   of its job was due yet; a skipped one names the newer due slot it
+///   was coalesced into, and is followed by a delivered one (the job
+///   still fires).
+///
+/// `MISFIRE_SEED` replays a run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slots_reaching_a_worker_later_than_the_misfire_threshold_follow_their_jobs_misfire_policy() {
+    const THRESHOLD: Duration = Duration::from_secs(2);
+    // Between the worker judging a slot on time and the row's start: one
+    // batched statement.
+    let margin = TimeDelta::milliseconds(1500);
+    let threshold = TimeDelta::from_std(THRESHOLD).unwrap();
+    let seed: u64 = std::env::var("MISFIRE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| Utc::now().timestamp_nanos_opt().unwrap_or_default() as u64);
+    eprintln!("MISFIRE_SEED={seed}");
+    let mut rng = common::testing::SeededRng::new(seed);
+    let sink = Sink::start().await;
+    let mut stack = Stack::start("late").await;
+    let mut node = stack.node_config("node-a");
+    node.misfire_threshold = THRESHOLD;
+    stack.start_node(node);
+
+    struct Job {
+        id: uuid::Uuid,
+        policy: &'static str,
+        jitter_ms: u64,
+        slots: Vec<DateTime<Utc>>,
+    }
+    let start = Utc::now().with_nanosecond(0).unwrap() + TimeDelta::seconds(3);
+    let end = start + TimeDelta::milliseconds(10_050);
+    let mut jobs = Vec::new();
+    for i in 0..9 + rng.below(9) {
+        let policy = ["skip", "fire_once", "fire_all"][(i % 3) as usize];
+        // Periods longer than the threshold too: then a job's newest due
+        // slot can itself be late past it, which fire_once still delivers.
+        let every_ms = [300i64, 500, 700, 1000, 1500, 3000, 5000][rng.below(7) as usize];
+        let jitter_ms = [0u64, 0, 200][rng.below(3) as usize];
+        let created = stack
+            .create_job(json!({
+                "name": format!("late-{i}"),
+                "schedule": { "kind": "interval", "every_ms": every_ms, "start_at": at(start), "end_at": at(end) },
+                "misfire": policy, "jitter_ms": jitter_ms, "target": http_target(&sink.url("late")),
+            }))
+            .await;
+        let slots = (0..).map(|k| start + TimeDelta::milliseconds(k * every_ms)).take_while(|t| *t <= end).collect();
+        jobs.push(Job { id: created["id"].as_str().unwrap().parse().unwrap(), policy, jitter_ms, slots });
+    }
+    assert!(Utc::now() < start, "creating the jobs took past their first slot");
+    // The outage: longer than the threshold and its margin, so the first
+    // slots are late past doubt when the worker comes.
+    let worker_at = start + TimeDelta::milliseconds(rng.between(4_000, 6_000));
+    tokio::time::sleep((worker_at - Utc::now()).to_std().unwrap()).await;
+    let mut worker = stack.worker_config("worker-a");
+    worker.misfire_threshold = THRESHOLD;
+    stack.start_worker(worker);
+
+    let expected: usize = jobs.iter().map(|j| j.slots.len()).sum();
+    let ids: Vec<uuid::Uuid> = jobs.iter().map(|j| j.id).collect();
+    type Row = (uuid::Uuid, DateTime<Utc>, String, Option<String>, Option<DateTime<Utc>>, Option<DateTime<Utc>>);
+    let rows: Vec<Row> =
+        wait_for("every slot of every job to reach a final status", Duration::from_secs(60), || async {
+            let client = stack.pg.get().await.unwrap();
+            let rows: Vec<Row> = client
+                .query(
+                    "SELECT job_id, scheduled_at, status, reason, started_at, finished_at FROM scheduled_jobs
+                 WHERE job_id = ANY($1) ORDER BY job_id, scheduled_at",
+                    &[&ids],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
+                .collect();
+            (rows.len() == expected && rows.iter().all(|r| ["succeeded", "skipped"].contains(&r.2.as_str())))
+                .then_some(rows)
+        })
+        .await;
+    let received = sink.received_on("late");
+    let mut deliveries: std::collections::HashMap<String, usize> = Default::default();
+    for r in &received {
+        *deliveries.entry(r.execution_id.clone()).or_default() += 1;
+    }
+    let mut skipped_by = std::collections::HashMap::<&str, usize>::new();
+    for job in &jobs {
+        let job_rows: Vec<&Row> = rows.iter().filter(|r| r.0 == job.id).collect();
+        assert_eq!(
+            job_rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+            job.slots,
+            "job {} ({}): the ledger's slots are the schedule's",
+            job.id,
+            job.policy
+        );
+        let due = |slot: DateTime<Utc>| slot + common::schedule::jitter_offset(job.id, slot, job.jitter_ms);
+        for (k, &&(_, slot, ref status, ref reason, started_at, finished_at)) in job_rows.iter().enumerate() {
+            let what = format!("job {} ({}) slot {}: {status} {reason:?}", job.id, job.policy, at(slot));
+            let delivered = deliveries.get(&common::execution::execution_id(job.id, slot)).copied().unwrap_or(0);
+            assert_eq!(delivered, usize::from(status == "succeeded"), "{what}: delivered {delivered} times");
+            let next_due = job.slots.get(k + 1).copied();
+            match status.as_str() {
+                "succeeded" => {
+                    let late = started_at.unwrap() - due(slot);
+                    let allowed = match job.policy {
+                        "skip" => false,
+                        // The newest slot due at its start may go late.
+                        "fire_once" => next_due.is_none_or(|next| next > started_at.unwrap() - margin),
+                        _ => true,
+                    };
+                    assert!(late <= threshold + margin || allowed, "{what}: started {late} late");
+                }
+                _ => {
+                    assert_ne!(job.policy, "fire_all", "{what}: fire_all delivers every slot");
+                    let reason = reason.as_deref().unwrap();
+                    assert!(reason.starts_with(&format!("misfire policy {}: ", job.policy)), "{what}");
+                    assert!(finished_at.unwrap() - due(slot) > threshold, "{what}: skipped though on time");
+                    if job.policy == "fire_once" {
+                        let into = reason.split("coalesced into ").nth(1).and_then(|rest| rest.split(", ").next());
+                        let into: DateTime<Utc> = into.and_then(|t| t.parse().ok()).unwrap_or_else(|| panic!("{what}"));
+                        assert!(
+                            into > slot && job.slots.contains(&into) && into <= finished_at.unwrap(),
+                            "{what}: coalesced into a slot that was not a newer due one"
+                        );
+                        assert!(
+                            job_rows[k + 1..].iter().any(|r| r.2 == "succeeded"),
+                            "{what}: no later slot of the job was delivered"
+                        );
+                    }
+                    *skipped_by.entry(job.policy).or_default() += 1;
+                }
+            }
+        }
+    }
+    // Every job's first slot was late past doubt: each policy that may skip did.
+    assert!(skipped_by.get("skip").copied().unwrap_or(0) > 0, "nothing skipped under skip: {skipped_by:?}");
+    assert!(skipped_by.get("fire_once").copied().unwrap_or(0) > 0, "nothing skipped under fire_once: {skipped_by:?}");
     stack.stop().await;
 }

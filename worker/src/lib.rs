@@ -71,6 +71,10 @@ pub struct WorkerConfig {
     pub destinations: DestinationConfig,
     pub retry_defaults: RetryPolicy,
     pub allow_cidrs: Vec<ipnet::IpNet>,
+    /// A scheduled slot whose first attempt reaches this worker later than
+    /// this after its due time is decided by its job's misfire policy
+    /// (the scheduler's threshold: one setting for both).
+    pub misfire_threshold: std::time::Duration,
     /// AWS configuration for SQS targets; `None` = the usual AWS environment
     /// (`AWS_REGION`, credentials chain, `AWS_ENDPOINT_URL_SQS`), loaded on
     /// the first SQS delivery.

@@ -17,10 +17,11 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use common::backoff::Backoff;
+use common::job::MisfirePolicy;
 use common::ledger::Status;
 use common::ledger::Trigger;
 use common::ledger::delivery::{
-    self as ledger, FinishRequest, HeldSlot, JobsSeen, OverlapDecision, Start, StartRequest, VerifyRequest,
+    self as ledger, FinishRequest, HeldSlot, JobsSeen, LateSlot, OverlapDecision, Start, StartRequest, VerifyRequest,
 };
 use common::message::{ATTEMPT_HEADER, FireMessage};
 
@@ -52,6 +53,11 @@ const OUTCOME_LINGER: Duration = Duration::from_millis(20);
 /// back (and so delivered again).
 const OUTCOME_RETRY_FOR: Duration = Duration::from_secs(30);
 
+/// How often a worker skipping late slots says so in its log (with the
+/// count since it last did): often enough to see, rarely enough that a
+/// backlog of thousands does not flood the log.
+const LATE_SKIP_REPORT_EVERY: Duration = Duration::from_secs(10);
+
 /// What the message tasks of one broker session share.
 pub(crate) struct Shared {
     config: WorkerConfig,
@@ -59,6 +65,8 @@ pub(crate) struct Shared {
     deliverers: Arc<Deliverers>,
     retry: RetryPublisher,
     starts: Batcher<StartRequest, (Start, JobsSeen)>,
+    late_skips: Batcher<LateSlot, bool>,
+    late_skip_report: common::telemetry::EveryInterval,
     verifies: Batcher<VerifyRequest, Start>,
     finishes: Batcher<FinishRequest, bool>,
     notes: Batcher<ledger::DestinationWait, bool>,
@@ -89,6 +97,16 @@ impl Shared {
                     async move { ledger::start_batch(&pg, &worker_id, requests).await }
                 })
             },
+            // Only late slots ask, and a backlog brings them in thousands:
+            // one statement at a time, each taking what has queued.
+            late_skips: {
+                let (pg, worker_id) = (pg.clone(), config.worker_id.clone());
+                Batcher::spawn(START_BATCH, 1, Duration::ZERO, move |slots| {
+                    let (pg, worker_id) = (pg.clone(), worker_id.clone());
+                    async move { ledger::skip_late_batch(&pg, &worker_id, slots).await }
+                })
+            },
+            late_skip_report: common::telemetry::EveryInterval::new(LATE_SKIP_REPORT_EVERY),
             verifies: {
                 let (pg, worker_id) = (pg.clone(), config.worker_id.clone());
                 Batcher::spawn(START_BATCH, START_STATEMENTS, Duration::ZERO, move |requests| {
@@ -198,6 +216,9 @@ pub(crate) async fn handle(
         }
     };
     let attempt = attempt_of(&delivery);
+    // A slot handed back to wait for its destination was on time when it
+    // first arrived: only a first attempt's first arrival can be late.
+    let first_arrival = attempt == 1 && !retry::is_wait(&delivery);
     // A retried message passed through one retry queue per earlier failure.
     if let Some(retries) = retries_by_x_death(&delivery)
         && retries + 1 != attempt
@@ -223,7 +244,8 @@ pub(crate) async fn handle(
         async move {
             let mut settles = Vec::with_capacity(run.len());
             for m in run {
-                settles.push(handle_slot(shared, m, attempt, delivery.redelivered, in_flight, token).await);
+                let arrival = Arrival { attempt, redelivered: delivery.redelivered, first_arrival };
+                settles.push(handle_slot(shared, m, arrival, in_flight, token).await);
             }
             settles
         }
@@ -261,14 +283,24 @@ impl Settle {
     }
 }
 
+/// How a slot's message reached the worker.
+#[derive(Debug, Clone, Copy)]
+struct Arrival {
+    attempt: u32,
+    redelivered: bool,
+    /// The first attempt, not handed back to wait for its destination: the
+    /// one arrival that may be late by the misfire threshold.
+    first_arrival: bool,
+}
+
 async fn handle_slot(
     shared: &Shared,
     message: &FireMessage,
-    attempt: u32,
-    redelivered: bool,
+    arrival: Arrival,
     in_flight: &Semaphore,
     token: &CancellationToken,
 ) -> Settle {
+    let attempt = arrival.attempt;
     let slot: HeldSlot = (message.job_id, message.scheduled_at, attempt as i32);
     let Some(hold) = shared.holding.hold(slot) else {
         // Another task here has this attempt (the copy of a lost session,
@@ -276,7 +308,7 @@ async fn handle_slot(
         return Settle::Requeue(ledger::BUSY_RECHECK_MIN);
     };
     let mut took_row = false;
-    let result = process(shared, message, attempt, redelivered, in_flight, token, &mut took_row).await;
+    let result = process(shared, message, arrival, in_flight, token, &mut took_row).await;
     if took_row && !matches!(result, Ok(Processed::Done)) {
         // This worker will not deliver it: give the row back at once rather
         // than make the message's next worker wait until this one is
@@ -357,12 +389,15 @@ fn go_on(m: &FireMessage, attempt: u32, start: Start) -> bool {
 async fn process(
     shared: &Shared,
     m: &FireMessage,
-    attempt: u32,
-    redelivered: bool,
+    arrival: Arrival,
     in_flight: &Semaphore,
     token: &CancellationToken,
     took_row: &mut bool,
 ) -> anyhow::Result<Processed> {
+    let Arrival { attempt, redelivered, .. } = arrival;
+    if arrival.first_arrival && Box::pin(shared.skipped_as_late(m)).await? {
+        return Ok(Processed::Done);
+    }
     let request = StartRequest {
         job_id: m.job_id,
         scheduled_at: m.scheduled_at,
@@ -492,6 +527,40 @@ async fn process(
 }
 
 impl Shared {
+    /// Applies the job's misfire policy to a scheduled slot whose first
+    /// attempt reached this worker later than the misfire threshold (the
+    /// workers are behind: overload, or a backlog after an outage); true
+    /// when the slot was recorded skipped instead of delivered. The same
+    /// rule as the scheduler's for an outage's slots, so how late a slot
+    /// may start does not depend on where it waited; and a skip costs one
+    /// row write instead of a delivery and two, so a backlog drains faster
+    /// than it built up.
+    async fn skipped_as_late(&self, m: &FireMessage) -> anyhow::Result<bool> {
+        let Some(policy @ (MisfirePolicy::Skip | MisfirePolicy::FireOnce)) = m.misfire else { return Ok(false) };
+        let late = common::clock::now() - m.due_at;
+        let threshold = chrono::TimeDelta::from_std(self.config.misfire_threshold).unwrap_or(chrono::TimeDelta::MAX);
+        // A replay is an operator's explicit run, however late.
+        if m.retry_from != 0 || late <= threshold {
+            return Ok(false);
+        }
+        let late_ms = late.num_milliseconds();
+        let slot = LateSlot { job_id: m.job_id, scheduled_at: m.scheduled_at, fire_id: m.fire_id, policy, late_ms };
+        if !timed("late_skip", self.late_skips.call(slot)).await? {
+            return Ok(false);
+        }
+        tracing::debug!(execution.id = %m.execution_id, late_ms, policy = policy.as_str(), "slot reached the worker past the misfire threshold; skipped by its job's misfire policy");
+        metrics::counter!(common::metrics::WORKER_LATE_SKIPPED_TOTAL, "policy" => policy.as_str()).increment(1);
+        if let Some(skipped) = self.late_skip_report.add() {
+            tracing::warn!(
+                skipped,
+                threshold_ms = threshold.num_milliseconds(),
+                "scheduled slots reached this worker later than the misfire threshold and were skipped by their jobs' misfire policy (the workers are behind)"
+            );
+        }
+        metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Skipped.as_str()).increment(1);
+        Ok(true)
+    }
+
     fn destination_wait(slot: HeldSlot, m: &FireMessage, waiting: &Waiting) -> ledger::DestinationWait {
         ledger::DestinationWait {
             slot,

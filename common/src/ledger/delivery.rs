@@ -192,6 +192,76 @@ async fn start_rows(
     Ok(returned.iter().map(|row| ((row.get(0), row.get(1)), JobsSeen(row.get(2)))).collect())
 }
 
+/// A scheduled slot whose first attempt reached a worker later than the
+/// misfire threshold, for its job's misfire policy to decide.
+#[derive(Debug, Clone)]
+pub struct LateSlot {
+    pub job_id: Uuid,
+    pub scheduled_at: DateTime<Utc>,
+    pub fire_id: Uuid,
+    /// `skip` or `fire_once` (`fire_all` delivers every slot: never asked).
+    pub policy: crate::job::MisfirePolicy,
+    /// How late it reached the worker, for the recorded reason.
+    pub late_ms: i64,
+}
+
+/// Records `skipped`, without a delivery, the late slots their job's
+/// misfire policy gives up, as the scheduler does with the slots of an
+/// outage: under `skip` every one; under `fire_once` one whose job has a
+/// newer slot already due that is or will be delivered (it is coalesced
+/// into the newest such, so the newest due slot of a job is never skipped
+/// and the job still fires once). Only a row still `pending` for its
+/// first attempt (`attempts = 0`: no retry, no replay) of this fire and
+/// still wanted is skipped; every other slot answers false and goes on to
+/// [`start_batch`], which decides it as usual. So a slot this cannot skip
+/// (a row moved between partitions under the statement, say) is delivered
+/// late rather than lost.
+pub async fn skip_late_batch(pool: &Pool, worker_id: &str, slots: Vec<LateSlot>) -> anyhow::Result<Vec<bool>> {
+    let client = pool.get().await?;
+    let sorted: Vec<&LateSlot> = crate::db::lock_order(slots.iter().map(|s| (s.job_id, s.scheduled_at)))
+        .into_iter()
+        .map(|i| &slots[i])
+        .collect();
+    let job_ids: Vec<Uuid> = sorted.iter().map(|s| s.job_id).collect();
+    let scheduled: Vec<DateTime<Utc>> = sorted.iter().map(|s| s.scheduled_at).collect();
+    let fire_ids: Vec<Uuid> = sorted.iter().map(|s| s.fire_id).collect();
+    let policies: Vec<&str> = sorted.iter().map(|s| s.policy.as_str()).collect();
+    let late_ms: Vec<i64> = sorted.iter().map(|s| s.late_ms).collect();
+    let stmt = client
+        .prepare_cached(&format!(
+            "UPDATE scheduled_jobs l SET status = 'skipped', finished_at = now(), worker_id = $6, reason = d.reason,
+                    history = l.history || jsonb_build_array(jsonb_build_object(
+                        'event', 'skipped', 'at', cronshard_instant(now()), 'reason', d.reason, 'worker_id', $6::text))
+             FROM (SELECT b.job_id, b.scheduled_at, b.fire_id,
+                          'misfire policy ' || b.policy || ': '
+                          || CASE WHEN b.policy = 'fire_once' THEN 'coalesced into ' || cronshard_instant(n.newest) || ', ' ELSE '' END
+                          || 'reached a worker ' || round(b.late_ms / 1000.0, 1) || ' s after its due time' AS reason
+                   FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[], $4::text[], $5::bigint[])
+                        AS b(job_id, scheduled_at, fire_id, policy, late_ms)
+                   LEFT JOIN LATERAL (
+                        SELECT max(n.scheduled_at) AS newest FROM scheduled_jobs n
+                        WHERE n.job_id = b.job_id AND n.scheduled_at > b.scheduled_at AND n.scheduled_at <= now()
+                          AND n.trigger <> 'manual' AND n.status IN ('pending', 'running', 'retrying', 'succeeded', 'failed')) n
+                        ON b.policy = 'fire_once'
+                   WHERE b.policy = 'skip' OR n.newest IS NOT NULL) d
+             WHERE l.job_id = d.job_id AND l.scheduled_at = d.scheduled_at
+               -- `IS TRUE`: see SLOT_KEY_ONLY.
+               AND (l.fire_id = d.fire_id AND l.status = 'pending' AND l.attempts = 0) IS TRUE
+               AND {slot_wanted}
+             RETURNING l.job_id, l.scheduled_at",
+            slot_wanted = slot_wanted!(),
+        ))
+        .await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+        [&job_ids, &scheduled, &fire_ids, &policies, &late_ms, &worker_id];
+    let skipped: HashSet<Slot> = crate::db::retry_deadlock(|| client.query(&stmt, &params))
+        .await?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    Ok(slots.iter().map(|s| skipped.contains(&(s.job_id, s.scheduled_at))).collect())
+}
+
 /// Finds out why a row could not be started (`armed_by: None`) or, for a
 /// row this worker armed ahead (`armed_by: Some(worker)`), why it may not be
 /// delivered now; and records a cancellation on a row nobody will run. Rare

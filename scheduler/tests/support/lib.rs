@@ -230,6 +230,7 @@ impl Stack {
             },
             allow_cidrs: vec!["127.0.0.0/8".parse().unwrap()],
             aws: None,
+            misfire_threshold: Duration::from_millis(common::job::MISFIRE_THRESHOLD_DEFAULT_MS),
             clock: Default::default(),
         }
     }

@@ -32,6 +32,12 @@ struct Args {
     /// per-slot state); past it, further messages wait in the broker.
     #[arg(long, env = "WORKER_MAX_HELD_MB", default_value_t = worker::defaults::MAX_HELD_MB)]
     max_held_mb: usize,
+    /// A scheduled slot reaching the worker later than this after its due
+    /// time follows its job's misfire policy (skip, fire_once: recorded
+    /// skipped instead of delivered; fire_all: delivered). The same
+    /// setting as the scheduler's.
+    #[arg(long, env = "MISFIRE_THRESHOLD_MS", default_value_t = common::job::MISFIRE_THRESHOLD_DEFAULT_MS)]
+    misfire_threshold_ms: u64,
     /// Private/loopback ranges callbacks may reach anyway, e.g. `127.0.0.0/8`.
     #[arg(long, env = "CALLBACK_ALLOW_CIDRS", default_value = "")]
     callback_allow_cidrs: String,
@@ -67,6 +73,7 @@ async fn run() -> anyhow::Result<()> {
         destinations: args.destinations.config(),
         retry_defaults: args.retry.policy(),
         allow_cidrs: SsrfGuard::parse_allow_list(&args.callback_allow_cidrs)?,
+        misfire_threshold: std::time::Duration::from_millis(args.misfire_threshold_ms),
         // SQS targets use the standard AWS environment (AWS_REGION,
         // credentials, AWS_ENDPOINT_URL_SQS), read on the first SQS delivery.
         aws: None,

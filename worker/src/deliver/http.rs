@@ -373,6 +373,7 @@ mod tests {
             retry: None,
             overlap: Default::default(),
             retry_from: 0,
+            misfire: None,
         }
     }
 
