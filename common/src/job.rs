@@ -120,6 +120,8 @@ pub struct JobSpec {
     pub target: Target,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryPolicy>,
+    /// What happens to slots more than the misfire threshold late: missed
+    /// while no scheduler owned the job, or reaching a worker that late.
     #[serde(default)]
     #[schema(required = false)]
     pub misfire: MisfirePolicy,

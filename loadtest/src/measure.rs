@@ -30,9 +30,9 @@ pub struct Tally {
     pub retried: usize,
     /// A few missed execution ids, for a look at the ledger.
     pub missed_examples: Vec<String>,
-    /// The scheduled time of every missed slot.
+    /// Every missed slot: (execution id, scheduled at).
     #[serde(skip)]
-    pub missed_at: Vec<DateTime<Utc>>,
+    pub missed_slots: Vec<(String, DateTime<Utc>)>,
     /// A few duplicated deliveries: (execution id, attempt, received at).
     pub duplicate_examples: Vec<(String, u32, DateTime<Utc>)>,
     /// (scheduled at, lateness ms) of each expected slot's first delivery.
@@ -51,6 +51,13 @@ impl Tally {
     /// Lateness of the first deliveries of slots scheduled in `[from, to)`.
     pub fn lateness_between(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Option<Percentiles> {
         Percentiles::of(self.first.iter().filter(|(at, _)| *at >= from && *at < to).map(|(_, l)| *l).collect())
+    }
+
+    /// The scheduled times of the missed slots not in `decided` (the
+    /// execution ids the ledger recorded as decided without a delivery:
+    /// skipped or missed by a policy): the slots lost.
+    pub fn lost_at(&self, decided: &HashSet<String>) -> Vec<DateTime<Utc>> {
+        self.missed_slots.iter().filter(|(id, _)| !decided.contains(id)).map(|(_, at)| *at).collect()
     }
 
     pub fn series(&self, zero: DateTime<Utc>) -> LatenessSeries {
@@ -119,8 +126,8 @@ pub fn tally(jobs: &[CreatedJob], from: DateTime<Utc>, to: DateTime<Utc>, delive
     t.missed = t.expected - t.delivered;
     let missed: Vec<(String, DateTime<Utc>)> =
         expected.into_iter().filter(|(_, (_, hit))| !hit).map(|(id, (at, _))| (id, at)).collect();
-    t.missed_at = missed.iter().map(|(_, at)| *at).collect();
-    t.missed_examples = missed.into_iter().map(|(id, _)| id).take(5).collect();
+    t.missed_examples = missed.iter().map(|(id, _)| id.clone()).take(5).collect();
+    t.missed_slots = missed;
     t
 }
 
@@ -162,7 +169,10 @@ mod tests {
         let t = tally(std::slice::from_ref(&job), at(0), at(4), &got);
         assert_eq!((t.expected, t.delivered, t.missed, t.duplicates, t.unexpected, t.retried), (4, 3, 1, 1, 1, 1));
         assert_eq!(t.missed_examples, vec![id(2)]);
-        assert_eq!(t.missed_at, vec![at(2)]);
+        let missed_id = t.missed_slots[0].0.clone();
+        assert_eq!(t.missed_slots.iter().map(|(_, at)| *at).collect::<Vec<_>>(), vec![at(2)]);
+        assert_eq!(t.lost_at(&HashSet::new()), vec![at(2)]);
+        assert!(t.lost_at(&HashSet::from([missed_id])).is_empty(), "a slot the ledger decided is not lost");
         assert_eq!(t.lateness().unwrap().max, 40);
     }
 }

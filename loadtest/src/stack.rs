@@ -572,6 +572,26 @@ impl Stack {
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
+    /// Execution ids of the rows of slots in `[from, to)` decided without a
+    /// delivery (`skipped` or `missed`: a misfire or overlap policy, a
+    /// calendar, a cancellation).
+    pub async fn ledger_window_decided(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> anyhow::Result<std::collections::HashSet<String>> {
+        let db = self.db.as_ref().context("the stack is shut down")?;
+        let client = common::db::connect(&db.url).await?;
+        let rows = client
+            .query(
+                "SELECT execution_id FROM scheduled_jobs WHERE scheduled_at >= $1 AND scheduled_at < $2
+                   AND status IN ('skipped', 'missed')",
+                &[&from, &to],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
     /// Ledger rows whose history says they waited for their destination
     /// (`waiting` entries), by status.
     pub async fn waiting_by_status(&self) -> anyhow::Result<Vec<(String, i64)>> {

@@ -289,6 +289,7 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
     let settled_after = (args.settle_secs > 0).then(|| settling.elapsed().as_secs_f64());
+    let decided = running.stack.ledger_window_decided(from, to).await?;
     let got = running.receiver.snapshot();
     let cluster = running.stack.get_json("/v1/cluster").await.ok();
     let Running { stack, jobs, create_secs, .. } = running;
@@ -308,6 +309,12 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
     );
     report.row("measured window", format!("{} s after {} s of warm-up", args.duration_secs, args.warmup_secs));
     t.rows(&mut report, "");
+    let lost_at = t.lost_at(&decided);
+    report.row(
+        "  of the missed: decided by a policy (ledger skipped/missed) / lost",
+        format!("{} / {}", fmt_int((t.missed - lost_at.len()) as i64), fmt_int(lost_at.len() as i64)),
+    );
+    report.data("lost", lost_at.len());
     let mut series = t.series(from);
     for (status, n) in &ledger {
         report.row(format!("  ledger (the window's slots): {status}"), fmt_int(*n));
@@ -327,9 +334,9 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
             report.row(format!("lateness {name}"), Percentiles::cell(p));
             phases.insert(name.to_string(), serde_json::to_value(p)?);
         }
-        // The chaos scenario's definition: a slot not delivered counts as
-        // infinitely late.
-        let slots = t.first.iter().map(|(at, late)| (*at, Some(*late))).chain(t.missed_at.iter().map(|at| (*at, None)));
+        // The chaos scenario's definition: a slot lost counts as infinitely
+        // late; one its job's policy decided without a delivery does not count.
+        let slots = t.first.iter().map(|(at, late)| (*at, Some(*late))).chain(lost_at.iter().map(|at| (*at, None)));
         let back = crate::chaos::verdict::recovery_secs(slots, drop_at, to, RECOVERED_P99_MS);
         report.row(
             format!("p99 back under {RECOVERED_P99_MS} ms after the drop"),

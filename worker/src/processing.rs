@@ -21,7 +21,8 @@ use common::job::MisfirePolicy;
 use common::ledger::Status;
 use common::ledger::Trigger;
 use common::ledger::delivery::{
-    self as ledger, FinishRequest, HeldSlot, JobsSeen, LateSlot, OverlapDecision, Start, StartRequest, VerifyRequest,
+    self as ledger, FinishRequest, HeldSlot, JobsSeen, LateDecision, LateSlot, OverlapDecision, Start, StartRequest,
+    VerifyRequest,
 };
 use common::message::{ATTEMPT_HEADER, FireMessage};
 
@@ -58,6 +59,35 @@ const OUTCOME_RETRY_FOR: Duration = Duration::from_secs(30);
 /// backlog of thousands does not flood the log.
 const LATE_SKIP_REPORT_EVERY: Duration = Duration::from_secs(10);
 
+/// Per job, the last late `fire_once` slot this worker let run and when
+/// (or the run the ledger named when it skipped one), behind a lock that
+/// makes the job's late slots decide one at a time. Entries older than
+/// `LATE_RUNS_KEPT` are dropped as the map grows.
+#[derive(Default)]
+struct LateRuns {
+    jobs: std::sync::Mutex<std::collections::HashMap<uuid::Uuid, LastLateRun>>,
+}
+
+type LastLateRun = Arc<tokio::sync::Mutex<Option<(chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)>>>;
+
+/// How long a job's last late run is remembered: slots due before it that
+/// arrive later still find it in the ledger.
+const LATE_RUNS_KEPT: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
+/// Entries past which the map is swept of old ones.
+const LATE_RUNS_SWEEP_AT: usize = 100_000;
+
+impl LateRuns {
+    fn of(&self, job_id: uuid::Uuid) -> LastLateRun {
+        let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        if jobs.len() >= LATE_RUNS_SWEEP_AT {
+            let kept_after = common::clock::now() - LATE_RUNS_KEPT;
+            // A locked entry is being decided: kept.
+            jobs.retain(|_, run| run.try_lock().map_or(true, |run| run.is_some_and(|(_, at)| at > kept_after)));
+        }
+        jobs.entry(job_id).or_default().clone()
+    }
+}
+
 /// What the message tasks of one broker session share.
 pub(crate) struct Shared {
     config: WorkerConfig,
@@ -65,8 +95,9 @@ pub(crate) struct Shared {
     deliverers: Arc<Deliverers>,
     retry: RetryPublisher,
     starts: Batcher<StartRequest, (Start, JobsSeen)>,
-    late_skips: Batcher<LateSlot, bool>,
+    late_skips: Batcher<LateSlot, LateDecision>,
     late_skip_report: common::telemetry::EveryInterval,
+    late_runs: LateRuns,
     verifies: Batcher<VerifyRequest, Start>,
     finishes: Batcher<FinishRequest, bool>,
     notes: Batcher<ledger::DestinationWait, bool>,
@@ -107,6 +138,7 @@ impl Shared {
                 })
             },
             late_skip_report: common::telemetry::EveryInterval::new(LATE_SKIP_REPORT_EVERY),
+            late_runs: LateRuns::default(),
             verifies: {
                 let (pg, worker_id) = (pg.clone(), config.worker_id.clone());
                 Batcher::spawn(START_BATCH, START_STATEMENTS, Duration::ZERO, move |requests| {
@@ -395,7 +427,10 @@ async fn process(
     took_row: &mut bool,
 ) -> anyhow::Result<Processed> {
     let Arrival { attempt, redelivered, .. } = arrival;
-    if arrival.first_arrival && Box::pin(shared.skipped_as_late(m)).await? {
+    if arrival.first_arrival
+        && let Some(late) = shared.late_slot(m)
+        && Box::pin(shared.skip_late(m, late)).await?
+    {
         return Ok(Processed::Done);
     }
     let request = StartRequest {
@@ -527,33 +562,66 @@ async fn process(
 }
 
 impl Shared {
-    /// Applies the job's misfire policy to a scheduled slot whose first
-    /// attempt reached this worker later than the misfire threshold (the
-    /// workers are behind: overload, or a backlog after an outage); true
-    /// when the slot was recorded skipped instead of delivered. The same
-    /// rule as the scheduler's for an outage's slots, so how late a slot
-    /// may start does not depend on where it waited; and a skip costs one
-    /// row write instead of a delivery and two, so a backlog drains faster
-    /// than it built up.
-    async fn skipped_as_late(&self, m: &FireMessage) -> anyhow::Result<bool> {
-        let Some(policy @ (MisfirePolicy::Skip | MisfirePolicy::FireOnce)) = m.misfire else { return Ok(false) };
+    /// The slot as a late one when the job's misfire policy decides it
+    /// here: a scheduled slot (the message carries the policy), not a
+    /// replay (an operator's explicit run), whose first attempt reached
+    /// this worker later than the misfire threshold; `fire_all` delivers
+    /// every slot, so it is never asked.
+    fn late_slot(&self, m: &FireMessage) -> Option<LateSlot> {
+        let Some(policy @ (MisfirePolicy::Skip | MisfirePolicy::FireOnce)) = m.misfire else { return None };
         let late = common::clock::now() - m.due_at;
         let threshold = chrono::TimeDelta::from_std(self.config.misfire_threshold).unwrap_or(chrono::TimeDelta::MAX);
-        // A replay is an operator's explicit run, however late.
-        if m.retry_from != 0 || late <= threshold {
-            return Ok(false);
+        (m.retry_from == 0 && late > threshold).then(|| LateSlot {
+            job_id: m.job_id,
+            scheduled_at: m.scheduled_at,
+            fire_id: m.fire_id,
+            due_at: m.due_at,
+            policy,
+            late_ms: late.num_milliseconds(),
+            ran_since_due: None,
+        })
+    }
+
+    /// Applies the job's misfire policy to a late slot (the workers are
+    /// behind: overload, or a backlog after an outage); true when it was
+    /// recorded skipped instead of delivered. The same rule as the
+    /// scheduler's for an outage's slots, so how late a slot may start does
+    /// not depend on where it waited; and a skip costs one row write
+    /// instead of a delivery and two, so a backlog drains faster than it
+    /// built up.
+    async fn skip_late(&self, m: &FireMessage, mut late: LateSlot) -> anyhow::Result<bool> {
+        let (policy, late_ms) = (late.policy, late.late_ms);
+        // A job's late fire_once slots are decided one at a time here: a
+        // backlog brings them together, and each must see whether the one
+        // before was let run (its row may not say so yet).
+        let job_runs = (policy == MisfirePolicy::FireOnce).then(|| self.late_runs.of(m.job_id));
+        let mut last_run = match &job_runs {
+            Some(cell) => Some(cell.clone().lock_owned().await),
+            None => None,
+        };
+        late.ran_since_due = last_run.as_deref().copied().flatten().filter(|(_, ran_at)| *ran_at >= m.due_at);
+        match timed("late_skip", self.late_skips.call(late)).await? {
+            LateDecision::Deliver => {
+                if let Some(last_run) = last_run.as_deref_mut() {
+                    *last_run = Some((m.scheduled_at, common::clock::now()));
+                }
+                return Ok(false);
+            }
+            LateDecision::Skipped { into } => {
+                if let (Some(last_run), Some(into)) = (last_run.as_deref_mut(), into)
+                    && last_run.is_none_or(|(_, ran_at)| ran_at < into.1)
+                {
+                    *last_run = Some(into);
+                }
+            }
         }
-        let late_ms = late.num_milliseconds();
-        let slot = LateSlot { job_id: m.job_id, scheduled_at: m.scheduled_at, fire_id: m.fire_id, policy, late_ms };
-        if !timed("late_skip", self.late_skips.call(slot)).await? {
-            return Ok(false);
-        }
+        drop(last_run);
         tracing::debug!(execution.id = %m.execution_id, late_ms, policy = policy.as_str(), "slot reached the worker past the misfire threshold; skipped by its job's misfire policy");
         metrics::counter!(common::metrics::WORKER_LATE_SKIPPED_TOTAL, "policy" => policy.as_str()).increment(1);
         if let Some(skipped) = self.late_skip_report.add() {
             tracing::warn!(
                 skipped,
-                threshold_ms = threshold.num_milliseconds(),
+                threshold_ms = self.config.misfire_threshold.as_millis() as u64,
                 "scheduled slots reached this worker later than the misfire threshold and were skipped by their jobs' misfire policy (the workers are behind)"
             );
         }

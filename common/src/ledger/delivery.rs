@@ -199,24 +199,44 @@ pub struct LateSlot {
     pub job_id: Uuid,
     pub scheduled_at: DateTime<Utc>,
     pub fire_id: Uuid,
+    /// When it was due (its scheduled time plus the job's jitter).
+    pub due_at: DateTime<Utc>,
     /// `skip` or `fire_once` (`fire_all` delivers every slot: never asked).
     pub policy: crate::job::MisfirePolicy,
     /// How late it reached the worker, for the recorded reason.
     pub late_ms: i64,
+    /// `fire_once`: a late slot of the job this worker let run since this
+    /// one was due, with when (the caller's own record: its row may not
+    /// show the run yet). `None`: the ledger's runs decide.
+    pub ran_since_due: Option<(DateTime<Utc>, DateTime<Utc>)>,
+}
+
+/// What [`skip_late_batch`] did with a late slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LateDecision {
+    /// Not skipped: the caller starts it as usual.
+    Deliver,
+    /// Recorded `skipped`; under `fire_once`, coalesced into this slot of
+    /// the job, which ran (or was let run) at this instant.
+    Skipped { into: Option<(DateTime<Utc>, DateTime<Utc>)> },
 }
 
 /// Records `skipped`, without a delivery, the late slots their job's
-/// misfire policy gives up, as the scheduler does with the slots of an
-/// outage: under `skip` every one; under `fire_once` one whose job has a
-/// newer slot already due that is or will be delivered (it is coalesced
-/// into the newest such, so the newest due slot of a job is never skipped
-/// and the job still fires once). Only a row still `pending` for its
-/// first attempt (`attempts = 0`: no retry, no replay) of this fire and
-/// still wanted is skipped; every other slot answers false and goes on to
-/// [`start_batch`], which decides it as usual. So a slot this cannot skip
-/// (a row moved between partitions under the statement, say) is delivered
-/// late rather than lost.
-pub async fn skip_late_batch(pool: &Pool, worker_id: &str, slots: Vec<LateSlot>) -> anyhow::Result<Vec<bool>> {
+/// misfire policy gives up: under `skip` every one; under `fire_once` one
+/// whose job has already run since the slot was due (the caller's
+/// `ran_since_due`, or the job's latest earlier scheduled slot that ran,
+/// if it started at or after this one's due instant): that run covered
+/// it, and the slot is coalesced into it. So a
+/// run of late slots makes one late delivery, as after an outage, and a
+/// job is never starved: under an overload that lasts, each `fire_once`
+/// job still runs about once per its slots' lateness, and the rest are
+/// skipped, which cuts the load until the workers catch up. Only a row
+/// still `pending` for its first attempt (`attempts = 0`: no retry, no
+/// replay) of this fire and still wanted is skipped; every other slot
+/// answers false and goes on to [`start_batch`], which decides it as
+/// usual, so a slot this cannot skip (a row moved between partitions under
+/// the statement, say) is delivered late rather than lost.
+pub async fn skip_late_batch(pool: &Pool, worker_id: &str, slots: Vec<LateSlot>) -> anyhow::Result<Vec<LateDecision>> {
     let client = pool.get().await?;
     let sorted: Vec<&LateSlot> = crate::db::lock_order(slots.iter().map(|s| (s.job_id, s.scheduled_at)))
         .into_iter()
@@ -227,39 +247,58 @@ pub async fn skip_late_batch(pool: &Pool, worker_id: &str, slots: Vec<LateSlot>)
     let fire_ids: Vec<Uuid> = sorted.iter().map(|s| s.fire_id).collect();
     let policies: Vec<&str> = sorted.iter().map(|s| s.policy.as_str()).collect();
     let late_ms: Vec<i64> = sorted.iter().map(|s| s.late_ms).collect();
+    let due: Vec<DateTime<Utc>> = sorted.iter().map(|s| s.due_at).collect();
+    let ran_slot: Vec<Option<DateTime<Utc>>> = sorted.iter().map(|s| s.ran_since_due.map(|r| r.0)).collect();
+    let ran_at: Vec<Option<DateTime<Utc>>> = sorted.iter().map(|s| s.ran_since_due.map(|r| r.1)).collect();
     let stmt = client
         .prepare_cached(&format!(
             "UPDATE scheduled_jobs l SET status = 'skipped', finished_at = now(), worker_id = $6, reason = d.reason,
                     history = l.history || jsonb_build_array(jsonb_build_object(
                         'event', 'skipped', 'at', cronshard_instant(now()), 'reason', d.reason, 'worker_id', $6::text))
              FROM (SELECT b.job_id, b.scheduled_at, b.fire_id,
+                          coalesce(b.ran_slot, r.scheduled_at) AS ran_slot, coalesce(b.ran_at, r.started_at) AS ran_at,
                           'misfire policy ' || b.policy || ': '
-                          || CASE WHEN b.policy = 'fire_once' THEN 'coalesced into ' || cronshard_instant(n.newest) || ', ' ELSE '' END
+                          || CASE WHEN b.policy = 'fire_once'
+                                  THEN 'coalesced into ' || cronshard_instant(coalesce(b.ran_slot, r.scheduled_at))
+                                       || ', which ran at ' || cronshard_instant(coalesce(b.ran_at, r.started_at))
+                                       || ' since this slot was due; '
+                                  ELSE '' END
                           || 'reached a worker ' || round(b.late_ms / 1000.0, 1) || ' s after its due time' AS reason
-                   FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[], $4::text[], $5::bigint[])
-                        AS b(job_id, scheduled_at, fire_id, policy, late_ms)
+                   FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[], $4::text[], $5::bigint[], $7::timestamptz[],
+                               $8::timestamptz[], $9::timestamptz[])
+                        AS b(job_id, scheduled_at, fire_id, policy, late_ms, due_at, ran_slot, ran_at)
+                   -- The job's latest earlier scheduled slot that ran (skipped
+                   -- ones in between are stepped over; an hour back at most).
                    LEFT JOIN LATERAL (
-                        SELECT max(n.scheduled_at) AS newest FROM scheduled_jobs n
-                        WHERE n.job_id = b.job_id AND n.scheduled_at > b.scheduled_at AND n.scheduled_at <= now()
-                          AND n.trigger <> 'manual' AND n.status IN ('pending', 'running', 'retrying', 'succeeded', 'failed')) n
+                        SELECT r.scheduled_at, r.started_at FROM scheduled_jobs r
+                        WHERE r.job_id = b.job_id AND r.scheduled_at < b.scheduled_at
+                          AND r.scheduled_at >= b.scheduled_at - interval '1 hour'
+                          AND r.trigger <> 'manual' AND r.status IN ('running', 'retrying', 'succeeded', 'failed')
+                        ORDER BY r.scheduled_at DESC LIMIT 1) r
                         ON b.policy = 'fire_once'
-                   WHERE b.policy = 'skip' OR n.newest IS NOT NULL) d
+                   WHERE b.policy = 'skip' OR b.ran_slot IS NOT NULL OR r.started_at >= b.due_at) d
              WHERE l.job_id = d.job_id AND l.scheduled_at = d.scheduled_at
                -- `IS TRUE`: see SLOT_KEY_ONLY.
                AND (l.fire_id = d.fire_id AND l.status = 'pending' AND l.attempts = 0) IS TRUE
                AND {slot_wanted}
-             RETURNING l.job_id, l.scheduled_at",
+             RETURNING l.job_id, l.scheduled_at, d.ran_slot, d.ran_at",
             slot_wanted = slot_wanted!(),
         ))
         .await?;
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
-        [&job_ids, &scheduled, &fire_ids, &policies, &late_ms, &worker_id];
-    let skipped: HashSet<Slot> = crate::db::retry_deadlock(|| client.query(&stmt, &params))
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] =
+        [&job_ids, &scheduled, &fire_ids, &policies, &late_ms, &worker_id, &due, &ran_slot, &ran_at];
+    let skipped: HashMap<Slot, LateDecision> = crate::db::retry_deadlock(|| client.query(&stmt, &params))
         .await?
         .iter()
-        .map(|row| (row.get(0), row.get(1)))
+        .map(|row| {
+            let into = row.get::<_, Option<DateTime<Utc>>>(2).zip(row.get::<_, Option<DateTime<Utc>>>(3));
+            ((row.get(0), row.get(1)), LateDecision::Skipped { into })
+        })
         .collect();
-    Ok(slots.iter().map(|s| skipped.contains(&(s.job_id, s.scheduled_at))).collect())
+    Ok(slots
+        .iter()
+        .map(|s| skipped.get(&(s.job_id, s.scheduled_at)).copied().unwrap_or(LateDecision::Deliver))
+        .collect())
 }
 
 /// Finds out why a row could not be started (`armed_by: None`) or, for a
