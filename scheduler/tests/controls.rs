@@ -437,7 +437,7 @@ async fn slots_reaching_a_worker_later_than_the_misfire_threshold_follow_their_j
     const THRESHOLD: Duration = Duration::from_secs(2);
     // Between the worker judging a slot on time and the row's start: one
     // batched statement.
-    let margin = TimeDelta::milliseconds(1500);
+    let margin = TimeDelta::milliseconds(2500);
     let threshold = TimeDelta::from_std(THRESHOLD).unwrap();
     let seed: u64 = std::env::var("MISFIRE_SEED")
         .ok()
@@ -485,7 +485,7 @@ async fn slots_reaching_a_worker_later_than_the_misfire_threshold_follow_their_j
     assert!(Utc::now() < start, "creating the jobs took past their first slot");
     // The outage: longer than the threshold and its margin, so the first
     // slots are late past doubt when the worker comes.
-    let worker_at = start + TimeDelta::milliseconds(rng.between(4_000, 6_000));
+    let worker_at = start + TimeDelta::milliseconds(rng.between(6_000, 8_000));
     tokio::time::sleep((worker_at - Utc::now()).to_std().unwrap()).await;
     let mut worker = stack.worker_config("worker-a");
     worker.misfire_threshold = THRESHOLD;

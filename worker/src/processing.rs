@@ -63,9 +63,15 @@ const LATE_SKIP_REPORT_EVERY: Duration = Duration::from_secs(10);
 /// (or the run the ledger named when it skipped one), behind a lock that
 /// makes the job's late slots decide one at a time. Entries older than
 /// `LATE_RUNS_KEPT` are dropped as the map grows.
-#[derive(Default)]
 struct LateRuns {
-    jobs: std::sync::Mutex<std::collections::HashMap<uuid::Uuid, LastLateRun>>,
+    inner: std::sync::Mutex<LateRunsInner>,
+}
+
+struct LateRunsInner {
+    jobs: std::collections::HashMap<uuid::Uuid, LastLateRun>,
+    /// Size at which the map is next swept: doubled past what a sweep
+    /// kept, so a map of recent entries is not swept on every call.
+    sweep_at: usize,
 }
 
 type LastLateRun = Arc<tokio::sync::Mutex<Option<(chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)>>>;
@@ -73,18 +79,26 @@ type LastLateRun = Arc<tokio::sync::Mutex<Option<(chrono::DateTime<chrono::Utc>,
 /// How long a job's last late run is remembered: slots due before it that
 /// arrive later still find it in the ledger.
 const LATE_RUNS_KEPT: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
-/// Entries past which the map is swept of old ones.
+/// Entries past which the map is first swept of old ones.
 const LATE_RUNS_SWEEP_AT: usize = 100_000;
+
+impl Default for LateRuns {
+    fn default() -> Self {
+        let inner = LateRunsInner { jobs: Default::default(), sweep_at: LATE_RUNS_SWEEP_AT };
+        Self { inner: std::sync::Mutex::new(inner) }
+    }
+}
 
 impl LateRuns {
     fn of(&self, job_id: uuid::Uuid) -> LastLateRun {
-        let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
-        if jobs.len() >= LATE_RUNS_SWEEP_AT {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner.jobs.len() >= inner.sweep_at {
             let kept_after = common::clock::now() - LATE_RUNS_KEPT;
             // A locked entry is being decided: kept.
-            jobs.retain(|_, run| run.try_lock().map_or(true, |run| run.is_some_and(|(_, at)| at > kept_after)));
+            inner.jobs.retain(|_, run| run.try_lock().map_or(true, |run| run.is_some_and(|(_, at)| at > kept_after)));
+            inner.sweep_at = LATE_RUNS_SWEEP_AT.max(2 * inner.jobs.len());
         }
-        jobs.entry(job_id).or_default().clone()
+        inner.jobs.entry(job_id).or_default().clone()
     }
 }
 
@@ -587,8 +601,8 @@ impl Shared {
     /// recorded skipped instead of delivered. The same rule as the
     /// scheduler's for an outage's slots, so how late a slot may start does
     /// not depend on where it waited; and a skip costs one row write
-    /// instead of a delivery and two, so a backlog drains faster than it
-    /// built up.
+    /// instead of a delivery and two, which helps a backlog drain where the
+    /// workers or receivers, not Postgres, are the limit.
     async fn skip_late(&self, m: &FireMessage, mut late: LateSlot) -> anyhow::Result<bool> {
         let (policy, late_ms) = (late.policy, late.late_ms);
         // A job's late fire_once slots are decided one at a time here: a
@@ -744,5 +758,29 @@ impl Shared {
             tracing::debug!(execution.id = %m.execution_id, "outcome not recorded: the row moved on");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn late_runs_forget_old_jobs_only_when_the_map_grows_and_keep_recent_ones() {
+        let runs = LateRuns::default();
+        let now = common::clock::now();
+        let old = now - LATE_RUNS_KEPT - chrono::TimeDelta::seconds(1);
+        let recent_job = uuid::Uuid::now_v7();
+        *runs.of(recent_job).lock().await = Some((now, now));
+        for _ in 1..LATE_RUNS_SWEEP_AT {
+            *runs.of(uuid::Uuid::now_v7()).lock().await = Some((old, old));
+        }
+        assert_eq!(runs.inner.lock().unwrap().jobs.len(), LATE_RUNS_SWEEP_AT, "not swept below the size");
+        // The next job's lookup sweeps: only the recent entry and the new one stay.
+        runs.of(uuid::Uuid::now_v7());
+        let inner = runs.inner.lock().unwrap();
+        assert_eq!(inner.jobs.len(), 2);
+        assert!(inner.jobs.contains_key(&recent_job));
+        assert_eq!(inner.sweep_at, LATE_RUNS_SWEEP_AT, "the next sweep waits for the map to grow again");
     }
 }
