@@ -368,8 +368,11 @@ async fn a_worker_learns_how_many_deliveries_each_host_takes_at_once() {
     assert!(slow.peak_in_progress() > 64, "the slow host never had more than 64 at once");
     assert!(slow_limit > 64.0, "the slow host's limit {slow_limit}");
     assert!(slow.peak_in_progress() <= 256, "never past the worker's in-flight limit");
-    // 2,000 calls of 300 ms, 64 at a time, take 9.4 s at the least.
-    assert!(slow_drain < TimeDelta::milliseconds(9_000), "drained in {slow_drain}");
+    // 2,000 calls of 300 ms, 64 at a time, take 9.4 s at the least: faster
+    // than that, more than 64 ran at once on average. (The bound is the one
+    // a fixed 64 could never beat, with no margin taken off it: a loaded CI
+    // runner learns the limit more slowly, and drained in 9.1 s once.)
+    assert!(slow_drain < TimeDelta::milliseconds(9_400), "drained in {slow_drain}");
     // The narrow host's throughput does not grow past 16 at once: a step or
     // two up may be tried on noise, never a climb.
     assert!(narrow_limit <= 100.0, "the narrow host's limit {narrow_limit}");
