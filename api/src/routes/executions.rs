@@ -296,6 +296,8 @@ pub async fn replay_many(
         Some(e) if e.is_empty() || e.chars().count() > ERROR_FILTER_MAX_CHARS => {
             return Err(field("error_contains", format!("must be 1 to {ERROR_FILTER_MAX_CHARS} characters")));
         }
+        // Postgres text cannot hold one: a 500 otherwise (found by the API fuzzer).
+        Some(e) if e.contains('\0') => return Err(field("error_contains", "must not contain a NUL character")),
         e => e.map(str::to_owned),
     };
     let selection = ReplaySelection {
