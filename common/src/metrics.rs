@@ -69,6 +69,8 @@ catalog! {
         "Rows left running by a worker presumed gone, delivered again.";
     LEDGER_STRANDED_TOTAL = "cronshard_ledger_stranded_total", Counter,
         "Ledger rows no process was going to move, moved on by a sweep (label status); any count is a finding.";
+    LEDGER_VACUUMS_TOTAL = "cronshard_ledger_vacuums_total", Counter,
+        "Ledger partitions vacuumed by a scheduler because their dead row versions passed the partitions' autovacuum trigger.";
     MISFIRE_RECORDED_TOTAL = "cronshard_misfire_recorded_total", Counter,
         "Missed slots recorded skipped or missed by a misfire policy.";
     MISFIRE_UNRECORDED_TOTAL = "cronshard_misfire_unrecorded_total", Counter,

@@ -668,3 +668,84 @@ async fn random_histories_match_the_model() {
         write(&client, &mut model, &mut rng, today, None, count).await;
     }
 }
+
+/// The statistics' dead row versions and vacuum count of a partition, once
+/// they reach `until` (the statistics are written a moment after the work).
+async fn dead_rows_and_vacuums(
+    client: &tokio_postgres::Client,
+    partition: &str,
+    until: impl Fn(i64, i64) -> bool,
+) -> (i64, i64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let row = client
+            .query_one("SELECT n_dead_tup, vacuum_count FROM pg_stat_user_tables WHERE relname = $1", &[&partition])
+            .await
+            .unwrap();
+        let seen = (row.get(0), row.get(1));
+        if until(seen.0, seen.1) {
+            return seen;
+        }
+        assert!(std::time::Instant::now() < deadline, "{partition}: statistics stayed at {seen:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_partition_past_its_autovacuum_trigger_is_vacuumed_by_one_node_at_a_time() {
+    use common::ledger::partitions::{VACUUM_LOCK, vacuum_churned};
+    let db = TestDb::new().await.unwrap();
+    let mut client = common::db::connect(&db.url).await.unwrap();
+    let today = NaiveDate::from_ymd_opt(2026, 11, 22).unwrap();
+    maintain(&mut client, noon(today), Retention { ahead_days: 1, succeeded_days: 45, unsuccessful_days: 45 })
+        .await
+        .unwrap();
+    let name = partition_name(today);
+    // Fresh partitions: nothing dead, nothing to do.
+    assert_eq!(vacuum_churned(&client).await.unwrap(), vec![]);
+
+    // 400 slots written three times as the pipeline writes them: 800 dead
+    // versions, past the trigger (50 + 1% of 400 rows).
+    let mut keys = Vec::new();
+    for i in 0..400 {
+        let at = at(today, i);
+        keys.push((insert_slot(&client, at).await, at));
+    }
+    for status in [Status::Running, Status::Succeeded] {
+        client
+            .execute(
+                "UPDATE scheduled_jobs SET status = $1, attempts = attempts + 1 WHERE scheduled_at >= $2 AND scheduled_at < $3",
+                &[&status.as_str(), &at(today, 0), &at(today, 400)],
+            )
+            .await
+            .unwrap();
+    }
+    let (dead, vacuums_before) = dead_rows_and_vacuums(&client, &name, |dead, _| dead >= 800).await;
+
+    // Another node's pass holds the lock: this one leaves the work to it.
+    let other = common::db::connect(&db.url).await.unwrap();
+    other.execute("SELECT pg_advisory_lock($1)", &[&VACUUM_LOCK]).await.unwrap();
+    assert_eq!(vacuum_churned(&client).await.unwrap(), vec![]);
+    other.execute("SELECT pg_advisory_unlock($1)", &[&VACUUM_LOCK]).await.unwrap();
+
+    let vacuumed = vacuum_churned(&client).await.unwrap();
+    assert_eq!(vacuumed.iter().map(|v| v.partition.as_str()).collect::<Vec<_>>(), vec![name.as_str()]);
+    assert_eq!(vacuumed[0].dead_rows, dead);
+    let (dead_after, _) = dead_rows_and_vacuums(&client, &name, |_, vacuums| vacuums > vacuums_before).await;
+    assert_eq!(dead_after, 0, "the vacuum removed every dead version");
+    // Under the trigger again: left alone.
+    assert_eq!(vacuum_churned(&client).await.unwrap(), vec![]);
+
+    // A partition autovacuum (or a compaction) is working on is passed over
+    // at once, not waited for.
+    for key in &keys {
+        set_status(&client, *key, Status::Failed).await;
+    }
+    dead_rows_and_vacuums(&client, &name, |dead, _| dead >= 400).await;
+    let mut holder = common::db::connect(&db.url).await.unwrap();
+    let tx = holder.transaction().await.unwrap();
+    tx.batch_execute(&format!("LOCK TABLE {name} IN SHARE UPDATE EXCLUSIVE MODE")).await.unwrap();
+    let passed_over = tokio::time::timeout(std::time::Duration::from_secs(10), vacuum_churned(&client)).await;
+    assert!(passed_over.is_ok(), "waited for the lock of a partition being vacuumed");
+    tx.rollback().await.unwrap();
+}

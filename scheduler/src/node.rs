@@ -208,6 +208,8 @@ impl Node {
             feed_token.clone(),
         ));
 
+        feeders.spawn(vacuum_ledger(cfg.database_url.clone(), feed_token.clone()));
+
         // Calendars before the first slot: a slot must not fire only because
         // its calendar was not read yet. Bounded, like the partitions.
         let (calendars_tx, mut calendars_rx) = watch::channel(HashMap::new());
@@ -464,6 +466,41 @@ async fn maintain_partitions(database_url: String, every: Duration, retention: R
             _ = tick.tick() => {}
         }
         maintain_partitions_once(&database_url, retention).await;
+    }
+}
+
+/// How often a node looks for ledger partitions to vacuum: every write
+/// of a slot leaves a dead row version, and the sweeps of every node walk
+/// the index entries of those versions until a vacuum removes them.
+const LEDGER_VACUUM_EVERY: Duration = Duration::from_secs(5);
+
+/// Vacuums the ledger's churned partitions (one node at a time does it; see
+/// `partitions::vacuum_churned`).
+async fn vacuum_ledger(database_url: String, token: CancellationToken) {
+    let mut tick = tokio::time::interval(LEDGER_VACUUM_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut client = None;
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if client.as_ref().is_none_or(|c: &tokio_postgres::Client| c.is_closed()) {
+            client = common::db::connect(&database_url).await.ok();
+        }
+        let Some(c) = client.as_ref() else { continue };
+        match partitions::vacuum_churned(c).await {
+            Ok(vacuumed) => {
+                for v in vacuumed {
+                    metrics::counter!(common::metrics::LEDGER_VACUUMS_TOTAL).increment(1);
+                    tracing::debug!(partition = %v.partition, dead_rows = v.dead_rows, took_ms = v.took.as_millis() as u64, "ledger partition vacuumed");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "vacuuming the ledger failed");
+                client = None;
+            }
+        }
     }
 }
 

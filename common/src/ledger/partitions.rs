@@ -448,8 +448,73 @@ async fn create_partitions(
 /// throttled), a 5,000 fires/s run went 10 minutes without one vacuum of
 /// its day: Postgres's CPU doubled and the sweeps' statements, every 10 s on
 /// every node, put a lateness spike on every tenth second. Vacuumed at 1%
-/// dead and unthrottled, the work stays proportional to the writes.
+/// dead and unthrottled, the work stays proportional to the writes; the
+/// nodes apply the same trigger themselves ([`vacuum_churned`]) between
+/// autovacuum's visits, and when the server runs without it.
 const VACUUM_SETTINGS: &str = "autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_cost_delay = 0";
+
+/// Session lock of [`vacuum_churned`]: apart from maintenance's, whose
+/// compactions can hold theirs for minutes while the day being written
+/// needs its vacuum every few seconds.
+pub const VACUUM_LOCK: i64 = 0x6372_6f6e_0003;
+
+/// Dead row versions a partition may hold before [`vacuum_churned`]
+/// vacuums it: the trigger `VACUUM_SETTINGS` gives autovacuum, 50 plus 1%
+/// of its rows (Postgres's base threshold and the partitions' scale factor).
+const VACUUM_BASE_THRESHOLD: f64 = 50.0;
+const VACUUM_SCALE_FACTOR: f64 = 0.01;
+
+/// One partition vacuumed by [`vacuum_churned`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Vacuumed {
+    pub partition: String,
+    /// Dead row versions the statistics counted before the vacuum.
+    pub dead_rows: i64,
+    pub took: Duration,
+}
+
+/// Vacuums every ledger partition whose dead row versions passed the
+/// trigger its autovacuum settings ask for, now, rather than when (or if)
+/// autovacuum gets to it: autovacuum looks at a database once a
+/// `autovacuum_naptime` (a minute by default), in which the day being
+/// written at 10,000 fires/s gathers over a million dead versions, and a
+/// server may run with autovacuum off altogether. Meant to be called every
+/// few seconds from every node: one session at a time does the work (the
+/// others return nothing), and `SKIP_LOCKED` passes over a partition that
+/// autovacuum or a compaction is working on rather than wait for it.
+pub async fn vacuum_churned(client: &tokio_postgres::Client) -> anyhow::Result<Vec<Vacuumed>> {
+    if !client.query_one("SELECT pg_try_advisory_lock($1)", &[&VACUUM_LOCK]).await?.get::<_, bool>(0) {
+        return Ok(Vec::new());
+    }
+    let result = vacuum_churned_locked(client).await;
+    let unlocked = client.execute("SELECT pg_advisory_unlock($1)", &[&VACUUM_LOCK]).await;
+    let vacuumed = result?;
+    unlocked?;
+    Ok(vacuumed)
+}
+
+async fn vacuum_churned_locked(client: &tokio_postgres::Client) -> anyhow::Result<Vec<Vacuumed>> {
+    let churned = client
+        .query(
+            "SELECT c.relname::text, s.n_dead_tup
+             FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+             JOIN pg_stat_user_tables s ON s.relid = c.oid
+             WHERE i.inhparent = 'scheduled_jobs'::regclass
+               -- reltuples is -1 until a partition's first vacuum or analyze.
+               AND s.n_dead_tup > $1::float8 + $2::float8 * greatest(c.reltuples, 0)::float8
+             ORDER BY s.n_dead_tup DESC",
+            &[&VACUUM_BASE_THRESHOLD, &VACUUM_SCALE_FACTOR],
+        )
+        .await?;
+    let mut vacuumed = Vec::new();
+    for row in churned {
+        let partition: String = row.get(0);
+        let started = Instant::now();
+        client.batch_execute(&format!("VACUUM (SKIP_LOCKED) {}", ident(&partition))).await?;
+        vacuumed.push(Vacuumed { partition, dead_rows: row.get(1), took: started.elapsed() });
+    }
+    Ok(vacuumed)
+}
 
 /// Creates one day partition. Rows of that day already in the default
 /// partition are moved into it first: attaching would otherwise fail.

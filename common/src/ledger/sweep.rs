@@ -111,6 +111,12 @@ pub async fn move_on_stranded(
             "WITH stranded AS (
                  SELECT l.job_id, l.scheduled_at FROM scheduled_jobs l
                  WHERE l.status IN ('pending', 'retrying')
+                   -- Implied by both branches below (a slot comes before its
+                   -- publish and its attempts); as a range of the status
+                   -- index it keeps the scan off the rows armed ahead and
+                   -- any backlog younger than `after`, which a filter alone
+                   -- visits on every pass of every node.
+                   AND l.scheduled_at < now() - make_interval(secs => $1)
                    -- An unpublished `pending` row is the outbox sweep's.
                    AND ((l.status = 'pending' AND l.published_at IS NOT NULL
                          AND greatest(l.scheduled_at, l.published_at) < now() - make_interval(secs => $1))
