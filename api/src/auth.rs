@@ -140,6 +140,7 @@ impl Caller {
     /// The namespace a new job goes to: the one named, or the caller's
     /// only one (`default` for a caller of every namespace).
     pub fn namespace_for_new_job(&self, named: Option<&str>) -> ApiResult<String> {
+        crate::params::namespace_param(named)?;
         match (named, &self.scope) {
             (Some(name), scope) if scope.contains(name) => Ok(name.to_owned()),
             (Some(name), _) => {

@@ -39,6 +39,18 @@ impl<E: Into<anyhow::Error>> From<E> for ApiError {
                 "the database has no connection free for this request right now; try again shortly".to_owned(),
             );
         }
+        // A NUL character in any text of the request: Postgres text cannot
+        // hold one. Fields known to take free text say so by name; this
+        // keeps any other from being a 500.
+        if e.chain()
+            .filter_map(|c| c.downcast_ref::<tokio_postgres::Error>())
+            .any(|pg| pg.code() == Some(&tokio_postgres::error::SqlState::CHARACTER_NOT_IN_REPERTOIRE))
+        {
+            return ApiError::BadRequest(
+                "the request holds a NUL character (U+0000) in a text value, which cannot be stored or searched for"
+                    .to_owned(),
+            );
+        }
         ApiError::Internal(e)
     }
 }

@@ -90,6 +90,16 @@ pub fn parse_slot(job: &str, at: &str) -> ApiResult<(Uuid, DateTime<Utc>)> {
     Ok((job_id, at))
 }
 
+/// A request's `namespace` parameter, when given, checked as a name (one
+/// that is not could never name a namespace, and may hold what Postgres
+/// text cannot).
+pub fn namespace_param(name: Option<&str>) -> ApiResult<()> {
+    match name {
+        Some(name) => namespace_name(name).map_err(|why| field("namespace", why)),
+        None => Ok(()),
+    }
+}
+
 /// A namespace name is what Kubernetes accepts as a DNS label: 1-63
 /// characters of a-z, 0-9 and '-', starting and ending with a letter or
 /// digit (the table's CHECK holds the same rule). The error says why not.

@@ -384,3 +384,66 @@ async fn a_secret_header_never_appears_in_any_response() {
     let r = call(&app, BOOTSTRAP, Method::PUT, &format!("/v1/jobs/{id}"), Some(&edited)).await;
     assert_invalid(&r, &["target.secret_headers.X-Other"]);
 }
+
+/// Every path and query parameter of every operation the OpenAPI document
+/// lists, given a value with a NUL character (which no Postgres text can
+/// hold), is refused with a 4xx, never a 500: the class of bug where a
+/// request's text reaches a statement unchecked. An admin token of every
+/// namespace, so that no scope check answers first.
+#[tokio::test]
+async fn a_nul_character_in_any_parameter_is_refused_not_a_server_error() {
+    let app = app("nul-params").await;
+    let spec = app.get("/openapi.json").await.json();
+    let nul = "a\u{0}b";
+    let mut probed = 0;
+    let mut server_errors = Vec::new();
+    for (path, item) in spec["paths"].as_object().unwrap() {
+        for (verb, op) in item.as_object().unwrap() {
+            let Ok(method) = verb.to_uppercase().parse::<Method>() else { continue };
+            let params = op["parameters"].as_array().cloned().unwrap_or_default();
+            // Each parameter in turn holds the NUL, alone among the query's
+            // (another one's error could answer first); the path's others
+            // hold a plausible value.
+            for probe in &params {
+                let mut url = path.clone();
+                let mut query = Vec::new();
+                for p in &params {
+                    let name = p["name"].as_str().unwrap();
+                    match (p["in"].as_str(), p == probe) {
+                        (Some("path"), true) => url = url.replace(&format!("{{{name}}}"), &enc(nul)),
+                        (Some("path"), false) => url = url.replace(&format!("{{{name}}}"), &enc(&plausible(name))),
+                        (Some("query"), true) => query.push(format!("{name}={}", enc(nul))),
+                        _ => {}
+                    }
+                }
+                if !query.is_empty() {
+                    url = format!("{url}?{}", query.join("&"));
+                }
+                let body = matches!(method, Method::POST | Method::PUT | Method::PATCH).then(|| json!({}));
+                let r = call(&app, BOOTSTRAP, method.clone(), &url, body.as_ref()).await;
+                probed += 1;
+                if r.status >= 500 {
+                    server_errors.push(format!("{verb} {url} ({}): {}", probe["name"], r.status));
+                }
+            }
+        }
+    }
+    assert!(probed > 40, "the document lists fewer parameters than expected: {probed}");
+    assert!(server_errors.is_empty(), "server errors: {server_errors:#?}");
+    // Where the field is known, the error names it.
+    let r = call(&app, BOOTSTRAP, Method::GET, &format!("/v1/jobs?namespace={}", enc(nul)), None).await;
+    assert_invalid(&r, &["namespace"]);
+    let r = call(&app, BOOTSTRAP, Method::GET, &format!("/v1/namespaces/{}", enc(nul)), None).await;
+    assert_problem(&r, 404);
+}
+
+/// A value of the right shape for a parameter, so that the one under test
+/// is what the server judges.
+fn plausible(name: &str) -> String {
+    match name {
+        "id" | "job_id" => Uuid::new_v4().to_string(),
+        "scheduled_at" | "at" | "from" | "to" => "2026-11-28T00:00:00.000Z".to_owned(),
+        "namespace" | "name" => "default".to_owned(),
+        _ => "x".to_owned(),
+    }
+}

@@ -133,6 +133,7 @@ pub async fn list(
     QueryParams(query): QueryParams<ListQuery>,
 ) -> ApiResult<Json<CalendarPage>> {
     let limit = parse_limit(query.limit.as_deref())?;
+    crate::params::namespace_param(query.namespace.as_deref())?;
     let namespaces = match &query.namespace {
         Some(ns) if caller.scope.contains(ns) => Some(vec![ns.clone()]),
         Some(_) => return Ok(Json(CalendarPage { items: Vec::new(), next_cursor: None })),

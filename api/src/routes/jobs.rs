@@ -387,6 +387,7 @@ pub async fn list(
         Some("false") => Some(false),
         Some(_) => return Err(field("paused", "must be true or false")),
     };
+    crate::params::namespace_param(q.namespace.as_deref())?;
     if q.name_prefix.as_deref().is_some_and(|p| p.contains('\0')) {
         return Err(field("name_prefix", "must not contain a NUL character"));
     }

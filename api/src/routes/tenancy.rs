@@ -58,6 +58,12 @@ fn no_namespace(name: &str) -> ApiError {
     ApiError::NotFound(format!("no namespace {name:?}"))
 }
 
+/// The `{name}` of a namespace's path: one that is not a valid name names
+/// no namespace (and may hold what Postgres text cannot).
+fn namespace_path(name: &str) -> ApiResult<()> {
+    crate::params::namespace_name(name).map_err(|_| no_namespace(name))
+}
+
 /// `POST /v1/namespaces` with `{name, max_jobs?, max_fires_per_second?}`.
 #[utoipa::path(
     post,
@@ -129,6 +135,7 @@ pub async fn get_namespace(
     caller: Caller,
     PathParams(name): PathParams<String>,
 ) -> ApiResult<Json<Namespace>> {
+    namespace_path(&name)?;
     if !caller.scope.contains(&name) {
         return Err(no_namespace(&name));
     }
@@ -163,6 +170,7 @@ pub async fn update_namespace(
     JsonBody(body): JsonBody,
 ) -> ApiResult<Json<Namespace>> {
     caller.require_cluster_admin()?;
+    namespace_path(&name)?;
     let obj = object(&body, &["max_jobs", "max_fires_per_second"])?;
     let (jobs, fires) = (max_jobs(obj)?, limit(obj, "max_fires_per_second")?);
     let client = state.pg.get().await?;
@@ -196,6 +204,7 @@ pub async fn delete_namespace(
     PathParams(name): PathParams<String>,
 ) -> ApiResult<StatusCode> {
     caller.require_cluster_admin()?;
+    namespace_path(&name)?;
     if name == "default" {
         return Err(ApiError::Conflict("the default namespace cannot be deleted".into()));
     }
