@@ -475,21 +475,25 @@ async fn maintain_partitions(database_url: String, every: Duration, retention: R
 const LEDGER_VACUUM_EVERY: Duration = Duration::from_secs(5);
 
 /// Vacuums the ledger's churned partitions (one node at a time does it; see
-/// `partitions::vacuum_churned`).
+/// `partitions::vacuum_churned`). A connection per pass, not one held: a
+/// node would otherwise keep a Postgres connection for a few milliseconds of
+/// work every 5 s.
 async fn vacuum_ledger(database_url: String, token: CancellationToken) {
     let mut tick = tokio::time::interval(LEDGER_VACUUM_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut client = None;
+    // Every pass fails while Postgres is away: a line a minute says so.
+    let failures = common::telemetry::EveryInterval::new(Duration::from_secs(60));
     loop {
         tokio::select! {
             _ = token.cancelled() => return,
             _ = tick.tick() => {}
         }
-        if client.as_ref().is_none_or(|c: &tokio_postgres::Client| c.is_closed()) {
-            client = common::db::connect(&database_url).await.ok();
+        let result = async {
+            let client = common::db::connect(&database_url).await?;
+            partitions::vacuum_churned(&client).await
         }
-        let Some(c) = client.as_ref() else { continue };
-        match partitions::vacuum_churned(c).await {
+        .await;
+        match result {
             Ok(vacuumed) => {
                 for v in vacuumed {
                     metrics::counter!(common::metrics::LEDGER_VACUUMS_TOTAL).increment(1);
@@ -497,8 +501,9 @@ async fn vacuum_ledger(database_url: String, token: CancellationToken) {
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "vacuuming the ledger failed");
-                client = None;
+                if let Some(failed) = failures.add() {
+                    tracing::warn!(error = %format!("{e:#}"), failed, "vacuuming the ledger failed");
+                }
             }
         }
     }
