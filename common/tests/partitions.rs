@@ -693,7 +693,7 @@ async fn dead_rows_and_vacuums(
 
 #[tokio::test]
 async fn a_partition_past_its_autovacuum_trigger_is_vacuumed_by_one_node_at_a_time() {
-    use common::ledger::partitions::{VACUUM_LOCK, vacuum_churned};
+    use common::ledger::partitions::{VACUUM_LOCK, VacuumMemory, vacuum_churned};
     let db = TestDb::new().await.unwrap();
     let mut client = common::db::connect(&db.url).await.unwrap();
     let today = NaiveDate::from_ymd_opt(2026, 11, 22).unwrap();
@@ -701,8 +701,9 @@ async fn a_partition_past_its_autovacuum_trigger_is_vacuumed_by_one_node_at_a_ti
         .await
         .unwrap();
     let name = partition_name(today);
+    let mut memory = VacuumMemory::default();
     // Fresh partitions: nothing dead, nothing to do.
-    assert_eq!(vacuum_churned(&client).await.unwrap(), vec![]);
+    assert_eq!(vacuum_churned(&client, &mut memory).await.unwrap(), vec![]);
 
     // 400 slots written three times as the pipeline writes them: 800 dead
     // versions, past the trigger (50 + 1% of 400 rows).
@@ -725,16 +726,16 @@ async fn a_partition_past_its_autovacuum_trigger_is_vacuumed_by_one_node_at_a_ti
     // Another node's pass holds the lock: this one leaves the work to it.
     let other = common::db::connect(&db.url).await.unwrap();
     other.execute("SELECT pg_advisory_lock($1)", &[&VACUUM_LOCK]).await.unwrap();
-    assert_eq!(vacuum_churned(&client).await.unwrap(), vec![]);
+    assert_eq!(vacuum_churned(&client, &mut memory).await.unwrap(), vec![]);
     other.execute("SELECT pg_advisory_unlock($1)", &[&VACUUM_LOCK]).await.unwrap();
 
-    let vacuumed = vacuum_churned(&client).await.unwrap();
+    let vacuumed = vacuum_churned(&client, &mut memory).await.unwrap();
     assert_eq!(vacuumed.iter().map(|v| v.partition.as_str()).collect::<Vec<_>>(), vec![name.as_str()]);
     assert_eq!(vacuumed[0].dead_rows, dead);
     let (dead_after, _) = dead_rows_and_vacuums(&client, &name, |_, vacuums| vacuums > vacuums_before).await;
     assert_eq!(dead_after, 0, "the vacuum removed every dead version");
     // Under the trigger again: left alone.
-    assert_eq!(vacuum_churned(&client).await.unwrap(), vec![]);
+    assert_eq!(vacuum_churned(&client, &mut memory).await.unwrap(), vec![]);
 
     // A partition autovacuum (or a compaction) is working on is passed over
     // at once, not waited for.
@@ -745,7 +746,38 @@ async fn a_partition_past_its_autovacuum_trigger_is_vacuumed_by_one_node_at_a_ti
     let mut holder = common::db::connect(&db.url).await.unwrap();
     let tx = holder.transaction().await.unwrap();
     tx.batch_execute(&format!("LOCK TABLE {name} IN SHARE UPDATE EXCLUSIVE MODE")).await.unwrap();
-    let passed_over = tokio::time::timeout(std::time::Duration::from_secs(10), vacuum_churned(&client)).await;
+    let passed_over =
+        tokio::time::timeout(std::time::Duration::from_secs(10), vacuum_churned(&client, &mut memory)).await;
     assert!(passed_over.is_ok(), "waited for the lock of a partition being vacuumed");
     tx.rollback().await.unwrap();
+
+    // Dead versions a long transaction still sees cannot be removed: the
+    // partition is vacuumed once, then left alone until as many writes
+    // again, not vacuumed for nothing on every pass.
+    let mut memory = VacuumMemory::default();
+    let mut reader = common::db::connect(&db.url).await.unwrap();
+    let snapshot = reader
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .await
+        .unwrap();
+    snapshot.query("SELECT count(*) FROM scheduled_jobs", &[]).await.unwrap();
+    for key in &keys {
+        set_status(&client, *key, Status::Succeeded).await;
+    }
+    let (_, vacuums_before) = dead_rows_and_vacuums(&client, &name, |dead, _| dead >= 400).await;
+    assert_eq!(vacuum_churned(&client, &mut memory).await.unwrap().len(), 1);
+    let (still_dead, _) = dead_rows_and_vacuums(&client, &name, |_, vacuums| vacuums > vacuums_before).await;
+    assert!(still_dead >= 400, "the open snapshot kept the dead versions: {still_dead}");
+    for _ in 0..3 {
+        assert_eq!(vacuum_churned(&client, &mut memory).await.unwrap(), vec![], "vacuumed again for nothing");
+    }
+    snapshot.rollback().await.unwrap();
+    // As many writes again: vacuumed, and now they go.
+    for key in &keys {
+        set_status(&client, *key, Status::Failed).await;
+    }
+    dead_rows_and_vacuums(&client, &name, |dead, _| dead >= 800).await;
+    assert_eq!(vacuum_churned(&client, &mut memory).await.unwrap().len(), 1);
 }

@@ -483,6 +483,7 @@ async fn vacuum_ledger(database_url: String, token: CancellationToken) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Every pass fails while Postgres is away: a line a minute says so.
     let failures = common::telemetry::EveryInterval::new(Duration::from_secs(60));
+    let mut memory = partitions::VacuumMemory::default();
     loop {
         tokio::select! {
             _ = token.cancelled() => return,
@@ -490,7 +491,7 @@ async fn vacuum_ledger(database_url: String, token: CancellationToken) {
         }
         let result = async {
             let client = common::db::connect(&database_url).await?;
-            partitions::vacuum_churned(&client).await
+            partitions::vacuum_churned(&client, &mut memory).await
         }
         .await;
         match result {

@@ -473,6 +473,11 @@ pub struct Vacuumed {
     pub took: Duration,
 }
 
+/// What a node remembers of its own vacuums: each partition's count of
+/// row writes (updates and deletes) when it last vacuumed it.
+#[derive(Debug, Default)]
+pub struct VacuumMemory(std::collections::HashMap<String, i64>);
+
 /// Vacuums every ledger partition whose dead row versions passed the
 /// trigger its autovacuum settings ask for, now, rather than when (or if)
 /// autovacuum gets to it: autovacuum looks at a database once a
@@ -482,36 +487,59 @@ pub struct Vacuumed {
 /// few seconds from every node: one session at a time does the work (the
 /// others return nothing), and `SKIP_LOCKED` passes over a partition that
 /// autovacuum or a compaction is working on rather than wait for it.
-pub async fn vacuum_churned(client: &tokio_postgres::Client) -> anyhow::Result<Vec<Vacuumed>> {
+///
+/// A partition this node vacuumed is vacuumed again only once as many row
+/// writes as the trigger have happened since: dead versions that a long
+/// transaction still sees cannot be removed, and a large partition would
+/// otherwise have all its indexes walked every few seconds for nothing
+/// until that transaction ends.
+pub async fn vacuum_churned(
+    client: &tokio_postgres::Client,
+    memory: &mut VacuumMemory,
+) -> anyhow::Result<Vec<Vacuumed>> {
     if !client.query_one("SELECT pg_try_advisory_lock($1)", &[&VACUUM_LOCK]).await?.get::<_, bool>(0) {
         return Ok(Vec::new());
     }
-    let result = vacuum_churned_locked(client).await;
+    let result = vacuum_churned_locked(client, memory).await;
     let unlocked = client.execute("SELECT pg_advisory_unlock($1)", &[&VACUUM_LOCK]).await;
     let vacuumed = result?;
     unlocked?;
     Ok(vacuumed)
 }
 
-async fn vacuum_churned_locked(client: &tokio_postgres::Client) -> anyhow::Result<Vec<Vacuumed>> {
+async fn vacuum_churned_locked(
+    client: &tokio_postgres::Client,
+    memory: &mut VacuumMemory,
+) -> anyhow::Result<Vec<Vacuumed>> {
     let churned = client
         .query(
-            "SELECT c.relname::text, s.n_dead_tup
+            "SELECT c.relname::text, s.n_dead_tup, s.n_tup_upd + s.n_tup_del,
+                    -- reltuples is -1 until a partition's first vacuum or analyze.
+                    $1::float8 + $2::float8 * greatest(c.reltuples, 0)::float8
              FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
              JOIN pg_stat_user_tables s ON s.relid = c.oid
              WHERE i.inhparent = 'scheduled_jobs'::regclass
-               -- reltuples is -1 until a partition's first vacuum or analyze.
-               AND s.n_dead_tup > $1::float8 + $2::float8 * greatest(c.reltuples, 0)::float8
              ORDER BY s.n_dead_tup DESC",
             &[&VACUUM_BASE_THRESHOLD, &VACUUM_SCALE_FACTOR],
         )
         .await?;
     let mut vacuumed = Vec::new();
     for row in churned {
-        let partition: String = row.get(0);
+        let (partition, dead_rows, writes, trigger): (String, i64, i64, f64) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
+        // Counters below the remembered count were reset (a statistics
+        // reset, a crash): count from zero.
+        let writes_since_ours = match memory.0.get(&partition) {
+            Some(&ours) if ours <= writes => writes - ours,
+            _ => writes,
+        };
+        if dead_rows as f64 <= trigger || writes_since_ours as f64 <= trigger {
+            continue;
+        }
         let started = Instant::now();
         client.batch_execute(&format!("VACUUM (SKIP_LOCKED) {}", ident(&partition))).await?;
-        vacuumed.push(Vacuumed { partition, dead_rows: row.get(1), took: started.elapsed() });
+        memory.0.insert(partition.clone(), writes);
+        vacuumed.push(Vacuumed { partition, dead_rows, took: started.elapsed() });
     }
     Ok(vacuumed)
 }
