@@ -284,8 +284,13 @@ impl Core {
                     tracing::debug!(job.id = %row.id, policy = ?spec.misfire, fire = d.fire.len(), recorded = d.record.len(), unrecorded = d.unrecorded, "misfired slots found");
                     metrics::counter!(common::metrics::MISFIRE_UNRECORDED_TOTAL).increment(d.unrecorded);
                 }
-                let slot =
-                    |at| Slot { job_id: row.id, scheduled_at: at, job_version: row.version, trigger: Trigger::Misfire };
+                let slot = |at| Slot {
+                    job_id: row.id,
+                    scheduled_at: at,
+                    job_version: row.version,
+                    trigger: Trigger::Misfire,
+                    max_runs: spec.schedule.max_runs,
+                };
                 owned.runs += d.fire.len() as u64;
                 late.extend(d.fire.into_iter().map(slot));
                 self.records.extend(d.record.into_iter().map(|(at, status, reason)| Decided {
@@ -353,7 +358,8 @@ impl Core {
             if since >= until {
                 continue;
             }
-            let slot = |at, trigger| Slot { job_id: row.id, scheduled_at: at, job_version: past.version, trigger };
+            let slot =
+                |at, trigger| Slot { job_id: row.id, scheduled_at: at, job_version: past.version, trigger, max_runs };
             if since < misfired_before {
                 let mut d = misfire::decide(
                     &schedule,
@@ -419,7 +425,13 @@ impl Core {
             let Some(known) = self.jobs.get_mut(&id) else { continue };
             let Some(owned) = known.owned.as_mut() else { continue };
             let at = owned.next_slot;
-            let slot = Slot { job_id: id, scheduled_at: at, job_version: known.version, trigger: Trigger::Schedule };
+            let slot = Slot {
+                job_id: id,
+                scheduled_at: at,
+                job_version: known.version,
+                trigger: Trigger::Schedule,
+                max_runs: owned.max_runs,
+            };
             // An excluded slot is recorded, not fired, and is no run.
             match Self::excluded_by(&self.calendars, &owned.calendars, at) {
                 Some(name) => self.records.push(Decided {

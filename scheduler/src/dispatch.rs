@@ -452,8 +452,8 @@ impl Dispatcher {
             self.unrecorded.add(ahead);
             return Err(e);
         }
-        let client = self.pg.get().await?;
-        Ok(ledger_claim::claim(&client, &self.config.node_id, slots).await?)
+        let mut client = self.pg.get().await?;
+        Ok(ledger_claim::claim(&mut client, &self.config.node_id, slots).await?)
     }
 
     async fn check_slots(&self, slots: &[Slot]) -> anyhow::Result<Vec<SlotState>> {
@@ -560,7 +560,7 @@ mod tests {
     fn decided(job: Uuid, k: i64) -> Decided {
         let at = DateTime::<Utc>::UNIX_EPOCH + TimeDelta::seconds(k);
         Decided {
-            slot: Slot { job_id: job, scheduled_at: at, job_version: 1, trigger: Trigger::Misfire },
+            slot: Slot { job_id: job, scheduled_at: at, job_version: 1, trigger: Trigger::Misfire, max_runs: None },
             status: Status::Skipped,
             reason: "test".into(),
         }

@@ -107,6 +107,7 @@ async fn a_jobs_decided_slots_are_in_the_ledger_before_any_later_slot_is_claimed
                 scheduled_at: base + TimeDelta::seconds(k),
                 job_version: 1,
                 trigger: Trigger::Misfire,
+                max_runs: None,
             };
             let rows: Vec<Decided> = (0..skipped)
                 .map(|k| Decided { slot: slot(k), status: Status::Skipped, reason: "test: misfire".into() })
@@ -155,6 +156,7 @@ async fn a_jobs_decided_slots_are_in_the_ledger_before_any_later_slot_is_claimed
             scheduled_at: base + TimeDelta::seconds(k),
             job_version: 1,
             trigger: Trigger::Misfire,
+            max_runs: None,
         };
         let rows = (0..50).map(|k| Decided { slot: slot(k), status: Status::Skipped, reason: "test".into() }).collect();
         tx.send(Work::Record(rows)).await.unwrap();
@@ -166,6 +168,7 @@ async fn a_jobs_decided_slots_are_in_the_ledger_before_any_later_slot_is_claimed
         scheduled_at: base + TimeDelta::seconds(50),
         job_version: 1,
         trigger: Trigger::Misfire,
+        max_runs: None,
     };
     tx.send(Work::Fire(vec![first])).await.unwrap();
     drop(tx);

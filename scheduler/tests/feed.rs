@@ -96,6 +96,7 @@ async fn a_load_reports_the_first_slot_without_a_row_before_the_last_one() {
                     scheduled_at: slot(*s),
                     job_version: version,
                     trigger: common::ledger::Trigger::Schedule,
+                    max_runs: None,
                 },
                 status: common::ledger::Status::Skipped,
                 reason: "test".into(),
@@ -132,7 +133,7 @@ async fn a_load_starts_an_edited_job_at_the_old_versions_unfinished_slot() {
 
     let db = TestDb::new().await.unwrap();
     let pool = common::db::pool(&db.url, 4).unwrap();
-    let client = pool.get().await.unwrap();
+    let mut client = pool.get().await.unwrap();
     let id = Uuid::now_v7();
     let anchor = Utc::now().with_nanosecond(0).unwrap() + TimeDelta::seconds(10);
     let spec = every_2s_from("edited", anchor);
@@ -143,10 +144,11 @@ async fn a_load_starts_an_edited_job_at_the_old_versions_unfinished_slot() {
         scheduled_at: slot(secs),
         job_version: version,
         trigger: common::ledger::Trigger::Schedule,
+        max_runs: None,
     };
     // Version 1 claims 0 s and 2 s (pending: not delivered yet) and, after
     // a hole at 4 s, every slot from 6 s to 300 s is decided.
-    let claimed = common::ledger::claim::claim(&client, "test", &[claim(0, 1), claim(2, 1)]).await.unwrap();
+    let claimed = common::ledger::claim::claim(&mut client, "test", &[claim(0, 1), claim(2, 1)]).await.unwrap();
     assert_eq!(claimed.len(), 2);
     let later: Vec<_> = (3..=150)
         .map(|k| common::ledger::claim::Decided {

@@ -778,6 +778,7 @@ async fn checking_lost_slots_reads_without_waiting_on_row_locks_and_finds_only_c
         scheduled_at: t0 + TimeDelta::seconds(secs),
         job_version: 2,
         trigger: common::ledger::Trigger::Schedule,
+        max_runs: None,
     };
     // 0: claimed by the winner and being delivered; 1: nobody claimed it;
     // 2: skipped when version 1 had armed it (version 2 may re-take it);

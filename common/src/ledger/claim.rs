@@ -16,6 +16,9 @@ pub struct Slot {
     pub scheduled_at: DateTime<Utc>,
     pub job_version: i64,
     pub trigger: Trigger,
+    /// The `max_runs` of `job_version` (versions never change): the claim
+    /// refuses the slot once the ledger holds that many runs of the job.
+    pub max_runs: Option<u64>,
 }
 
 /// A slot decided without firing (misfire policy, calendar): recorded in the ledger.
@@ -42,11 +45,24 @@ pub(super) fn key_columns<'a>(slots: impl Iterator<Item = &'a Slot>) -> (Vec<Uui
 /// The claim: insert each slot of a job that still exists, is not paused and
 /// has the version the timer used; re-take a row only when it was skipped
 /// because an older version of the job had pre-armed it.
+///
+/// A slot of a version with `max_runs` is taken only while the ledger's runs
+/// of the job (every version's, as `ledger_counts_as_run` counts them) leave
+/// room for it and for the batch's earlier such slots of the same job that
+/// have no counted row yet. The caller holds the job's run-cap lock, so the
+/// count is that of every claim committed before.
 const CLAIM_SQL: &str = concat!(
     "
-WITH slots AS (
-    SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[], $4::uuid[], $5::text[], $6::text[])
-        AS s(job_id, scheduled_at, job_version, fire_id, execution_id, trigger)
+WITH input AS (
+    SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[], $4::uuid[], $5::text[], $6::text[], $8::bigint[])
+        AS s(job_id, scheduled_at, job_version, fire_id, execution_id, trigger, max_runs)
+), slots AS (
+    SELECT s.*,
+           sum(CASE WHEN s.max_runs IS NULL OR EXISTS (
+                    SELECT 1 FROM scheduled_jobs l WHERE l.job_id = s.job_id AND l.scheduled_at = s.scheduled_at AND ",
+    crate::ledger_counts_as_run!("l."),
+    ") THEN 0 ELSE 1 END) OVER (PARTITION BY s.job_id ORDER BY s.scheduled_at) AS nth_new_run
+    FROM input s
 ), claimed AS (
     INSERT INTO scheduled_jobs AS l
         (job_id, scheduled_at, fire_id, execution_id, trigger, status, scheduler_node, fired_at, job_version)
@@ -54,6 +70,9 @@ WITH slots AS (
     FROM slots s WHERE ",
     claimable_by!("s.job_id", "s.job_version", "s.scheduled_at"),
     "
+      AND (s.max_runs IS NULL OR s.nth_new_run + (SELECT count(*) FROM scheduled_jobs l WHERE l.job_id = s.job_id AND ",
+    crate::ledger_counts_as_run!("l."),
+    ") <= s.max_runs)
     ON CONFLICT (job_id, scheduled_at) DO UPDATE
         -- A re-take starts the slot afresh: every field a delivery or a
         -- cancellation wrote goes, or the first message (attempt 1) would
@@ -79,23 +98,61 @@ FROM claimed c JOIN jobs j ON j.id = c.job_id"
 /// cancelled) and returns the messages of those this node took, each with
 /// the attempt its row expects, due at its slot. Slots go in lock order: a
 /// conflicting row is locked as it is met. Idempotent: a slot another node
-/// took simply conflicts and is left out.
+/// took simply conflicts and is left out, and so does a slot of a job whose
+/// `max_runs` the ledger has used up.
+///
+/// `max_runs` is enforced here, not only by the nodes' run counts: a count a
+/// node read from the ledger misses the runs other nodes have taken but not
+/// claimed yet (an edit, a takeover, a catch-up while a claim is in
+/// flight), and two nodes claiming different slots of one job each see the
+/// other's as free. The claims of capped jobs therefore run in a
+/// transaction that first takes each such job's run-cap lock.
 pub async fn claim(
-    client: &impl deadpool_postgres::GenericClient,
+    client: &mut impl deadpool_postgres::GenericClient,
     node_id: &str,
     slots: &[Slot],
 ) -> Result<Vec<(FireMessage, u32)>, tokio_postgres::Error> {
     if slots.is_empty() {
         return Ok(Vec::new());
     }
+    let mut capped: Vec<Uuid> = slots.iter().filter(|s| s.max_runs.is_some()).map(|s| s.job_id).collect();
+    if capped.is_empty() {
+        return claim_statement(&*client, node_id, slots).await;
+    }
+    capped.sort_unstable();
+    capped.dedup();
+    let tx = client.transaction().await?;
+    // In the order of the lock keys, so that two claimers never wait for each other in a cycle.
+    tx.execute(
+        "SELECT count(pg_advisory_xact_lock($1, k)) FROM (SELECT DISTINCT hashtext(j::text) AS k
+                 FROM unnest($2::uuid[]) AS j ORDER BY k) keys",
+        &[&RUN_CAP_LOCK_CLASS, &capped],
+    )
+    .await?;
+    let claimed = claim_statement(&tx, node_id, slots).await?;
+    tx.commit().await?;
+    Ok(claimed)
+}
+
+/// First key of the per-job advisory locks that serialise the claims of a
+/// job with `max_runs` (the second is a hash of the job id).
+const RUN_CAP_LOCK_CLASS: i32 = 0x6372_6f6e;
+
+async fn claim_statement(
+    client: &impl deadpool_postgres::GenericClient,
+    node_id: &str,
+    slots: &[Slot],
+) -> Result<Vec<(FireMessage, u32)>, tokio_postgres::Error> {
     let order = crate::db::lock_order(slots.iter().map(|s| (s.job_id, s.scheduled_at)));
     let slots: Vec<&Slot> = order.into_iter().map(|i| &slots[i]).collect();
     let (job_ids, times, versions) = key_columns(slots.iter().copied());
     let fire_ids: Vec<Uuid> = slots.iter().map(|_| Uuid::now_v7()).collect();
     let exec_ids: Vec<String> = slots.iter().map(|s| execution_id(s.job_id, s.scheduled_at)).collect();
     let triggers: Vec<&str> = slots.iter().map(|s| s.trigger.as_str()).collect();
+    let caps: Vec<Option<i64>> = slots.iter().map(|s| s.max_runs.map(|m| m.min(i64::MAX as u64) as i64)).collect();
     let stmt = client.prepare_cached(CLAIM_SQL).await?;
-    let rows = client.query(&stmt, &[&job_ids, &times, &versions, &fire_ids, &exec_ids, &triggers, &node_id]).await?;
+    let rows =
+        client.query(&stmt, &[&job_ids, &times, &versions, &fire_ids, &exec_ids, &triggers, &node_id, &caps]).await?;
     let mut claimed = Vec::with_capacity(rows.len());
     for row in rows {
         let job_id: Uuid = row.get("job_id");

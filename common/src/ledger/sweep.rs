@@ -176,6 +176,7 @@ pub async fn unretaken(
         .query(
             concat!(
                 "SELECT l.job_id, l.scheduled_at, l.trigger, c.version, c.spec, j.created_at,
+                        (c.spec #>> '{schedule,max_runs}')::bigint AS max_runs,
                         c.spec #>> '{schedule,max_runs}' IS NULL
                         OR (SELECT count(*) FROM scheduled_jobs r
                             WHERE r.job_id = l.job_id AND r.scheduled_at < l.scheduled_at AND ",
@@ -203,6 +204,7 @@ pub async fn unretaken(
                 scheduled_at: row.get("scheduled_at"),
                 job_version: row.get("version"),
                 trigger: row.get("trigger"),
+                max_runs: row.get::<_, Option<i64>>("max_runs").map(|m| m as u64),
             },
             spec: row.get("spec"),
             job_created_at: row.get("created_at"),
