@@ -95,6 +95,12 @@ pub fn lock_order<K: Ord>(keys: impl Iterator<Item = K>) -> Vec<usize> {
     keyed.into_iter().map(|(_, i)| i).collect()
 }
 
+/// `items` in ledger lock order (see [`lock_order`]), by each item's
+/// `(job_id, scheduled_at)`.
+pub fn in_lock_order<T, K: Ord>(items: &[T], key: impl Fn(&T) -> K) -> Vec<&T> {
+    lock_order(items.iter().map(key)).into_iter().map(|i| &items[i]).collect()
+}
+
 /// Opens one unpooled connection (for LISTEN and for migrations).
 pub async fn connect(database_url: &str) -> anyhow::Result<tokio_postgres::Client> {
     let (client, connection) = tokio_postgres::connect(database_url, NoTls).await?;

@@ -1278,10 +1278,10 @@ pub async fn run(args: ChurnArgs) -> anyhow::Result<()> {
     report.row(
         "stack",
         format!(
-            "{} schedulers (lookahead {} ms), {} workers; {}",
+            "{} schedulers, {} workers, {}; {}",
             args.stack.schedulers,
-            args.stack.scheduler_lookahead_ms,
             args.stack.workers,
+            args.stack.settings(),
             if args.kill_nodes {
                 format!("every {} s kill -9 or add one: {}", args.kill_every_secs, run.nodes.len())
             } else {

@@ -143,8 +143,7 @@ async fn claim_statement(
     node_id: &str,
     slots: &[Slot],
 ) -> Result<Vec<(FireMessage, u32)>, tokio_postgres::Error> {
-    let order = crate::db::lock_order(slots.iter().map(|s| (s.job_id, s.scheduled_at)));
-    let slots: Vec<&Slot> = order.into_iter().map(|i| &slots[i]).collect();
+    let slots = crate::db::in_lock_order(slots, |s| (s.job_id, s.scheduled_at));
     let (job_ids, times, versions) = key_columns(slots.iter().copied());
     let fire_ids: Vec<Uuid> = slots.iter().map(|_| Uuid::now_v7()).collect();
     let exec_ids: Vec<String> = slots.iter().map(|s| execution_id(s.job_id, s.scheduled_at)).collect();
@@ -180,8 +179,7 @@ pub async fn record_decided(
     // Both owners of a job record the same decisions at about the same
     // time: in lock order, two such inserts wait for each other instead of
     // deadlocking (each deadlock failed a whole batch of decisions).
-    let order = crate::db::lock_order(rows.iter().map(|r| (r.slot.job_id, r.slot.scheduled_at)));
-    let rows: Vec<&Decided> = order.into_iter().map(|i| &rows[i]).collect();
+    let rows = crate::db::in_lock_order(rows, |r| (r.slot.job_id, r.slot.scheduled_at));
     let (job_ids, times, versions) = key_columns(rows.iter().map(|r| &r.slot));
     let fire_ids: Vec<Uuid> = rows.iter().map(|_| Uuid::now_v7()).collect();
     let exec_ids: Vec<String> = rows.iter().map(|r| execution_id(r.slot.job_id, r.slot.scheduled_at)).collect();

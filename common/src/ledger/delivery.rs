@@ -156,7 +156,7 @@ async fn start_rows(
     rows: &[&StartRequest],
 ) -> anyhow::Result<HashMap<Slot, JobsSeen>> {
     let sorted: Vec<&StartRequest> =
-        crate::db::lock_order(rows.iter().map(|r| (r.job_id, r.scheduled_at))).into_iter().map(|i| rows[i]).collect();
+        crate::db::in_lock_order(rows, |r| (r.job_id, r.scheduled_at)).into_iter().copied().collect();
     let job_ids: Vec<Uuid> = sorted.iter().map(|r| r.job_id).collect();
     let scheduled: Vec<DateTime<Utc>> = sorted.iter().map(|r| r.scheduled_at).collect();
     let fire_ids: Vec<Uuid> = sorted.iter().map(|r| r.fire_id).collect();
@@ -238,10 +238,7 @@ pub enum LateDecision {
 /// the statement, say) is delivered late rather than lost.
 pub async fn skip_late_batch(pool: &Pool, worker_id: &str, slots: Vec<LateSlot>) -> anyhow::Result<Vec<LateDecision>> {
     let client = pool.get().await?;
-    let sorted: Vec<&LateSlot> = crate::db::lock_order(slots.iter().map(|s| (s.job_id, s.scheduled_at)))
-        .into_iter()
-        .map(|i| &slots[i])
-        .collect();
+    let sorted = crate::db::in_lock_order(&slots, |s| (s.job_id, s.scheduled_at));
     let job_ids: Vec<Uuid> = sorted.iter().map(|s| s.job_id).collect();
     let scheduled: Vec<DateTime<Utc>> = sorted.iter().map(|s| s.scheduled_at).collect();
     let fire_ids: Vec<Uuid> = sorted.iter().map(|s| s.fire_id).collect();
@@ -606,10 +603,8 @@ async fn finish_rows(
              RETURNING l.job_id, l.scheduled_at, l.attempts",
         )
         .await?;
-    let sorted: Vec<&FinishRequest> = crate::db::lock_order(requests.iter().map(|r| (r.job_id, r.scheduled_at)))
-        .into_iter()
-        .map(|i| requests[i])
-        .collect();
+    let sorted: Vec<&FinishRequest> =
+        crate::db::in_lock_order(requests, |r| (r.job_id, r.scheduled_at)).into_iter().copied().collect();
     let col =
         |f: fn(&FinishRequest) -> Option<String>| -> Vec<Option<String>> { sorted.iter().map(|r| f(r)).collect() };
     let next_attempts: Vec<Option<DateTime<Utc>>> = sorted.iter().map(|r| r.next_attempt_at).collect();

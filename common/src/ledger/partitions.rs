@@ -227,11 +227,11 @@ pub async fn maintain(
     retention: Retention,
 ) -> anyhow::Result<MaintenanceReport> {
     retention.check()?;
-    if !try_lock(client).await? {
+    if !try_lock(client, MAINTENANCE_LOCK).await? {
         return Ok(MaintenanceReport::default());
     }
     let result = maintain_locked(client, now, retention).await;
-    unlock(client, result).await
+    unlock(client, MAINTENANCE_LOCK, result).await
 }
 
 /// Compacts the partition of `day` now, whatever its age (the benchmark
@@ -258,22 +258,23 @@ async fn compact_until(
     day: NaiveDate,
     last: CompactionStep,
 ) -> anyhow::Result<Option<Compaction>> {
-    if !try_lock(client).await? {
+    if !try_lock(client, MAINTENANCE_LOCK).await? {
         return Ok(None);
     }
     let result = compact_locked(client, day, last).await;
-    unlock(client, result).await
+    unlock(client, MAINTENANCE_LOCK, result).await
 }
 
-async fn try_lock(client: &tokio_postgres::Client) -> anyhow::Result<bool> {
-    // Waiting would only repeat the work another node is doing right now.
-    Ok(client.query_one("SELECT pg_try_advisory_lock($1)", &[&MAINTENANCE_LOCK]).await?.get(0))
+/// Takes the session advisory lock `key` if free. Waiting would only
+/// repeat the work another node is doing right now.
+async fn try_lock(client: &tokio_postgres::Client, key: i64) -> anyhow::Result<bool> {
+    Ok(client.query_one("SELECT pg_try_advisory_lock($1)", &[&key]).await?.get(0))
 }
 
 /// Releases the session lock whatever `result` is (a failed connection
 /// releases it anyway); the work's error comes first.
-async fn unlock<T>(client: &tokio_postgres::Client, result: anyhow::Result<T>) -> anyhow::Result<T> {
-    let unlocked = client.execute("SELECT pg_advisory_unlock($1)", &[&MAINTENANCE_LOCK]).await;
+async fn unlock<T>(client: &tokio_postgres::Client, key: i64, result: anyhow::Result<T>) -> anyhow::Result<T> {
+    let unlocked = client.execute("SELECT pg_advisory_unlock($1)", &[&key]).await;
     let value = result?;
     unlocked?;
     Ok(value)
@@ -497,14 +498,11 @@ pub async fn vacuum_churned(
     client: &tokio_postgres::Client,
     memory: &mut VacuumMemory,
 ) -> anyhow::Result<Vec<Vacuumed>> {
-    if !client.query_one("SELECT pg_try_advisory_lock($1)", &[&VACUUM_LOCK]).await?.get::<_, bool>(0) {
+    if !try_lock(client, VACUUM_LOCK).await? {
         return Ok(Vec::new());
     }
     let result = vacuum_churned_locked(client, memory).await;
-    let unlocked = client.execute("SELECT pg_advisory_unlock($1)", &[&VACUUM_LOCK]).await;
-    let vacuumed = result?;
-    unlocked?;
-    Ok(vacuumed)
+    unlock(client, VACUUM_LOCK, result).await
 }
 
 async fn vacuum_churned_locked(
