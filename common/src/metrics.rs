@@ -49,6 +49,8 @@ catalog! {
         "Slots a scheduler claimed and published.";
     FIRE_LATENESS_SECONDS = "cronshard_fire_lateness_seconds", Histogram,
         "How late after its due instant a scheduler handed a slot to its dispatcher (0 when ahead).";
+    SCHEDULER_LOOKAHEAD_SECONDS = "cronshard_scheduler_lookahead_seconds", Gauge,
+        "How far ahead a scheduler hands slots to its dispatcher now: LOOKAHEAD_MS, more before a burst, at most MAX_LOOKAHEAD_MS.";
     PUBLISH_LEAD_SECONDS = "cronshard_publish_lead_seconds", Histogram,
         "How long before its due instant a fire message was confirmed by the broker (negative: late).";
     PUBLISH_RETRIES_TOTAL = "cronshard_publish_retries_total", Counter,

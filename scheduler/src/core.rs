@@ -449,6 +449,16 @@ impl Core {
         slots
     }
 
+    /// The timer's slots per second of fire time between `from` and `until`
+    /// (see [`TimerHeap::due_per_second`]).
+    pub fn due_per_second(
+        &self,
+        from: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> impl Iterator<Item = (DateTime<Utc>, u32)> + '_ {
+        self.heap.due_per_second(from, until)
+    }
+
     pub fn compact_timer(&mut self) {
         let jobs = &self.jobs;
         self.heap.compact_if_bloated(|job, g| is_live(jobs, job, g));

@@ -16,6 +16,7 @@
 //! the outbox sweep. Failures delay a batch, they never drop it.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -30,6 +31,8 @@ use common::ledger::claim::{self as ledger_claim, Decided, Slot, SlotState};
 use common::message::FireMessage;
 use common::publisher::Publisher;
 use common::redis::Keys;
+
+use crate::lookahead::DispatchPace;
 
 mod lock;
 mod sweeps;
@@ -180,6 +183,8 @@ pub struct Dispatcher {
     /// has passed, oldest first.
     unstamped: VecDeque<(std::time::Instant, Vec<FireMessage>)>,
     unrecorded: Unrecorded,
+    /// What the lookahead reads of this dispatcher's pace.
+    pace: Arc<DispatchPace>,
 }
 
 /// How long after its confirm a published row is stamped. By then a worker
@@ -199,7 +204,13 @@ impl Dispatcher {
             verify: VecDeque::new(),
             unstamped: VecDeque::new(),
             unrecorded: Unrecorded::default(),
+            pace: Arc::default(),
         }
+    }
+
+    /// The pace this dispatcher measures, for the node's lookahead.
+    pub fn pace(&self) -> Arc<DispatchPace> {
+        Arc::clone(&self.pace)
     }
 
     /// Consumes batches until the channel closes (the timer stopped), so
@@ -224,7 +235,9 @@ impl Dispatcher {
                                 Err(_) => break,
                             }
                         }
+                        let (count, started) = (slots.len(), std::time::Instant::now());
                         timed("fire", self.fire(slots, &token)).await;
+                        self.pace.record(count, started.elapsed());
                     }
                     Some(Work::Record(rows)) => self.unrecorded.add(rows),
                     None => {

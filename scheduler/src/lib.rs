@@ -7,8 +7,9 @@
 //!   job changes;
 //! - **core** (`core.rs`, no I/O): ownership by rendezvous hashing (RF 2,
 //!   `common::ownership`) →
-//!   a min-heap of owned jobs → due slots in batches, `lookahead` ahead of
-//!   time, and the catch-up of misfires and earlier versions;
+//!   a min-heap of owned jobs → due slots in batches, ahead of time by a
+//!   lookahead that grows for bursts (`lookahead.rs`), and the catch-up of
+//!   misfires and earlier versions;
 //! - **dispatcher**: Redis lock → ledger claim → publish with confirms; also
 //!   verifies slots whose lock it lost and sweeps the outbox;
 //! - **maintenance**: ledger day partitions.
@@ -19,6 +20,7 @@
 pub mod core;
 pub mod dispatch;
 pub mod feed;
+pub mod lookahead;
 pub mod membership;
 pub mod misfire;
 pub mod node;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use chrono::TimeDelta;
+use chrono::{DateTime, TimeDelta, Utc};
 use deadpool_postgres::Pool as PgPool;
 use deadpool_redis::Pool as RedisPool;
 use tokio::sync::{mpsc, watch};
@@ -29,6 +29,7 @@ use common::redis::Keys;
 use crate::core::Core;
 use crate::dispatch::{DispatchConfig, Dispatcher, Work};
 use crate::feed::{self, JobRow};
+use crate::lookahead::Lookahead;
 use crate::membership::Membership;
 
 #[derive(Debug, Clone)]
@@ -43,6 +44,8 @@ pub struct NodeConfig {
     pub replication_factor: usize,
     /// Slots due this soon are claimed and published ahead of time.
     pub lookahead: Duration,
+    /// How far ahead a burst may be handed over (see `lookahead.rs`).
+    pub max_lookahead: Duration,
     /// A slot later than this is a misfire, handled by the job's misfire
     /// policy; a slot less late simply fires late.
     pub misfire_threshold: Duration,
@@ -77,6 +80,7 @@ pub struct NodeConfig {
 pub mod defaults {
     pub const REPLICATION_FACTOR: usize = common::ownership::DEFAULT_REPLICATION_FACTOR;
     pub const LOOKAHEAD_MS: u64 = 2_000;
+    pub const MAX_LOOKAHEAD_MS: u64 = 30_000;
     pub const POLL_INTERVAL_MS: u64 = 5_000;
     pub const HEARTBEAT_INTERVAL_MS: u64 = 10_000;
     pub const MISFIRE_THRESHOLD_MS: u64 = common::job::MISFIRE_THRESHOLD_DEFAULT_MS;
@@ -96,6 +100,7 @@ impl NodeConfig {
             queue_type: QueueType::Classic,
             replication_factor: defaults::REPLICATION_FACTOR,
             lookahead: Duration::from_millis(defaults::LOOKAHEAD_MS),
+            max_lookahead: Duration::from_millis(defaults::MAX_LOOKAHEAD_MS),
             misfire_threshold: Duration::from_millis(defaults::MISFIRE_THRESHOLD_MS),
             misfire_lookback: Duration::from_secs(defaults::MISFIRE_LOOKBACK_SECS),
             misfire_record_max: 1000,
@@ -258,6 +263,7 @@ impl Node {
                 Topology::new(&cfg.cluster).with_queue_type(cfg.queue_type),
             ),
         );
+        let pace = dispatcher.pace();
         let dispatcher = tokio::spawn(dispatcher.run(batch_rx, token.clone()));
 
         let mut state = Core::new(
@@ -268,21 +274,34 @@ impl Node {
             initial_members,
         );
         state.set_calendars(calendars_rx.borrow_and_update().clone());
-        let lookahead = TimeDelta::from_std(cfg.lookahead)?;
+        let lookahead = Lookahead::new(cfg.lookahead, cfg.max_lookahead)?;
         // Slots are handed over at most once per tick: at a steady rate the
         // next deadline is always a millisecond away, and taking one or two
         // slots per wake made every claim, publish and stamp a round trip
         // for a handful of rows. A tenth of the lookahead still leaves the
         // pipeline nine tenths of it.
-        let hand_over_tick = (lookahead / 10).min(TimeDelta::milliseconds(100));
+        let hand_over_tick = (lookahead.min / 10).min(TimeDelta::milliseconds(100));
         let mut handed_over = common::clock::now() - hand_over_tick;
+        // Slots handed to the dispatcher, against those it has finished.
+        let mut handed: u64 = 0;
+        let horizon = |state: &Core, handed: u64, now: DateTime<Utc>| {
+            let backlog = handed.saturating_sub(pace.done());
+            let due = state.due_per_second(now - TimeDelta::minutes(1), now + lookahead.max);
+            lookahead.horizon(now, backlog, pace.slots_per_sec(), due)
+        };
         let mut catchup_credit: i64 = 0;
         let mut catchup_tick = tokio::time::interval(Duration::from_millis(100));
         catchup_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let now = common::clock::now();
+            let plan = horizon(&state, handed, now);
+            metrics::gauge!(common::metrics::SCHEDULER_LOOKAHEAD_SECONDS)
+                .set((plan - now).num_milliseconds() as f64 / 1000.0);
             let wait = match state.next_deadline() {
-                Some(at) => (at - lookahead)
+                // A slot within the maximum is re-planned every tick: its
+                // burst may need handing over before the minimum reaches it.
+                Some(at) => (at - lookahead.min)
+                    .min(if at <= now + lookahead.max { now } else { at - lookahead.max })
                     .max(handed_over + hand_over_tick)
                     .signed_duration_since(now)
                     .to_std()
@@ -330,7 +349,8 @@ impl Node {
                 _ = tokio::time::sleep(wait) => {
                     let now = common::clock::now();
                     handed_over = now;
-                    let slots = state.take_due(now + lookahead, cfg.batch_max);
+                    let slots = state.take_due(horizon(&state, handed, now), cfg.batch_max);
+                    handed += slots.len() as u64;
                     for s in &slots {
                         let late = (now - s.scheduled_at).num_milliseconds().max(0) as f64 / 1000.0;
                         metrics::histogram!(common::metrics::FIRE_LATENESS_SECONDS).record(late);
@@ -353,6 +373,7 @@ impl Node {
                     catchup_credit = (catchup_credit + per_tick as i64).min(per_tick as i64);
                     let slots = state.take_catchup(catchup_credit.max(0) as usize);
                     catchup_credit -= slots.len() as i64;
+                    handed += slots.len() as u64;
                     if !slots.is_empty() && batch_tx.send(Work::Fire(slots)).await.is_err() {
                         break;
                     }

@@ -7,7 +7,7 @@
 //! a million jobs). Pure: time is an argument.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -23,6 +23,14 @@ pub struct TimerHeap {
     /// Live entries, as counted by the caller's pushes and removals, for
     /// deciding when garbage dominates.
     live: usize,
+    /// Entries (stale ones included) per second of fire time: how many
+    /// slots are coming, for the adaptive lookahead. One map entry per
+    /// distinct second, so a few bytes per job at most.
+    per_second: BTreeMap<i64, u32>,
+}
+
+fn second_of(ms: i64) -> i64 {
+    ms.div_euclid(1000)
 }
 
 impl TimerHeap {
@@ -32,7 +40,9 @@ impl TimerHeap {
     pub fn push(&mut self, job: Uuid, at: DateTime<Utc>) -> Generation {
         self.last_generation += 1;
         self.live += 1;
-        self.heap.push(Reverse((at.timestamp_millis(), self.last_generation, job)));
+        let ms = at.timestamp_millis();
+        *self.per_second.entry(second_of(ms)).or_default() += 1;
+        self.heap.push(Reverse((ms, self.last_generation, job)));
         self.last_generation
     }
 
@@ -67,6 +77,7 @@ impl TimerHeap {
         match self.heap.peek() {
             Some(Reverse((ms, _, _))) if *ms <= until.timestamp_millis() => {
                 let Reverse((ms, _, job)) = self.heap.pop()?;
+                self.uncount(ms);
                 self.live = self.live.saturating_sub(1);
                 Some((job, DateTime::from_timestamp_millis(ms)?))
             }
@@ -79,16 +90,48 @@ impl TimerHeap {
             if is_live(*job, *g) {
                 break;
             }
-            self.heap.pop();
+            if let Some(Reverse((ms, _, _))) = self.heap.pop() {
+                self.uncount(ms);
+            }
         }
+    }
+
+    fn uncount(&mut self, ms: i64) {
+        if let std::collections::btree_map::Entry::Occupied(mut e) = self.per_second.entry(second_of(ms)) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+    }
+
+    /// Entries per second of fire time from `from` up to `until` (both
+    /// included), each as (the second's start, entries), in order. Stale
+    /// entries count too: they only make a burst look larger.
+    pub fn due_per_second(
+        &self,
+        from: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> impl Iterator<Item = (DateTime<Utc>, u32)> {
+        self.per_second
+            .range(second_of(from.timestamp_millis())..=second_of(until.timestamp_millis()))
+            .filter_map(|(s, n)| Some((DateTime::from_timestamp(*s, 0)?, *n)))
     }
 
     /// Lazy deletion leaves garbage; drops it once it dominates, so memory
     /// stays proportional to live jobs under heavy update churn.
     pub fn compact_if_bloated(&mut self, is_live: impl Fn(Uuid, Generation) -> bool) {
         if self.heap.len() > 1024 && self.heap.len() > 3 * self.live {
-            self.heap.retain(|Reverse((_, g, job))| is_live(*job, *g));
-            self.live = self.heap.len();
+            self.compact(is_live);
+        }
+    }
+
+    fn compact(&mut self, is_live: impl Fn(Uuid, Generation) -> bool) {
+        self.heap.retain(|Reverse((_, g, job))| is_live(*job, *g));
+        self.live = self.heap.len();
+        self.per_second.clear();
+        for Reverse((ms, _, _)) in self.heap.iter() {
+            *self.per_second.entry(second_of(*ms)).or_default() += 1;
         }
     }
 }
@@ -154,7 +197,7 @@ mod tests {
         /// Whatever the sequence of schedules and removals, pops come out in
         /// time order and yield exactly the live entries.
         #[test]
-        fn pops_in_order_and_only_live_entries(ops in proptest::collection::vec((0u128..50, 0i64..1000, any::<bool>()), 1..400)) {
+        fn pops_in_order_and_only_live_entries(ops in proptest::collection::vec((0u128..50, 0i64..100_000, any::<bool>()), 1..400), compact in any::<bool>()) {
             let mut j = Jobs::default();
             let mut model: HashMap<Uuid, DateTime<Utc>> = HashMap::new();
             for (job, at, remove) in ops {
@@ -168,6 +211,19 @@ mod tests {
                 }
             }
             prop_assert_eq!(j.timer.len(), model.len());
+            // The per-second counts are the heap's entries (stale ones
+            // included), whatever was pushed, popped or compacted.
+            if compact {
+                let live = &j.live;
+                j.timer.compact(|job, g| live.get(&job).is_some_and(|(l, _)| *l == g));
+            }
+            let mut counted: BTreeMap<i64, u32> = BTreeMap::new();
+            for Reverse((ms, _, _)) in j.timer.heap.iter() {
+                *counted.entry(second_of(*ms)).or_default() += 1;
+            }
+            prop_assert_eq!(&counted, &j.timer.per_second);
+            let window: u32 = j.timer.due_per_second(t(0), t(999_999)).map(|(_, n)| n).sum();
+            prop_assert_eq!(window as usize, j.timer.heap.len());
             let mut last = DateTime::<Utc>::MIN_UTC;
             while let Some((job, at)) = j.pop(t(i64::from(u32::MAX))) {
                 prop_assert!(at >= last);
@@ -175,6 +231,7 @@ mod tests {
                 last = at;
             }
             prop_assert!(model.is_empty());
+            prop_assert!(j.timer.per_second.is_empty(), "every count went with its entry");
         }
     }
 }

@@ -42,37 +42,23 @@ pub(super) fn key_columns<'a>(slots: impl Iterator<Item = &'a Slot>) -> (Vec<Uui
     columns
 }
 
-/// The claim: insert each slot of a job that still exists, is not paused and
-/// has the version the timer used; re-take a row only when it was skipped
-/// because an older version of the job had pre-armed it.
-///
-/// A slot of a version with `max_runs` is taken only while the ledger's runs
-/// of the job (every version's, as `ledger_counts_as_run` counts them) leave
-/// room for it and for the batch's earlier such slots of the same job that
-/// have no counted row yet. The caller holds the job's run-cap lock, so the
-/// count is that of every claim committed before.
-const CLAIM_SQL: &str = concat!(
-    "
-WITH input AS (
-    SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[], $4::uuid[], $5::text[], $6::text[], $8::bigint[])
-        AS s(job_id, scheduled_at, job_version, fire_id, execution_id, trigger, max_runs)
-), slots AS (
-    SELECT s.*,
-           sum(CASE WHEN s.max_runs IS NULL OR EXISTS (
-                    SELECT 1 FROM scheduled_jobs l WHERE l.job_id = s.job_id AND l.scheduled_at = s.scheduled_at AND ",
-    crate::ledger_counts_as_run!("l."),
-    ") THEN 0 ELSE 1 END) OVER (PARTITION BY s.job_id ORDER BY s.scheduled_at) AS nth_new_run
-    FROM input s
-), claimed AS (
+/// The claim, from a `slots` CTE and an extra condition on each slot: insert
+/// each slot of a job that still exists, is not paused and has the version
+/// the timer used; re-take a row only when it was skipped because an older
+/// version of the job had pre-armed it.
+macro_rules! claim_sql {
+    ($slots:expr, $and:expr) => {
+        concat!(
+            "WITH ",
+            $slots,
+            ", claimed AS (
     INSERT INTO scheduled_jobs AS l
         (job_id, scheduled_at, fire_id, execution_id, trigger, status, scheduler_node, fired_at, job_version)
     SELECT s.job_id, s.scheduled_at, s.fire_id, s.execution_id, s.trigger, 'pending', $7, now(), s.job_version
     FROM slots s WHERE ",
-    claimable_by!("s.job_id", "s.job_version", "s.scheduled_at"),
-    "
-      AND (s.max_runs IS NULL OR s.nth_new_run + (SELECT count(*) FROM scheduled_jobs l WHERE l.job_id = s.job_id AND ",
-    crate::ledger_counts_as_run!("l."),
-    ") <= s.max_runs)
+            claimable_by!("s.job_id", "s.job_version", "s.scheduled_at"),
+            $and,
+            "
     ON CONFLICT (job_id, scheduled_at) DO UPDATE
         -- A re-take starts the slot afresh: every field a delivery or a
         -- cancellation wrote goes, or the first message (attempt 1) would
@@ -86,12 +72,51 @@ WITH input AS (
                 'event', 'retaken', 'at', cronshard_instant(now()), 'version', EXCLUDED.job_version,
                 'from_version', l.job_version, 'reason', l.reason))
         WHERE ",
-    retakeable_by!("EXCLUDED.job_version"),
-    "
+            retakeable_by!("EXCLUDED.job_version"),
+            "
     RETURNING l.job_id, l.scheduled_at, l.fire_id, l.execution_id, l.trigger, l.attempts
 )
 SELECT c.job_id, c.scheduled_at, c.fire_id, c.execution_id, c.trigger, c.attempts, j.spec
 FROM claimed c JOIN jobs j ON j.id = c.job_id"
+        )
+    };
+}
+
+/// The claim of slots of versions without `max_runs`.
+const CLAIM_SQL: &str = claim_sql!(
+    "slots AS (
+    SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[], $4::uuid[], $5::text[], $6::text[])
+        AS s(job_id, scheduled_at, job_version, fire_id, execution_id, trigger)
+)",
+    ""
+);
+
+/// The claim of slots of versions with `max_runs` (`$8`): a slot is taken
+/// only while the ledger's runs of the job (every version's, as
+/// `ledger_counts_as_run` counts them) leave room for it and for the
+/// batch's earlier slots of the same job that have no counted row yet. The
+/// caller holds the jobs' run-cap locks, so the count is that of every
+/// claim committed before.
+const CLAIM_CAPPED_SQL: &str = claim_sql!(
+    concat!(
+        "input AS (
+    SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[], $4::uuid[], $5::text[], $6::text[], $8::bigint[])
+        AS s(job_id, scheduled_at, job_version, fire_id, execution_id, trigger, max_runs)
+), slots AS (
+    SELECT s.*,
+           sum(CASE WHEN EXISTS (
+                    SELECT 1 FROM scheduled_jobs l WHERE l.job_id = s.job_id AND l.scheduled_at = s.scheduled_at AND ",
+        crate::ledger_counts_as_run!("l."),
+        ") THEN 0 ELSE 1 END) OVER (PARTITION BY s.job_id ORDER BY s.scheduled_at) AS nth_new_run
+    FROM input s
+)"
+    ),
+    concat!(
+        "
+      AND s.nth_new_run + (SELECT count(*) FROM scheduled_jobs l WHERE l.job_id = s.job_id AND ",
+        crate::ledger_counts_as_run!("l."),
+        ") <= s.max_runs"
+    )
 );
 
 /// Inserts ledger rows for the slots (or re-takes a row a change
@@ -115,21 +140,23 @@ pub async fn claim(
     if slots.is_empty() {
         return Ok(Vec::new());
     }
-    let mut capped: Vec<Uuid> = slots.iter().filter(|s| s.max_runs.is_some()).map(|s| s.job_id).collect();
+    let (capped, free): (Vec<Slot>, Vec<Slot>) = slots.iter().cloned().partition(|s| s.max_runs.is_some());
+    let mut claimed = claim_statement(&*client, CLAIM_SQL, node_id, &free).await?;
     if capped.is_empty() {
-        return claim_statement(&*client, node_id, slots).await;
+        return Ok(claimed);
     }
-    capped.sort_unstable();
-    capped.dedup();
+    let mut jobs: Vec<Uuid> = capped.iter().map(|s| s.job_id).collect();
+    jobs.sort_unstable();
+    jobs.dedup();
     let tx = client.transaction().await?;
     // In the order of the lock keys, so that two claimers never wait for each other in a cycle.
     tx.execute(
         "SELECT count(pg_advisory_xact_lock($1, k)) FROM (SELECT DISTINCT hashtext(j::text) AS k
                  FROM unnest($2::uuid[]) AS j ORDER BY k) keys",
-        &[&RUN_CAP_LOCK_CLASS, &capped],
+        &[&RUN_CAP_LOCK_CLASS, &jobs],
     )
     .await?;
-    let claimed = claim_statement(&tx, node_id, slots).await?;
+    claimed.extend(claim_statement(&tx, CLAIM_CAPPED_SQL, node_id, &capped).await?);
     tx.commit().await?;
     Ok(claimed)
 }
@@ -138,20 +165,29 @@ pub async fn claim(
 /// job with `max_runs` (the second is a hash of the job id).
 const RUN_CAP_LOCK_CLASS: i32 = 0x6372_6f6e;
 
+/// Runs one of the claim statements for `slots` (none: no round trip).
 async fn claim_statement(
     client: &impl deadpool_postgres::GenericClient,
+    sql: &str,
     node_id: &str,
     slots: &[Slot],
 ) -> Result<Vec<(FireMessage, u32)>, tokio_postgres::Error> {
+    if slots.is_empty() {
+        return Ok(Vec::new());
+    }
     let slots = crate::db::in_lock_order(slots, |s| (s.job_id, s.scheduled_at));
     let (job_ids, times, versions) = key_columns(slots.iter().copied());
     let fire_ids: Vec<Uuid> = slots.iter().map(|_| Uuid::now_v7()).collect();
     let exec_ids: Vec<String> = slots.iter().map(|s| execution_id(s.job_id, s.scheduled_at)).collect();
     let triggers: Vec<&str> = slots.iter().map(|s| s.trigger.as_str()).collect();
-    let caps: Vec<Option<i64>> = slots.iter().map(|s| s.max_runs.map(|m| m.min(i64::MAX as u64) as i64)).collect();
-    let stmt = client.prepare_cached(CLAIM_SQL).await?;
-    let rows =
-        client.query(&stmt, &[&job_ids, &times, &versions, &fire_ids, &exec_ids, &triggers, &node_id, &caps]).await?;
+    let stmt = client.prepare_cached(sql).await?;
+    let rows = if sql == CLAIM_CAPPED_SQL {
+        let caps: Vec<i64> =
+            slots.iter().map(|s| s.max_runs.map_or(i64::MAX, |m| m.min(i64::MAX as u64) as i64)).collect();
+        client.query(&stmt, &[&job_ids, &times, &versions, &fire_ids, &exec_ids, &triggers, &node_id, &caps]).await?
+    } else {
+        client.query(&stmt, &[&job_ids, &times, &versions, &fire_ids, &exec_ids, &triggers, &node_id]).await?
+    };
     let mut claimed = Vec::with_capacity(rows.len());
     for row in rows {
         let job_id: Uuid = row.get("job_id");

@@ -27,6 +27,11 @@ struct Args {
     /// Slots due within this many milliseconds are claimed and published ahead.
     #[arg(long, env = "LOOKAHEAD_MS", default_value_t = defaults::LOOKAHEAD_MS)]
     lookahead_ms: u64,
+    /// The most milliseconds ahead a burst is claimed and published: the
+    /// lead grows beyond LOOKAHEAD_MS when the slots due in a coming second
+    /// need it, from the node's measured pace.
+    #[arg(long, env = "MAX_LOOKAHEAD_MS", default_value_t = defaults::MAX_LOOKAHEAD_MS)]
+    max_lookahead_ms: u64,
     /// Milliseconds between change-feed polls (LISTEN/NOTIFY wakes it sooner).
     #[arg(long, env = "POLL_INTERVAL_MS", default_value_t = defaults::POLL_INTERVAL_MS)]
     poll_interval_ms: u64,
@@ -75,6 +80,7 @@ async fn run() -> anyhow::Result<()> {
     );
     config.replication_factor = args.replication_factor;
     config.lookahead = Duration::from_millis(args.lookahead_ms);
+    config.max_lookahead = Duration::from_millis(args.max_lookahead_ms);
     config.poll_interval = Duration::from_millis(args.poll_interval_ms);
     config.heartbeat_interval = Duration::from_millis(args.heartbeat_interval_ms);
     config.misfire_threshold = Duration::from_millis(args.misfire_threshold_ms);
