@@ -826,3 +826,67 @@ async fn checking_lost_slots_reads_without_waiting_on_row_locks_and_finds_only_c
     assert_eq!(open, [1, 2]);
     tx.rollback().await.unwrap();
 }
+
+/// A burst larger than the minimum lookahead can carry is handed over early
+/// by the node's adaptive lookahead: with a 0.5 s minimum and no pace
+/// measured yet (2,000 slots/s assumed), 3,000 slots due together are
+/// claimed about 2.4 s ahead, every row well before the minimum would have
+/// taken it, and each is still delivered once and never before it is due.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_is_claimed_ahead_by_the_adaptive_lookahead_and_delivered_once_on_time() {
+    const JOBS: usize = 3_000;
+    let sink = Sink::start().await;
+    let mut stack = Stack::start("adaptive").await;
+    let mut cfg = stack.node_config("node-a");
+    cfg.lookahead = Duration::from_millis(500);
+    cfg.max_lookahead = Duration::from_secs(30);
+    stack.start_node(cfg);
+    let mut worker = stack.worker_config("worker-a");
+    worker.prefetch = 5_000;
+    stack.start_worker(worker);
+    let due = truncate_ms(Utc::now() + TimeDelta::seconds(12));
+    let mut ids = Vec::new();
+    for chunk in 0..JOBS / 1_000 {
+        let jobs: Vec<_> = (0..1_000)
+            .map(|i| {
+                json!({
+                    "name": format!("burst-{chunk}-{i}"), "schedule": { "kind": "once", "at": at(due) },
+                    "target": http_target(&sink.url("adaptive")),
+                })
+            })
+            .collect();
+        let answer = stack
+            .http
+            .post(format!("{}/v1/jobs/batch", stack.api))
+            .json(&json!({ "jobs": jobs, "atomic": true }))
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success(), "batch create: {}", answer.status());
+        let body: serde_json::Value = answer.json().await.unwrap();
+        ids.extend(body["items"].as_array().unwrap().iter().map(|r| r["job"]["id"].as_str().unwrap().to_owned()));
+    }
+    assert_eq!(ids.len(), JOBS);
+    assert!(Utc::now() < due - TimeDelta::seconds(4), "creating {JOBS} jobs took too long for the test");
+    let got = wait_for("every slot delivered", Duration::from_secs(60), || async {
+        let r = sink.received_on("adaptive");
+        (r.len() >= JOBS).then_some(r)
+    })
+    .await;
+    let expected: std::collections::BTreeSet<String> = ids.iter().map(|id| format!("{id}@{}", at(due))).collect();
+    support::assert_exactly_once(&got, &expected);
+    assert!(got.iter().all(|r| r.received_at >= due), "a delivery came before its due instant");
+    let client = stack.pg.get().await.unwrap();
+    let row = client
+        .query_one("SELECT count(*), max(fired_at) FROM scheduled_jobs WHERE scheduled_at = $1", &[&due])
+        .await
+        .unwrap();
+    let (claimed, last_claim): (i64, DateTime<Utc>) = (row.get(0), row.get(1));
+    assert_eq!(claimed, JOBS as i64);
+    assert!(
+        last_claim < due - TimeDelta::milliseconds(1_200),
+        "the last of the burst was claimed {} ms before its due instant; the 0.5 s minimum alone would give that",
+        (due - last_claim).num_milliseconds()
+    );
+    stack.stop().await;
+}
