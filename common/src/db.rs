@@ -31,11 +31,18 @@ pub fn pool(database_url: &str, max_size: usize) -> anyhow::Result<Pool> {
 ///   these off every hot statement is a nested loop of key lookups in array
 ///   order, whatever the statistics. A statement with no usable index still
 ///   scans; it is only costed as a last resort.
+/// - No JIT: a plan that keeps a disabled node is costed with Postgres's
+///   10^10 penalty, far past `jit_above_cost`, so every statement that must
+///   scan (a small table such as `calendars`, read every few seconds) was
+///   compiled by LLVM on each run: 50–800 ms of a core for a 0.1 ms query,
+///   about a tenth of Postgres's CPU at 3,000 fires/s. None of these
+///   statements runs long enough for compiled code to pay off.
 pub const HOT_PATH_SETTINGS: &[(&str, &str)] = &[
     ("plan_cache_mode", "force_generic_plan"),
     ("enable_seqscan", "off"),
     ("enable_hashjoin", "off"),
     ("enable_mergejoin", "off"),
+    ("jit", "off"),
 ];
 
 /// A pool whose connections start with `settings` (`-c name=value`), added
