@@ -184,7 +184,7 @@ async fn partitions_are_created_ahead_adopted_and_dropped() {
         .unwrap()
         .get(0);
     let options = options.unwrap_or_default();
-    for wanted in ["autovacuum_vacuum_scale_factor=0.01", "autovacuum_vacuum_cost_delay=0"] {
+    for wanted in ["autovacuum_vacuum_scale_factor=0.05", "autovacuum_vacuum_cost_delay=0"] {
         assert!(options.iter().any(|o| o == wanted), "{wanted} missing from {options:?}");
     }
 
