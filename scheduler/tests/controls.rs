@@ -401,7 +401,12 @@ async fn messages_lost_with_the_brokers_queues_are_published_again_and_delivered
         stack.ledger(&retrying, due2).await.filter(|r| r["status"] == "retrying")
     })
     .await;
-    let lost = channel.queue_delete(topology.retry_queue(6000).as_str().into(), QueueDeleteOptions::default()).await;
+    let lost = channel
+        .queue_delete(
+            topology.delay_queue(common::amqp::Delayed::Retry, 6000).as_str().into(),
+            QueueDeleteOptions::default(),
+        )
+        .await;
     assert_eq!(lost.unwrap(), 1, "the retry queue held the next attempt");
 
     for (id, slot, path, attempts) in [(&pending, due, "pending", vec![1]), (&retrying, due2, "retrying", vec![1, 2])] {

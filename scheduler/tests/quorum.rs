@@ -12,7 +12,7 @@ use chrono::{TimeDelta, Utc};
 use lapin::options::BasicGetOptions;
 use serde_json::json;
 
-use common::amqp::{QueueType, Topology};
+use common::amqp::{Delayed, QueueType, Topology};
 use common::execution::{format_instant, truncate_ms};
 use common::testing::wait_for;
 use support::{Sink, Stack, assert_ticks_delivered_once, create_ticking_jobs, http_target};
@@ -25,7 +25,7 @@ async fn are_quorum(connection: &lapin::Connection, cluster: &str, retry_ms: Opt
         let channel = connection.create_channel().await.unwrap();
         let topology = Topology::new(cluster).with_queue_type(queue_type);
         match retry_ms {
-            Some(ms) => topology.declare_retry_queue(&channel, ms).await.map(drop),
+            Some(ms) => topology.declare_delay_queue(&channel, Delayed::Retry, ms).await.map(drop),
             None => topology.declare(&channel).await,
         }
     };

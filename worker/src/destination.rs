@@ -585,7 +585,7 @@ impl Host {
             Transition::Opened { until, reopened } => {
                 let cool_down_ms = until.saturating_duration_since(Instant::now().into_std()).as_millis() as u64;
                 if reopened {
-                    tracing::warn!(destination = %self.key, cool_down_ms, "destination circuit re-opened: the probe failed");
+                    tracing::warn!(destination = %self.key, cool_down_ms, "destination circuit re-opened: every probe of the round failed");
                 } else {
                     state.outage_since = Some(common::clock::now());
                     tracing::warn!(destination = %self.key, cool_down_ms, "destination circuit opened: deliveries to it wait");

@@ -1,8 +1,9 @@
 //! After a failed delivery: whether there is a next attempt and after what
 //! delay (`next_delay`), and the confirmed publish of the message to the
 //! retry queue of that delay or, after the last retry, to the failed queue
-//! (`RetryPublisher`). A slot waiting for its destination goes through the
-//! same delay queues as the same attempt (`publish_wait`).
+//! (`RetryPublisher`). A slot waiting for its destination goes through delay
+//! queues of its own, back to the waiting queue, as the same attempt
+//! (`publish_wait`).
 
 use std::collections::HashSet;
 
@@ -11,7 +12,7 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel};
 use tokio::sync::Mutex;
 
-use common::amqp::Topology;
+use common::amqp::{Delayed, Topology};
 use common::job::RetryPolicy;
 use common::message::{ATTEMPT_HEADER, FireMessage};
 
@@ -43,14 +44,14 @@ pub(crate) fn is_wait(delivery: &lapin::message::Delivery) -> bool {
 pub(crate) struct RetryPublisher {
     topology: Topology,
     channel: Channel,
-    /// Retry queues (by delay) declared on this connection.
-    declared_retry_queues: Mutex<HashSet<u64>>,
+    /// Delay queues declared on this connection.
+    declared_delay_queues: Mutex<HashSet<(Delayed, u64)>>,
 }
 
 impl RetryPublisher {
     /// `channel` must be in confirm mode.
     pub(crate) fn new(topology: Topology, channel: Channel) -> Self {
-        Self { topology, channel, declared_retry_queues: Mutex::new(HashSet::new()) }
+        Self { topology, channel, declared_delay_queues: Mutex::new(HashSet::new()) }
     }
 
     async fn publish_to(&self, queue: &str, m: &FireMessage, headers: FieldTable) -> anyhow::Result<()> {
@@ -84,32 +85,33 @@ impl RetryPublisher {
         // The message is due again only after its delay.
         let mut retry = m.clone();
         retry.due_at = common::clock::now();
-        self.publish_delayed(&retry, next_attempt, delay_ms, false).await
+        self.publish_delayed(&retry, next_attempt, delay_ms, Delayed::Retry).await
     }
 
-    /// The same attempt again after `delay_ms` (a slot that waits for its
-    /// destination): its due instant is kept, which its wait is bounded from.
+    /// The same attempt again after `delay_ms`, through the waiting queue
+    /// (a slot that waits for its destination): its due instant is kept,
+    /// which its wait is bounded from.
     pub(crate) async fn publish_wait(&self, m: &FireMessage, attempt: u32, delay_ms: u64) -> anyhow::Result<()> {
-        self.publish_delayed(m, attempt, delay_ms, true).await
+        self.publish_delayed(m, attempt, delay_ms, Delayed::Wait).await
     }
 
-    async fn publish_delayed(&self, m: &FireMessage, attempt: u32, delay_ms: u64, wait: bool) -> anyhow::Result<()> {
+    async fn publish_delayed(&self, m: &FireMessage, attempt: u32, delay_ms: u64, kind: Delayed) -> anyhow::Result<()> {
         {
-            let mut declared = self.declared_retry_queues.lock().await;
-            if !declared.contains(&delay_ms) {
-                self.topology.declare_retry_queue(&self.channel, delay_ms).await?;
-                declared.insert(delay_ms);
+            let mut declared = self.declared_delay_queues.lock().await;
+            if !declared.contains(&(kind, delay_ms)) {
+                self.topology.declare_delay_queue(&self.channel, kind, delay_ms).await?;
+                declared.insert((kind, delay_ms));
             }
         }
         let mut headers = FieldTable::default();
         headers.insert(ATTEMPT_HEADER.into(), AMQPValue::LongInt(attempt as i32));
-        if wait {
+        if kind == Delayed::Wait {
             headers.insert(WAIT_HEADER.into(), AMQPValue::Boolean(true));
         }
-        let result = self.publish_to(&self.topology.retry_queue(delay_ms), m, headers).await;
+        let result = self.publish_to(&self.topology.delay_queue(kind, delay_ms), m, headers).await;
         if result.is_err() {
             // The queue may have expired since we declared it.
-            self.declared_retry_queues.lock().await.remove(&delay_ms);
+            self.declared_delay_queues.lock().await.remove(&(kind, delay_ms));
         }
         result
     }

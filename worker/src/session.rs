@@ -1,8 +1,8 @@
 //! The worker's life (`run`) and its broker sessions: the heartbeat runs
 //! for the whole life, while each session connects to RabbitMQ, declares the
-//! topology, consumes the main queue on a few channels and hands every
-//! message to a task (`processing::handle`); a lost session is reconnected
-//! with backoff.
+//! topology, consumes the main queue on a few channels and the waiting queue
+//! on one more, and hands every message to a task (`processing::handle`); a
+//! lost session is reconnected with backoff.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -112,15 +112,19 @@ async fn consume(
     // stalled publishing for seconds (docs/benchmarks.md).
     let channels = CONSUMER_CHANNELS.min(usize::from(config.prefetch)).max(1);
     let per_channel = (usize::from(config.prefetch) / channels).max(1) as u16;
-    let mut consume_channels = Vec::with_capacity(channels);
-    let mut consumers = Vec::with_capacity(channels);
-    for i in 0..channels {
+    // One more channel, with one channel's share, takes the slots that wait
+    // for their destination: whatever their number, the main queue's slots
+    // never queue behind them.
+    let queues = std::iter::repeat_n(&topology.main_queue, channels).chain([&topology.waiting_queue]);
+    let mut consume_channels = Vec::with_capacity(channels + 1);
+    let mut consumers = Vec::with_capacity(channels + 1);
+    for (i, queue) in queues.enumerate() {
         let channel = connection.create_channel().await?;
         channel.basic_qos(per_channel, BasicQosOptions::default()).await?;
         consumers.push(
             channel
                 .basic_consume(
-                    topology.main_queue.as_str().into(),
+                    queue.as_str().into(),
                     format!("{}#{i}", config.worker_id).as_str().into(),
                     BasicConsumeOptions::default(),
                     FieldTable::default(),
@@ -130,7 +134,7 @@ async fn consume(
         consume_channels.push(channel);
     }
     let mut consumer = futures::stream::select_all(consumers);
-    tracing::info!(worker.id = %config.worker_id, queue = %topology.main_queue, "consuming");
+    tracing::info!(worker.id = %config.worker_id, queue = %topology.main_queue, waiting_queue = %topology.waiting_queue, "consuming");
     let retry = RetryPublisher::new(topology, publish);
     let shared = Arc::new(Shared::new(config, pg, deliverers, retry, holding, last_beat));
     let in_flight = Arc::new(Semaphore::new(config.max_in_flight));

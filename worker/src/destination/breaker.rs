@@ -8,9 +8,12 @@
 //! - **Open** for a cool-down: nothing goes; deliveries wait. The first
 //!   cool-down of an outage is `open_for`.
 //! - **Half-open** once the cool-down is over: up to `probes` deliveries go
-//!   at once. A probe that succeeds closes the circuit (the cool-down is
-//!   reset); one that fails re-opens it for twice the last cool-down, at
-//!   most `open_max`.
+//!   at once, and as many in all until the round is decided. A probe that
+//!   succeeds closes the circuit (the cool-down is reset); once `probes` of
+//!   them have failed it re-opens for twice the last cool-down, at most
+//!   `open_max`. One failure is not enough: a host that is back but fails a
+//!   share of its calls as usual (a job's own errors) was judged down for
+//!   the longest cool-down by one unlucky probe.
 //!
 //! Only what says something about the destination counts (see
 //! `DeliveryError::destination_health`): a call whose outcome says nothing
@@ -134,8 +137,14 @@ pub enum Transition {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Inner {
     Closed,
-    Open { until: Instant },
-    HalfOpen { probes_out: u32 },
+    Open {
+        until: Instant,
+    },
+    /// `failed`: probes of this round that failed so far.
+    HalfOpen {
+        probes_out: u32,
+        failed: u32,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -186,11 +195,11 @@ impl Breaker {
             if now < until {
                 return Admission::WaitUntil(until);
             }
-            self.inner = Inner::HalfOpen { probes_out: 0 };
+            self.inner = Inner::HalfOpen { probes_out: 0, failed: 0 };
         }
         match &mut self.inner {
             Inner::Closed => Admission::Go(Ticket { generation: self.generation, probe: false }),
-            Inner::HalfOpen { probes_out } if *probes_out < self.config.probes.max(1) => {
+            Inner::HalfOpen { probes_out, failed } if *probes_out + *failed < self.config.probes.max(1) => {
                 *probes_out += 1;
                 Admission::Go(Ticket { generation: self.generation, probe: true })
             }
@@ -214,12 +223,15 @@ impl Breaker {
                 self.count(failed, now);
                 self.should_open(now).then(|| self.open(now, false))
             }
-            (Inner::HalfOpen { probes_out }, true) => {
+            (Inner::HalfOpen { probes_out, failed }, true) => {
                 *probes_out = probes_out.saturating_sub(1);
                 match call {
                     Call::NotCounted => None,
                     Call::Healthy => Some(self.close()),
-                    Call::Unhealthy => Some(self.open(now, true)),
+                    Call::Unhealthy => {
+                        *failed += 1;
+                        (*failed >= self.config.probes.max(1)).then(|| self.open(now, true))
+                    }
                 }
             }
             // A ticket of this generation is a probe exactly when the
@@ -230,7 +242,7 @@ impl Breaker {
 
     /// An admitted delivery that will not be made: frees a probe's place.
     pub fn cancel(&mut self, ticket: Ticket) {
-        if let (true, Inner::HalfOpen { probes_out }) =
+        if let (true, Inner::HalfOpen { probes_out, .. }) =
             (ticket.generation == self.generation && ticket.probe, &mut self.inner)
         {
             *probes_out = probes_out.saturating_sub(1);
@@ -416,8 +428,10 @@ mod tests {
         calls(&mut b, t0, 20, 20);
         let mut now = t0 + 10 * S;
         for expected in [20, 40, 60, 60] {
-            let probe = go(&mut b, now);
-            let tr = b.record(probe, Call::Unhealthy, now);
+            // The round's two probes fail: the first alone decides nothing.
+            let (p1, p2) = (go(&mut b, now), go(&mut b, now));
+            assert_eq!(b.record(p1, Call::Unhealthy, now), None);
+            let tr = b.record(p2, Call::Unhealthy, now);
             assert_eq!(tr, Some(Transition::Opened { until: now + expected * S, reopened: true }));
             assert_eq!(b.admit(now + (expected - 1) * S), Admission::WaitUntil(now + expected * S));
             now += expected * S;
@@ -427,6 +441,25 @@ mod tests {
         // The next outage starts from the first cool-down again.
         let opened = calls(&mut b, now, 20, 20);
         assert_eq!(opened, Some(Transition::Opened { until: now + 10 * S, reopened: false }));
+    }
+
+    #[test]
+    fn one_failed_probe_of_a_round_does_not_reopen_a_host_that_answers_the_next() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(config());
+        calls(&mut b, t0, 20, 20);
+        let t1 = t0 + 10 * S;
+        // A host that is back but fails some calls, as any host does.
+        let p1 = go(&mut b, t1);
+        assert_eq!(b.record(p1, Call::Unhealthy, t1), None);
+        assert_eq!(b.state(t1), CircuitState::HalfOpen);
+        // The failed probe's place is not given again: the round has one left.
+        let p2 = go(&mut b, t1);
+        assert_eq!(b.admit(t1), Admission::WaitForProbes);
+        assert_eq!(b.record(p2, Call::Healthy, t1 + S), Some(Transition::Closed));
+        assert_eq!(b.state(t1 + S), CircuitState::Closed);
+        // The next round starts afresh: the closed circuit's window decides again.
+        assert_eq!(calls(&mut b, t1 + S, 19, 19), None);
     }
 
     #[test]
