@@ -71,7 +71,7 @@ cleanup() {
     redis-cli -h 127.0.0.1 --scan --pattern "$CLUSTER:*" 2>/dev/null |
         xargs -r -n 100 redis-cli -h 127.0.0.1 del >/dev/null 2>&1 || true
     if command -v rabbitmqctl >/dev/null; then
-        for q in cron_scheduler cron_dlx cron_scheduler_failed; do
+        for q in cron_scheduler cron_scheduler_waiting cron_dlx cron_scheduler_failed; do
             rabbitmqctl -q delete_queue "$CLUSTER.$q" >/dev/null 2>&1 || true
         done
     fi

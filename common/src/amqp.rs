@@ -197,3 +197,16 @@ pub async fn confirm_channel(connection: &Connection) -> lapin::Result<Channel> 
     channel.confirm_select(ConfirmSelectOptions::default()).await?;
     Ok(channel)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_come_back_to_the_waiting_queue_and_retries_to_the_main_one() {
+        let t = Topology::new("c");
+        assert_ne!(t.delay_queue(Delayed::Wait, 4_000), t.delay_queue(Delayed::Retry, 4_000));
+        assert_eq!(t.after_delay(Delayed::Wait), t.waiting_queue);
+        assert_eq!(t.after_delay(Delayed::Retry), t.main_queue);
+    }
+}
