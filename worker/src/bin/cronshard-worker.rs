@@ -22,7 +22,9 @@ struct Args {
     /// Prometheus `/metrics` listen address.
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:9090")]
     metrics_addr: SocketAddr,
-    /// Unacked messages held at once (pre-armed ones wait here for their time).
+    /// Unacked messages of the main queue held at once (pre-armed ones wait
+    /// here for their time); the waiting queue's consumer holds up to a
+    /// quarter as many more.
     #[arg(long, env = "WORKER_PREFETCH", default_value_t = worker::defaults::PREFETCH)]
     prefetch: u16,
     /// Callback deliveries in progress at once.
