@@ -231,7 +231,8 @@ async fn a_dead_host_waits_on_its_circuit_without_delaying_a_healthy_one_and_eve
     );
 
     // The slots held for that probe were handed back for the 6 s
-    // cool-down: a 4 s delay queue, then a 2 s one without their row.
+    // cool-down and the 3 s hold after it: an 8 s delay queue, then a 1 s
+    // one without their row.
     wait_for("a waiting slot to hop towards the half-open instant", Duration::from_secs(20), || async {
         let hops = gauge(&stack.http, &metrics_addr, "cronshard_worker_wait_hops_total").await?;
         (hops >= 1.0).then_some(())

@@ -11,8 +11,9 @@
 //!
 //! While a circuit is open a slot waits without an attempt: held here when
 //! the cool-down ends within `hold_max`, otherwise handed back until the
-//! circuit half-opens (`Gate::Release`: one ledger write, then delay-queue
-//! hops to the waiting queue, the attempt not counted), so
+//! circuit half-opened and its probes had `hold_max` to answer
+//! (`Gate::Release`: one ledger write, then delay-queue hops to the
+//! waiting queue, the attempt not counted), so
 //! no message stays unacked for long (the broker closes the channel of a
 //! message unacked past its consumer timeout) and waiting slots do not fill
 //! the prefetch. A slot whose host's circuit is still open at the slot's
@@ -127,7 +128,8 @@ pub struct DestinationArgs {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub circuit_probes: u32,
     /// Circuit breaker: a slot whose host's cool-down ends within this is held by the worker;
-    /// a longer one goes back to the broker with a delay (its attempt not counted).
+    /// a longer one goes back to the broker (its attempt not counted) until the cool-down and
+    /// then this much more, for the probes to answer.
     #[arg(long, env = "WORKER_CIRCUIT_HOLD_MS", default_value_t = defaults::CIRCUIT_HOLD_MS)]
     pub circuit_hold_ms: u64,
 }
@@ -388,7 +390,10 @@ impl Destinations {
                     return Gate::GiveUp(waiting);
                 }
                 if until - now > self.config.hold_max || until > hold_until || !host.hold(&mut held, &self.config) {
-                    return Gate::Release { wait: until - now, waiting };
+                    // Back once the probes of the half-open instant had the
+                    // hold to answer: a slot back at the instant itself finds
+                    // them out and is handed back again, a ledger round each.
+                    return Gate::Release { wait: until - now + self.config.hold_max, waiting };
                 }
                 if noted != Some(waiting.since) {
                     noted = Some(waiting.since);
@@ -840,8 +845,8 @@ mod tests {
         // The probe fails: open again for 4 s, past the hold: handed back.
         probe.record(Call::Unhealthy);
         match waiter.await {
-            Gate::Release { wait: delay, waiting } => {
-                assert_eq!(delay, Duration::from_secs(4), "the second cool-down");
+            Gate::Release { wait, waiting } => {
+                assert_eq!(wait, Duration::from_secs(4 + 3), "the second cool-down, then the hold for the probes");
                 assert_eq!(waiting.reason, WaitReason::CircuitOpen);
             }
             _ => panic!("expected Release"),
@@ -896,8 +901,9 @@ mod tests {
         assert!(tokio::time::timeout(Duration::from_millis(100), &mut second).await.is_err(), "held");
         let started = Instant::now();
         match pass(&d, &dead, &backlog, &notes).await {
-            // Back when the cool-down ends, 200 ms of it spent above.
-            Gate::Release { wait, .. } => assert_eq!(wait, Duration::from_millis(1_800)),
+            // Back when the cool-down (200 ms of it spent above) and the
+            // probes' hold are over.
+            Gate::Release { wait, .. } => assert_eq!(wait, Duration::from_millis(1_800 + 3_000)),
             _ => panic!("expected Release"),
         }
         assert_eq!(started.elapsed(), Duration::ZERO, "handed back at once");
