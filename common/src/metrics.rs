@@ -131,8 +131,6 @@ catalog! {
         "Deliveries this worker lets run at once to each destination host it tracks (label host): learnt from the host's throughput unless WORKER_MAX_PER_HOST fixes it.";
     WORKER_DESTINATION_RELEASED_TOTAL = "cronshard_worker_destination_released_total", Counter,
         "Slots handed back to the broker with a delay, without an attempt, for their destination (label reason: circuit_open, concurrency).";
-    WORKER_WAIT_HOPS_TOTAL = "cronshard_worker_wait_hops_total", Counter,
-        "Waiting slots sent on to the next delay queue without touching the ledger: their wait for their destination was not over when they came back.";
     API_REQUEST_SECONDS = "cronshard_api_request_seconds", Histogram,
         "API request duration by method, route and status.";
 }

@@ -10,10 +10,8 @@
 //! and only slots that passed their gate queue for one.
 //!
 //! While a circuit is open a slot waits without an attempt: held here when
-//! the cool-down ends within `hold_max`, otherwise handed back until the
-//! circuit half-opened and its probes had `hold_max` to answer
-//! (`Gate::Release`: one ledger write, then delay-queue hops to the
-//! waiting queue, the attempt not counted), so
+//! the cool-down ends within `hold_max`, otherwise handed back with a delay
+//! (`Gate::Release`, through the retry queues, the attempt not counted), so
 //! no message stays unacked for long (the broker closes the channel of a
 //! message unacked past its consumer timeout) and waiting slots do not fill
 //! the prefetch. A slot whose host's circuit is still open at the slot's
@@ -128,8 +126,7 @@ pub struct DestinationArgs {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub circuit_probes: u32,
     /// Circuit breaker: a slot whose host's cool-down ends within this is held by the worker;
-    /// a longer one goes back to the broker (its attempt not counted) until the cool-down and
-    /// then this much more, for the probes to answer.
+    /// a longer one goes back to the broker with a delay (its attempt not counted).
     #[arg(long, env = "WORKER_CIRCUIT_HOLD_MS", default_value_t = defaults::CIRCUIT_HOLD_MS)]
     pub circuit_hold_ms: u64,
 }
@@ -245,10 +242,8 @@ pub struct Waiting {
 pub(crate) enum Gate {
     /// Deliver now; report the outcome with `Pass::record`.
     Go(Pass),
-    /// Hand the slot back without an attempt, to come back after `wait`
-    /// (an open circuit's half-open instant, which a message may reach in
-    /// several delay-queue hops).
-    Release { wait: Duration, waiting: Waiting },
+    /// Hand the slot back for `delay` without an attempt.
+    Release { delay: Duration, waiting: Waiting },
     /// The circuit is open past the slot's horizon: park it, not attempted.
     GiveUp(Waiting),
     /// The worker is stopping.
@@ -390,10 +385,7 @@ impl Destinations {
                     return Gate::GiveUp(waiting);
                 }
                 if until - now > self.config.hold_max || until > hold_until || !host.hold(&mut held, &self.config) {
-                    // Back once the probes of the half-open instant had the
-                    // hold to answer: a slot back at the instant itself finds
-                    // them out and is handed back again, a ledger round each.
-                    return Gate::Release { wait: until - now + self.config.hold_max, waiting };
+                    return Gate::Release { delay: release_delay(until - now), waiting };
                 }
                 if noted != Some(waiting.since) {
                     noted = Some(waiting.since);
@@ -413,7 +405,7 @@ impl Destinations {
                 _ = token.cancelled() => return Gate::Stopping,
                 _ = tokio::time::sleep_until(hold_until) => {
                     let waiting = Waiting { destination: key.clone(), reason: WaitReason::Concurrency, since: queued_since };
-                    return Gate::Release { wait: Duration::from_secs(1), waiting };
+                    return Gate::Release { delay: Duration::from_secs(1), waiting };
                 }
                 permit = host.slots.clone().acquire_owned() => match permit {
                     Ok(permit) => permit,
@@ -438,7 +430,7 @@ impl Destinations {
                     let until =
                         (*probes_out_since.get_or_insert_with(Instant::now) + self.config.hold_max).min(hold_until);
                     if Instant::now() >= until || !host.hold(&mut held, &self.config) {
-                        return Gate::Release { wait: release_delay(self.config.hold_max), waiting };
+                        return Gate::Release { delay: release_delay(self.config.hold_max), waiting };
                     }
                     if noted != Some(waiting.since) {
                         noted = Some(waiting.since);
@@ -845,8 +837,8 @@ mod tests {
         // The probe fails: open again for 4 s, past the hold: handed back.
         probe.record(Call::Unhealthy);
         match waiter.await {
-            Gate::Release { wait, waiting } => {
-                assert_eq!(wait, Duration::from_secs(4 + 3), "the second cool-down, then the hold for the probes");
+            Gate::Release { delay, waiting } => {
+                assert_eq!(delay, Duration::from_secs(4), "the second cool-down");
                 assert_eq!(waiting.reason, WaitReason::CircuitOpen);
             }
             _ => panic!("expected Release"),
@@ -879,7 +871,7 @@ mod tests {
         let _probe = go(pass(&d, &dead, &backlog, &notes).await);
         let started = Instant::now();
         match pass(&d, &dead, &backlog, &notes).await {
-            Gate::Release { wait: delay, waiting } => {
+            Gate::Release { delay, waiting } => {
                 assert_eq!(started.elapsed(), Duration::from_secs(3), "held for the hold");
                 assert_eq!(delay, Duration::from_secs(2));
                 assert_eq!(waiting.reason, WaitReason::CircuitOpen);
@@ -901,9 +893,7 @@ mod tests {
         assert!(tokio::time::timeout(Duration::from_millis(100), &mut second).await.is_err(), "held");
         let started = Instant::now();
         match pass(&d, &dead, &backlog, &notes).await {
-            // Back when the cool-down (200 ms of it spent above) and the
-            // probes' hold are over.
-            Gate::Release { wait, .. } => assert_eq!(wait, Duration::from_millis(1_800 + 3_000)),
+            Gate::Release { delay, .. } => assert_eq!(delay, Duration::from_secs(1)),
             _ => panic!("expected Release"),
         }
         assert_eq!(started.elapsed(), Duration::ZERO, "handed back at once");

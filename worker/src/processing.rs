@@ -262,13 +262,6 @@ pub(crate) async fn handle(
         }
     };
     let attempt = attempt_of(&delivery);
-    if retry::is_wait(&delivery)
-        && let Some(until) = retry::wait_until(&delivery)
-        && let Some(delay) = retry::next_hop(until, common::clock::now())
-    {
-        hop(&shared, &delivery, &messages, attempt, delay, until, &token).await;
-        return;
-    }
     // A slot handed back to wait for its destination was on time when it
     // first arrived: only a first attempt's first arrival can be late.
     let first_arrival = attempt == 1 && !retry::is_wait(&delivery);
@@ -314,31 +307,6 @@ pub(crate) async fn handle(
             }
         }
         Settle::Requeue(wait) => requeue_after(&delivery, wait, &token).await,
-    }
-}
-
-/// Sends a waiting message on through its next delay queue as it is: its
-/// row already says when it is back. Acked once the copy is confirmed;
-/// when the publish fails the message returns to the queue instead.
-async fn hop(
-    shared: &Shared,
-    delivery: &Delivery,
-    messages: &[FireMessage],
-    attempt: u32,
-    delay: Duration,
-    until: chrono::DateTime<chrono::Utc>,
-    token: &CancellationToken,
-) {
-    for m in messages {
-        if let Err(e) = timed("wait_hop", shared.retry.publish_wait(m, attempt, delay, until)).await {
-            tracing::warn!(execution.id = %m.execution_id, error = %format!("{e:#}"), "sending a waiting slot on failed; it returns to the queue");
-            requeue_after(delivery, Duration::from_secs(1), token).await;
-            return;
-        }
-    }
-    metrics::counter!(common::metrics::WORKER_WAIT_HOPS_TOTAL).increment(messages.len() as u64);
-    if let Err(e) = delivery.acker.ack(BasicAckOptions::default()).await {
-        tracing::warn!(execution.id = %messages[0].execution_id, error = %e, "ack failed; the broker will redeliver");
     }
 }
 
@@ -543,7 +511,7 @@ async fn process(
     let pass = match gate {
         Gate::Go(pass) => pass,
         Gate::Stopping => return Ok(Processed::Stopping),
-        Gate::Release { wait, waiting } => return Box::pin(shared.wait_elsewhere(m, attempt, wait, waiting)).await,
+        Gate::Release { delay, waiting } => return Box::pin(shared.wait_elsewhere(m, attempt, delay, waiting)).await,
         Gate::GiveUp(waiting) => return Box::pin(shared.give_up_waiting(m, attempt, waiting)).await,
     };
     let permit = in_flight.acquire().await?;
@@ -698,28 +666,25 @@ impl Shared {
         }
     }
 
-    /// Hands the slot back to wait for `wait` in the broker as the same
-    /// attempt: the row first (`retrying`, the attempt not counted, back at
-    /// the end of the wait), then the message, which reaches that instant
-    /// in delay-queue hops that leave the row alone. A failed publish
-    /// requeues the original message, which then finds the row startable
-    /// again.
+    /// Hands the slot back to wait in a delay queue as the same attempt:
+    /// the row first (`retrying`, the attempt not counted), then the
+    /// message. A failed publish requeues the original message, which then
+    /// finds the row startable again.
     async fn wait_elsewhere(
         &self,
         m: &FireMessage,
         attempt: u32,
-        wait: Duration,
+        delay: Duration,
         waiting: Waiting,
     ) -> anyhow::Result<Processed> {
         let slot: HeldSlot = (m.job_id, m.scheduled_at, attempt as i32);
-        let back_at = common::clock::now() + chrono::TimeDelta::from_std(wait)?;
-        let delay = destination::release_delay(wait);
+        let back_at = common::clock::now() + chrono::TimeDelta::from_std(delay)?;
         let hand_back = ledger::HandBack { wait: Self::destination_wait(slot, m, &waiting), back_at };
         if !timed("hand_back", self.hand_backs.call(hand_back)).await? {
             // Taken over meanwhile (this worker was presumed gone): not ours to hand back.
             return Ok(Processed::Done);
         }
-        self.retry.publish_wait(m, attempt, delay, back_at).await?;
+        self.retry.publish_wait(m, attempt, delay.as_millis() as u64).await?;
         self.deliverers.destinations.released(&waiting);
         tracing::debug!(execution.id = %m.execution_id, attempt, destination = %waiting.destination, reason = waiting.reason.as_str(), back_in_ms = delay.as_millis() as u64, "handed back to wait for its destination; the attempt is not counted");
         Ok(Processed::Done)

@@ -3,12 +3,9 @@
 //! retry queue of that delay or, after the last retry, to the failed queue
 //! (`RetryPublisher`). A slot waiting for its destination goes through delay
 //! queues of its own, back to the waiting queue, as the same attempt
-//! (`publish_wait`), in as many hops as its wait needs (`next_hop`).
+//! (`publish_wait`).
 
 use std::collections::HashSet;
-use std::time::Duration;
-
-use chrono::{DateTime, Utc};
 
 use lapin::options::BasicPublishOptions;
 use lapin::types::{AMQPValue, FieldTable};
@@ -32,39 +29,14 @@ pub(crate) fn next_delay(policy: &RetryPolicy, attempt: u32, retryable: bool) ->
 /// says nothing about its attempt.
 const WAIT_HEADER: &str = "x-cronshard-wait";
 
-/// When a waiting message's wait ends (epoch milliseconds): its row's
-/// `next_attempt_at`, written once when the slot was handed back.
-const WAIT_UNTIL_HEADER: &str = "x-cronshard-wait-until";
-
-fn header<'a>(delivery: &'a lapin::message::Delivery, name: &str) -> Option<&'a AMQPValue> {
-    delivery.properties.headers().as_ref().and_then(|h| h.inner().get(name))
-}
-
 /// Whether the message was handed back to wait for its destination.
 pub(crate) fn is_wait(delivery: &lapin::message::Delivery) -> bool {
-    header(delivery, WAIT_HEADER).is_some_and(|v| matches!(v, AMQPValue::Boolean(true)))
-}
-
-/// When the wait of a message handed back ends, if it says (messages of
-/// earlier versions do not: they are processed on arrival, as then).
-pub(crate) fn wait_until(delivery: &lapin::message::Delivery) -> Option<DateTime<Utc>> {
-    let millis = match header(delivery, WAIT_UNTIL_HEADER)? {
-        AMQPValue::LongLongInt(n) => *n,
-        AMQPValue::LongInt(n) => i64::from(*n),
-        AMQPValue::LongUInt(n) => i64::from(*n),
-        _ => return None,
-    };
-    DateTime::from_timestamp_millis(millis)
-}
-
-/// The next delay-queue hop of a waiting message that arrived at `now`,
-/// or None when its wait is over (less than the shortest delay queue
-/// left: the destination's gate holds it for the rest). A hop only
-/// republishes: the row already says when the slot is back, so a long
-/// wait costs the ledger one write however many hops it takes.
-pub(crate) fn next_hop(wait_until: DateTime<Utc>, now: DateTime<Utc>) -> Option<Duration> {
-    let left = (wait_until - now).to_std().ok()?;
-    (left >= Duration::from_secs(1)).then(|| crate::destination::release_delay(left))
+    delivery
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get(WAIT_HEADER))
+        .is_some_and(|v| matches!(v, AMQPValue::Boolean(true)))
 }
 
 /// Publishes follow-up messages on a confirm-mode channel of its own: the
@@ -113,30 +85,17 @@ impl RetryPublisher {
         // The message is due again only after its delay.
         let mut retry = m.clone();
         retry.due_at = common::clock::now();
-        self.publish_delayed(&retry, next_attempt, delay_ms, Delayed::Retry, None).await
+        self.publish_delayed(&retry, next_attempt, delay_ms, Delayed::Retry).await
     }
 
-    /// The same attempt again after `delay`, through the waiting queue (a
-    /// slot that waits for its destination until `wait_until`): its due
-    /// instant is kept, which its wait is bounded from.
-    pub(crate) async fn publish_wait(
-        &self,
-        m: &FireMessage,
-        attempt: u32,
-        delay: Duration,
-        wait_until: DateTime<Utc>,
-    ) -> anyhow::Result<()> {
-        self.publish_delayed(m, attempt, delay.as_millis() as u64, Delayed::Wait, Some(wait_until)).await
+    /// The same attempt again after `delay_ms`, through the waiting queue
+    /// (a slot that waits for its destination): its due instant is kept,
+    /// which its wait is bounded from.
+    pub(crate) async fn publish_wait(&self, m: &FireMessage, attempt: u32, delay_ms: u64) -> anyhow::Result<()> {
+        self.publish_delayed(m, attempt, delay_ms, Delayed::Wait).await
     }
 
-    async fn publish_delayed(
-        &self,
-        m: &FireMessage,
-        attempt: u32,
-        delay_ms: u64,
-        kind: Delayed,
-        wait_until: Option<DateTime<Utc>>,
-    ) -> anyhow::Result<()> {
+    async fn publish_delayed(&self, m: &FireMessage, attempt: u32, delay_ms: u64, kind: Delayed) -> anyhow::Result<()> {
         {
             let mut declared = self.declared_delay_queues.lock().await;
             if !declared.contains(&(kind, delay_ms)) {
@@ -148,9 +107,6 @@ impl RetryPublisher {
         headers.insert(ATTEMPT_HEADER.into(), AMQPValue::LongInt(attempt as i32));
         if kind == Delayed::Wait {
             headers.insert(WAIT_HEADER.into(), AMQPValue::Boolean(true));
-        }
-        if let Some(until) = wait_until {
-            headers.insert(WAIT_UNTIL_HEADER.into(), AMQPValue::LongLongInt(until.timestamp_millis()));
         }
         let result = self.publish_to(&self.topology.delay_queue(kind, delay_ms), m, headers).await;
         if result.is_err() {
@@ -186,29 +142,5 @@ mod tests {
         assert_eq!(next_delay(&policy, 1, false), None, "a retry cannot help");
         let none = RetryPolicy { max_retries: 0, ..policy };
         assert_eq!(next_delay(&none, 1, true), None);
-    }
-
-    #[test]
-    fn a_waiting_message_hops_until_less_than_a_second_of_its_wait_is_left_never_past_its_end() {
-        let now = Utc::now();
-        let ms = |n: i64| now + chrono::TimeDelta::milliseconds(n);
-        let s = Duration::from_secs;
-        assert_eq!(next_hop(ms(299_500), now), Some(s(256)));
-        assert_eq!(next_hop(ms(43_500), now), Some(s(32)));
-        assert_eq!(next_hop(ms(1_000), now), Some(s(1)));
-        assert_eq!(next_hop(ms(999), now), None, "the gate holds it for the rest");
-        assert_eq!(next_hop(ms(-5_000), now), None, "over");
-        // Hop after hop, a wait ends within a second before its end, in
-        // few hops, and no hop overshoots it.
-        for wait_ms in [1_000, 1_500, 6_000, 12_345, 160_000, 299_999, 600_000] {
-            let (end, mut at, mut hops) = (ms(wait_ms), now, 0);
-            while let Some(delay) = next_hop(end, at) {
-                at += chrono::TimeDelta::from_std(delay).unwrap();
-                hops += 1;
-                assert!(at <= end, "{wait_ms} ms: a hop past the end");
-            }
-            assert!(end - at < chrono::TimeDelta::seconds(1), "{wait_ms} ms: back {} early", end - at);
-            assert!(hops <= 12, "{wait_ms} ms: {hops} hops");
-        }
     }
 }
