@@ -131,6 +131,8 @@ catalog! {
         "Deliveries this worker lets run at once to each destination host it tracks (label host): learnt from the host's throughput unless WORKER_MAX_PER_HOST fixes it.";
     WORKER_DESTINATION_RELEASED_TOTAL = "cronshard_worker_destination_released_total", Counter,
         "Slots handed back to the broker with a delay, without an attempt, for their destination (label reason: circuit_open, concurrency).";
+    WORKER_WAITED_AGAIN_TOTAL = "cronshard_worker_waited_again_total", Counter,
+        "Slots back from waiting sent back again at once while their destination's circuit was still open, their row's next return moved without a start or hand-back (also counted in cronshard_worker_destination_released_total).";
     API_REQUEST_SECONDS = "cronshard_api_request_seconds", Histogram,
         "API request duration by method, route and status.";
 }

@@ -1056,6 +1056,14 @@ async fn scenario(args: &ChaosArgs, plan: &Plan, services: &mut Services) -> any
     report.data("faults", &results);
     report.data("drain", json!({ "secs": drained_secs, "left": left }));
     report.data("series", &series_all);
+    // What judges `receiver-down`, second by second: receiver A's slots only.
+    if results.iter().any(|r| r.injected.fault == Fault::ReceiverDown) {
+        let series_a = crate::report::LatenessSeries::build(
+            measure_from,
+            slots.iter().filter(|(_, s)| !s.on_b).filter_map(|(_, s)| Some((s.due, s.lateness_ms()?))),
+        );
+        report.data("series_receiver_a", &series_a);
+    }
     report.data("cluster_at_end", cluster);
     report.data("matrix_markdown", &matrix);
     let name = report_name(args);

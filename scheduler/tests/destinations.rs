@@ -217,6 +217,13 @@ async fn a_dead_host_waits_on_its_circuit_without_delaying_a_healthy_one_and_eve
         (n >= 1.0).then_some(())
     })
     .await;
+    // A slot back from a delay queue while the circuit stays open past the
+    // hold (the 8 s cool-down) is sent back again without taking its row:
+    // the deliveries below then prove that path loses and doubles nothing.
+    wait_for("a slot sent back again without a round", Duration::from_secs(60), || async {
+        (gauge(&stack.http, &metrics_addr, "cronshard_worker_waited_again_total").await? >= 1.0).then_some(())
+    })
+    .await;
     // Attempts: the calls that opened it (and those in flight then), and
     // one probe per cool-down (2 s, 4 s, then 8 s) — not one per slot.
     let outage = (Utc::now() - mixed_at).to_std().unwrap();
@@ -384,7 +391,7 @@ async fn a_worker_learns_how_many_deliveries_each_host_takes_at_once() {
     stack.stop().await;
 }
 
-/// The unlabelled gauge `name` on the worker's `/metrics`.
+/// The unlabelled gauge or counter `name` on the worker's `/metrics`.
 async fn gauge(http: &reqwest::Client, addr: &str, name: &str) -> Option<f64> {
     let text = http.get(format!("http://{addr}/metrics")).send().await.ok()?.text().await.ok()?;
     text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())

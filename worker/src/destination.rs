@@ -322,6 +322,26 @@ impl Destinations {
         host
     }
 
+    /// What `pass` would decide at once for a slot that comes back from
+    /// waiting while its host's circuit stays open here past the hold: hand
+    /// it back again, for the delay answered. `None` when that is not
+    /// certain (a host not tracked, a circuit not open that long, the
+    /// slot's horizon first): the slot then goes the whole way.
+    pub(crate) fn still_open(&self, target: &Target, horizon: DateTime<Utc>) -> Option<(Duration, Waiting)> {
+        let key = destination_of(target)?;
+        let host = self.hosts.lock().unwrap_or_else(|e| e.into_inner()).get(&key)?.clone();
+        let now = Instant::now();
+        let (until, since) = {
+            let state = host.lock();
+            (Instant::from_std(state.breaker.open_until(now.into_std())?), state.outage_since?)
+        };
+        let left = until - now;
+        if left <= self.config.hold_max || common::clock::now() + left >= horizon {
+            return None;
+        }
+        Some((release_delay(left), Waiting { destination: key, reason: WaitReason::CircuitOpen, since }))
+    }
+
     /// Waits until `target`'s destination may take one more delivery (its
     /// circuit admits it and it is below its concurrency limit), or decides
     /// that the slot goes back or is given up. `due` counts the slot in the

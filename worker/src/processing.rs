@@ -116,6 +116,7 @@ pub(crate) struct Shared {
     finishes: Batcher<FinishRequest, bool>,
     notes: Batcher<ledger::DestinationWait, bool>,
     hand_backs: Batcher<ledger::HandBack, bool>,
+    waits_again: Batcher<ledger::HandBack, bool>,
     due_backlog: Arc<DueBacklog>,
     holding: Arc<Holding>,
 }
@@ -187,6 +188,13 @@ impl Shared {
                 Batcher::spawn(WAIT_BATCH, 1, OUTCOME_LINGER, move |hand_backs| {
                     let (pg, worker_id) = (pg.clone(), worker_id.clone());
                     async move { ledger::wait_for_destination_batch(&pg, &worker_id, hand_backs).await }
+                })
+            },
+            waits_again: {
+                let (pg, worker_id) = (pg.clone(), config.worker_id.clone());
+                Batcher::spawn(WAIT_BATCH, 1, OUTCOME_LINGER, move |hand_backs| {
+                    let (pg, worker_id) = (pg.clone(), worker_id.clone());
+                    async move { ledger::wait_again_batch(&pg, &worker_id, hand_backs).await }
                 })
             },
             due_backlog,
@@ -264,7 +272,8 @@ pub(crate) async fn handle(
     let attempt = attempt_of(&delivery);
     // A slot handed back to wait for its destination was on time when it
     // first arrived: only a first attempt's first arrival can be late.
-    let first_arrival = attempt == 1 && !retry::is_wait(&delivery);
+    let waited = retry::is_wait(&delivery);
+    let first_arrival = attempt == 1 && !waited;
     // A retried message passed through one retry queue per earlier failure.
     if let Some(retries) = retries_by_x_death(&delivery)
         && retries + 1 != attempt
@@ -290,7 +299,7 @@ pub(crate) async fn handle(
         async move {
             let mut settles = Vec::with_capacity(run.len());
             for m in run {
-                let arrival = Arrival { attempt, redelivered: delivery.redelivered, first_arrival };
+                let arrival = Arrival { attempt, redelivered: delivery.redelivered, first_arrival, waited };
                 settles.push(handle_slot(shared, m, arrival, in_flight, token).await);
             }
             settles
@@ -337,6 +346,8 @@ struct Arrival {
     /// The first attempt, not handed back to wait for its destination: the
     /// one arrival that may be late by the misfire threshold.
     first_arrival: bool,
+    /// Back from a delay queue where it waited for its destination.
+    waited: bool,
 }
 
 async fn handle_slot(
@@ -447,6 +458,14 @@ async fn process(
     {
         return Ok(Processed::Done);
     }
+    let policy = m.retry.unwrap_or(shared.config.retry_defaults);
+    // A replay's budget counts from its first attempt.
+    let budget_attempt = attempt.saturating_sub(m.retry_from).max(1);
+    let horizon =
+        destination::wait_horizon(&policy, budget_attempt, m.due_at, shared.config.destinations.breaker.open_max);
+    if arrival.waited && Box::pin(shared.wait_again(m, attempt, horizon)).await? {
+        return Ok(Processed::Done);
+    }
     let request = StartRequest {
         job_id: m.job_id,
         scheduled_at: m.scheduled_at,
@@ -495,11 +514,6 @@ async fn process(
     }
     // The destination's gate before the worker-wide permit: a slot waiting
     // for a busy or broken host holds no permit another host needs.
-    let policy = m.retry.unwrap_or(shared.config.retry_defaults);
-    // A replay's budget counts from its first attempt.
-    let budget_attempt = attempt.saturating_sub(m.retry_from).max(1);
-    let horizon =
-        destination::wait_horizon(&policy, budget_attempt, m.due_at, shared.config.destinations.breaker.open_max);
     let slot: HeldSlot = (m.job_id, m.scheduled_at, attempt as i32);
     let gate = shared
         .deliverers
@@ -688,6 +702,33 @@ impl Shared {
         self.deliverers.destinations.released(&waiting);
         tracing::debug!(execution.id = %m.execution_id, attempt, destination = %waiting.destination, reason = waiting.reason.as_str(), back_in_ms = delay.as_millis() as u64, "handed back to wait for its destination; the attempt is not counted");
         Ok(Processed::Done)
+    }
+
+    /// A slot back from waiting whose host's circuit is still open here
+    /// past the hold goes straight back to wait, its row only told when it
+    /// returns (`wait_again_batch`), instead of a whole round (a start, the
+    /// gate, a hand-back: two status changes) that would end the same way.
+    /// Every hop towards a long cool-down's end was such a round, and a
+    /// host down for minutes made them the bulk of the ledger's writes.
+    /// False when it does not apply (the row is not as this worker's
+    /// hand-back left it, or the circuit may admit the slot soon): the slot
+    /// then goes the whole way. The row first, then the message, as in
+    /// `wait_elsewhere`.
+    async fn wait_again(&self, m: &FireMessage, attempt: u32, horizon: chrono::DateTime<chrono::Utc>) -> anyhow::Result<bool> {
+        let Some((delay, waiting)) = self.deliverers.destinations.still_open(&m.target, horizon) else {
+            return Ok(false);
+        };
+        let slot: HeldSlot = (m.job_id, m.scheduled_at, attempt as i32);
+        let back_at = common::clock::now() + chrono::TimeDelta::from_std(delay)?;
+        let again = ledger::HandBack { wait: Self::destination_wait(slot, m, &waiting), back_at };
+        if !timed("wait_again", self.waits_again.call(again)).await? {
+            return Ok(false);
+        }
+        self.retry.publish_wait(m, attempt, delay.as_millis() as u64).await?;
+        self.deliverers.destinations.released(&waiting);
+        metrics::counter!(common::metrics::WORKER_WAITED_AGAIN_TOTAL).increment(1);
+        tracing::debug!(execution.id = %m.execution_id, attempt, destination = %waiting.destination, back_in_ms = delay.as_millis() as u64, "back while its destination's circuit is still open; waits again");
+        Ok(true)
     }
 
     /// Parks a slot that cannot go before its horizon, without making the

@@ -882,6 +882,32 @@ pub async fn wait_for_destination_batch(
     update_held(pool, &sql, worker_id, &rows).await
 }
 
+/// Sends a waiting slot back to wait again without taking its row: its
+/// message came back while the circuit it waits for is still open on this
+/// worker past the hold, so a start and a hand-back (two status changes,
+/// each through every index of the partition) would only restore the row
+/// as it is. The row must be `retrying` for that attempt (`attempts`
+/// n − 1, nobody's), and say it waits for this very outage of this worker
+/// (the `waiting` entry its hand-back wrote): any other row goes the whole
+/// way. Only `next_attempt_at` changes, so that the stranded-row sweep
+/// still finds the slot if its message is lost; no indexed column changes,
+/// so the update can stay on its page (HOT). Answers, per input, whether
+/// the row was moved.
+pub async fn wait_again_batch(pool: &Pool, worker_id: &str, hand_backs: Vec<HandBack>) -> anyhow::Result<Vec<bool>> {
+    let sql = format!(
+        "UPDATE scheduled_jobs l SET next_attempt_at = b.back_at
+         FROM {HELD_INPUT}
+         WHERE l.job_id = b.job_id AND l.scheduled_at = b.scheduled_at
+           -- `IS TRUE`: see SLOT_KEY_ONLY.
+           AND (l.fire_id = b.fire_id AND l.attempts = b.attempt - 1 AND l.status = 'retrying'
+                AND l.worker_id IS NULL AND {WAITING_NOTED}) IS TRUE
+         RETURNING l.job_id, l.scheduled_at"
+    );
+    let rows: Vec<(&DestinationWait, Option<DateTime<Utc>>)> =
+        hand_backs.iter().map(|h| (&h.wait, Some(h.back_at))).collect();
+    update_held(pool, &sql, worker_id, &rows).await
+}
+
 /// Parks a held slot that cannot be delivered within its horizon, without
 /// an attempt: `running` → `failed` (`attempts` back to n − 1: the attempt
 /// was never made), the `error` saying why and a `gave_up` history entry.
