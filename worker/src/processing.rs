@@ -714,7 +714,12 @@ impl Shared {
     /// hand-back left it, or the circuit may admit the slot soon): the slot
     /// then goes the whole way. The row first, then the message, as in
     /// `wait_elsewhere`.
-    async fn wait_again(&self, m: &FireMessage, attempt: u32, horizon: chrono::DateTime<chrono::Utc>) -> anyhow::Result<bool> {
+    async fn wait_again(
+        &self,
+        m: &FireMessage,
+        attempt: u32,
+        horizon: chrono::DateTime<chrono::Utc>,
+    ) -> anyhow::Result<bool> {
         let Some((delay, waiting)) = self.deliverers.destinations.still_open(&m.target, horizon) else {
             return Ok(false);
         };
