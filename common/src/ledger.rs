@@ -22,7 +22,7 @@
 //! | note that a held slot waits for its destination | `running` (stays) | [`delivery::note_waiting_batch`] |
 //! | hand a slot back to wait for its destination | `running` → `retrying` (attempt not counted) | [`delivery::wait_for_destination_batch`] |
 //! | send a waiting slot back again, its circuit still open | `retrying` (stays; next return moved) | [`delivery::wait_again_batch`] |
-//! | park a slot that waited past its horizon | `running` → `failed` (not attempted) | [`delivery::give_up_waiting`] |
+//! | park a slot that waited past its horizon | `running` → `failed` (not attempted) | [`delivery::give_up_waiting_batch`] |
 //! | cancel what a change took away (API) | `pending`/`retrying` → `skipped` | [`changes::cancel_claimed`] |
 //! | record a paused period's slots | none → `skipped` (`paused`) | [`changes::record_paused_slots`] |
 //! | fire once now, outside the schedule | none → `pending` (`manual`) | [`changes::insert_manual`] |

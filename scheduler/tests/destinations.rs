@@ -288,6 +288,72 @@ async fn a_dead_host_waits_on_its_circuit_without_delaying_a_healthy_one_and_eve
     stack.stop().await;
 }
 
+/// A host that stays down past the slots' retry horizon: every slot ends
+/// `failed`, either attempted (its one attempt failed, no retry left) or
+/// parked without the attempt when its circuit was still open at its
+/// horizon (`attempts` 0, a `gave_up` entry, the error naming the host);
+/// every call the host got is an attempt in the ledger, and the failed
+/// queue holds exactly one message per slot, whichever way it failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slot_whose_host_stays_down_past_its_horizon_is_parked_failed_without_the_attempt() {
+    let dead = Sink::start().await;
+    dead.fail_first(usize::MAX, 503);
+    let (stack, _metrics_addr, _processes) = one_node_one_worker("gave-up", &WORKER_ENV).await;
+    // No retries: the horizon is the longest cool-down (8 s) past the due
+    // instant, which a circuit re-opened by failed probes outlives.
+    let retry = json!({ "max_retries": 0, "base_delay_ms": 1000, "multiplier": 2.0, "max_delay_ms": 1000 });
+    let first = truncate_ms(Utc::now() + TimeDelta::seconds(10));
+    let jobs = once_jobs(&stack, &dead, "parked", first, Some(retry)).await;
+    let ids: Vec<uuid::Uuid> = jobs.iter().map(|id| id.parse().unwrap()).collect();
+    let client = stack.pg.get().await.unwrap();
+    // (status, attempts, parked without the attempt, error)
+    let rows = wait_for("every slot final", Duration::from_secs(90), || async {
+        let rows: Vec<(String, i32, bool, Option<String>)> = client
+            .query(
+                "SELECT status, attempts, history @> '[{\"event\": \"gave_up\"}]'::jsonb, error
+                 FROM scheduled_jobs WHERE job_id = ANY($1)",
+                &[&ids],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+            .collect();
+        (rows.len() == JOBS && rows.iter().all(|r| r.0 == "failed")).then_some(rows)
+    })
+    .await;
+    let parked: Vec<_> = rows.iter().filter(|r| r.2).collect();
+    eprintln!("{} of {JOBS} slots parked at their horizon, {} calls to the host", parked.len(), dead.answers().len());
+    assert!(!parked.is_empty(), "no slot outlived the circuit's cool-downs: the horizon path did not run");
+    for (_, attempts, _, error) in &parked {
+        assert_eq!(*attempts, 0, "a parked slot's attempt was not made");
+        let error = error.as_deref().unwrap_or_default();
+        assert!(error.contains(&dead.addr.to_string()) && error.contains("retry horizon"), "{error}");
+    }
+    let attempts: i32 = rows.iter().map(|r| r.1).sum();
+    assert_eq!(attempts as usize, dead.answers().len(), "every call to the host is an attempt in the ledger");
+
+    // Published to the failed queue before each row was written: all there now.
+    use lapin::options::BasicGetOptions;
+    let connection = common::amqp::connect(&common::testing::amqp_url(), "destinations test").await.unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    let queue = common::amqp::Topology::new(&stack.cluster).failed_queue;
+    let mut in_failed_queue: BTreeMap<String, usize> = BTreeMap::new();
+    while let Some(m) = channel.basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true }).await.unwrap() {
+        for fire in common::message::parse_body(&m.delivery.data).unwrap() {
+            *in_failed_queue.entry(fire.job_id.to_string()).or_default() += 1;
+        }
+    }
+    let _ = connection.close(200, "done".into()).await;
+    assert_eq!(in_failed_queue.keys().cloned().collect::<Vec<_>>(), {
+        let mut sorted = jobs.clone();
+        sorted.sort();
+        sorted
+    });
+    assert!(in_failed_queue.values().all(|n| *n == 1), "a slot parked twice: {in_failed_queue:?}");
+    stack.stop().await;
+}
+
 /// `n` one-time jobs on `sink`'s `path`, all due at `at`, created through
 /// the batch endpoint; their ids.
 async fn herd_on(stack: &Stack, sink: &Sink, path: &str, n: usize, at: DateTime<Utc>) -> Vec<String> {

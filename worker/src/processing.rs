@@ -117,6 +117,7 @@ pub(crate) struct Shared {
     notes: Batcher<ledger::DestinationWait, bool>,
     hand_backs: Batcher<ledger::HandBack, bool>,
     waits_again: Batcher<ledger::HandBack, bool>,
+    give_ups: Batcher<ledger::GiveUp, bool>,
     due_backlog: Arc<DueBacklog>,
     holding: Arc<Holding>,
 }
@@ -195,6 +196,15 @@ impl Shared {
                 Batcher::spawn(WAIT_BATCH, 1, OUTCOME_LINGER, move |hand_backs| {
                     let (pg, worker_id) = (pg.clone(), worker_id.clone());
                     async move { ledger::wait_again_batch(&pg, &worker_id, hand_backs).await }
+                })
+            },
+            // An outage's horizons pass one slot after the other, hundreds a
+            // second: one statement at a time, each taking what has queued.
+            give_ups: {
+                let (pg, worker_id) = (pg.clone(), config.worker_id.clone());
+                Batcher::spawn(WAIT_BATCH, 1, OUTCOME_LINGER, move |give_ups| {
+                    let (pg, worker_id) = (pg.clone(), worker_id.clone());
+                    async move { ledger::give_up_waiting_batch(&pg, &worker_id, give_ups).await }
                 })
             },
             due_backlog,
@@ -748,8 +758,8 @@ impl Shared {
             common::execution::format_instant(waiting.since)
         );
         self.retry.publish_failed(m, attempt - 1, &error).await?;
-        let wait = Self::destination_wait(slot, m, &waiting);
-        if ledger::give_up_waiting(&self.pg, &self.config.worker_id, &wait, &error).await? {
+        let give_up = ledger::GiveUp { wait: Self::destination_wait(slot, m, &waiting), error: error.clone() };
+        if timed("give_up", self.give_ups.call(give_up)).await? {
             metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Failed.as_str())
                 .increment(1);
             tracing::error!(execution.id = %m.execution_id, attempt, error, "delivery given up");

@@ -776,30 +776,37 @@ pub struct HandBack {
     pub back_at: DateTime<Utc>,
 }
 
+/// A waiting slot parked at its horizon, with the row's `error`.
+#[derive(Debug, Clone)]
+pub struct GiveUp {
+    pub wait: DestinationWait,
+    pub error: String,
+}
+
 /// The `waiting` history entry of input row `b` (worker `$1`), and whether
 /// row `l` already has one for that worker and outage.
 const WAITING_ENTRY: &str = "jsonb_build_object('event', 'waiting', 'reason', b.reason, 'at', cronshard_instant(now()),
     'destination', b.destination, 'since', cronshard_instant(b.since), 'worker_id', $1::text, 'attempt', b.attempt)";
 const WAITING_NOTED: &str = "l.history @> jsonb_build_array(jsonb_build_object(
     'event', 'waiting', 'worker_id', $1::text, 'since', cronshard_instant(b.since)))";
-/// The rows of the input (`$2`… as in `wait_columns`, `$9` the hand-backs'
-/// `back_at`), joined to the rows worker `$1` holds for their attempt.
+/// The rows of the input (`$2`… the waits, `$9` the hand-backs' `back_at`,
+/// `$10` the give-ups' `error`), joined to the rows worker `$1` holds for
+/// their attempt.
 const HELD_INPUT: &str = "unnest($2::uuid[], $3::timestamptz[], $4::uuid[], $5::int[], $6::text[], $7::text[],
-                          $8::timestamptz[], $9::timestamptz[])
-        AS b(job_id, scheduled_at, fire_id, attempt, reason, destination, since, back_at)";
+                          $8::timestamptz[], $9::timestamptz[], $10::text[])
+        AS b(job_id, scheduled_at, fire_id, attempt, reason, destination, since, back_at, error)";
 const HELD_BY_WORKER: &str = "l.job_id = b.job_id AND l.scheduled_at = b.scheduled_at
     -- `IS TRUE`: see SLOT_KEY_ONLY.
     AND (l.fire_id = b.fire_id AND l.attempts = b.attempt AND l.status = 'running' AND l.worker_id = $1) IS TRUE";
 
+/// One input row of a `HELD_INPUT` statement: the wait, and the hand-back's
+/// `back_at` or the give-up's `error` where the statement writes one.
+type HeldRow<'a> = (&'a DestinationWait, Option<DateTime<Utc>>, Option<&'a str>);
+
 /// Runs `sql` (a multi-row UPDATE over `HELD_INPUT` returning the key) for
 /// `waits` in lock order, a second time for rows a partition move made it
 /// skip; answers, per input, whether its row was updated.
-async fn update_held(
-    pool: &Pool,
-    sql: &str,
-    worker_id: &str,
-    waits: &[(&DestinationWait, Option<DateTime<Utc>>)],
-) -> anyhow::Result<Vec<bool>> {
+async fn update_held(pool: &Pool, sql: &str, worker_id: &str, waits: &[HeldRow<'_>]) -> anyhow::Result<Vec<bool>> {
     let client = pool.get().await?;
     let stmt = client.prepare_cached(sql).await?;
     let run = |rows: Vec<usize>| {
@@ -818,8 +825,9 @@ async fn update_held(
             let destinations: Vec<&str> = sorted.iter().map(|&i| waits[i].0.destination.as_str()).collect();
             let since: Vec<DateTime<Utc>> = sorted.iter().map(|&i| waits[i].0.since).collect();
             let back_at: Vec<Option<DateTime<Utc>>> = sorted.iter().map(|&i| waits[i].1).collect();
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] =
-                [&worker_id, &job_ids, &times, &fire_ids, &attempts, &reasons, &destinations, &since, &back_at];
+            let errors: Vec<Option<&str>> = sorted.iter().map(|&i| waits[i].2).collect();
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] =
+                [&worker_id, &job_ids, &times, &fire_ids, &attempts, &reasons, &destinations, &since, &back_at, &errors];
             let updated: HashSet<Slot> = crate::db::retry_deadlock(|| client.query(stmt, &params))
                 .await?
                 .iter()
@@ -834,7 +842,7 @@ async fn update_held(
     if !missed.is_empty() {
         updated.extend(run(missed).await?);
     }
-    Ok(waits.iter().map(|(w, _)| updated.contains(&(w.slot.0, w.slot.1))).collect())
+    Ok(waits.iter().map(|(w, _, _)| updated.contains(&(w.slot.0, w.slot.1))).collect())
 }
 
 /// Says on each row that its delivery waits for its destination while this
@@ -852,7 +860,7 @@ pub async fn note_waiting_batch(
          WHERE {HELD_BY_WORKER} AND NOT {WAITING_NOTED}
          RETURNING l.job_id, l.scheduled_at"
     );
-    let rows: Vec<(&DestinationWait, Option<DateTime<Utc>>)> = waits.iter().map(|w| (w, None)).collect();
+    let rows: Vec<HeldRow> = waits.iter().map(|w| (w, None, None)).collect();
     update_held(pool, &sql, worker_id, &rows).await
 }
 
@@ -877,8 +885,7 @@ pub async fn wait_for_destination_batch(
          WHERE {HELD_BY_WORKER}
          RETURNING l.job_id, l.scheduled_at"
     );
-    let rows: Vec<(&DestinationWait, Option<DateTime<Utc>>)> =
-        hand_backs.iter().map(|h| (&h.wait, Some(h.back_at))).collect();
+    let rows: Vec<HeldRow> = hand_backs.iter().map(|h| (&h.wait, Some(h.back_at), None)).collect();
     update_held(pool, &sql, worker_id, &rows).await
 }
 
@@ -903,47 +910,29 @@ pub async fn wait_again_batch(pool: &Pool, worker_id: &str, hand_backs: Vec<Hand
                 AND l.worker_id IS NULL AND {WAITING_NOTED}) IS TRUE
          RETURNING l.job_id, l.scheduled_at"
     );
-    let rows: Vec<(&DestinationWait, Option<DateTime<Utc>>)> =
-        hand_backs.iter().map(|h| (&h.wait, Some(h.back_at))).collect();
+    let rows: Vec<HeldRow> = hand_backs.iter().map(|h| (&h.wait, Some(h.back_at), None)).collect();
     update_held(pool, &sql, worker_id, &rows).await
 }
 
-/// Parks a held slot that cannot be delivered within its horizon, without
+/// Parks held slots that cannot be delivered within their horizon, without
 /// an attempt: `running` → `failed` (`attempts` back to n − 1: the attempt
 /// was never made), the `error` saying why and a `gave_up` history entry.
-/// The caller has published it to the failed queue first. Answers whether
-/// the row was this worker's to park.
-pub async fn give_up_waiting(
-    pool: &Pool,
-    worker_id: &str,
-    wait: &DestinationWait,
-    error: &str,
-) -> anyhow::Result<bool> {
-    let (job_id, scheduled_at, attempt) = &wait.slot;
-    let n = pool
-        .get()
-        .await?
-        .execute(
-            "UPDATE scheduled_jobs l SET status = 'failed', attempts = l.attempts - 1, finished_at = now(),
-                    next_attempt_at = NULL, error = $9::text,
-                    history = l.history || jsonb_build_array(jsonb_build_object(
-                        'event', 'gave_up', 'reason', $6::text, 'at', cronshard_instant(now()),
-                        'destination', $7::text, 'since', cronshard_instant($8), 'worker_id', $5::text,
-                        'attempt', $4::int))
-             WHERE l.job_id = $1 AND l.scheduled_at = $2 AND l.fire_id = $3 AND l.attempts = $4
-               AND l.status = 'running' AND l.worker_id = $5",
-            &[
-                job_id,
-                scheduled_at,
-                &wait.fire_id,
-                attempt,
-                &worker_id,
-                &wait.reason,
-                &wait.destination,
-                &wait.since,
-                &error,
-            ],
-        )
-        .await?;
-    Ok(n == 1)
+/// The caller has published each to the failed queue first. One statement
+/// for a batch: an outage brings its slots' horizons one after the other,
+/// hundreds a second. Answers, per input, whether the row was this
+/// worker's to park.
+pub async fn give_up_waiting_batch(pool: &Pool, worker_id: &str, give_ups: Vec<GiveUp>) -> anyhow::Result<Vec<bool>> {
+    let sql = format!(
+        "UPDATE scheduled_jobs l SET status = 'failed', attempts = l.attempts - 1, finished_at = now(),
+                next_attempt_at = NULL, error = b.error,
+                history = l.history || jsonb_build_array(jsonb_build_object(
+                    'event', 'gave_up', 'reason', b.reason, 'at', cronshard_instant(now()),
+                    'destination', b.destination, 'since', cronshard_instant(b.since), 'worker_id', $1::text,
+                    'attempt', b.attempt))
+         FROM {HELD_INPUT}
+         WHERE {HELD_BY_WORKER}
+         RETURNING l.job_id, l.scheduled_at"
+    );
+    let rows: Vec<HeldRow> = give_ups.iter().map(|g| (&g.wait, None, Some(g.error.as_str()))).collect();
+    update_held(pool, &sql, worker_id, &rows).await
 }
