@@ -826,8 +826,18 @@ async fn update_held(pool: &Pool, sql: &str, worker_id: &str, waits: &[HeldRow<'
             let since: Vec<DateTime<Utc>> = sorted.iter().map(|&i| waits[i].0.since).collect();
             let back_at: Vec<Option<DateTime<Utc>>> = sorted.iter().map(|&i| waits[i].1).collect();
             let errors: Vec<Option<&str>> = sorted.iter().map(|&i| waits[i].2).collect();
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] =
-                [&worker_id, &job_ids, &times, &fire_ids, &attempts, &reasons, &destinations, &since, &back_at, &errors];
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
+                &worker_id,
+                &job_ids,
+                &times,
+                &fire_ids,
+                &attempts,
+                &reasons,
+                &destinations,
+                &since,
+                &back_at,
+                &errors,
+            ];
             let updated: HashSet<Slot> = crate::db::retry_deadlock(|| client.query(stmt, &params))
                 .await?
                 .iter()
