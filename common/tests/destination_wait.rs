@@ -1,6 +1,7 @@
 //! The ledger's writes for a slot waiting for its destination, on a real
 //! Postgres: the `waiting` entry once per (worker, outage), the hand-back
-//! (`running` → `retrying`, the attempt not counted), the give-up
+//! (`running` → `retrying`, the attempt not counted), the return sent back
+//! again (`retrying` stays, only for the row as its hand-back left it), the give-up
 //! (`running` → `failed`, not attempted), each only on the row this worker
 //! holds for the attempt.
 
@@ -9,7 +10,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use common::ledger::delivery::{
-    DestinationWait, HandBack, WAITING_CIRCUIT_OPEN, give_up_waiting, note_waiting_batch, wait_for_destination_batch,
+    DestinationWait, GiveUp, HandBack, WAITING_CIRCUIT_OPEN, give_up_waiting_batch, note_waiting_batch,
+    wait_again_batch, wait_for_destination_batch,
 };
 use common::testing::TestDb;
 
@@ -123,11 +125,38 @@ async fn a_waiting_slot_is_noted_once_per_outage_handed_back_without_its_attempt
     assert!(hand_back("w-2", wait(1, later), back_at).await);
     assert_eq!(waiting_entries(&row(&pool, job, at).await).len(), 2);
 
+    // Back while w-2's circuit is still open: only the next return moves,
+    // and only on the row as w-2's hand-back of this outage left it.
+    let again_at = back_at + TimeDelta::seconds(30);
+    let again = |worker: &'static str, w: DestinationWait| {
+        let pool = pool.clone();
+        async move {
+            wait_again_batch(&pool, worker, vec![HandBack { wait: w, back_at: again_at }]).await.unwrap() == [true]
+        }
+    };
+    assert!(!again("w-1", wait(1, later)).await, "w-1 has no entry for w-2's outage");
+    assert!(!again("w-2", wait(1, outage)).await, "not the outage w-2 handed it back for");
+    assert!(!again("w-2", wait(2, later)).await, "not the attempt the row expects");
+    assert!(again("w-2", wait(1, later)).await);
+    let r = row(&pool, job, at).await;
+    assert_eq!(
+        (r.status.as_str(), r.attempts, r.worker_id.as_deref(), r.next_attempt_at),
+        ("retrying", 0, None, Some(again_at))
+    );
+    assert_eq!(waiting_entries(&r).len(), 2, "no entry added");
+
     // Past its horizon: failed without the attempt, with the reason.
     hold(&pool, job, at, fire, 1, "w-2").await;
     let error = "not delivered: destination circuit open (hooks.example:443) since then";
-    assert!(!give_up_waiting(&pool, "w-1", &wait(1, later), error).await.unwrap(), "not w-1's row");
-    assert!(give_up_waiting(&pool, "w-2", &wait(1, later), error).await.unwrap());
+    let give_up = |worker: &'static str, w: DestinationWait| {
+        let pool = pool.clone();
+        async move {
+            give_up_waiting_batch(&pool, worker, vec![GiveUp { wait: w, error: error.into() }]).await.unwrap() == [true]
+        }
+    };
+    assert!(!again("w-2", wait(1, later)).await, "held again: not a row to send back");
+    assert!(!give_up("w-1", wait(1, later)).await, "not w-1's row");
+    assert!(give_up("w-2", wait(1, later)).await);
     let r = row(&pool, job, at).await;
     assert_eq!((r.status.as_str(), r.attempts, r.next_attempt_at), ("failed", 0, None));
     assert_eq!(r.error.as_deref(), Some(error));
