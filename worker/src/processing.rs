@@ -175,42 +175,35 @@ impl Shared {
                     }
                 })
             },
-            // An outage makes every waiting slot of a host write at once:
-            // one statement at a time, each taking what has queued.
-            notes: {
-                let (pg, worker_id) = (pg.clone(), config.worker_id.clone());
-                Batcher::spawn(WAIT_BATCH, 1, OUTCOME_LINGER, move |waits| {
-                    let (pg, worker_id) = (pg.clone(), worker_id.clone());
-                    async move { ledger::note_waiting_batch(&pg, &worker_id, waits).await }
-                })
-            },
-            hand_backs: {
-                let (pg, worker_id) = (pg.clone(), config.worker_id.clone());
-                Batcher::spawn(WAIT_BATCH, 1, OUTCOME_LINGER, move |hand_backs| {
-                    let (pg, worker_id) = (pg.clone(), worker_id.clone());
-                    async move { ledger::wait_for_destination_batch(&pg, &worker_id, hand_backs).await }
-                })
-            },
-            waits_again: {
-                let (pg, worker_id) = (pg.clone(), config.worker_id.clone());
-                Batcher::spawn(WAIT_BATCH, 1, OUTCOME_LINGER, move |hand_backs| {
-                    let (pg, worker_id) = (pg.clone(), worker_id.clone());
-                    async move { ledger::wait_again_batch(&pg, &worker_id, hand_backs).await }
-                })
-            },
-            // An outage's horizons pass one slot after the other, hundreds a
-            // second: one statement at a time, each taking what has queued.
-            give_ups: {
-                let (pg, worker_id) = (pg.clone(), config.worker_id.clone());
-                Batcher::spawn(WAIT_BATCH, 1, OUTCOME_LINGER, move |give_ups| {
-                    let (pg, worker_id) = (pg.clone(), worker_id.clone());
-                    async move { ledger::give_up_waiting_batch(&pg, &worker_id, give_ups).await }
-                })
-            },
+            notes: waiting_writes(pg, &config.worker_id, |pg, worker_id, waits| async move {
+                ledger::note_waiting_batch(&pg, &worker_id, waits).await
+            }),
+            hand_backs: waiting_writes(pg, &config.worker_id, |pg, worker_id, hand_backs| async move {
+                ledger::wait_for_destination_batch(&pg, &worker_id, hand_backs).await
+            }),
+            waits_again: waiting_writes(pg, &config.worker_id, |pg, worker_id, hand_backs| async move {
+                ledger::wait_again_batch(&pg, &worker_id, hand_backs).await
+            }),
+            give_ups: waiting_writes(pg, &config.worker_id, |pg, worker_id, give_ups| async move {
+                ledger::give_up_waiting_batch(&pg, &worker_id, give_ups).await
+            }),
             due_backlog,
             holding,
         }
     }
+}
+
+/// A batcher of one kind of write for waiting slots. An outage makes every
+/// waiting slot of a host write at once, and its horizons pass hundreds a
+/// second: one statement at a time, each taking what has queued.
+fn waiting_writes<T, W, Fut>(pg: &Pool, worker_id: &str, write: W) -> Batcher<T, bool>
+where
+    T: Send + 'static,
+    W: Fn(Pool, String, Vec<T>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<Vec<bool>>> + Send + 'static,
+{
+    let (pg, worker_id) = (pg.clone(), worker_id.to_owned());
+    Batcher::spawn(WAIT_BATCH, 1, OUTCOME_LINGER, move |items| write(pg.clone(), worker_id.clone(), items))
 }
 
 /// Times one stage of a message's way through the worker (ledger start,
