@@ -36,6 +36,11 @@ impl DueBacklog {
         DueGuard(self.clone())
     }
 
+    /// More are due than can be in delivery at once: deliveries are queueing.
+    pub(crate) fn is_queueing(&self) -> bool {
+        self.count.load(Ordering::SeqCst) > self.queueing_above
+    }
+
     /// What an outcome write waits for before it goes out.
     pub(crate) async fn defer_outcomes(&self) {
         self.drained_or(OUTCOME_MAX_DEFER).await
