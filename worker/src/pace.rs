@@ -10,7 +10,8 @@
 //! 60-100 ms before). Those slots are minutes late already; a few seconds
 //! more cost nothing, while the live slots' lateness is the product.
 //!
-//! So a message from the waiting queue is admitted at a rate (one every
+//! So a slot back from the waiting queue that is to take the whole round
+//! (start, delivery, outcome) is admitted at a rate (one every
 //! `1 / rate`), and the rate follows the live slots: every `WINDOW` it is
 //! halved when more than 1% of the first attempts that started delivering
 //! in the window were later than `LIVE_LATE` or deliveries were queueing
@@ -34,12 +35,12 @@ pub(crate) const WINDOW: Duration = Duration::from_millis(250);
 pub(crate) const LIVE_LATE: Duration = Duration::from_millis(150);
 /// Waiting slots admitted per second per worker, at the least: two workers
 /// clear 55,000 slots (a tenth of 2,000 fires/s down for 10 minutes) in
-/// under five minutes even on a saturated machine. The stranded-row sweep
-/// republishes a waiting row 60 s past its return time, so a backlog paced
-/// this slowly is partly delivered through the main queue: a copy that
-/// meets another is dropped by the start rule, so that costs work, never a
-/// duplicate.
-pub(crate) const MIN_RATE: f64 = 100.0;
+/// about a minute however loaded they are. The stranded-row sweep
+/// republishes a waiting row 60 s past its return time, so a backlog held
+/// back much longer would come back through the main queue, unpaced (a copy
+/// that meets another is dropped by the start rule: that costs work, never
+/// a duplicate).
+pub(crate) const MIN_RATE: f64 = 500.0;
 /// And at the most: above what one worker can deliver, so an idle worker
 /// does not pace at all.
 pub(crate) const MAX_RATE: f64 = 20_000.0;

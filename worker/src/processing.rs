@@ -313,13 +313,6 @@ pub(crate) async fn handle(
     // first arrived: only a first attempt's first arrival can be late.
     let waited = retry::is_wait(&delivery);
     let first_arrival = attempt == 1 && !waited;
-    if waited {
-        tokio::select! {
-            // Stopping: back to the queue for another worker, at once.
-            _ = token.cancelled() => return requeue_after(&delivery, Duration::ZERO, &token).await,
-            _ = shared.waiting_turn() => {}
-        }
-    }
     // A retried message passed through one retry queue per earlier failure.
     if let Some(retries) = retries_by_x_death(&delivery)
         && retries + 1 != attempt
@@ -509,8 +502,19 @@ async fn process(
     let budget_attempt = attempt.saturating_sub(m.retry_from).max(1);
     let horizon =
         destination::wait_horizon(&policy, budget_attempt, m.due_at, shared.config.destinations.breaker.open_max);
-    if arrival.waited && Box::pin(shared.wait_again(m, attempt, horizon)).await? {
-        return Ok(Processed::Done);
+    if arrival.waited {
+        if Box::pin(shared.wait_again(m, attempt, horizon)).await? {
+            return Ok(Processed::Done);
+        }
+        // It takes the whole round now (its host is back, or may be): at
+        // the waiting queue's pace. Sent back again above, it costs one
+        // cheap write and is not paced: held back, it would stay in the
+        // queue past its row's next return and be republished by the
+        // stranded-row sweep.
+        tokio::select! {
+            _ = token.cancelled() => return Ok(Processed::Stopping),
+            _ = shared.waiting_turn() => {}
+        }
     }
     let request = StartRequest {
         job_id: m.job_id,
