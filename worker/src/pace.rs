@@ -20,19 +20,23 @@
 //! rate stays within `[MIN_RATE, MAX_RATE]`: the floor keeps the waiting
 //! queue moving however loaded the worker is.
 //!
-//! Pure: every call is given `now`, so the rule is tested with explicit time.
+//! `Pace` is the rule, pure: every call is given `now`, so it is tested
+//! with explicit time. `WaitingPace` is a worker session's pace, fed by the
+//! deliveries of its live slots.
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 /// How often the rate is judged: a few hundred deliveries at 2,000 fires/s,
 /// short enough to halve a flood's rate within a second of its start.
-pub(crate) const WINDOW: Duration = Duration::from_millis(250);
+const WINDOW: Duration = Duration::from_millis(250);
 /// A live slot that starts delivering later than this counts as late. Under
 /// the 250 ms the product holds a herd and the return from a fault to, with
 /// room for the few seconds the rate needs to come down.
-pub(crate) const LIVE_LATE: Duration = Duration::from_millis(150);
+const LIVE_LATE: Duration = Duration::from_millis(150);
 /// Waiting slots admitted per second per worker, at the least: two workers
 /// clear 55,000 slots (a tenth of 2,000 fires/s down for 10 minutes) in
 /// about a minute however loaded they are. The stranded-row sweep
@@ -50,11 +54,11 @@ const BOUND_SHARE: f64 = 0.5;
 
 /// What the live slots showed in one window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct LiveSignal {
-    pub(crate) on_time: u64,
-    pub(crate) late: u64,
+struct LiveSignal {
+    on_time: u64,
+    late: u64,
     /// Deliveries were queueing for the worker's in-flight permits.
-    pub(crate) queueing: bool,
+    queueing: bool,
 }
 
 impl LiveSignal {
@@ -64,7 +68,7 @@ impl LiveSignal {
 }
 
 #[derive(Debug)]
-pub(crate) struct Pace {
+struct Pace {
     rate: f64,
     /// The earliest instant the next admission may go.
     next: Instant,
@@ -73,24 +77,24 @@ pub(crate) struct Pace {
 }
 
 impl Pace {
-    pub(crate) fn new(now: Instant) -> Self {
+    fn new(now: Instant) -> Self {
         // From the floor: a flood that arrives first thing is met slowly,
         // and the rate climbs within seconds while the live slots allow it.
         Pace { rate: MIN_RATE, next: now, window_started: now, admitted: 0 }
     }
 
-    pub(crate) fn rate(&self) -> f64 {
+    fn rate(&self) -> f64 {
         self.rate
     }
 
     /// Whether the current window is over (then `end_window` before the
     /// next `admit`).
-    pub(crate) fn window_over(&self, now: Instant) -> bool {
+    fn window_over(&self, now: Instant) -> bool {
         now.duration_since(self.window_started) >= WINDOW
     }
 
     /// Judges the window that ends at `now` by what the live slots showed.
-    pub(crate) fn end_window(&mut self, now: Instant, live: LiveSignal) {
+    fn end_window(&mut self, now: Instant, live: LiveSignal) {
         let length = now.duration_since(self.window_started).as_secs_f64();
         let allowed = self.rate * length;
         if live.pressed() {
@@ -103,11 +107,57 @@ impl Pace {
     }
 
     /// Reserves the next admission: the instant the message may go on.
-    pub(crate) fn admit(&mut self, now: Instant) -> Instant {
+    fn admit(&mut self, now: Instant) -> Instant {
         let at = self.next.max(now);
         self.next = at + Duration::from_secs_f64(1.0 / self.rate);
         self.admitted += 1;
         at
+    }
+}
+
+/// A worker session's pace, and what its live slots showed since the pace
+/// was last judged.
+pub(crate) struct WaitingPace {
+    pace: Mutex<Pace>,
+    live_on_time: AtomicU64,
+    live_late: AtomicU64,
+}
+
+impl WaitingPace {
+    pub(crate) fn new() -> Self {
+        WaitingPace {
+            pace: Mutex::new(Pace::new(Instant::now())),
+            live_on_time: AtomicU64::new(0),
+            live_late: AtomicU64::new(0),
+        }
+    }
+
+    /// A live slot (a first attempt on its first arrival) starts delivering
+    /// this late.
+    pub(crate) fn observe_live(&self, lateness: Duration) {
+        let counter = if lateness > LIVE_LATE { &self.live_late } else { &self.live_on_time };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Waits for a slot's turn among the slots back from waiting;
+    /// `queueing` says whether deliveries queue for a permit now (asked
+    /// only when a window ends).
+    pub(crate) async fn turn(&self, queueing: impl FnOnce() -> bool) {
+        let at = {
+            let now = Instant::now();
+            let mut pace = self.pace.lock().unwrap_or_else(|e| e.into_inner());
+            if pace.window_over(now) {
+                let live = LiveSignal {
+                    on_time: self.live_on_time.swap(0, Ordering::Relaxed),
+                    late: self.live_late.swap(0, Ordering::Relaxed),
+                    queueing: queueing(),
+                };
+                pace.end_window(now, live);
+                metrics::gauge!(common::metrics::WORKER_WAITING_PACE).set(pace.rate());
+            }
+            pace.admit(now)
+        };
+        tokio::time::sleep_until(at).await;
     }
 }
 

@@ -7,7 +7,6 @@
 //! burst.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
@@ -33,7 +32,7 @@ use super::batch::Batcher;
 use super::deliver::{Deliverers, Outcome, destination_health};
 use super::destination::{self, Gate, Waiting};
 use super::heartbeat::{Holding, LastBeat};
-use super::pace::{self, LiveSignal, Pace};
+use super::pace::WaitingPace;
 use super::retry::{self, RetryPublisher};
 
 /// Ledger statements at once and rows per statement. Few statements is the
@@ -122,11 +121,8 @@ pub(crate) struct Shared {
     give_ups: Batcher<ledger::GiveUp, bool>,
     due_backlog: Arc<DueBacklog>,
     holding: Arc<Holding>,
-    /// How fast slots back from waiting go on (`pace`), and what the live
-    /// slots showed since the pace was last judged.
-    waiting_pace: std::sync::Mutex<Pace>,
-    live_on_time: AtomicU64,
-    live_late: AtomicU64,
+    /// How fast slots back from waiting go on.
+    waiting_pace: WaitingPace,
 }
 
 impl Shared {
@@ -196,36 +192,8 @@ impl Shared {
             }),
             due_backlog,
             holding,
-            waiting_pace: std::sync::Mutex::new(Pace::new(tokio::time::Instant::now())),
-            live_on_time: AtomicU64::new(0),
-            live_late: AtomicU64::new(0),
+            waiting_pace: WaitingPace::new(),
         }
-    }
-
-    /// A live slot (a first attempt on its first arrival) starts delivering
-    /// this late: what the waiting queue's pace follows.
-    fn observe_live(&self, lateness: Duration) {
-        let counter = if lateness > pace::LIVE_LATE { &self.live_late } else { &self.live_on_time };
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Waits for this slot's turn among the slots back from waiting.
-    async fn waiting_turn(&self) {
-        let at = {
-            let now = tokio::time::Instant::now();
-            let mut pace = self.waiting_pace.lock().unwrap_or_else(|e| e.into_inner());
-            if pace.window_over(now) {
-                let live = LiveSignal {
-                    on_time: self.live_on_time.swap(0, Ordering::Relaxed),
-                    late: self.live_late.swap(0, Ordering::Relaxed),
-                    queueing: self.due_backlog.is_queueing(),
-                };
-                pace.end_window(now, live);
-                metrics::gauge!(common::metrics::WORKER_WAITING_PACE).set(pace.rate());
-            }
-            pace.admit(now)
-        };
-        tokio::time::sleep_until(at).await;
     }
 }
 
@@ -513,7 +481,7 @@ async fn process(
         // stranded-row sweep.
         tokio::select! {
             _ = token.cancelled() => return Ok(Processed::Stopping),
-            _ = shared.waiting_turn() => {}
+            _ = shared.waiting_pace.turn(|| shared.due_backlog.is_queueing()) => {}
         }
     }
     let request = StartRequest {
@@ -584,7 +552,7 @@ async fn process(
         let lateness = ledger::lateness_seconds(started, m.due_at).max(0.0);
         metrics::histogram!(common::metrics::WORKER_LATENESS_SECONDS).record(lateness);
         if arrival.first_arrival {
-            shared.observe_live(Duration::from_secs_f64(lateness));
+            shared.waiting_pace.observe_live(Duration::from_secs_f64(lateness));
         }
     }
     metrics::gauge!(common::metrics::WORKER_IN_FLIGHT).increment(1.0);
