@@ -175,6 +175,28 @@ impl Topology {
         Ok(deleted?)
     }
 
+    /// Messages ready in the queues a fire message waits in for a worker
+    /// (the main and the waiting queue): not yet handed to any consumer. A
+    /// queue that does not exist counts 0: what it held went with it.
+    pub async fn ready_messages(&self, connection: &Connection) -> lapin::Result<u64> {
+        let mut ready = 0;
+        for queue in [&self.main_queue, &self.waiting_queue] {
+            // A channel each: the broker closes the channel of a passive
+            // declare that names a missing queue.
+            let channel = connection.create_channel().await?;
+            let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+            match channel.queue_declare(queue.as_str().into(), passive, FieldTable::default()).await {
+                Ok(declared) => {
+                    ready += u64::from(declared.message_count());
+                    let _ = channel.close(200, "counted".into()).await;
+                }
+                Err(e) if matches!(e.kind(), lapin::ErrorKind::ProtocolError(amqp) if amqp.get_id() == 404) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(ready)
+    }
+
     /// Declares the delay queue of `kind` for one delay and returns its name.
     pub async fn declare_delay_queue(&self, channel: &Channel, kind: Delayed, delay_ms: u64) -> lapin::Result<String> {
         let name = self.delay_queue(kind, delay_ms);

@@ -71,6 +71,8 @@ catalog! {
         "Rows left running by a worker presumed gone, delivered again.";
     LEDGER_STRANDED_TOTAL = "cronshard_ledger_stranded_total", Counter,
         "Ledger rows no process was going to move, moved on by a sweep (label status); any count is a finding.";
+    BROKER_READY_MESSAGES = "cronshard_broker_ready_messages", Gauge,
+        "Messages in the main and waiting queues not yet taken by a worker, as a scheduler's stranded-row sweep last counted them.";
     LEDGER_VACUUMS_TOTAL = "cronshard_ledger_vacuums_total", Counter,
         "Ledger partitions vacuumed by a scheduler because their dead row versions passed the partitions' autovacuum trigger.";
     MISFIRE_RECORDED_TOTAL = "cronshard_misfire_recorded_total", Counter,

@@ -41,6 +41,18 @@ impl Publisher {
         Ok(&self.link.as_ref().expect("link set above").1)
     }
 
+    /// Messages ready in the queues workers take fire messages from
+    /// (`Topology::ready_messages`): how far behind they are.
+    pub async fn ready_messages(&mut self) -> anyhow::Result<u64> {
+        self.channel().await?;
+        let (connection, _) = self.link.as_ref().expect("link set by channel()");
+        let ready = self.topology.ready_messages(connection).await;
+        if ready.is_err() {
+            self.link = None;
+        }
+        ready.context("counting the ready messages")
+    }
+
     /// Publishes all messages to the main queue (as first attempts), in
     /// bundles of slots due close together (`message::bundle`), and waits
     /// for every confirm. Streams the publishes and then awaits the

@@ -185,6 +185,8 @@ pub struct Dispatcher {
     unrecorded: Unrecorded,
     /// What the lookahead reads of this dispatcher's pace.
     pace: Arc<DispatchPace>,
+    /// When the stranded-row sweep last found the queues caught up.
+    queues_caught_up_at: Option<DateTime<Utc>>,
 }
 
 /// How long after its confirm a published row is stamped. By then a worker
@@ -205,6 +207,7 @@ impl Dispatcher {
             unstamped: VecDeque::new(),
             unrecorded: Unrecorded::default(),
             pace: Arc::default(),
+            queues_caught_up_at: None,
         }
     }
 

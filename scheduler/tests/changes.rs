@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use common::execution::{format_instant, truncate_ms};
 use common::testing::wait_for;
-use support::{ProcEnv, Sink, Stack, http_target};
+use support::{ProcEnv, Sink, Stack, all_succeeded, herd_on, http_target};
 
 fn at(t: DateTime<Utc>) -> String {
     format_instant(truncate_ms(t))
@@ -386,5 +386,96 @@ async fn slots_of_versions_replaced_while_no_owner_was_alive_are_caught_up() {
         "nothing of the paused period fired: {:?}",
         sink.received()
     );
+    stack.stop().await;
+}
+
+/// The value of the first line of `metrics` starting with `series` (a name,
+/// with its labels if any), when there is one.
+fn metric_value(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find(|l| l.starts_with(series))?.rsplit(' ').next()?.parse().ok()
+}
+
+/// A message late behind a backlog is late, not lost. With no worker yet,
+/// a herd's messages wait in the main queue long past
+/// `STRANDED_AFTER_SECS`; the sweep counts the backlog
+/// (`cronshard_broker_ready_messages`) and moves none of their rows on,
+/// pass after pass. A worker then drains the queue: every slot delivered
+/// once, no row saying `stranded`, the counter still 0. Judged by age
+/// alone, every row of the herd was published a second time (the bug: a
+/// backlog doubled by the sweep and the stranded alert raised for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_behind_a_backlog_is_late_not_stranded() {
+    // Bundles carry up to 25 slots: 3,000 make at least 120 messages,
+    // past the 50 ready messages that still count as caught up.
+    const JOBS: usize = 3_000;
+    let sink = Sink::start().await;
+    let stack = Stack::start("backlog").await;
+    let env = ProcEnv {
+        database_url: stack.db.url.clone(),
+        cluster: stack.cluster.clone(),
+        redis_urls: common::testing::redis_url(),
+    };
+    let metrics = support::free_addr();
+    let mut scheduler = env
+        .command("cronshard-scheduler")
+        .env("NODE_ID", "node-a")
+        .env("METRICS_ADDR", &metrics)
+        .env("STRANDED_AFTER_SECS", "1")
+        .spawn()
+        .unwrap();
+    let due = truncate_ms(Utc::now() + TimeDelta::seconds(6));
+    let jobs = herd_on(&stack, &sink, "backlog", JOBS, due).await;
+    assert!(Utc::now() < due, "creating the herd took too long for the test's timing");
+    let ids: Vec<uuid::Uuid> = jobs.iter().map(|id| id.parse().unwrap()).collect();
+    let client = stack.pg.get().await.unwrap();
+    let stranded_rows = || async {
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM scheduled_jobs
+                 WHERE job_id = ANY($1) AND history @> '[{\"event\": \"stranded\"}]'",
+                &[&ids],
+            )
+            .await
+            .unwrap();
+        row.get::<_, i64>(0)
+    };
+    let scrape = || async { reqwest::get(format!("http://{metrics}/metrics")).await.ok()?.text().await.ok() };
+    let sweeps = |text: &str| metric_value(text, "cronshard_dispatch_stage_seconds_count{stage=\"stranded\"}");
+
+    // Every row published and waiting, and past the stranded age.
+    wait_for("every row published", Duration::from_secs(30), || async {
+        let n: i64 = client
+            .query_one(
+                "SELECT count(*) FROM scheduled_jobs
+                 WHERE job_id = ANY($1) AND status = 'pending' AND published_at IS NOT NULL",
+                &[&ids],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        (n as usize == JOBS && Utc::now() > due + TimeDelta::seconds(1)).then_some(())
+    })
+    .await;
+    // Two whole passes of the sweep from here, each judging rows past age.
+    let before = wait_for("a sweep pass counted", Duration::from_secs(30), || async { sweeps(&scrape().await?) }).await;
+    let text = wait_for("two more sweep passes", Duration::from_secs(60), || async {
+        let text = scrape().await?;
+        (sweeps(&text)? >= before + 2.0).then_some(text)
+    })
+    .await;
+    let ready = metric_value(&text, "cronshard_broker_ready_messages").expect("the backlog gauge");
+    assert!(ready > 50.0, "the sweep saw the backlog: {ready} ready messages");
+    assert_eq!(stranded_rows().await, 0, "a row waiting behind the backlog was moved on as stranded");
+
+    // A worker drains it: each slot once, none stranded.
+    let mut worker = env.worker("worker-a");
+    let expected = all_succeeded(&stack, jobs.iter()).await;
+    assert_eq!(expected.len(), JOBS);
+    support::assert_exactly_once(&sink.received(), &expected);
+    assert_eq!(stranded_rows().await, 0);
+    let text = scrape().await.unwrap();
+    assert_eq!(metric_value(&text, "cronshard_ledger_stranded_total").unwrap_or(0.0), 0.0, "{text}");
+    let _ = worker.kill().await;
+    let _ = scheduler.kill().await;
     stack.stop().await;
 }

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use common::execution::{format_instant, truncate_ms};
 use common::testing::wait_for;
-use support::{ProcEnv, Sink, Stack, assert_exactly_once, free_addr, http_target};
+use support::{ProcEnv, Sink, Stack, all_succeeded, assert_exactly_once, free_addr, herd_on, http_target};
 
 /// Jobs per group (baseline healthy, healthy beside the dead host, dead).
 const JOBS: usize = 200;
@@ -352,44 +352,6 @@ async fn a_slot_whose_host_stays_down_past_its_horizon_is_parked_failed_without_
     });
     assert!(in_failed_queue.values().all(|n| *n == 1), "a slot parked twice: {in_failed_queue:?}");
     stack.stop().await;
-}
-
-/// `n` one-time jobs on `sink`'s `path`, all due at `at`, created through
-/// the batch endpoint; their ids.
-async fn herd_on(stack: &Stack, sink: &Sink, path: &str, n: usize, at: DateTime<Utc>) -> Vec<String> {
-    let mut ids = Vec::with_capacity(n);
-    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
-        let jobs: Vec<Value> = chunk
-            .iter()
-            .map(|i| {
-                json!({
-                    "name": format!("{path}-{i}"),
-                    "schedule": { "kind": "once", "at": format_instant(at) },
-                    "target": http_target(&sink.url(path)),
-                })
-            })
-            .collect();
-        let r = stack.http.post(format!("{}/v1/jobs/batch", stack.api)).json(&json!({ "jobs": jobs })).send().await;
-        let body: Value = r.unwrap().json().await.unwrap();
-        assert_eq!(body["created"], chunk.len(), "batch create: {body}");
-        let items = body["items"].as_array().unwrap();
-        ids.extend(items.iter().map(|item| item["job"]["id"].as_str().unwrap().to_owned()));
-    }
-    ids
-}
-
-/// Waits until every slot of `jobs` (ids) has a `succeeded` row; their execution ids.
-async fn all_succeeded(stack: &Stack, jobs: impl Iterator<Item = &String>) -> std::collections::BTreeSet<String> {
-    let client = stack.pg.get().await.unwrap();
-    let ids: Vec<uuid::Uuid> = jobs.map(|id| id.parse().unwrap()).collect();
-    wait_for("every row succeeded", Duration::from_secs(30), || async {
-        let rows = client
-            .query("SELECT execution_id FROM scheduled_jobs WHERE job_id = ANY($1) AND status = 'succeeded'", &[&ids])
-            .await
-            .unwrap();
-        (rows.len() == ids.len()).then(|| rows.iter().map(|r| r.get(0)).collect())
-    })
-    .await
 }
 
 /// With no `WORKER_MAX_PER_HOST`, a worker learns each host's limit from

@@ -90,20 +90,21 @@ pub async fn recover_running(
 }
 
 /// Moves on ledger rows that no process is going to move: a `pending` row
-/// whose message went out (`published_at`) and was due more than `after`
-/// ago, or a `retrying` row whose next attempt was due more than `after`
-/// ago. Their message is gone (a broker that lost it, a queue deleted) or
-/// was dropped (a message that did not match its row: the bug class this
-/// sweep exists for). Each is published again under its execution id and
-/// fire id as the attempt its row expects, which a worker starts or, for a
-/// slot no longer wanted, records as skipped; a copy that meets another is
-/// dropped by the start rule. Returns each row's status and its message.
+/// whose message went out (`published_at`) and was due before `cutoff`, or
+/// a `retrying` row whose next attempt was due before `cutoff`. Their
+/// message is gone (a broker that lost it, a queue deleted) or was dropped
+/// (a message that did not match its row: the bug class this sweep exists
+/// for). The caller puts `cutoff` where a message that was in the queues
+/// by then must have reached a worker (see `Dispatcher::sweep_stranded`).
+/// Each is published again under its execution id and fire id as the
+/// attempt its row expects, which a worker starts or, for a slot no longer
+/// wanted, records as skipped; a copy that meets another is dropped by the
+/// start rule. Returns each row's status and its message.
 pub async fn move_on_stranded(
     pg: &Pool,
     publisher: &mut Publisher,
-    after: Duration,
+    cutoff: DateTime<Utc>,
 ) -> anyhow::Result<Vec<(Status, FireMessage)>> {
-    let after = after.as_secs_f64();
     let mut client = pg.get().await?;
     let tx = client.transaction().await?;
     let rows = tx
@@ -114,15 +115,14 @@ pub async fn move_on_stranded(
                    -- Implied by both branches below (a slot comes before its
                    -- publish and its attempts); as a range of the status
                    -- index it keeps the scan off the rows armed ahead and
-                   -- any backlog younger than `after`, which a filter alone
-                   -- visits on every pass of every node.
-                   AND l.scheduled_at < now() - make_interval(secs => $1)
+                   -- any backlog younger than the cutoff, which a filter
+                   -- alone visits on every pass of every node.
+                   AND l.scheduled_at < $1
                    -- An unpublished `pending` row is the outbox sweep's.
                    AND ((l.status = 'pending' AND l.published_at IS NOT NULL
-                         AND greatest(l.scheduled_at, l.published_at) < now() - make_interval(secs => $1))
+                         AND greatest(l.scheduled_at, l.published_at) < $1)
                      OR (l.status = 'retrying'
-                         AND coalesce(l.next_attempt_at, l.finished_at + interval '1 hour')
-                             < now() - make_interval(secs => $1)))
+                         AND coalesce(l.next_attempt_at, l.finished_at + interval '1 hour') < $1))
                  ORDER BY l.scheduled_at LIMIT $2 FOR UPDATE OF l SKIP LOCKED)
              UPDATE scheduled_jobs l SET published_at = now(),
                     next_attempt_at = CASE WHEN l.status = 'retrying' THEN now() END,
@@ -132,7 +132,7 @@ pub async fn move_on_stranded(
              FROM stranded WHERE l.job_id = stranded.job_id AND l.scheduled_at = stranded.scheduled_at
              RETURNING l.job_id, l.scheduled_at, l.fire_id, l.execution_id, l.trigger, l.attempts, l.retry_from, l.retry_policy, l.status,
                        (SELECT spec FROM jobs WHERE id = l.job_id) AS spec",
-            &[&after, &SWEEP_BATCH],
+            &[&cutoff, &SWEEP_BATCH],
         )
         .await?;
     let statuses: std::collections::HashMap<(uuid::Uuid, DateTime<Utc>), Status> =

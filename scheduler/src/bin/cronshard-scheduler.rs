@@ -50,7 +50,8 @@ struct Args {
     catchup_rate: u32,
     /// Seconds after which a ledger row that should have moved (a published
     /// `pending` row past its due instant, a `retrying` row past its next
-    /// attempt) counts as stranded and is published again.
+    /// attempt) counts as stranded and is published again, once the queues
+    /// have also caught up with it (a message behind a backlog is late, not lost).
     #[arg(long, env = "STRANDED_AFTER_SECS", default_value_t = defaults::STRANDED_AFTER_SECS)]
     stranded_after_secs: u64,
     #[command(flatten)]

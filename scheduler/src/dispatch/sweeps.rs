@@ -3,12 +3,25 @@
 //! the ledger's; this counts and logs what they moved). Any count of
 //! stranded rows is a finding: the operations guide names the alert.
 
+use std::time::Duration;
+
+use chrono::TimeDelta;
 use tokio_util::sync::CancellationToken;
 
 use common::job::JobSpec;
 use common::ledger::sweep;
 
 use super::{Dispatcher, UNRETAKEN_GRACE, UNRETAKEN_LOOKBACK};
+
+/// The queues count as caught up when no more than this many messages in
+/// them wait for a worker (a message carries up to 25 slots: well under a
+/// second of one worker's intake).
+const CAUGHT_UP_READY: u64 = 50;
+/// A message back in a queue at some instant had reached a worker by a
+/// count this much later that found the queues caught up: the time a
+/// message takes from its delay queue into the queue it waits in, and a
+/// worker from taking it to writing its row.
+const CAUGHT_UP_MARGIN: Duration = Duration::from_secs(10);
 
 impl Dispatcher {
     /// Republishes claimed rows whose publish was never confirmed.
@@ -33,8 +46,34 @@ impl Dispatcher {
 
     /// Moves on `pending` and `retrying` rows nothing is going to move,
     /// counted in `cronshard_ledger_stranded_total{status}`.
+    ///
+    /// A row's message may be late without being lost: behind a backlog in
+    /// the main queue (overload, a herd), or in the waiting queue when a
+    /// host's whole backlog comes back at once. Judged by age alone, every
+    /// such row was republished (10,000–16,000 after each 10-minute
+    /// receiver outage), doubling the backlog it was stuck in and raising
+    /// the stranded alert for nothing. So a row counts as stranded only
+    /// when it is `stranded_after` past due AND the queues were counted
+    /// caught up at least `CAUGHT_UP_MARGIN` after it was due: by then its
+    /// message, had it been in a queue, would have reached a worker. A lost
+    /// message is thus moved on `stranded_after` after its due instant, or
+    /// once the queues catch up, whichever is later. Until the first count
+    /// (a node just started, the broker unreachable) nothing is judged.
     pub async fn sweep_stranded(&mut self) -> anyhow::Result<usize> {
-        let moved = sweep::move_on_stranded(&self.pg, &mut self.publisher, self.config.stranded_after).await?;
+        let counted_at = common::clock::now();
+        match self.publisher.ready_messages().await {
+            Ok(ready) => {
+                metrics::gauge!(common::metrics::BROKER_READY_MESSAGES).set(ready as f64);
+                if ready <= CAUGHT_UP_READY {
+                    self.queues_caught_up_at = Some(counted_at);
+                }
+            }
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "counting the queues' ready messages failed"),
+        }
+        let Some(caught_up_at) = self.queues_caught_up_at else { return Ok(0) };
+        let cutoff = (counted_at - TimeDelta::from_std(self.config.stranded_after)?)
+            .min(caught_up_at - TimeDelta::from_std(CAUGHT_UP_MARGIN)?);
+        let moved = sweep::move_on_stranded(&self.pg, &mut self.publisher, cutoff).await?;
         for (status, _) in &moved {
             metrics::counter!(common::metrics::LEDGER_STRANDED_TOTAL, "status" => status.as_str()).increment(1);
         }

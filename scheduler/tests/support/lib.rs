@@ -409,6 +409,44 @@ impl RedisServer {
     }
 }
 
+/// `n` one-time jobs on `sink`'s `path`, all due at `at`, created through
+/// the batch endpoint; their ids.
+pub async fn herd_on(stack: &Stack, sink: &Sink, path: &str, n: usize, at: DateTime<Utc>) -> Vec<String> {
+    let mut ids = Vec::with_capacity(n);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let jobs: Vec<Value> = chunk
+            .iter()
+            .map(|i| {
+                json!({
+                    "name": format!("{path}-{i}"),
+                    "schedule": { "kind": "once", "at": common::execution::format_instant(at) },
+                    "target": http_target(&sink.url(path)),
+                })
+            })
+            .collect();
+        let r = stack.http.post(format!("{}/v1/jobs/batch", stack.api)).json(&json!({ "jobs": jobs })).send().await;
+        let body: Value = r.unwrap().json().await.unwrap();
+        assert_eq!(body["created"], chunk.len(), "batch create: {body}");
+        let items = body["items"].as_array().unwrap();
+        ids.extend(items.iter().map(|item| item["job"]["id"].as_str().unwrap().to_owned()));
+    }
+    ids
+}
+
+/// Waits until every slot of `jobs` (ids) has a `succeeded` row; their execution ids.
+pub async fn all_succeeded(stack: &Stack, jobs: impl Iterator<Item = &String>) -> std::collections::BTreeSet<String> {
+    let client = stack.pg.get().await.unwrap();
+    let ids: Vec<uuid::Uuid> = jobs.map(|id| id.parse().unwrap()).collect();
+    common::testing::wait_for("every row succeeded", Duration::from_secs(30), || async {
+        let rows = client
+            .query("SELECT execution_id FROM scheduled_jobs WHERE job_id = ANY($1) AND status = 'succeeded'", &[&ids])
+            .await
+            .unwrap();
+        (rows.len() == ids.len()).then(|| rows.iter().map(|r| r.get(0)).collect())
+    })
+    .await
+}
+
 /// The interval of [`create_ticking_jobs`].
 pub const TICK_MS: i64 = 1000;
 
