@@ -39,11 +39,10 @@ const WINDOW: Duration = Duration::from_millis(250);
 const LIVE_LATE: Duration = Duration::from_millis(150);
 /// Waiting slots admitted per second per worker, at the least: two workers
 /// clear 55,000 slots (a tenth of 2,000 fires/s down for 10 minutes) in
-/// about a minute however loaded they are. The stranded-row sweep
-/// republishes a waiting row 60 s past its return time, so a backlog held
-/// back much longer would come back through the main queue, unpaced (a copy
-/// that meets another is dropped by the start rule: that costs work, never
-/// a duplicate).
+/// about a minute however loaded they are, so a host's backlog is not
+/// held back for many minutes after the host is back. (Chosen when the
+/// stranded-row sweep still republished a waiting row 60 s past its return
+/// whatever the queues held; it now waits for them to catch up.)
 pub(crate) const MIN_RATE: f64 = 500.0;
 /// And at the most: above what one worker can deliver, so an idle worker
 /// does not pace at all.
