@@ -7,7 +7,7 @@
 //! - retry queues `{cluster}.cron_scheduler_retry_{delay_ms}`: one per delay,
 //!   holding each message for exactly that delay (per-queue TTL, so no head of
 //!   line blocking) and dead-lettering it back to the main queue; a retry queue
-//!   deletes itself after sitting unused.
+//!   deletes itself after sitting unused (`DELAY_QUEUE_IDLE_EXPIRY`).
 //! - waiting queue `{cluster}.cron_scheduler_waiting`, and its delay queues
 //!   `{cluster}.cron_scheduler_wait_{delay_ms}`: slots handed back to wait
 //!   for their destination's circuit come back here, not to the main queue.
@@ -22,6 +22,8 @@
 //! loss of a broker node's disk; dead-lettering (retries coming back, messages
 //! past their retries) is then at-least-once instead of RabbitMQ's default
 //! at-most-once. The type of an existing queue cannot be changed in place.
+
+use std::time::Duration;
 
 use lapin::options::{ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
@@ -66,6 +68,16 @@ pub enum Delayed {
     Wait,
 }
 
+/// How long a delay queue lives unused past its delay (`x-expires`), so
+/// that the queues of delays no longer used go away. To RabbitMQ "unused"
+/// means no consumer, no declare and no `basic.get` — publishing does not
+/// count, and an expiring queue is deleted with the messages in it. So
+/// whoever publishes to a delay queue declares it again at least every
+/// `Topology::delay_queue_redeclare_every` (half of this): a message
+/// published at t leaves by t + delay, and the queue lives until at least
+/// t + delay + half of this.
+pub const DELAY_QUEUE_IDLE_EXPIRY: Duration = Duration::from_secs(600);
+
 #[derive(Debug, Clone)]
 pub struct Topology {
     pub main_queue: String,
@@ -75,6 +87,7 @@ pub struct Topology {
     retry_prefix: String,
     wait_prefix: String,
     queue_type: QueueType,
+    delay_queue_idle_expiry: Duration,
 }
 
 impl Topology {
@@ -87,7 +100,21 @@ impl Topology {
             retry_prefix: format!("{cluster}.cron_scheduler_retry_"),
             wait_prefix: format!("{cluster}.cron_scheduler_wait_"),
             queue_type: QueueType::Classic,
+            delay_queue_idle_expiry: DELAY_QUEUE_IDLE_EXPIRY,
         }
+    }
+
+    /// A shorter life for unused delay queues than `DELAY_QUEUE_IDLE_EXPIRY`
+    /// (tests that watch one expire).
+    pub fn with_delay_queue_idle_expiry(mut self, expiry: Duration) -> Self {
+        self.delay_queue_idle_expiry = expiry;
+        self
+    }
+
+    /// How often a publisher declares a delay queue it keeps using, so that
+    /// it never expires with messages in it.
+    pub fn delay_queue_redeclare_every(&self) -> Duration {
+        self.delay_queue_idle_expiry / 2
     }
 
     pub fn with_queue_type(mut self, queue_type: QueueType) -> Self {
@@ -205,7 +232,8 @@ impl Topology {
         args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
         args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(self.after_delay(kind).into()));
         // Expire only well after the last message could have left.
-        args.insert("x-expires".into(), AMQPValue::LongLongInt(delay_ms as i64 + 600_000));
+        let expires_ms = delay_ms.saturating_add(self.delay_queue_idle_expiry.as_millis() as u64);
+        args.insert("x-expires".into(), AMQPValue::LongLongInt(expires_ms as i64));
         channel
             .queue_declare(name.as_str().into(), QueueDeclareOptions { durable: true, ..Default::default() }, args)
             .await?;

@@ -5,7 +5,8 @@
 //! queues of its own, back to the waiting queue, as the same attempt
 //! (`publish_wait`).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::time::Instant;
 
 use lapin::options::BasicPublishOptions;
 use lapin::types::{AMQPValue, FieldTable};
@@ -44,14 +45,14 @@ pub(crate) fn is_wait(delivery: &lapin::message::Delivery) -> bool {
 pub(crate) struct RetryPublisher {
     topology: Topology,
     channel: Channel,
-    /// Delay queues declared on this connection.
-    declared_delay_queues: Mutex<HashSet<(Delayed, u64)>>,
+    /// Delay queues declared on this connection, and when last.
+    declared_delay_queues: Mutex<HashMap<(Delayed, u64), Instant>>,
 }
 
 impl RetryPublisher {
     /// `channel` must be in confirm mode.
     pub(crate) fn new(topology: Topology, channel: Channel) -> Self {
-        Self { topology, channel, declared_delay_queues: Mutex::new(HashSet::new()) }
+        Self { topology, channel, declared_delay_queues: Mutex::new(HashMap::new()) }
     }
 
     async fn publish_to(&self, queue: &str, m: &FireMessage, headers: FieldTable) -> anyhow::Result<()> {
@@ -97,10 +98,16 @@ impl RetryPublisher {
 
     async fn publish_delayed(&self, m: &FireMessage, attempt: u32, delay_ms: u64, kind: Delayed) -> anyhow::Result<()> {
         {
+            // Declared again while in use: publishing alone does not keep
+            // a queue from expiring, and it expires with its messages (a
+            // retry queue in use for 10 minutes lost every retry in it).
             let mut declared = self.declared_delay_queues.lock().await;
-            if !declared.contains(&(kind, delay_ms)) {
+            let fresh = declared
+                .get(&(kind, delay_ms))
+                .is_some_and(|at| at.elapsed() < self.topology.delay_queue_redeclare_every());
+            if !fresh {
                 self.topology.declare_delay_queue(&self.channel, kind, delay_ms).await?;
-                declared.insert((kind, delay_ms));
+                declared.insert((kind, delay_ms), Instant::now());
             }
         }
         let mut headers = FieldTable::default();
@@ -142,5 +149,77 @@ mod tests {
         assert_eq!(next_delay(&policy, 1, false), None, "a retry cannot help");
         let none = RetryPolicy { max_retries: 0, ..policy };
         assert_eq!(next_delay(&none, 1, true), None);
+    }
+
+    fn message(i: usize) -> FireMessage {
+        let at = chrono::DateTime::parse_from_rfc3339("2026-12-15T15:00:00Z").unwrap().to_utc()
+            + chrono::TimeDelta::seconds(i as i64);
+        let job_id = uuid::Uuid::now_v7();
+        let target = serde_json::json!({ "url": "http://127.0.0.1:9/hook", "method": "POST", "timeout_ms": 1000 });
+        FireMessage {
+            v: common::message::FIRE_MESSAGE_VERSION,
+            fire_id: uuid::Uuid::now_v7(),
+            job_id,
+            scheduled_at: at,
+            due_at: at,
+            execution_id: common::execution::execution_id(job_id, at),
+            trigger: common::ledger::Trigger::Schedule,
+            target: common::job::Target::Http(serde_json::from_value(target).unwrap()),
+            retry: None,
+            overlap: Default::default(),
+            retry_from: 0,
+            misfire: None,
+        }
+    }
+
+    /// The bug: a delay queue declared once and then only published to
+    /// expired `delay + x-expires` after its declaration, on the real
+    /// broker, deleting the messages in it (every retry waiting in a 30 s
+    /// retry queue, 10.5 minutes into a run). Here the queue's unused life
+    /// is 2 s past its 1 s delay and a message goes in every 200 ms for
+    /// 6 s: each must be taken, and come back out of the waiting queue once.
+    #[tokio::test]
+    async fn a_delay_queue_kept_in_use_never_expires_with_messages_in_it() {
+        use futures::StreamExt;
+        use lapin::options::{BasicConsumeOptions, QueueDeleteOptions};
+        let cluster = common::testing::unique_cluster("delay-expiry");
+        let topology = Topology::new(&cluster).with_delay_queue_idle_expiry(std::time::Duration::from_secs(2));
+        let connection = common::amqp::connect(&common::testing::amqp_url(), "delay expiry test").await.unwrap();
+        let channel = common::amqp::confirm_channel(&connection).await.unwrap();
+        topology.declare(&channel).await.unwrap();
+        let consume = connection.create_channel().await.unwrap();
+        let mut consumer = consume
+            .basic_consume(
+                topology.waiting_queue.as_str().into(),
+                "test".into(),
+                BasicConsumeOptions { no_ack: true, ..Default::default() },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        let publisher = RetryPublisher::new(topology.clone(), channel.clone());
+        const SENT: usize = 30;
+        let mut sent = std::collections::BTreeSet::new();
+        for i in 0..SENT {
+            let m = message(i);
+            publisher.publish_wait(&m, 1, 1_000).await.expect("the delay queue takes every message");
+            sent.insert(m.execution_id);
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        let mut back = std::collections::BTreeSet::new();
+        while back.len() < SENT {
+            let delivery = tokio::time::timeout(std::time::Duration::from_secs(10), consumer.next())
+                .await
+                .unwrap_or_else(|_| panic!("{} of {SENT} messages came back; the rest were lost", back.len()))
+                .unwrap()
+                .unwrap();
+            let m: FireMessage = serde_json::from_slice(&delivery.data).unwrap();
+            assert!(back.insert(m.execution_id), "a message came back twice");
+        }
+        assert_eq!(back, sent);
+        let _ = channel
+            .queue_delete(topology.delay_queue(Delayed::Wait, 1_000).as_str().into(), QueueDeleteOptions::default())
+            .await;
+        topology.delete(&channel).await.unwrap();
     }
 }
