@@ -205,6 +205,26 @@ impl SeededRng {
     }
 }
 
+/// A scheduled fire message of a new job for `target`, due at its slot `at`
+/// (unit tests that publish or deliver one).
+pub fn fire_message(target: crate::job::Target, at: chrono::DateTime<chrono::Utc>) -> crate::message::FireMessage {
+    let job_id = Uuid::now_v7();
+    crate::message::FireMessage {
+        v: crate::message::FIRE_MESSAGE_VERSION,
+        fire_id: Uuid::now_v7(),
+        job_id,
+        scheduled_at: at,
+        due_at: at,
+        execution_id: crate::execution::execution_id(job_id, at),
+        trigger: crate::ledger::Trigger::Schedule,
+        target,
+        retry: None,
+        overlap: Default::default(),
+        retry_from: 0,
+        misfire: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

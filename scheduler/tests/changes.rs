@@ -24,6 +24,20 @@ async fn sleep_until(t: DateTime<Utc>) {
     }
 }
 
+/// A scheduler process that counts a row stranded 1 s past due, and the
+/// address of its metrics.
+fn sweeping_scheduler(env: &ProcEnv) -> (tokio::process::Child, String) {
+    let metrics = support::free_addr();
+    let scheduler = env
+        .command("cronshard-scheduler")
+        .env("NODE_ID", "node-a")
+        .env("METRICS_ADDR", &metrics)
+        .env("STRANDED_AFTER_SECS", "1")
+        .spawn()
+        .unwrap();
+    (scheduler, metrics)
+}
+
 async fn put_job(stack: &Stack, id: &str, body: &Value) {
     stack.put(&format!("/v1/jobs/{id}"), body).await;
 }
@@ -284,14 +298,7 @@ async fn a_stranded_row_is_found_moved_on_and_counted() {
         .await
         .unwrap();
 
-    let metrics = support::free_addr();
-    let mut scheduler = env
-        .command("cronshard-scheduler")
-        .env("NODE_ID", "node-a")
-        .env("METRICS_ADDR", &metrics)
-        .env("STRANDED_AFTER_SECS", "1")
-        .spawn()
-        .unwrap();
+    let (mut scheduler, metrics) = sweeping_scheduler(&env);
     let mut worker = env.worker("worker-a");
 
     let execution = common::execution::execution_id(id, slot);
@@ -415,14 +422,7 @@ async fn a_message_behind_a_backlog_is_late_not_stranded() {
         cluster: stack.cluster.clone(),
         redis_urls: common::testing::redis_url(),
     };
-    let metrics = support::free_addr();
-    let mut scheduler = env
-        .command("cronshard-scheduler")
-        .env("NODE_ID", "node-a")
-        .env("METRICS_ADDR", &metrics)
-        .env("STRANDED_AFTER_SECS", "1")
-        .spawn()
-        .unwrap();
+    let (mut scheduler, metrics) = sweeping_scheduler(&env);
     let due = truncate_ms(Utc::now() + TimeDelta::seconds(6));
     let jobs = herd_on(&stack, &sink, "backlog", JOBS, due).await;
     assert!(Utc::now() < due, "creating the herd took too long for the test's timing");

@@ -154,22 +154,8 @@ mod tests {
     fn message(i: usize) -> FireMessage {
         let at = chrono::DateTime::parse_from_rfc3339("2026-12-15T15:00:00Z").unwrap().to_utc()
             + chrono::TimeDelta::seconds(i as i64);
-        let job_id = uuid::Uuid::now_v7();
         let target = serde_json::json!({ "url": "http://127.0.0.1:9/hook", "method": "POST", "timeout_ms": 1000 });
-        FireMessage {
-            v: common::message::FIRE_MESSAGE_VERSION,
-            fire_id: uuid::Uuid::now_v7(),
-            job_id,
-            scheduled_at: at,
-            due_at: at,
-            execution_id: common::execution::execution_id(job_id, at),
-            trigger: common::ledger::Trigger::Schedule,
-            target: common::job::Target::Http(serde_json::from_value(target).unwrap()),
-            retry: None,
-            overlap: Default::default(),
-            retry_from: 0,
-            misfire: None,
-        }
+        common::testing::fire_message(common::job::Target::Http(serde_json::from_value(target).unwrap()), at)
     }
 
     /// The bug: a delay queue declared once and then only published to

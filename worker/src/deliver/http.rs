@@ -360,21 +360,7 @@ mod tests {
 
     fn message(target: &HttpTarget) -> FireMessage {
         let at = chrono::DateTime::parse_from_rfc3339("2026-12-15T15:00:00Z").unwrap().to_utc();
-        let job_id = uuid::Uuid::now_v7();
-        FireMessage {
-            v: common::message::FIRE_MESSAGE_VERSION,
-            fire_id: uuid::Uuid::now_v7(),
-            job_id,
-            scheduled_at: at,
-            due_at: at,
-            execution_id: common::execution::execution_id(job_id, at),
-            trigger: common::ledger::Trigger::Schedule,
-            target: common::job::Target::Http(target.clone()),
-            retry: None,
-            overlap: Default::default(),
-            retry_from: 0,
-            misfire: None,
-        }
+        common::testing::fire_message(common::job::Target::Http(target.clone()), at)
     }
 
     fn loopback_allowed() -> HttpDelivery {
