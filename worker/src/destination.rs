@@ -72,8 +72,11 @@ pub const GAUGES_FORGOTTEN_AFTER: Duration = Duration::from_secs(120);
 /// broker closes the channel of an unacked message. Past it a slot is
 /// handed back with a delay even when the host's queue is only long.
 const HOLD_LIMIT: Duration = Duration::from_secs(600);
-/// Delay queues used to hand slots back: powers of two seconds up to this.
-const RELEASE_DELAY_MAX_SECS: u64 = 256;
+/// The longest delay a slot is handed back for: the first rung of the
+/// ladder (`release_delay`) at or past the longest default cool-down
+/// (300 s), so that a wait that long takes one hop; a longer one (a longer
+/// cool-down set by the operator) takes more.
+const RELEASE_DELAY_MAX_SECS: u64 = 325;
 
 /// The destination settings of a worker.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -196,12 +199,22 @@ pub fn wait_horizon(policy: &RetryPolicy, attempt: u32, due_at: DateTime<Utc>, o
     due_at + chrono::TimeDelta::from_std(span).unwrap_or(chrono::TimeDelta::MAX)
 }
 
-/// The delay a slot handed back waits in the broker: a power of two
-/// seconds (one delay queue each, so few queues), rounded down so that the
-/// slot is back no later than the circuit half-opens.
+/// The delay a slot handed back waits in the broker: the first rung of a
+/// ladder of whole seconds (1 to 16, then each at most 9/8 of the one
+/// before: 43 rungs, one delay queue each) at or past the wait, so a slot
+/// comes back once, at most an eighth of its wait (or a second) after its
+/// circuit half-opens. Rounded down instead (powers of two, back before the
+/// half-open), a 5-minute cool-down took five hops per slot, each a write
+/// and a publish, and every slot of a host's backlog came back within the
+/// same seconds before the half-open to meet it; past it, the probe (made
+/// by the slots held here, or the first to come back) has usually decided,
+/// and the returns are spread over the eighth.
 pub fn release_delay(wait: Duration) -> Duration {
-    let secs = wait.as_secs().clamp(1, RELEASE_DELAY_MAX_SECS);
-    Duration::from_secs(1 << secs.ilog2())
+    let mut rung = 1;
+    while rung < RELEASE_DELAY_MAX_SECS && Duration::from_secs(rung) < wait {
+        rung = (rung + 1).max(rung * 9 / 8);
+    }
+    Duration::from_secs(rung)
 }
 
 /// Why a slot waits without an attempt; the words are the ledger's.
@@ -732,15 +745,25 @@ mod tests {
     }
 
     #[test]
-    fn release_delays_are_few_and_never_past_the_wait() {
+    fn a_slot_handed_back_comes_back_once_soon_after_its_wait_and_the_delay_queues_are_few() {
         let s = Duration::from_secs;
         assert_eq!(release_delay(Duration::from_millis(300)), s(1));
-        assert_eq!(release_delay(s(5)), s(4));
-        assert_eq!(release_delay(Duration::from_millis(9_999)), s(8));
-        assert_eq!(release_delay(s(299)), s(256));
-        assert_eq!(release_delay(s(100_000)), s(256));
-        let distinct: std::collections::BTreeSet<_> = (0..400).map(|n| release_delay(s(n))).collect();
-        assert_eq!(distinct.len(), 9, "{distinct:?}");
+        assert_eq!(release_delay(s(5)), s(5));
+        assert_eq!(release_delay(Duration::from_millis(16_001)), s(18));
+        assert_eq!(release_delay(s(300)), s(RELEASE_DELAY_MAX_SECS));
+        assert_eq!(release_delay(s(100_000)), s(RELEASE_DELAY_MAX_SECS), "longer waits hop at the longest rung");
+        // Every wait up to the longest rung, to the millisecond: one hop,
+        // never before the wait's end, at most an eighth (or a second) after it.
+        let mut distinct = std::collections::BTreeSet::new();
+        for ms in 1..=RELEASE_DELAY_MAX_SECS * 1000 {
+            let wait = Duration::from_millis(ms);
+            let delay = release_delay(wait);
+            assert!(delay >= wait, "{wait:?} came back after {delay:?}, before its wait's end");
+            let late = delay - wait;
+            assert!(late <= (wait / 8).max(s(1)), "{wait:?} came back {late:?} after its wait's end");
+            distinct.insert(delay);
+        }
+        assert_eq!(distinct.len(), 43, "{distinct:?}");
     }
 
     #[tokio::test]

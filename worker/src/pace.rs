@@ -47,6 +47,12 @@ pub(crate) const MIN_RATE: f64 = 500.0;
 /// And at the most: above what one worker can deliver, so an idle worker
 /// does not pace at all.
 pub(crate) const MAX_RATE: f64 = 20_000.0;
+/// A window this long had no waiting slot asking for a turn for most of it:
+/// the rate starts again from the floor. A host's backlog comes back when
+/// its circuit closes, often minutes after the pace last moved; met at the
+/// rate of then (1,100–1,800 a second per worker in one run), the first
+/// seconds of it made receiver A's p99 680 ms while the rate came down.
+const IDLE_RESTART: Duration = Duration::from_secs(1);
 /// A window in which at least this share of the admissions the rate allowed
 /// were taken was one where the rate held the waiting slots back.
 const BOUND_SHARE: f64 = 0.5;
@@ -96,7 +102,11 @@ impl Pace {
     fn end_window(&mut self, now: Instant, live: LiveSignal) {
         let length = now.duration_since(self.window_started).as_secs_f64();
         let allowed = self.rate * length;
-        if live.pressed() {
+        if now.duration_since(self.window_started) >= IDLE_RESTART {
+            // Nothing asked for a turn for a while: a rate learnt then says
+            // nothing about what the worker can take now.
+            self.rate = MIN_RATE;
+        } else if live.pressed() {
             self.rate = (self.rate / 2.0).max(MIN_RATE);
         } else if f64::from(self.admitted) >= allowed * BOUND_SHARE {
             self.rate = (self.rate * 1.2).min(MAX_RATE);
@@ -213,6 +223,24 @@ mod tests {
             now = busy_window(&mut pace, now, CALM);
         }
         assert_eq!(pace.rate(), MAX_RATE, "never above the ceiling");
+    }
+
+    #[test]
+    fn a_pace_nobody_asked_for_a_while_starts_again_from_the_floor() {
+        let mut now = Instant::now();
+        let mut pace = Pace::new(now);
+        for _ in 0..10 {
+            now = busy_window(&mut pace, now, CALM);
+        }
+        assert!(pace.rate() > MIN_RATE * 5.0);
+        // Quiet for a minute, then a flood: it is met at the floor, and
+        // the rate climbs again from there while the live slots allow it.
+        now += Duration::from_secs(60);
+        assert!(pace.window_over(now));
+        pace.end_window(now, CALM);
+        assert_eq!(pace.rate(), MIN_RATE);
+        busy_window(&mut pace, now, CALM);
+        assert!(pace.rate() > MIN_RATE);
     }
 
     #[test]
