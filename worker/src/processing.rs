@@ -566,7 +566,10 @@ async fn process(
     let done = |status, excerpt| FinishRequest::new(m, attempt, redelivered, status, excerpt);
     match outcome {
         Outcome::Success { http_status, excerpt } => {
-            tracing::info!(execution.id = %m.execution_id, attempt, http_status, sqs_message_id = sqs_message_id.as_deref(), "delivered");
+            // Debug, not info: the ledger records every occurrence, and a
+            // line per success at thousands of fires a second is a log
+            // pipeline's load, not an operator's signal. Failures stay warn.
+            tracing::debug!(execution.id = %m.execution_id, attempt, http_status, sqs_message_id = sqs_message_id.as_deref(), "delivered");
             metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Succeeded.as_str())
                 .increment(1);
             let request = FinishRequest {
