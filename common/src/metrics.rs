@@ -136,7 +136,7 @@ catalog! {
     WORKER_WAITED_AGAIN_TOTAL = "cronshard_worker_waited_again_total", Counter,
         "Slots back from waiting sent back again at once while their destination's circuit was still open, their row's next return moved without a start or hand-back (also counted in cronshard_worker_destination_released_total).";
     WORKER_WAITING_PACE = "cronshard_worker_waiting_pace_per_second", Gauge,
-        "Slots back from waiting for their destination this worker lets on per second: halved while its live slots are late or its deliveries queue, raised while they are on time.";
+        "Slots back from waiting for their destination this worker lets on per second: halved while its live slots are late or its deliveries queue, raised while they are on time, back to the floor after a second without a turn.";
     API_REQUEST_SECONDS = "cronshard_api_request_seconds", Histogram,
         "API request duration by method, route and status.";
 }
