@@ -100,9 +100,9 @@ impl Pace {
 
     /// Judges the window that ends at `now` by what the live slots showed.
     fn end_window(&mut self, now: Instant, live: LiveSignal) {
-        let length = now.duration_since(self.window_started).as_secs_f64();
-        let allowed = self.rate * length;
-        if now.duration_since(self.window_started) >= IDLE_RESTART {
+        let length = now.duration_since(self.window_started);
+        let allowed = self.rate * length.as_secs_f64();
+        if length >= IDLE_RESTART {
             // Nothing asked for a turn for a while: a rate learnt then says
             // nothing about what the worker can take now.
             self.rate = MIN_RATE;
@@ -188,6 +188,16 @@ mod tests {
         end
     }
 
+    /// A pace after ten calm busy windows, and the instant the last ended.
+    fn climbed() -> (Pace, Instant) {
+        let mut now = Instant::now();
+        let mut pace = Pace::new(now);
+        for _ in 0..10 {
+            now = busy_window(&mut pace, now, CALM);
+        }
+        (pace, now)
+    }
+
     #[test]
     fn admissions_are_spaced_by_the_rate_and_an_idle_pace_does_not_bank_them() {
         let t0 = Instant::now();
@@ -204,11 +214,7 @@ mod tests {
 
     #[test]
     fn the_rate_climbs_while_live_slots_are_on_time_and_halves_when_they_are_late() {
-        let mut now = Instant::now();
-        let mut pace = Pace::new(now);
-        for _ in 0..10 {
-            now = busy_window(&mut pace, now, CALM);
-        }
+        let (mut pace, mut now) = climbed();
         let climbed = pace.rate();
         assert!(climbed > MIN_RATE * 5.0, "ten calm busy windows: {climbed}/s");
         now = busy_window(&mut pace, now, LATE);
@@ -227,11 +233,7 @@ mod tests {
 
     #[test]
     fn a_pace_nobody_asked_for_a_while_starts_again_from_the_floor() {
-        let mut now = Instant::now();
-        let mut pace = Pace::new(now);
-        for _ in 0..10 {
-            now = busy_window(&mut pace, now, CALM);
-        }
+        let (mut pace, mut now) = climbed();
         assert!(pace.rate() > MIN_RATE * 5.0);
         // Quiet for a minute, then a flood: it is met at the floor, and
         // the rate climbs again from there while the live slots allow it.
