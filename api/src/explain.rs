@@ -236,6 +236,11 @@ fn describe_entry(e: &Value) -> String {
             line
         }
         Some("skipped") => format!("skipped at {}: {}", s("at").unwrap_or("(unknown)"), reason_text(s("reason"))),
+        Some("decided") => format!(
+            "decided at {} together with the job's other missed slots of one run, recorded once: {}",
+            s("at").unwrap_or("(unknown)"),
+            reason_text(s("reason"))
+        ),
         Some("retaken") => format!(
             "re-taken at {} by version {} of the job (a change made before the slot had cancelled the claim of version {}): claimed afresh",
             s("at").unwrap_or("(unknown)"),
@@ -678,6 +683,10 @@ mod tests {
         }
         assert!(describe_entry(&json!({ "event": "skipped", "at": "t", "reason": "paused" })).contains("paused"));
         assert!(describe_entry(&json!({ "event": "replay", "at": "t" })).starts_with("replayed"));
+        let decided = json!({ "event": "decided", "at": "t", "reason": "misfire policy skip" });
+        let line = describe_entry(&decided);
+        assert!(line.starts_with("decided at t together with the job's other missed slots"), "{line}");
+        assert!(line.contains("skip"), "{line}");
         assert!(describe_entry(&json!({ "event": "recovered", "at": "t" })).starts_with("recovered"));
         assert!(
             describe_entry(&json!({ "event": "released", "at": "t", "worker_id": "w", "attempt": 1 }))
@@ -718,6 +727,7 @@ mod tests {
                 response_excerpt: None,
                 error: None,
                 reason: None,
+                run: None,
             },
             history: history.into_iter().map(|v| v.as_object().unwrap().clone()).collect(),
         }

@@ -77,8 +77,6 @@ catalog! {
         "Ledger partitions vacuumed by a scheduler because their dead row versions passed the partitions' autovacuum trigger.";
     MISFIRE_RECORDED_TOTAL = "cronshard_misfire_recorded_total", Counter,
         "Missed slots recorded skipped or missed by a misfire policy.";
-    MISFIRE_UNRECORDED_TOTAL = "cronshard_misfire_unrecorded_total", Counter,
-        "Missed slots beyond the per-job recording cap, decided but not written.";
     DISPATCH_STAGE_SECONDS = "cronshard_dispatch_stage_seconds", Histogram,
         "Time a scheduler's dispatcher spent per stage (label stage: lock, claim, publish, ...).";
     OWNED_JOBS = "cronshard_owned_jobs", Gauge,

@@ -611,10 +611,13 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every ledger row of `[from, to)`: execution id → row. Read by minute,
-/// so a long run's rows are never all in one answer.
+/// Every ledger row of `[from, to)`: execution id → row, with the slots of
+/// the jobs' decided runs (`decided_ranges`, one record for an outage's
+/// misfires) that have no row of their own. Read by minute, so a long
+/// run's rows are never all in one answer.
 async fn read_ledger(
     db_url: &str,
+    jobs: &[crate::stack::CreatedJob],
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> anyhow::Result<HashMap<String, LedgerRow>> {
@@ -639,6 +642,24 @@ async fn read_ledger(
             );
         }
         at = next;
+    }
+    let by_id: HashMap<uuid::Uuid, &crate::stack::CreatedJob> = jobs.iter().map(|j| (j.id, j)).collect();
+    let runs = client
+        .query(
+            "SELECT job_id, first_at, last_at, status, reason FROM decided_ranges WHERE last_at >= $1 AND first_at < $2",
+            &[&from, &to],
+        )
+        .await?;
+    for r in runs {
+        let Some(job) = by_id.get(&r.get::<_, uuid::Uuid>(0)) else { continue };
+        let (first, last): (DateTime<Utc>, DateTime<Utc>) = (r.get(1), r.get(2));
+        for due in job.slots(first.max(from), (last + TimeDelta::microseconds(1)).min(to)) {
+            rows.entry(common::execution::execution_id(job.id, due)).or_insert_with(|| LedgerRow {
+                status: r.get(3),
+                reason: r.get(4),
+                crash_redelivery: false,
+            });
+        }
     }
     Ok(rows)
 }
@@ -825,7 +846,7 @@ async fn scenario(args: &ChaosArgs, plan: &Plan, services: &mut Services) -> any
     let left = drain(&db_url, measure_from, measure_to, Duration::from_secs(args.drain_max_secs)).await?;
     let drained_secs = drain_started.elapsed().as_secs();
     eprintln!("chaos: drained in {drained_secs} s ({left} not final)");
-    let ledger = read_ledger(&db_url, measure_from, measure_to).await?;
+    let ledger = read_ledger(&db_url, &jobs, measure_from, measure_to).await?;
     explain_rowless(&db_url, &jobs, &ledger, measure_from, measure_to).await?;
     let got: Vec<Vec<(crate::receiver::Delivery, u16)>> =
         run.receivers.iter().map(Receiver::snapshot_with_status).collect();

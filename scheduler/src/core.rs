@@ -68,7 +68,6 @@ pub struct Core {
     node_id: String,
     rf: usize,
     misfire_threshold: TimeDelta,
-    misfire_record_max: usize,
     /// The order catch-up runs go out under the rate limiter: (job, token).
     /// An entry whose run was handed over with the job's live slot is
     /// passed over.
@@ -93,18 +92,11 @@ fn is_live(jobs: &HashMap<Uuid, Known>, job: Uuid, generation: Generation) -> bo
 }
 
 impl Core {
-    pub fn new(
-        node_id: String,
-        replication_factor: usize,
-        misfire_threshold: TimeDelta,
-        misfire_record_max: usize,
-        members: Vec<String>,
-    ) -> Self {
+    pub fn new(node_id: String, replication_factor: usize, misfire_threshold: TimeDelta, members: Vec<String>) -> Self {
         Self {
             node_id,
             rf: replication_factor.max(1),
             misfire_threshold,
-            misfire_record_max,
             catchup: VecDeque::new(),
             runs: HashMap::new(),
             last_run_token: 0,
@@ -168,11 +160,9 @@ impl Core {
             let keys = self.jobs.get(&job).and_then(|k| k.owned.as_ref()).map(|o| &o.calendars[..]).unwrap_or(&[]);
             for slot in run.slots {
                 match Self::excluded_by(&self.calendars, keys, slot.scheduled_at) {
-                    Some(name) => self.records.push(Decided {
-                        slot,
-                        status: Status::Skipped,
-                        reason: common::ledger::reason::calendar(&name),
-                    }),
+                    Some(name) => {
+                        self.records.push(Decided::one(slot, Status::Skipped, common::ledger::reason::calendar(&name)))
+                    }
                     None => out.push(slot),
                 }
             }
@@ -269,20 +259,12 @@ impl Core {
             let decided_to = history.decided_to();
             let since = changed_at.max(history.looked_back_to).max(decided_to.unwrap_or(DateTime::<Utc>::MIN_UTC));
             if since < from {
-                let mut d = misfire::decide(
-                    &owned.schedule,
-                    spec.misfire,
-                    spec.misfire_cap,
-                    since,
-                    from,
-                    self.misfire_record_max,
-                );
+                let mut d = misfire::decide(&owned.schedule, spec.misfire, spec.misfire_cap, since, from);
                 d.fire.truncate(runs_left(owned.max_runs, owned.runs));
-                if !d.fire.is_empty() || !d.record.is_empty() || d.unrecorded > 0 {
+                if !d.fire.is_empty() || d.record.is_some() {
                     // One line per job at debug: after an outage every job has some;
                     // the node logs the totals.
-                    tracing::debug!(job.id = %row.id, policy = ?spec.misfire, fire = d.fire.len(), recorded = d.record.len(), unrecorded = d.unrecorded, "misfired slots found");
-                    metrics::counter!(common::metrics::MISFIRE_UNRECORDED_TOTAL).increment(d.unrecorded);
+                    tracing::debug!(job.id = %row.id, policy = ?spec.misfire, fire = d.fire.len(), recorded = d.record.as_ref().map_or(0, |r| r.slots), "misfired slots found");
                 }
                 let slot = |at| Slot {
                     job_id: row.id,
@@ -293,11 +275,7 @@ impl Core {
                 };
                 owned.runs += d.fire.len() as u64;
                 late.extend(d.fire.into_iter().map(slot));
-                self.records.extend(d.record.into_iter().map(|(at, status, reason)| Decided {
-                    slot: slot(at),
-                    status,
-                    reason,
-                }));
+                self.records.extend(d.record.map(|run| run.decided(slot(run.first))));
             }
             // Slots up to the last one in the ledger are taken care of (a
             // gained job was fired by its previous owners until now), except
@@ -367,16 +345,11 @@ impl Core {
                     past.spec.misfire_cap,
                     since,
                     until.min(misfired_before),
-                    self.misfire_record_max,
                 );
                 d.fire.truncate(runs_left(max_runs, runs));
                 runs += d.fire.len() as u64;
                 late.extend(d.fire.into_iter().map(|at| slot(at, Trigger::Misfire)));
-                self.records.extend(d.record.into_iter().map(|(at, status, reason)| Decided {
-                    slot: slot(at, Trigger::Misfire),
-                    status,
-                    reason,
-                }));
+                self.records.extend(d.record.map(|run| run.decided(slot(run.first, Trigger::Misfire))));
             }
             let mut cursor = since.max(misfired_before);
             while runs_left(max_runs, runs) > 0
@@ -434,11 +407,9 @@ impl Core {
             };
             // An excluded slot is recorded, not fired, and is no run.
             match Self::excluded_by(&self.calendars, &owned.calendars, at) {
-                Some(name) => self.records.push(Decided {
-                    slot,
-                    status: Status::Skipped,
-                    reason: common::ledger::reason::calendar(&name),
-                }),
+                Some(name) => {
+                    self.records.push(Decided::one(slot, Status::Skipped, common::ledger::reason::calendar(&name)))
+                }
                 None => {
                     slots.push(slot);
                     owned.runs += 1;
@@ -506,7 +477,6 @@ mod tests {
             node_id: "n0".into(),
             rf: 2,
             misfire_threshold: TimeDelta::seconds(30),
-            misfire_record_max: 100,
             catchup: VecDeque::new(),
             runs: HashMap::new(),
             last_run_token: 0,
@@ -739,9 +709,9 @@ mod tests {
         // threshold.
         let mut state = self::state();
         state.apply(row("2026-01-01T12:00:04Z"), now);
-        let recorded: Vec<_> = state.take_records().into_iter().map(|d| d.slot.scheduled_at).collect();
-        assert_eq!(recorded.first(), Some(&t("2026-01-01T12:00:04Z")));
-        assert_eq!(recorded.last(), Some(&t("2026-01-01T12:00:08Z")));
+        let recorded: Vec<_> =
+            state.take_records().into_iter().map(|d| (d.slot.scheduled_at, d.last_at, d.slots)).collect();
+        assert_eq!(recorded, [(t("2026-01-01T12:00:04Z"), t("2026-01-01T12:00:08Z"), 3)], "one run of the older slots");
         let due: Vec<_> = state.take_due(now, 100).into_iter().map(|s| s.scheduled_at).collect();
         assert_eq!(due.first(), Some(&t("2026-01-01T12:00:10Z")), "the late fire, then the timer's slots: {due:?}");
         assert_eq!(due.get(1), Some(&t("2026-01-01T12:00:12Z")));

@@ -575,11 +575,11 @@ mod tests {
 
     fn decided(job: Uuid, k: i64) -> Decided {
         let at = DateTime::<Utc>::UNIX_EPOCH + TimeDelta::seconds(k);
-        Decided {
-            slot: Slot { job_id: job, scheduled_at: at, job_version: 1, trigger: Trigger::Misfire, max_runs: None },
-            status: Status::Skipped,
-            reason: "test".into(),
-        }
+        Decided::one(
+            Slot { job_id: job, scheduled_at: at, job_version: 1, trigger: Trigger::Misfire, max_runs: None },
+            Status::Skipped,
+            "test".into(),
+        )
     }
 
     #[test]

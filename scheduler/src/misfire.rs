@@ -8,9 +8,10 @@
 //! - `fire_all`: the latest `misfire_cap` missed slots fire, in order; older
 //!   ones are recorded `missed`.
 //!
-//! At most `record_max` slots (the latest) get ledger rows per decision; the
-//! older remainder is counted in `unrecorded` (logged and exported), so a
-//! long outage of an every-second job cannot flood the ledger.
+//! The slots recorded without firing are always one run of consecutive
+//! slots, written as one ledger record however long the outage was.
+
+use std::collections::VecDeque;
 
 use chrono::{DateTime, Utc};
 
@@ -18,69 +19,85 @@ use common::job::MisfirePolicy;
 use common::ledger::Status;
 use common::schedule::CompiledSchedule;
 
-/// Upper bound on slots enumerated for one decision (CPU and memory guard).
-const ENUMERATION_MAX: usize = 100_000;
-
 #[derive(Debug, Default, PartialEq)]
 pub struct Decision {
     /// Slots to fire late, oldest first.
     pub fire: Vec<DateTime<Utc>>,
-    /// Slots to record without firing: (slot, status, reason).
-    pub record: Vec<(DateTime<Utc>, Status, String)>,
-    /// Missed slots older than the recorded ones.
-    pub unrecorded: u64,
+    /// The slots to record without firing: every missed slot before the
+    /// ones fired.
+    pub record: Option<Run>,
 }
 
-/// Decides the missed slots in `(since, until]`.
+/// Consecutive slots decided alike.
+#[derive(Debug, PartialEq)]
+pub struct Run {
+    pub first: DateTime<Utc>,
+    pub last: DateTime<Utc>,
+    pub slots: u64,
+    pub status: Status,
+    pub reason: String,
+}
+
+impl Run {
+    /// The run as the ledger records it; `first` is the slot at `self.first`.
+    pub fn decided(self, first: common::ledger::claim::Slot) -> common::ledger::claim::Decided {
+        common::ledger::claim::Decided {
+            slot: first,
+            last_at: self.last,
+            slots: self.slots,
+            status: self.status,
+            reason: self.reason,
+        }
+    }
+}
+
+/// Decides the missed slots in `(since, until]`. Only the slots the policy
+/// fires are kept while the schedule is walked, so a long outage of a
+/// frequent job costs time, not memory.
 pub fn decide(
     schedule: &CompiledSchedule,
     policy: MisfirePolicy,
     cap: u32,
     since: DateTime<Utc>,
     until: DateTime<Utc>,
-    record_max: usize,
 ) -> Decision {
-    let mut missed = Vec::new();
-    let mut beyond = 0u64;
+    let keep = match policy {
+        MisfirePolicy::Skip => 0,
+        MisfirePolicy::FireOnce => 1,
+        MisfirePolicy::FireAll => cap as usize,
+    };
+    let mut latest: VecDeque<DateTime<Utc>> = VecDeque::with_capacity(keep.min(1024) + 1);
+    let mut older: Option<(DateTime<Utc>, DateTime<Utc>, u64)> = None;
     let mut cursor = since;
     while let Some(slot) = schedule.next_after(cursor) {
         if slot > until {
             break;
         }
-        if missed.len() == ENUMERATION_MAX {
-            // Keep the latest ones: drop the oldest half in one go.
-            missed.drain(..ENUMERATION_MAX / 2);
-            beyond += (ENUMERATION_MAX / 2) as u64;
+        latest.push_back(slot);
+        if latest.len() > keep
+            && let Some(oldest) = latest.pop_front()
+        {
+            let run = older.get_or_insert((oldest, oldest, 0));
+            run.1 = oldest;
+            run.2 += 1;
         }
-        missed.push(slot);
         cursor = slot;
     }
-    let record_max = record_max.max(1);
-    if missed.len() > record_max {
-        beyond += (missed.len() - record_max) as u64;
-        missed.drain(..missed.len() - record_max);
+    let (status, reason) = match policy {
+        MisfirePolicy::Skip => (Status::Skipped, "misfire policy skip".to_owned()),
+        MisfirePolicy::FireOnce => match latest.back() {
+            Some(fired) => (
+                Status::Skipped,
+                format!("misfire policy fire_once: coalesced into {}", common::execution::format_instant(*fired)),
+            ),
+            None => return Decision::default(),
+        },
+        MisfirePolicy::FireAll => (Status::Missed, format!("misfire policy fire_all: beyond misfire_cap {cap}")),
+    };
+    Decision {
+        fire: latest.into(),
+        record: older.map(|(first, last, slots)| Run { first, last, slots, status, reason }),
     }
-    let mut d = Decision { unrecorded: beyond, ..Default::default() };
-    let Some(&latest) = missed.last() else { return d };
-    match policy {
-        MisfirePolicy::Skip => {
-            d.record = missed.into_iter().map(|s| (s, Status::Skipped, "misfire policy skip".to_owned())).collect();
-        }
-        MisfirePolicy::FireOnce => {
-            let reason =
-                format!("misfire policy fire_once: coalesced into {}", common::execution::format_instant(latest));
-            d.record = missed[..missed.len() - 1].iter().map(|s| (*s, Status::Skipped, reason.clone())).collect();
-            d.fire = vec![latest];
-        }
-        MisfirePolicy::FireAll => {
-            let keep = (cap as usize).min(missed.len());
-            let (older, fire) = missed.split_at(missed.len() - keep);
-            let reason = format!("misfire policy fire_all: beyond misfire_cap {cap}");
-            d.record = older.iter().map(|s| (*s, Status::Missed, reason.clone())).collect();
-            d.fire = fire.to_vec();
-        }
-    }
-    d
 }
 
 #[cfg(test)]
@@ -101,36 +118,59 @@ mod tests {
         DateTime::UNIX_EPOCH + TimeDelta::seconds(s)
     }
 
+    /// Every missed slot is either fired or inside the recorded run, once;
+    /// the run is the consecutive slots before the fired ones.
     #[test]
-    fn each_policy_accounts_for_every_missed_slot() {
-        // Slots 10..=120 s: twelve missed.
+    fn each_policy_accounts_for_every_missed_slot_once() {
         let s = every_10s();
-        let once = decide(&s, MisfirePolicy::FireOnce, 100, t(0), t(125), 1000);
-        assert_eq!(once.fire, vec![t(120)]);
-        assert_eq!(once.record.len(), 11);
-        assert!(once.record.iter().all(|(_, status, _)| *status == Status::Skipped));
-
-        let skip = decide(&s, MisfirePolicy::Skip, 100, t(0), t(125), 1000);
-        assert!(skip.fire.is_empty());
-        assert_eq!(
-            skip.record.iter().map(|r| r.0).collect::<Vec<_>>(),
-            (1..=12).map(|k| t(10 * k)).collect::<Vec<_>>()
-        );
-
-        let all = decide(&s, MisfirePolicy::FireAll, 5, t(0), t(125), 1000);
-        assert_eq!(all.fire, (8..=12).map(|k| t(10 * k)).collect::<Vec<_>>());
-        assert_eq!(all.record.len(), 7);
-        assert!(all.record.iter().all(|(_, status, _)| *status == Status::Missed));
+        let mut rng = common::testing::SeededRng::new(0x6d69_7366);
+        for _ in 0..500 {
+            let since = t(rng.below(200) as i64);
+            let until = since + TimeDelta::seconds(rng.below(400) as i64);
+            let cap = 1 + rng.below(8) as u32;
+            let missed: Vec<_> = s.fires_after(since).take_while(|at| *at <= until).collect();
+            for policy in [MisfirePolicy::Skip, MisfirePolicy::FireOnce, MisfirePolicy::FireAll] {
+                let d = decide(&s, policy, cap, since, until);
+                let fired = match policy {
+                    MisfirePolicy::Skip => 0,
+                    MisfirePolicy::FireOnce => 1,
+                    MisfirePolicy::FireAll => cap as usize,
+                }
+                .min(missed.len());
+                assert_eq!(d.fire, missed[missed.len() - fired..], "{policy:?} {since} {until}");
+                let recorded = &missed[..missed.len() - fired];
+                match (&d.record, recorded) {
+                    (None, []) => {}
+                    (Some(run), [first, .., last]) | (Some(run), [first @ last]) => {
+                        assert_eq!((run.first, run.last, run.slots), (*first, *last, recorded.len() as u64));
+                        let status = if policy == MisfirePolicy::FireAll { Status::Missed } else { Status::Skipped };
+                        assert_eq!(run.status, status);
+                    }
+                    (run, _) => panic!("{policy:?}: recorded {run:?}, expected {recorded:?}"),
+                }
+            }
+        }
     }
 
     #[test]
-    fn bounds_are_exclusive_then_inclusive_and_recording_is_capped() {
+    fn a_day_long_outage_of_an_every_second_job_is_one_run() {
+        let s = CompiledSchedule {
+            recurrence: Recurrence::Interval { every_ms: 1_000, anchor: DateTime::UNIX_EPOCH },
+            start_at: None,
+            end_at: None,
+        };
+        let d = decide(&s, MisfirePolicy::FireOnce, 1, t(0), t(86_400));
+        assert_eq!(d.fire, vec![t(86_400)]);
+        let run = d.record.expect("a run");
+        assert_eq!((run.first, run.last, run.slots), (t(1), t(86_399), 86_399));
+        assert_eq!(run.reason, "misfire policy fire_once: coalesced into 1970-01-02T00:00:00.000Z");
+    }
+
+    #[test]
+    fn bounds_are_exclusive_then_inclusive() {
         let s = every_10s();
-        assert_eq!(decide(&s, MisfirePolicy::FireOnce, 1, t(10), t(20), 10).fire, vec![t(20)]);
-        assert_eq!(decide(&s, MisfirePolicy::FireOnce, 1, t(10), t(19), 10), Decision::default());
-        let d = decide(&s, MisfirePolicy::Skip, 1, t(0), t(1000), 10);
-        assert_eq!(d.record.len(), 10);
-        assert_eq!(d.unrecorded, 90);
-        assert_eq!(d.record.last().unwrap().0, t(1000));
+        assert_eq!(decide(&s, MisfirePolicy::FireOnce, 1, t(10), t(20)).fire, vec![t(20)]);
+        assert_eq!(decide(&s, MisfirePolicy::FireOnce, 1, t(10), t(19)), Decision::default());
+        assert_eq!(decide(&s, MisfirePolicy::Skip, 1, t(10), t(19)), Decision::default());
     }
 }

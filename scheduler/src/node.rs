@@ -51,8 +51,6 @@ pub struct NodeConfig {
     pub misfire_threshold: Duration,
     /// How far back a (re)loaded job is checked for misfires.
     pub misfire_lookback: Duration,
-    /// Most ledger rows one misfire decision writes per job.
-    pub misfire_record_max: usize,
     /// Cluster-wide rate of late fires during misfire catch-up (per second).
     pub catchup_rate: u32,
     pub batch_max: usize,
@@ -103,7 +101,6 @@ impl NodeConfig {
             max_lookahead: Duration::from_millis(defaults::MAX_LOOKAHEAD_MS),
             misfire_threshold: Duration::from_millis(defaults::MISFIRE_THRESHOLD_MS),
             misfire_lookback: Duration::from_secs(defaults::MISFIRE_LOOKBACK_SECS),
-            misfire_record_max: 1000,
             catchup_rate: defaults::CATCHUP_RATE,
             batch_max: 10_000,
             poll_interval: Duration::from_millis(defaults::POLL_INTERVAL_MS),
@@ -270,7 +267,6 @@ impl Node {
             cfg.node_id.clone(),
             cfg.replication_factor,
             TimeDelta::from_std(cfg.misfire_threshold)?,
-            cfg.misfire_record_max,
             initial_members,
         );
         state.set_calendars(calendars_rx.borrow_and_update().clone());
@@ -338,7 +334,8 @@ impl Node {
                     state.compact_timer();
                     let records = state.take_records();
                     if !records.is_empty() {
-                        tracing::info!(jobs, misfire_records = records.len(), "misfired slots found in loaded jobs");
+                        let slots: u64 = records.iter().map(|r| r.slots).sum();
+                        tracing::info!(jobs, misfire_records = records.len(), misfired_slots = slots, "misfired slots found in loaded jobs");
                     }
                     if !records.is_empty() && batch_tx.send(Work::Record(records)).await.is_err() {
                         break;

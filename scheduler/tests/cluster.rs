@@ -164,19 +164,34 @@ async fn with_one_of_two_redis_shards_down_the_cluster_keeps_firing_exactly_once
     stack.stop().await;
 }
 
-/// Ledger rows of one job: (scheduled_at, status, trigger).
-async fn ledger_of(stack: &Stack, job: &str) -> Vec<(DateTime<Utc>, String, String)> {
-    let client = stack.pg.get().await.unwrap();
-    client
-        .query(
-            "SELECT scheduled_at, status, trigger FROM scheduled_jobs WHERE job_id = $1 ORDER BY scheduled_at",
-            &[&job.parse::<uuid::Uuid>().unwrap()],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect()
+/// What the ledger holds of each slot of one job, through the API's
+/// listing: (scheduled_at, status, trigger). A decided run (one entry for
+/// consecutive misfired slots) stands for each of its slots, `every` apart;
+/// a slot's own row wins over a run covering it.
+async fn ledger_of(stack: &Stack, job: &str, every: TimeDelta) -> Vec<(DateTime<Utc>, String, String)> {
+    let page = stack.get(&format!("/v1/jobs/{job}/executions?limit=500")).await;
+    assert!(page["next_cursor"].is_null(), "one page holds the test's slots");
+    let instant = |v: &serde_json::Value| v.as_str().unwrap().parse::<DateTime<Utc>>().unwrap();
+    let mut slots = std::collections::BTreeMap::new();
+    let mut runs = Vec::new();
+    for item in page["items"].as_array().unwrap() {
+        let entry = (item["status"].as_str().unwrap().to_owned(), item["trigger"].as_str().unwrap().to_owned());
+        let at = instant(&item["scheduled_at"]);
+        match item.get("run") {
+            Some(run) => runs.push((at, instant(&run["last_at"]), run["slots"].as_i64().unwrap(), entry)),
+            None => {
+                slots.insert(at, entry);
+            }
+        }
+    }
+    for (first, last, count, entry) in runs {
+        let covered: Vec<DateTime<Utc>> = (0..).map(|k| first + every * k).take_while(|t| *t <= last).collect();
+        assert_eq!(covered.len() as i64, count, "a run counts its slots");
+        for t in covered {
+            slots.entry(t).or_insert_with(|| entry.clone());
+        }
+    }
+    slots.into_iter().map(|(t, (status, trigger))| (t, status, trigger)).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,7 +255,7 @@ async fn after_two_minutes_with_every_node_down_missed_slots_follow_each_misfire
     let ledgers = wait_for("every slot decided", Duration::from_secs(60), || async {
         let mut all = Vec::new();
         for (policy, id) in &jobs {
-            let rows = ledger_of(&stack, id).await;
+            let rows = ledger_of(&stack, id, TimeDelta::seconds(EVERY_S)).await;
             let decided =
                 rows.iter().all(|(_, status, _)| ["succeeded", "skipped", "missed"].contains(&status.as_str()));
             let covered = slots_until(last_due).all(|s| rows.iter().any(|(t, _, _)| *t == s));
@@ -277,6 +292,18 @@ async fn after_two_minutes_with_every_node_down_missed_slots_follow_each_misfire
                 assert!(missed[..missed.len() - 5].iter().all(|(_, s, _)| s == "missed"));
             }
         }
+        // Two minutes of missed slots are one record, and each of its slots
+        // explains itself as decided by the policy.
+        let listed = stack.get(&format!("/v1/jobs/{id}/executions?limit=500")).await;
+        let runs: Vec<&serde_json::Value> =
+            listed["items"].as_array().unwrap().iter().filter(|i| i.get("run").is_some()).collect();
+        assert_eq!(runs.len(), 1, "{policy}: one run for the outage: {listed}");
+        let recorded = missed.iter().find(|(_, s, _)| s != "succeeded").unwrap().0;
+        let explained = stack.get(&format!("/v1/jobs/{id}/executions/{}", format_instant(recorded))).await;
+        let execution = &explained["execution"];
+        assert_eq!(execution["trigger"], "misfire", "{explained}");
+        assert!(execution["run"]["slots"].as_i64().unwrap() >= 5, "{explained}");
+        assert!(execution["reason"].as_str().unwrap().starts_with(&format!("misfire policy {policy}")), "{explained}");
         // What fired late reached the receiver once, under the slot's own execution id.
         let received = sink.received_on(policy);
         for t in &fired {

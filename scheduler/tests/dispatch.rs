@@ -109,9 +109,8 @@ async fn a_jobs_decided_slots_are_in_the_ledger_before_any_later_slot_is_claimed
                 trigger: Trigger::Misfire,
                 max_runs: None,
             };
-            let rows: Vec<Decided> = (0..skipped)
-                .map(|k| Decided { slot: slot(k), status: Status::Skipped, reason: "test: misfire".into() })
-                .collect();
+            let rows: Vec<Decided> =
+                (0..skipped).map(|k| Decided::one(slot(k), Status::Skipped, "test: misfire".into())).collect();
             decided.insert(job, rows.iter().map(|d| d.slot.scheduled_at).collect());
             if !rows.is_empty() {
                 work.push((job, Work::Record(rows)));
@@ -158,7 +157,7 @@ async fn a_jobs_decided_slots_are_in_the_ledger_before_any_later_slot_is_claimed
             trigger: Trigger::Misfire,
             max_runs: None,
         };
-        let rows = (0..50).map(|k| Decided { slot: slot(k), status: Status::Skipped, reason: "test".into() }).collect();
+        let rows = (0..50).map(|k| Decided::one(slot(k), Status::Skipped, "test".into())).collect();
         tx.send(Work::Record(rows)).await.unwrap();
     }
     // Only the first job fires: the second's decisions are written while

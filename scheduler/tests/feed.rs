@@ -90,16 +90,18 @@ async fn a_load_reports_the_first_slot_without_a_row_before_the_last_one() {
     let slot = |secs: i64| anchor + TimeDelta::seconds(secs);
     let record = |secs: &[i64]| -> Vec<Decided> {
         secs.iter()
-            .map(|s| Decided {
-                slot: Slot {
-                    job_id: id,
-                    scheduled_at: slot(*s),
-                    job_version: version,
-                    trigger: common::ledger::Trigger::Schedule,
-                    max_runs: None,
-                },
-                status: common::ledger::Status::Skipped,
-                reason: "test".into(),
+            .map(|s| {
+                Decided::one(
+                    Slot {
+                        job_id: id,
+                        scheduled_at: slot(*s),
+                        job_version: version,
+                        trigger: common::ledger::Trigger::Schedule,
+                        max_runs: None,
+                    },
+                    common::ledger::Status::Skipped,
+                    "test".into(),
+                )
             })
             .collect()
     };
@@ -116,6 +118,28 @@ async fn a_load_reports_the_first_slot_without_a_row_before_the_last_one() {
     let h = loaded_history(&pool, id).await;
     assert_eq!((h.last_slot, h.first_gap), (Some(slot(54)), Some(slot(52))));
     assert!(h.decided_to().is_some_and(|d| d < slot(52) && d > slot(50)));
+
+    // A decided run (an outage's misfires, one record) covers its slots:
+    // with 52 s filled, a run of 56-60 s and a row at 64 s leave 62 s as
+    // the first slot without a row; a run reaching 70 s is the last slot.
+    let run = |first: i64, last: i64| {
+        let mut d = record(&[first]).remove(0);
+        d.last_at = slot(last);
+        d.slots = ((last - first) / 2 + 1) as u64;
+        d
+    };
+    record_decided_at(&client, &record(&[52])).await;
+    let recorded = common::ledger::claim::record_decided(&client, "test", &[run(56, 60)]).await.unwrap();
+    assert_eq!(recorded, 3, "a run records its slots");
+    record_decided_at(&client, &record(&[64])).await;
+    let h = loaded_history(&pool, id).await;
+    assert_eq!((h.last_slot, h.first_gap), (Some(slot(64)), Some(slot(62))));
+    let recorded = common::ledger::claim::record_decided(&client, "test", &[run(62, 70)]).await.unwrap();
+    assert_eq!(recorded, 5);
+    let h = loaded_history(&pool, id).await;
+    assert_eq!((h.last_slot, h.first_gap), (Some(slot(70)), None));
+    // The same run again (the job's other owner) records nothing.
+    assert_eq!(common::ledger::claim::record_decided(&client, "test", &[run(62, 70)]).await.unwrap(), 0);
 }
 
 async fn record_decided_at(client: &deadpool_postgres::Object, rows: &[common::ledger::claim::Decided]) {
@@ -151,11 +175,7 @@ async fn a_load_starts_an_edited_job_at_the_old_versions_unfinished_slot() {
     let claimed = common::ledger::claim::claim(&mut client, "test", &[claim(0, 1), claim(2, 1)]).await.unwrap();
     assert_eq!(claimed.len(), 2);
     let later: Vec<_> = (3..=150)
-        .map(|k| common::ledger::claim::Decided {
-            slot: claim(k * 2, 1),
-            status: common::ledger::Status::Skipped,
-            reason: "test".into(),
-        })
+        .map(|k| common::ledger::claim::Decided::one(claim(k * 2, 1), common::ledger::Status::Skipped, "test".into()))
         .collect();
     assert_eq!(common::ledger::claim::record_decided(&client, "test", &later).await.unwrap(), later.len() as u64);
     let h = loaded_history(&pool, id).await;

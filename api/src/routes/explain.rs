@@ -50,7 +50,12 @@ pub async fn explain(
         .await?
         .map(|r| JobFacts::from_row(&r))
         .transpose()?;
-    let row = common::ledger::read::get(&client, job_id, at).await?;
+    let mut row = common::ledger::read::get(&client, job_id, at).await?;
+    // A slot of a decided run (an outage's misfires) has no row of its own.
+    let is_slot = |job: &JobFacts| job.schedule.next_after(at - chrono::TimeDelta::microseconds(1)) == Some(at);
+    if row.is_none() && job.as_ref().is_some_and(is_slot) {
+        row = common::ledger::read::decided_run_at(&client, job_id, at).await?;
+    }
     let now = Utc::now();
     let mut explanation = match (&row, &job) {
         (Some(row), _) => of_row(row, now),

@@ -21,13 +21,28 @@ pub struct Slot {
     pub max_runs: Option<u64>,
 }
 
-/// A slot decided without firing (misfire policy, calendar): recorded in the ledger.
+/// Slots decided without firing (misfire policy, calendar): a run of
+/// consecutive slots of one job version, recorded in the ledger. A run of
+/// one slot is a ledger row; a longer run is one row of `decided_ranges`
+/// (see [`record_decided`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decided {
+    /// The run's first slot; its job, version and trigger are the run's.
     pub slot: Slot,
+    /// The run's last slot: `slot.scheduled_at` for a run of one.
+    pub last_at: DateTime<Utc>,
+    /// The due slots of the run, its first and last included.
+    pub slots: u64,
     /// `Skipped` or `Missed`.
     pub status: Status,
     pub reason: String,
+}
+
+impl Decided {
+    /// One slot decided.
+    pub fn one(slot: Slot, status: Status, reason: String) -> Self {
+        Self { last_at: slot.scheduled_at, slot, slots: 1, status, reason }
+    }
 }
 
 /// The `$1` (job ids), `$2` (slot times) and `$3` (job versions) arrays of
@@ -204,13 +219,33 @@ async fn claim_statement(
     Ok(claimed)
 }
 
-/// Inserts rows for slots decided without firing (trigger `misfire`); a
-/// slot that has a row (another owner decided or fired it) is left alone,
-/// and so is one its version may no longer claim. Returns the rows written.
+/// Records slots decided without firing: a run of one slot as a ledger
+/// row, a longer run as one `decided_ranges` row (after an outage a
+/// job's decided slots are one run, and writing them one row each made
+/// the cluster's restart wait for the ledger). A slot or run that has a
+/// row (another owner decided or fired it) is left alone, and so is one
+/// its version may no longer claim. Returns the slots recorded.
 pub async fn record_decided(
     client: &impl deadpool_postgres::GenericClient,
     node_id: &str,
-    rows: &[Decided],
+    decided: &[Decided],
+) -> Result<u64, tokio_postgres::Error> {
+    let (single, runs): (Vec<&Decided>, Vec<&Decided>) = decided.iter().partition(|d| d.slots == 1);
+    let mut recorded = 0;
+    if !single.is_empty() {
+        recorded += record_slots(client, node_id, &single).await?;
+    }
+    if !runs.is_empty() {
+        recorded += record_runs(client, node_id, &runs).await?;
+    }
+    Ok(recorded)
+}
+
+/// Ledger rows for single decided slots (trigger `misfire` or the slot's).
+async fn record_slots(
+    client: &impl deadpool_postgres::GenericClient,
+    node_id: &str,
+    rows: &[&Decided],
 ) -> Result<u64, tokio_postgres::Error> {
     // Both owners of a job record the same decisions at about the same
     // time: in lock order, two such inserts wait for each other instead of
@@ -238,6 +273,41 @@ pub async fn record_decided(
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] =
         [&job_ids, &times, &versions, &fire_ids, &exec_ids, &statuses, &reasons, &node_id, &triggers];
     crate::db::retry_deadlock(|| client.execute(&statement, &params)).await
+}
+
+/// One `decided_ranges` row per run. The version must be the one in force
+/// at both ends of the run: versions only succeed each other, so it is then
+/// the one in force at every slot between them.
+async fn record_runs(
+    client: &impl deadpool_postgres::GenericClient,
+    node_id: &str,
+    runs: &[&Decided],
+) -> Result<u64, tokio_postgres::Error> {
+    let runs = crate::db::in_lock_order(runs, |r| (r.slot.job_id, r.slot.scheduled_at));
+    let (job_ids, firsts, versions) = key_columns(runs.iter().map(|r| &r.slot));
+    let lasts: Vec<DateTime<Utc>> = runs.iter().map(|r| r.last_at).collect();
+    let counts: Vec<i64> = runs.iter().map(|r| r.slots.min(i64::MAX as u64) as i64).collect();
+    let statuses: Vec<&str> = runs.iter().map(|r| r.status.as_str()).collect();
+    let reasons: Vec<&str> = runs.iter().map(|r| r.reason.as_str()).collect();
+    let statement = client
+        .prepare_cached(concat!(
+            r#"INSERT INTO decided_ranges (job_id, first_at, last_at, slots, job_version, status, reason, scheduler_node)
+                 SELECT s.job_id, s.first_at, s.last_at, s.slots, s.job_version, s.status, s.reason, $8
+                 FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[], $4::timestamptz[], $5::bigint[], $6::text[], $7::text[])
+                      AS s(job_id, first_at, job_version, last_at, slots, status, reason)
+                 WHERE "#,
+            claimable_by!("s.job_id", "s.job_version", "s.first_at"),
+            " AND ",
+            claimable_by!("s.job_id", "s.job_version", "s.last_at"),
+            r#"
+                 ON CONFLICT (job_id, first_at) DO NOTHING
+                 RETURNING slots"#
+        ))
+        .await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] =
+        [&job_ids, &firsts, &versions, &lasts, &counts, &statuses, &reasons, &node_id];
+    let rows = crate::db::retry_deadlock(|| client.query(&statement, &params)).await?;
+    Ok(rows.iter().map(|r| r.get::<_, i64>(0) as u64).sum())
 }
 
 /// Where a slot stands for a claimer, as [`check_slots`] reads it.

@@ -149,6 +149,9 @@ pub struct MaintenanceReport {
     pub adopted_rows: u64,
     /// Rows of the default partition past their retention, deleted.
     pub expired_default_rows: u64,
+    /// Decided runs (`decided_ranges`) whose last slot is past the
+    /// retention of rows that did not succeed, deleted.
+    pub expired_runs: u64,
     /// Rows of dropped partitions still `pending`, `running` or `retrying`,
     /// moved to the default partition.
     pub unfinished_rows_kept: u64,
@@ -347,6 +350,9 @@ async fn maintain_locked(
         )
         .await?;
 
+    report.expired_runs =
+        client.execute("DELETE FROM decided_ranges WHERE last_at < $1", &[&day_start(oldest_kept)]).await?;
+
     for (day, compacted) in day_partitions(&*client).await? {
         let name = partition_name(day);
         if day < oldest_kept {
@@ -390,6 +396,7 @@ async fn maintain_locked(
         || !report.dropped.is_empty()
         || !report.compacted.is_empty()
         || report.expired_default_rows > 0
+        || report.expired_runs > 0
     {
         tracing::info!(
             created = ?report.created,
@@ -397,6 +404,7 @@ async fn maintain_locked(
             dropped = ?report.dropped,
             adopted_rows = report.adopted_rows,
             expired_default_rows = report.expired_default_rows,
+            expired_runs = report.expired_runs,
             "ledger partitions maintained"
         );
     }

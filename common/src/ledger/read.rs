@@ -44,6 +44,23 @@ pub struct Execution {
     /// Why the slot was skipped or missed (paused, deleted, superseded, the
     /// misfire policy), or `replay`.
     pub reason: Option<String>,
+    /// Present when the entry is (a slot of) a decided run: consecutive
+    /// slots of the job recorded together without firing (an outage's
+    /// misfires). A listing shows a run once, at its first slot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<DecidedRun>,
+}
+
+/// Consecutive slots of a job decided together without firing: every due
+/// slot from `first_at` to `last_at` that has no row of its own.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct DecidedRun {
+    #[serde(serialize_with = "serialize_instant")]
+    pub first_at: DateTime<Utc>,
+    #[serde(serialize_with = "serialize_instant")]
+    pub last_at: DateTime<Utc>,
+    /// Due slots in the run, the first and last included.
+    pub slots: i64,
 }
 
 /// A ledger row with its history.
@@ -61,18 +78,25 @@ pub struct ExecutionWithHistory {
     /// attempt, for its destination host, e.g. `destination circuit open`;
     /// once per outage), `gave_up` (the same fields: it waited past the
     /// slot's retry horizon and was parked as failed without the attempt),
-    /// `retaken`, `stranded` or `replay` (`at`).
+    /// `retaken`, `stranded` or `replay` (`at`), `decided` (`at`, `reason`:
+    /// the slot is one of a decided run's, see `Execution::run`).
     pub history: Vec<serde_json::Map<String, Value>>,
 }
 
 impl Execution {
-    /// From a `SELECT *` of the table.
+    /// From a `SELECT *` of the table, or an entry of [`list`] (where a
+    /// decided run has `run_last_at` and `run_slots`).
     pub(super) fn from_row(r: &Row) -> Self {
+        let job_id: Uuid = r.get("job_id");
+        let scheduled_at: DateTime<Utc> = r.get("scheduled_at");
+        let run_last_at: Option<DateTime<Utc>> = r.try_get("run_last_at").ok().flatten();
         Execution {
-            job_id: r.get("job_id"),
-            scheduled_at: r.get("scheduled_at"),
-            execution_id: r.get("execution_id"),
-            fire_id: r.get("fire_id"),
+            job_id,
+            scheduled_at,
+            execution_id: r
+                .get::<_, Option<String>>("execution_id")
+                .unwrap_or_else(|| crate::execution::execution_id(job_id, scheduled_at)),
+            fire_id: r.get::<_, Option<Uuid>>("fire_id").unwrap_or_else(Uuid::nil),
             trigger: r.get("trigger"),
             status: r.get("status"),
             attempts: r.get("attempts"),
@@ -89,6 +113,11 @@ impl Execution {
             // redacted its errors may hold a callback's credentials.
             error: r.get::<_, Option<String>>("error").map(|e| crate::redact::text(&e)),
             reason: r.get("reason"),
+            run: run_last_at.map(|last_at| DecidedRun {
+                first_at: scheduled_at,
+                last_at,
+                slots: r.try_get("run_slots").unwrap_or(0),
+            }),
         }
     }
 }
@@ -137,7 +166,16 @@ pub async fn list(
     // With a job, the order is the slot's; across jobs, (slot, job).
     let rows = client
         .query(
-            "SELECT * FROM scheduled_jobs
+            "SELECT * FROM (
+                 SELECT job_id, scheduled_at, execution_id, fire_id, trigger, status, attempts, scheduler_node,
+                        worker_id, fired_at, published_at, started_at, finished_at, http_status, sqs_message_id,
+                        response_excerpt, error, reason, NULL::timestamptz AS run_last_at, NULL::bigint AS run_slots
+                 FROM scheduled_jobs
+                 UNION ALL
+                 SELECT job_id, first_at, NULL::text, NULL::uuid, 'misfire', status, 0, scheduler_node,
+                        NULL::text, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, recorded_at, NULL::integer,
+                        NULL::text, NULL::text, NULL::text, reason, last_at, slots
+                 FROM decided_ranges) e
              WHERE ($1::text IS NULL OR status = $1) AND ($2::uuid IS NULL OR job_id = $2)
                AND ($3::timestamptz IS NULL OR scheduled_at >= $3) AND ($4::timestamptz IS NULL OR scheduled_at < $4)
                AND ($5::timestamptz IS NULL
@@ -171,6 +209,57 @@ pub async fn get(
         .await?
         .as_ref()
         .map(ExecutionWithHistory::from_row))
+}
+
+/// The slot `at` as a decided run (`decided_ranges`) records it, shown as
+/// the row it stands for: the run's status and reason, trigger `misfire`,
+/// the run itself in `run`, and one history entry `decided` (`at`,
+/// `reason`). A run covers only its job's due slots: the
+/// caller checks that `at` is one, and a slot's own row, when there is
+/// one, wins over the run.
+pub async fn decided_run_at(
+    client: &impl deadpool_postgres::GenericClient,
+    job_id: Uuid,
+    at: DateTime<Utc>,
+) -> Result<Option<ExecutionWithHistory>, tokio_postgres::Error> {
+    let run = client
+        .query_opt(
+            "SELECT * FROM decided_ranges WHERE job_id = $1 AND first_at <= $2 AND last_at >= $2
+             ORDER BY first_at DESC LIMIT 1",
+            &[&job_id, &at],
+        )
+        .await?;
+    Ok(run.map(|r| {
+        let recorded_at: DateTime<Utc> = r.get("recorded_at");
+        let mut entry = serde_json::Map::new();
+        entry.insert("event".into(), "decided".into());
+        entry.insert("at".into(), Value::String(crate::execution::format_instant(recorded_at)));
+        entry.insert("reason".into(), Value::String(r.get("reason")));
+        ExecutionWithHistory {
+            execution: Execution {
+                job_id,
+                scheduled_at: at,
+                execution_id: crate::execution::execution_id(job_id, at),
+                fire_id: Uuid::nil(),
+                trigger: Trigger::Misfire,
+                status: r.get("status"),
+                attempts: 0,
+                scheduler_node: r.get("scheduler_node"),
+                worker_id: None,
+                fired_at: None,
+                published_at: None,
+                started_at: None,
+                finished_at: Some(recorded_at),
+                http_status: None,
+                sqs_message_id: None,
+                response_excerpt: None,
+                error: None,
+                reason: r.get("reason"),
+                run: Some(DecidedRun { first_at: r.get("first_at"), last_at: r.get("last_at"), slots: r.get("slots") }),
+            },
+            history: vec![entry],
+        }
+    }))
 }
 
 /// Slots of the job before `at` that count towards `max_runs`, as the
@@ -225,13 +314,17 @@ pub struct Span {
     /// `last_slot`, ascending: what a load compares with the schedule to
     /// find a slot left without a row.
     pub slots_before_last: Vec<DateTime<Utc>>,
+    /// The decided runs (`decided_ranges`: first and last slot) that reach
+    /// into that window.
+    pub runs_before_last: Vec<(DateTime<Utc>, DateTime<Utc>)>,
 }
 
 impl Span {
-    /// Whether the ledger holds a row for `slot` (only slots inside the
-    /// window asked for are known).
+    /// Whether the ledger holds a row or a decided run for `slot` (only
+    /// slots inside the window asked for are known).
     pub fn has_row_before_last(&self, slot: DateTime<Utc>) -> bool {
         self.slots_before_last.binary_search(&slot).is_ok()
+            || self.runs_before_last.iter().any(|(first, last)| *first <= slot && slot <= *last)
     }
 }
 
@@ -250,10 +343,11 @@ pub async fn spans(
     let rows = client
         .query(
             concat!(
-                "SELECT j.id, s.last_slot, u.unsettled_from, coalesce(w.slots, '{}') AS slots
+                "SELECT j.id, t.last_slot, u.unsettled_from, coalesce(w.slots, '{}') AS slots,
+                        coalesce(r.firsts, '{}') AS run_firsts, coalesce(r.lasts, '{}') AS run_lasts
                  FROM jobs j
                  LEFT JOIN LATERAL (
-                     SELECT l.scheduled_at AS last_slot FROM scheduled_jobs l
+                     SELECT l.scheduled_at AS last_row FROM scheduled_jobs l
                      WHERE l.job_id = j.id AND l.scheduled_at >= $2 AND l.trigger <> 'manual'
                        AND NOT (",
                 held_by_older_version!("j.version"),
@@ -261,6 +355,11 @@ pub async fn spans(
                 retakeable_by!("j.version"),
                 ")
                      ORDER BY l.scheduled_at DESC LIMIT 1) s ON true
+                 LEFT JOIN LATERAL (
+                     -- Decided runs are final: taken care of whatever their version.
+                     SELECT max(d.last_at) AS last_run FROM decided_ranges d
+                     WHERE d.job_id = j.id AND d.last_at >= $2) dr ON true
+                 CROSS JOIN LATERAL (SELECT greatest(s.last_row, dr.last_run) AS last_slot) t
                  LEFT JOIN LATERAL (
                      -- Only a changed job has rows of an older version; the
                      -- first condition spares the others a read of their rows.
@@ -273,9 +372,14 @@ pub async fn spans(
                 ")) u ON true
                  LEFT JOIN LATERAL (
                      SELECT array_agg(l.scheduled_at ORDER BY l.scheduled_at) AS slots FROM scheduled_jobs l
-                     WHERE l.job_id = j.id AND l.scheduled_at < s.last_slot
-                       AND l.scheduled_at >= greatest(s.last_slot - make_interval(secs => $3), $2)) w ON true
-                 WHERE j.id = ANY($1) AND (s.last_slot IS NOT NULL OR u.unsettled_from IS NOT NULL)"
+                     WHERE l.job_id = j.id AND l.scheduled_at < t.last_slot
+                       AND l.scheduled_at >= greatest(t.last_slot - make_interval(secs => $3), $2)) w ON true
+                 LEFT JOIN LATERAL (
+                     SELECT array_agg(d.first_at ORDER BY d.first_at) AS firsts, array_agg(d.last_at ORDER BY d.first_at) AS lasts
+                     FROM decided_ranges d
+                     WHERE d.job_id = j.id AND d.first_at < t.last_slot
+                       AND d.last_at >= greatest(t.last_slot - make_interval(secs => $3), $2)) r ON true
+                 WHERE j.id = ANY($1) AND (t.last_slot IS NOT NULL OR u.unsettled_from IS NOT NULL)"
             ),
             &[&job_ids, &since, &window_secs],
         )
@@ -283,10 +387,13 @@ pub async fn spans(
     Ok(rows
         .iter()
         .map(|r| {
+            let firsts: Vec<DateTime<Utc>> = r.get("run_firsts");
+            let lasts: Vec<DateTime<Utc>> = r.get("run_lasts");
             let span = Span {
                 last_slot: r.get("last_slot"),
                 unsettled_from: r.get("unsettled_from"),
                 slots_before_last: r.get("slots"),
+                runs_before_last: firsts.into_iter().zip(lasts).collect(),
             };
             (r.get("id"), span)
         })
