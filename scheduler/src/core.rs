@@ -275,7 +275,7 @@ impl Core {
                 };
                 owned.runs += d.fire.len() as u64;
                 late.extend(d.fire.into_iter().map(slot));
-                self.records.extend(d.record.map(|run| run.decided(slot(run.first))));
+                self.records.extend(d.record.map(|run| run.decided(slot)));
             }
             // Slots up to the last one in the ledger are taken care of (a
             // gained job was fired by its previous owners until now), except
@@ -349,7 +349,7 @@ impl Core {
                 d.fire.truncate(runs_left(max_runs, runs));
                 runs += d.fire.len() as u64;
                 late.extend(d.fire.into_iter().map(|at| slot(at, Trigger::Misfire)));
-                self.records.extend(d.record.map(|run| run.decided(slot(run.first, Trigger::Misfire))));
+                self.records.extend(d.record.map(|run| run.decided(|at| slot(at, Trigger::Misfire))));
             }
             let mut cursor = since.max(misfired_before);
             while runs_left(max_runs, runs) > 0

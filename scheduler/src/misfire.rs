@@ -39,10 +39,13 @@ pub struct Run {
 }
 
 impl Run {
-    /// The run as the ledger records it; `first` is the slot at `self.first`.
-    pub fn decided(self, first: common::ledger::claim::Slot) -> common::ledger::claim::Decided {
+    /// The run as the ledger records it; `slot_at` makes the job's slot at an instant.
+    pub fn decided(
+        self,
+        slot_at: impl FnOnce(DateTime<Utc>) -> common::ledger::claim::Slot,
+    ) -> common::ledger::claim::Decided {
         common::ledger::claim::Decided {
-            slot: first,
+            slot: slot_at(self.first),
             last_at: self.last,
             slots: self.slots,
             status: self.status,
