@@ -65,8 +65,7 @@ async fn concurrent_claimers_with_stale_counts_never_exceed_max_runs() {
         let job = capped_job(&admin, anchor, max_runs).await;
         // Runs of other kinds are not counted: a manual fire and a slot decided without firing.
         common::ledger::changes::insert_manual(&admin, job, 1).await.unwrap();
-        let decided =
-            Decided { slot: slot(job, anchor, max_runs), status: Status::Skipped, reason: "test: decided".into() };
+        let decided = Decided::one(slot(job, anchor, max_runs), Status::Skipped, "test: decided".into());
         assert_eq!(record_decided(&admin, "test", &[decided]).await.unwrap(), 1);
         let mut claimers = Vec::new();
         for c in 0..6 {

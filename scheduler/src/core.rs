@@ -758,7 +758,7 @@ mod tests {
     }
 
     fn core_of(members: &[&str]) -> Core {
-        Core::new("n0".into(), 2, TimeDelta::seconds(30), 100, members.iter().map(|m| m.to_string()).collect())
+        Core::new("n0".into(), 2, TimeDelta::seconds(30), members.iter().map(|m| m.to_string()).collect())
     }
 
     /// Every slot up to `until_ms`, taken `step_ms` at a time in batches of
@@ -874,8 +874,8 @@ mod tests {
             };
             let (m1, m2) = (pick(&before), pick(&after));
             let owns = |members: &[String], id: Uuid| ownership::is_owner("n0", id, members, 2);
-            let mut core = Core::new("n0".into(), 2, TimeDelta::seconds(30), 100, m1.clone());
-            let mut kept_only = Core::new("n0".into(), 2, TimeDelta::seconds(30), 100, m1.clone());
+            let mut core = Core::new("n0".into(), 2, TimeDelta::seconds(30), m1.clone());
+            let mut kept_only = Core::new("n0".into(), 2, TimeDelta::seconds(30), m1.clone());
             for (i, (every, anchor)) in jobs.iter().enumerate() {
                 let row = changed(i as u128 + 1, 1, interval(*every, *anchor), 0);
                 if owns(&m2, row.id) {
