@@ -239,6 +239,18 @@ async fn rows_that_did_not_succeed_are_kept_longer_and_unfinished_rows_are_never
             assert_eq!(partition_of(&client, job).await, "scheduled_jobs_default");
         }
     }
+    // Decided runs (an outage's misfires): kept while their last slot is
+    // within the unsuccessful retention, whatever their first.
+    for (first, last) in [(100, 95), (100, 60), (44, 44)] {
+        client
+            .execute(
+                "INSERT INTO decided_ranges (job_id, first_at, last_at, slots, job_version, status, reason)
+                 VALUES ($1, $2, $3, 2, 1, 'skipped', 'misfire policy skip')",
+                &[&Uuid::now_v7(), &noon(day(first)), &(noon(day(last)) + chrono::TimeDelta::seconds(1))],
+            )
+            .await
+            .unwrap();
+    }
     let before = ledger(&client).await;
     let d60 = partition_name(day(60));
     let indexes_before = indexes(&client, &d60).await;
@@ -265,6 +277,9 @@ async fn rows_that_did_not_succeed_are_kept_longer_and_unfinished_rows_are_never
     assert_eq!(report.unfinished_rows_kept, 9);
     // Default partition: the succeeded row 70 days old, the succeeded and failed ones 120 days old.
     assert_eq!(report.expired_default_rows, 3);
+    assert_eq!(report.expired_runs, 1, "the run that ended 95 days ago");
+    let runs_left: i64 = client.query_one("SELECT count(*) FROM decided_ranges", &[]).await.unwrap().get(0);
+    assert_eq!(runs_left, 2);
 
     let after = ledger(&client).await;
     assert_eq!(after, expected_after(&before, today));
