@@ -13,10 +13,17 @@
 //! The offset is measured NTP-style: a few `SELECT clock_timestamp()`
 //! round trips, keeping the one with the shortest round trip; the server's
 //! reading lies within half that round trip of the local midpoint, so the
-//! corrected clock is within [`Measurement::uncertainty`] of the database's
-//! at the moment of the check (loopback: well under a millisecond). Between
-//! checks the error grows only by the local clock's drift — or by a step of
-//! the local clock, which the next check (default 5 s later) takes back.
+//! true offset is within [`Measurement::uncertainty`] of the estimate.
+//! [`now`] corrects by the far end of that interval (estimate plus
+//! uncertainty), not by the estimate: the corrected clock then never runs
+//! ahead of the database's, so a slot held until its instant is never
+//! handed over early, and is late by at most the whole round trip
+//! (loopback: well under a millisecond). Correcting by the estimate alone
+//! let a node fire up to half a round trip early whenever the two legs of
+//! the round trip differed (seen as 1–2 ms early deliveries on a saturated
+//! machine). Between checks the error grows only by the local clock's
+//! drift — or by a step of the local clock, which the next check (default
+//! 5 s later) takes back.
 //!
 //! A process whose offset exceeds [`ClockConfig::max_offset`] is out of
 //! bounds: a scheduler node then stops firing and leaves the cluster, so
@@ -32,17 +39,21 @@ use chrono::{DateTime, TimeDelta, Utc};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-/// Local clock minus the database's, in microseconds; 0 until measured.
+/// What [`now`] subtracts from the local clock, in microseconds: the
+/// largest offset (local minus database) the last check allows; 0 until
+/// measured.
 static OFFSET_MICROS: AtomicI64 = AtomicI64::new(0);
 
-/// The corrected wall clock: the local clock minus the measured offset.
-/// Every instant the scheduler and worker compare with a slot's due instant
-/// comes from here.
+/// The corrected wall clock: never ahead of the database's clock (as of the
+/// last check), behind it by at most that check's round trip. Every instant
+/// the scheduler and worker compare with a slot's due instant comes from
+/// here.
 pub fn now() -> DateTime<Utc> {
-    Utc::now() - TimeDelta::microseconds(OFFSET_MICROS.load(Ordering::Relaxed))
+    Utc::now() - offset()
 }
 
-/// The offset [`now`] currently corrects by (local minus database).
+/// The offset [`now`] currently corrects by (local minus database, at the
+/// far end of the last measurement's interval).
 pub fn offset() -> TimeDelta {
     TimeDelta::microseconds(OFFSET_MICROS.load(Ordering::Relaxed))
 }
@@ -103,6 +114,12 @@ impl Measurement {
         Some(Self { offset: local_midpoint - best.server, uncertainty: half })
     }
 
+    /// The correction that never puts the local clock ahead of the
+    /// database's: the largest offset this measurement allows.
+    pub fn never_ahead(&self) -> TimeDelta {
+        TimeDelta::from_std(self.uncertainty).ok().and_then(|u| self.offset.checked_add(&u)).unwrap_or(TimeDelta::MAX)
+    }
+
     /// Whether a scheduler node may fire with this offset. The measured
     /// offset itself is compared (not widened by the uncertainty): on a
     /// slow link a sound clock must not be sent out of the cluster.
@@ -137,7 +154,7 @@ pub async fn measure(pg: &deadpool_postgres::Pool) -> anyhow::Result<Measurement
 /// Applies a measurement: the correction [`now`] uses, the metrics, the
 /// verdict and a log line when the verdict changes.
 fn apply(m: Measurement, config: &ClockConfig, verdict: &watch::Sender<ClockVerdict>) {
-    OFFSET_MICROS.store(m.offset.num_microseconds().unwrap_or(i64::MAX), Ordering::Relaxed);
+    OFFSET_MICROS.store(m.never_ahead().num_microseconds().unwrap_or(i64::MAX), Ordering::Relaxed);
     let offset_secs = m.offset.num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6;
     metrics::gauge!(crate::metrics::CLOCK_OFFSET_SECONDS).set(offset_secs);
     metrics::gauge!(crate::metrics::CLOCK_OFFSET_UNCERTAINTY_SECONDS).set(m.uncertainty.as_secs_f64());
@@ -228,6 +245,40 @@ mod tests {
         assert_eq!(Measurement::from_samples(&[]), None);
     }
 
+    proptest::proptest! {
+        /// Whatever the true offset and however the round trips split
+        /// between the two legs, the corrected clock is never ahead of the
+        /// database's and behind it by at most the chosen round trip.
+        #[test]
+        fn the_corrected_clock_is_never_ahead_of_the_reference_and_late_by_at_most_a_round_trip(
+            true_offset_us in -3_000_000i64..3_000_000,
+            legs in proptest::collection::vec((0u64..20_000, 0u64..20_000, 0u64..2_000), 1..6),
+            read_after_us in 0i64..10_000_000,
+        ) {
+            // The reference clock starts at `base`; the local one reads
+            // `true_offset` more at every instant.
+            let base = t("2026-01-01T00:00:00Z");
+            let mut reference = base;
+            let samples: Vec<Sample> = legs
+                .iter()
+                .map(|&(out_us, back_us, server_us)| {
+                    let sent = reference + TimeDelta::microseconds(true_offset_us);
+                    let server = reference + TimeDelta::microseconds((out_us + server_us / 2) as i64);
+                    let round_trip = Duration::from_micros(out_us + server_us + back_us);
+                    reference += TimeDelta::from_std(round_trip).unwrap() + TimeDelta::milliseconds(1);
+                    Sample { sent, round_trip, server }
+                })
+                .collect();
+            let m = Measurement::from_samples(&samples).unwrap();
+            // Any later instant: what `now` would read against the truth.
+            let truth = reference + TimeDelta::microseconds(read_after_us);
+            let corrected = truth + TimeDelta::microseconds(true_offset_us) - m.never_ahead();
+            proptest::prop_assert!(corrected <= truth, "ahead by {}", corrected - truth);
+            let shortest = samples.iter().map(|s| s.round_trip).min().unwrap();
+            proptest::prop_assert!(truth - corrected <= TimeDelta::from_std(shortest).unwrap());
+        }
+    }
+
     #[test]
     fn a_clock_beyond_the_limit_either_way_is_out_of_bounds() {
         let limit = Duration::from_millis(1000);
@@ -249,9 +300,15 @@ mod tests {
         let corrected = now();
         // The local clock is 2 s ahead of the reference: corrected time is 2 s behind it.
         assert!(corrected < before - TimeDelta::milliseconds(1900), "{corrected} vs {before}");
-        apply(Measurement { offset: TimeDelta::milliseconds(-30), uncertainty: Duration::ZERO }, &config, &tx);
+        // The correction takes the far end of the interval: 3 ms of
+        // uncertainty make the corrected clock read 3 ms less.
+        apply(
+            Measurement { offset: TimeDelta::milliseconds(-30), uncertainty: Duration::from_millis(3) },
+            &config,
+            &tx,
+        );
         assert_eq!(*rx.borrow(), ClockVerdict::InBounds);
-        assert_eq!(offset(), TimeDelta::milliseconds(-30));
+        assert_eq!(offset(), TimeDelta::milliseconds(-27));
         OFFSET_MICROS.store(0, Ordering::Relaxed);
     }
 }
