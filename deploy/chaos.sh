@@ -11,8 +11,10 @@
 #   FULL=1 deploy/chaos.sh             every fault at 2,000 fires/s (about 35 minutes)
 #
 # Exits with the scenario's status: non-zero when a slot was duplicated, lost
-# (missed and not explained by a misfire or retry policy) or left without a
-# final ledger status, or when the run itself failed.
+# (missed and not explained by a misfire or retry policy), left without a
+# final ledger status or delivered before its due instant (by a millisecond
+# or more: every process and receiver here reads the same clock), or when
+# the run itself failed.
 #
 # Makes sure the service packages are installed (deploy/scripts/services.sh
 # ensure faketime: PostgreSQL, Redis and RabbitMQ, whose binaries the

@@ -22,7 +22,8 @@
 //! recover and the ledger's verdict. The ledger is read after a final drain
 //! (until no slot of the run is `pending`, `running` or `retrying`, or
 //! `--drain-max-secs`). The process exits non-zero when any window has a
-//! duplicated or lost slot or one without a final status.
+//! duplicated or lost slot, one without a final status, or one whose first
+//! request reached a receiver before its due instant.
 
 pub mod services;
 pub mod verdict;
@@ -606,7 +607,7 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
     let violations = result?;
     anyhow::ensure!(
         violations == 0,
-        "{violations} slots duplicated, lost or without a final ledger status (see the matrix)"
+        "{violations} slots duplicated, lost, without a final ledger status or delivered early (see the matrix)"
     );
     Ok(())
 }
@@ -1051,9 +1052,12 @@ async fn scenario(args: &ChaosArgs, plan: &Plan, services: &mut Services) -> any
                 ),
             );
         }
-        for (what, ids) in
-            [("lost", &w.lost_examples), ("duplicated", &w.duplicated_examples), ("not final", &w.no_final_examples)]
-        {
+        for (what, ids) in [
+            ("lost", &w.lost_examples),
+            ("duplicated", &w.duplicated_examples),
+            ("not final", &w.no_final_examples),
+            ("early", &w.early_examples),
+        ] {
             if !ids.is_empty() {
                 report.row(format!("{f}: {what} (examples)"), ids.join(" "));
             }
@@ -1145,7 +1149,7 @@ fn matrix(baseline: &Figures, results: &[FaultResult], threshold: i64) -> String
     }
     s.push_str(&format!(
         "\nTargets (recovery threshold {} ms):\n\n| fault | 0 duplicated | 0 without final status | 0 missed but by policy \
-         | p99 ≤ 1 s during (single-node faults) | recovery ≤ 10 s |\n|---|---|---|---|---|---|\n",
+         | nothing early | p99 ≤ 1 s during (single-node faults) | recovery ≤ 10 s |\n|---|---|---|---|---|---|---|\n",
         fmt_int(threshold)
     ));
     for r in results {
@@ -1156,11 +1160,12 @@ fn matrix(baseline: &Figures, results: &[FaultResult], threshold: i64) -> String
             "—".to_owned()
         };
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {p99} | {} |\n",
+            "| {} | {} | {} | {} | {} | {p99} | {} |\n",
             r.injected.fault.name(),
             yes_no(w.duplicated == 0),
             yes_no(w.no_final_status == 0),
             yes_no(w.lost == 0),
+            yes_no(w.early == 0),
             yes_no(r.recovery_secs.is_some_and(|v| v <= 10)),
         ));
     }
@@ -1201,6 +1206,17 @@ mod tests {
         };
         let m = matrix(&Figures::default(), &[r], 100);
         assert!(m.contains("| kill-worker | 20.0 | 10 | 9 | 0 | 0 | 1 | 0 | 0 (0) |"), "{m}");
-        assert!(m.contains("| kill-worker | yes | yes | **no** | **no** | yes |"), "{m}");
+        assert!(m.contains("| kill-worker | yes | yes | **no** | yes | **no** | yes |"), "{m}");
+        let early = Figures { due: 10, delivered: 10, early: 1, ..Default::default() };
+        let r = FaultResult {
+            injected: Injected { fault: Fault::KillWorker, start: t, end: t, observe_end: t, notes: vec![] },
+            whole: early.clone(),
+            during: early,
+            after: Figures::default(),
+            recovery_secs: Some(0),
+            receiver_b: None,
+        };
+        let m = matrix(&Figures::default(), &[r], 100);
+        assert!(m.contains("| kill-worker | yes | yes | yes | **no** | **no** | yes |"), "{m}");
     }
 }

@@ -150,9 +150,14 @@ pub struct Figures {
     pub lateness: Option<Percentiles>,
     /// The earliest first request relative to its due instant (negative: early).
     pub earliest_ms: Option<i64>,
+    /// Slots whose first request reached a receiver a millisecond or more
+    /// before their due instant. The corrected clock never runs ahead of the
+    /// database's (this machine's, the receivers' too), so any is a bug.
+    pub early: usize,
     pub lost_examples: Vec<String>,
     pub duplicated_examples: Vec<String>,
     pub no_final_examples: Vec<String>,
+    pub early_examples: Vec<String>,
 }
 
 impl Figures {
@@ -211,6 +216,10 @@ impl Figures {
             *f.ledger.entry(key).or_default() += 1;
             if let Some(l) = s.lateness_ms() {
                 f.earliest_ms = Some(f.earliest_ms.map_or(l, |e| e.min(l)));
+                if l < 0 {
+                    f.early += 1;
+                    example(&mut f.early_examples);
+                }
                 if lateness_of(s) {
                     late.push(l);
                 }
@@ -220,9 +229,10 @@ impl Figures {
         f
     }
 
-    /// Slots that break the run's promises: duplicated, lost, without a final status.
+    /// Slots that break the run's promises: duplicated, lost, without a
+    /// final status, or delivered before their due instant.
     pub fn violations(&self) -> usize {
-        self.duplicated + self.lost + self.no_final_status
+        self.duplicated + self.lost + self.no_final_status + self.early
     }
 
     /// The ledger's verdict in one cell: `succeeded 9,950 · skipped (misfire) 50`.
@@ -346,6 +356,18 @@ mod tests {
         assert_eq!((f.due, f.delivered, f.missed_by_policy, f.duplicated, f.violations()), (10, 8, 2, 1, 1));
         assert_eq!(f.earliest_ms, Some(13));
         assert_eq!(f.ledger_cell(), "skipped (misfire policy fire_once) 2 · succeeded 8");
+        // A first request before its due instant breaks a promise too;
+        // one within the same millisecond does not count (arrivals are
+        // compared in whole milliseconds).
+        let mut early = Slot::new(at(2_000), false);
+        early.arrived(at(1_999), 200);
+        early.ledger = row("succeeded", false);
+        let mut same_ms = Slot::new(at(3_000), false);
+        same_ms.arrived(at(3_000) - TimeDelta::microseconds(400), 200);
+        same_ms.ledger = row("succeeded", false);
+        let f = Figures::of(&ctx, [("early", &early), ("same-ms", &same_ms)], |_| true);
+        assert_eq!((f.early, f.violations(), f.earliest_ms), (1, 1, Some(-1)));
+        assert_eq!(f.early_examples, ["early"]);
 
         // Seconds 0 and 1 bad, 2 and 3 good: recovered 2 s after the end.
         let lat = |s: i64, l: Option<i64>| (at(s * 1000 + 500), l);
