@@ -173,6 +173,12 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
         if let Some(rate) = drain {
             report.row("drain rate / raw HTTP ceiling", format!("{:.0}%", rate / h.per_second * 100.0));
         }
+        // The lateness a herd cannot beat on this machine: its p99 slot is
+        // the 99th percentile of deliveries made at the raw ceiling from the
+        // due instant on, with nothing else to do.
+        let floor_ms = (args.jobs as f64 * 0.99 / h.per_second * 1000.0).round() as i64;
+        report.row("p99 floor at the raw HTTP ceiling (0.99 × jobs / ceiling)", format!("{} ms", fmt_int(floor_ms)));
+        report.data("p99_floor_at_http_ceiling_ms", floor_ms);
     }
     crate::procstat::rows(&mut report, &usage);
     report.data("jobs", args.jobs);
