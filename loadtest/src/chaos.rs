@@ -1188,9 +1188,8 @@ mod tests {
     #[test]
     fn the_matrix_has_a_row_per_fault_and_flags_misses() {
         let t = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
-        let mut lost = Figures { due: 10, delivered: 9, lost: 1, ..Default::default() };
-        lost.ledger.insert("succeeded".into(), 9);
-        let r = FaultResult {
+        // A 20 s kill-worker fault whose slots had these figures.
+        let kill_worker = |figures: Figures| FaultResult {
             injected: Injected {
                 fault: Fault::KillWorker,
                 start: t,
@@ -1198,25 +1197,19 @@ mod tests {
                 observe_end: t + TimeDelta::seconds(50),
                 notes: vec![],
             },
-            whole: lost.clone(),
-            during: lost.clone(),
+            whole: figures.clone(),
+            during: figures,
             after: Figures::default(),
             recovery_secs: Some(3),
             receiver_b: None,
         };
-        let m = matrix(&Figures::default(), &[r], 100);
+        let mut lost = Figures { due: 10, delivered: 9, lost: 1, ..Default::default() };
+        lost.ledger.insert("succeeded".into(), 9);
+        let m = matrix(&Figures::default(), &[kill_worker(lost)], 100);
         assert!(m.contains("| kill-worker | 20.0 | 10 | 9 | 0 | 0 | 1 | 0 | 0 (0) |"), "{m}");
         assert!(m.contains("| kill-worker | yes | yes | **no** | yes | **no** | yes |"), "{m}");
         let early = Figures { due: 10, delivered: 10, early: 1, ..Default::default() };
-        let r = FaultResult {
-            injected: Injected { fault: Fault::KillWorker, start: t, end: t, observe_end: t, notes: vec![] },
-            whole: early.clone(),
-            during: early,
-            after: Figures::default(),
-            recovery_secs: Some(0),
-            receiver_b: None,
-        };
-        let m = matrix(&Figures::default(), &[r], 100);
+        let m = matrix(&Figures::default(), &[kill_worker(early)], 100);
         assert!(m.contains("| kill-worker | yes | yes | yes | **no** | **no** | yes |"), "{m}");
     }
 }
