@@ -259,6 +259,20 @@ impl Core {
             let decided_to = history.decided_to();
             let since = changed_at.max(history.looked_back_to).max(decided_to.unwrap_or(DateTime::<Utc>::MIN_UTC));
             if since < from {
+                // The slots the job missed since its last one in the ledger
+                // are one series, judged by its oldest: when that one is a
+                // misfire (nobody owned the job for longer than the
+                // threshold), the policy decides every slot due by now, the
+                // ones less late than the threshold included, so `fire_once`
+                // fires once for the lot. Firing those too, one by one, gave
+                // each job of a long outage a burst of late fires that kept
+                // its live slots waiting behind them. A job with a slot
+                // without a row before its last one (`first_gap`) has rows in
+                // that series, so only its misfired part is decided.
+                let no_rows_since = decided_to == history.last_slot;
+                if no_rows_since && owned.schedule.next_after(since).is_some_and(|oldest| oldest <= from) {
+                    from = now;
+                }
                 let mut d = misfire::decide(&owned.schedule, spec.misfire, spec.misfire_cap, since, from);
                 d.fire.truncate(runs_left(owned.max_runs, owned.runs));
                 if !d.fire.is_empty() || d.record.is_some() {
@@ -602,9 +616,9 @@ mod tests {
         let now = t("2026-01-01T12:10:00Z");
         let mut state = misfired_jobs(3, now);
         assert_eq!(queued_fires(&state).len(), 3);
-        // No catch-up budget at all: the timer still hands every job over,
-        // each job's late fire first.
-        let due = state.take_due(now, 1000);
+        // No catch-up budget at all: the timer still hands every job over
+        // at its next live slot, each job's late fire first.
+        let due = state.take_due(now + TimeDelta::seconds(2), 1000);
         for id in 1..=3u128 {
             let job: Vec<&Slot> = due.iter().filter(|s| s.job_id == Uuid::from_u128(id)).collect();
             assert_eq!(job[0].trigger, Trigger::Misfire, "{job:?}");
@@ -720,6 +734,67 @@ mod tests {
         let mut state = self::state();
         state.apply(row("2026-01-01T12:00:40Z"), now);
         assert_eq!(state.next_deadline(), Some(t("2026-01-01T12:00:42Z")));
+    }
+
+    proptest::proptest! {
+        /// A job reloaded after its owners were down for a random time,
+        /// compared slot by slot with the model: its missed slots are one
+        /// series judged by the oldest. Oldest less late than the threshold
+        /// (a failover): every slot fires, late, as scheduled. Older (an
+        /// outage): the policy decides every slot due by now, none of them
+        /// fires as a scheduled slot, the ones it fires are the latest, and
+        /// the rest are one recorded run. Either way each slot is accounted
+        /// for once and the timer goes on after now.
+        #[test]
+        fn a_jobs_missed_slots_are_one_series_judged_by_its_oldest(
+            down_ms in 0i64..150_000,
+            policy in 0usize..3,
+            cap in 1u32..6,
+        ) {
+            use common::job::MisfirePolicy;
+            let policy = [MisfirePolicy::FireOnce, MisfirePolicy::Skip, MisfirePolicy::FireAll][policy];
+            let last_slot = t("2026-01-01T12:00:06Z");
+            let now = last_slot + TimeDelta::milliseconds(down_ms);
+            let mut state = state();
+            let mut row = reloaded(0);
+            let mut spec = every_two_seconds(0);
+            spec.schedule.max_runs = None;
+            spec.misfire = policy;
+            spec.misfire_cap = cap;
+            row.spec = Some(spec);
+            row.updated_at = row.created_at;
+            row.history.as_mut().unwrap().past.clear();
+            state.apply(row, now);
+            let records = state.take_records();
+            let mut out = state.take_catchup(usize::MAX);
+            out.extend(state.take_due(now, usize::MAX));
+
+            let missed: Vec<DateTime<Utc>> =
+                (1..).map(|k| last_slot + TimeDelta::seconds(2 * k)).take_while(|s| *s <= now).collect();
+            let fired: Vec<(DateTime<Utc>, Trigger)> = out.iter().map(|s| (s.scheduled_at, s.trigger)).collect();
+            let outage = missed.first().is_some_and(|oldest| *oldest <= now - TimeDelta::seconds(30));
+            if outage {
+                let keep = match policy {
+                    MisfirePolicy::Skip => 0,
+                    MisfirePolicy::FireOnce => 1,
+                    MisfirePolicy::FireAll => cap as usize,
+                }.min(missed.len());
+                let (recorded, latest) = missed.split_at(missed.len() - keep);
+                let expected: Vec<_> = latest.iter().map(|s| (*s, Trigger::Misfire)).collect();
+                proptest::prop_assert_eq!(fired, expected);
+                let runs: Vec<_> = records.iter().map(|d| (d.slot.scheduled_at, d.last_at, d.slots)).collect();
+                let expected_runs: Vec<_> = match (recorded.first(), recorded.last()) {
+                    (Some(first), Some(last)) => vec![(*first, *last, recorded.len() as u64)],
+                    _ => vec![],
+                };
+                proptest::prop_assert_eq!(runs, expected_runs);
+            } else {
+                let expected: Vec<_> = missed.iter().map(|s| (*s, Trigger::Schedule)).collect();
+                proptest::prop_assert_eq!(fired, expected);
+                proptest::prop_assert!(records.is_empty());
+            }
+            proptest::prop_assert!(state.next_deadline().is_some_and(|next| next > now));
+        }
     }
 
     // ---------------------------------------------------------- properties

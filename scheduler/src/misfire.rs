@@ -1,6 +1,6 @@
 //! What to do with slots nobody fired while a job had no live owner. Pure:
-//! the node calls `decide` when it loads or gains a job whose last ledger
-//! slot is older than the misfire threshold.
+//! the node calls `decide` when it loads or gains a job whose oldest missed
+//! slot is older than the misfire threshold, over every slot it missed.
 //!
 //! - `fire_once`: the latest missed slot fires (late); the others are
 //!   recorded `skipped`, coalesced into it.

@@ -242,23 +242,28 @@ async fn after_two_minutes_with_every_node_down_missed_slots_follow_each_misfire
         assert!(tokio::time::timeout(Duration::from_secs(30), n.wait()).await.unwrap().unwrap().success());
     }
     let stopped_at = Utc::now();
+    // Two minutes down, restarted 2 s after a slot: that slot is less late
+    // than the threshold, yet part of a series whose oldest slots are
+    // misfires, so the policy decides it with the rest (it does not fire as
+    // a scheduled slot of its own).
+    let slots_until =
+        |t: DateTime<Utc>| (0..).map(|k| start + TimeDelta::seconds(EVERY_S * k)).take_while(move |s| *s <= t);
+    let last_due = slots_until(stopped_at + TimeDelta::seconds(120)).last().unwrap() + TimeDelta::seconds(EVERY_S);
+    let restart_at = last_due + TimeDelta::seconds(2);
     // The outage itself is the thing under test: nothing to await but time.
-    tokio::time::sleep(Duration::from_secs(120)).await;
+    tokio::time::sleep((restart_at - Utc::now()).to_std().unwrap()).await;
     let restarted_at = Utc::now();
     nodes = vec![node("node-0"), node("node-1")];
 
     // Nothing silently dropped: every slot up to the restart gets a row, and
     // no row stays undecided.
-    let last_due = restarted_at - TimeDelta::milliseconds(THRESHOLD_MS.parse().unwrap());
-    let slots_until =
-        |t: DateTime<Utc>| (0..).map(|k| start + TimeDelta::seconds(EVERY_S * k)).take_while(move |s| *s <= t);
     let ledgers = wait_for("every slot decided", Duration::from_secs(60), || async {
         let mut all = Vec::new();
         for (policy, id) in &jobs {
             let rows = ledger_of(&stack, id, TimeDelta::seconds(EVERY_S)).await;
             let decided =
                 rows.iter().all(|(_, status, _)| ["succeeded", "skipped", "missed"].contains(&status.as_str()));
-            let covered = slots_until(last_due).all(|s| rows.iter().any(|(t, _, _)| *t == s));
+            let covered = slots_until(restarted_at).all(|s| rows.iter().any(|(t, _, _)| *t == s));
             if !(decided && covered) {
                 return None;
             }
@@ -270,9 +275,11 @@ async fn after_two_minutes_with_every_node_down_missed_slots_follow_each_misfire
 
     for (policy, id, rows) in ledgers {
         // Slots due during the outage went to the misfire policy (a slot
-        // pre-armed just before the stop was already published, and fired).
+        // pre-armed just before the stop was already published, and fired),
+        // the last one, 2 s late at the restart, included.
         let outage = rows.iter().filter(|(t, _, _)| *t > stopped_at + TimeDelta::seconds(3) && *t <= last_due);
         assert!(outage.clone().all(|(_, _, trigger)| trigger == "misfire"), "{policy}: {rows:?}");
+        assert!(rows.iter().any(|(t, _, trigger)| *t == last_due && trigger == "misfire"), "{policy}: {rows:?}");
         let missed: Vec<_> = rows.iter().filter(|(_, _, trigger)| trigger == "misfire").collect();
         assert!(missed.len() >= 10, "{policy}: expected ~11 misfired slots, got {missed:?}");
         let fired: Vec<DateTime<Utc>> =
