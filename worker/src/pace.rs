@@ -37,13 +37,16 @@ const WINDOW: Duration = Duration::from_millis(250);
 /// the 250 ms the product holds a herd and the return from a fault to, with
 /// room for the few seconds the rate needs to come down.
 const LIVE_LATE: Duration = Duration::from_millis(150);
-/// Waiting slots admitted per second per worker, at the least: two workers
-/// clear 55,000 slots (a tenth of 2,000 fires/s down for 10 minutes) in
-/// about a minute however loaded they are, so a host's backlog is not
-/// held back for many minutes after the host is back. (Chosen when the
-/// stranded-row sweep still republished a waiting row 60 s past its return
-/// whatever the queues held; it now waits for them to catch up.)
-pub(crate) const MIN_RATE: f64 = 500.0;
+/// Waiting slots admitted per second per worker, at the least, however
+/// late the live slots are: two workers still clear 55,000 slots (a tenth
+/// of 2,000 fires/s down for 10 minutes) in under five minutes. It was
+/// 500 while the stranded-row sweep republished a waiting row 60 s past
+/// its return whatever the queues held; the sweep now waits for the
+/// queues to catch up, and at 500 the backlog that comes back when a
+/// host's circuit closes (two workers: 1,000 rounds a second, each with a
+/// start and an outcome write) still made the other hosts' live slots
+/// late on a loaded machine, with the pace unable to go lower.
+pub(crate) const MIN_RATE: f64 = 100.0;
 /// And at the most: above what one worker can deliver, so an idle worker
 /// does not pace at all.
 pub(crate) const MAX_RATE: f64 = 20_000.0;
