@@ -11,8 +11,9 @@
 //! - misses and duplicates of the normal slots before the outage and after
 //!   the restart.
 //!
-//! Slots less late than the schedulers' misfire threshold (30 s by default)
-//! simply fire late; older ones follow each job's misfire policy
+//! A job whose oldest missed slot is less late than the schedulers' misfire
+//! threshold (30 s by default) fires them all late; otherwise every missed
+//! slot follows the job's misfire policy
 //! (`--misfire`: fire_once by default; `mixed` gives a third each of
 //! fire_once, skip and fire_all).
 

@@ -46,8 +46,9 @@ pub struct NodeConfig {
     pub lookahead: Duration,
     /// How far ahead a burst may be handed over (see `lookahead.rs`).
     pub max_lookahead: Duration,
-    /// A slot later than this is a misfire, handled by the job's misfire
-    /// policy; a slot less late simply fires late.
+    /// A loaded job whose oldest missed slot is later than this has every
+    /// missed slot decided by its misfire policy; otherwise they simply
+    /// fire late.
     pub misfire_threshold: Duration,
     /// How far back a (re)loaded job is checked for misfires.
     pub misfire_lookback: Duration,

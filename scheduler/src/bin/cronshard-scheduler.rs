@@ -38,8 +38,8 @@ struct Args {
     /// Milliseconds between heartbeats (the heartbeat TTL is 30 s).
     #[arg(long, env = "HEARTBEAT_INTERVAL_MS", default_value_t = defaults::HEARTBEAT_INTERVAL_MS)]
     heartbeat_interval_ms: u64,
-    /// A slot later than this is a misfire (handled by the job's misfire
-    /// policy); a slot less late fires late.
+    /// A loaded job whose oldest missed slot is later than this has every
+    /// missed slot decided by its misfire policy; otherwise they fire late.
     #[arg(long, env = "MISFIRE_THRESHOLD_MS", default_value_t = defaults::MISFIRE_THRESHOLD_MS)]
     misfire_threshold_ms: u64,
     /// How far back a loaded job is checked for misfired slots.
