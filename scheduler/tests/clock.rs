@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use common::execution::truncate_ms;
 use common::testing::wait_for;
-use support::{ProcEnv, Sink, Stack, assert_ticks_delivered_once, create_ticking_jobs, free_addr};
+use support::{ProcEnv, Sink, Stack, assert_ticks_delivered_once, create_ticking_jobs, free_addr, metric_value};
 
 /// How early a delivery may reach the receiver: never. The corrected clock
 /// never runs ahead of the database's, which is this machine's real clock
@@ -45,11 +45,6 @@ fn skewed(env: &ProcEnv, bin: &str, skew_file: &std::path::Path, metrics: &str) 
         .env("METRICS_ADDR", metrics)
         .env("CLOCK_CHECK_INTERVAL_MS", "500");
     c
-}
-
-async fn metric(http: &reqwest::Client, addr: &str, name: &str) -> Option<f64> {
-    let text = http.get(format!("http://{addr}/metrics")).send().await.ok()?.text().await.ok()?;
-    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 async fn cluster_nodes(stack: &Stack) -> Option<Vec<String>> {
@@ -106,8 +101,8 @@ async fn skewed_clocks_deliver_nothing_early_and_a_node_beyond_the_limit_hands_i
         [(&fast_metrics, 2.0, 0.0), (&slow_metrics, -2.0, 0.0), (&worker_metrics, 2.0, 0.0)]
     {
         wait_for(&format!("{addr} to measure its clock"), Duration::from_secs(30), || async {
-            let offset = metric(&stack.http, addr, "cronshard_clock_offset_seconds").await?;
-            let in_bounds = metric(&stack.http, addr, "cronshard_clock_in_bounds").await?;
+            let offset = metric_value(&stack.http, addr, "cronshard_clock_offset_seconds").await?;
+            let in_bounds = metric_value(&stack.http, addr, "cronshard_clock_in_bounds").await?;
             ((offset - expected_offset).abs() < 0.05 && in_bounds == expected_in_bounds).then_some(())
         })
         .await;
@@ -138,7 +133,7 @@ async fn skewed_clocks_deliver_nothing_early_and_a_node_beyond_the_limit_hands_i
     })
     .await;
     wait_for("node-fast to own jobs", Duration::from_secs(30), || async {
-        (metric(&stack.http, &fast_metrics, "cronshard_owned_jobs").await? > 0.0).then_some(())
+        (metric_value(&stack.http, &fast_metrics, "cronshard_owned_jobs").await? > 0.0).then_some(())
     })
     .await;
     let rejoined_at = truncate_ms(Utc::now() + TimeDelta::seconds(1));

@@ -14,7 +14,9 @@ use serde_json::{Value, json};
 
 use common::execution::{format_instant, truncate_ms};
 use common::testing::wait_for;
-use support::{ProcEnv, Sink, Stack, all_succeeded, assert_exactly_once, free_addr, herd_on, http_target};
+use support::{
+    ProcEnv, Sink, Stack, all_succeeded, assert_exactly_once, free_addr, herd_on, http_target, metric_value,
+};
 
 /// Jobs per group (baseline healthy, healthy beside the dead host, dead).
 const JOBS: usize = 200;
@@ -221,7 +223,7 @@ async fn a_dead_host_waits_on_its_circuit_without_delaying_a_healthy_one_and_eve
     // hold (the 8 s cool-down) is sent back again without taking its row:
     // the deliveries below then prove that path loses and doubles nothing.
     wait_for("a slot sent back again without a round", Duration::from_secs(60), || async {
-        (gauge(&stack.http, &metrics_addr, "cronshard_worker_waited_again_total").await? >= 1.0).then_some(())
+        (metric_value(&stack.http, &metrics_addr, "cronshard_worker_waited_again_total").await? >= 1.0).then_some(())
     })
     .await;
     // Attempts: the calls that opened it (and those in flight then), and
@@ -419,12 +421,6 @@ async fn a_worker_learns_how_many_deliveries_each_host_takes_at_once() {
     stack.stop().await;
 }
 
-/// The unlabelled gauge or counter `name` on the worker's `/metrics`.
-async fn gauge(http: &reqwest::Client, addr: &str, name: &str) -> Option<f64> {
-    let text = http.get(format!("http://{addr}/metrics")).send().await.ok()?.text().await.ok()?;
-    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-}
-
 /// What a worker holds is capped in bytes: with `WORKER_MAX_HELD_MB=1` a
 /// herd published 2 s ahead (about 8 MiB of slots held by the estimate)
 /// stays in the broker past the cap, the worker's held bytes never exceed
@@ -447,7 +443,7 @@ async fn a_worker_holds_no_more_than_its_byte_cap_and_the_rest_waits_in_the_brok
     let mut peak = 0f64;
     while sink.received().len() < HERD {
         assert!(Utc::now() < due + TimeDelta::seconds(120), "not every slot delivered: {}", sink.received().len());
-        if let Some(held) = gauge(&stack.http, &metrics_addr, "cronshard_worker_held_bytes").await {
+        if let Some(held) = metric_value(&stack.http, &metrics_addr, "cronshard_worker_held_bytes").await {
             peak = peak.max(held);
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -459,7 +455,7 @@ async fn a_worker_holds_no_more_than_its_byte_cap_and_the_rest_waits_in_the_brok
     let expected = all_succeeded(&stack, jobs.iter()).await;
     assert_exactly_once(&sink.received(), &expected);
     wait_for("nothing held once every message is settled", Duration::from_secs(10), || async {
-        (gauge(&stack.http, &metrics_addr, "cronshard_worker_held_bytes").await? == 0.0).then_some(())
+        (metric_value(&stack.http, &metrics_addr, "cronshard_worker_held_bytes").await? == 0.0).then_some(())
     })
     .await;
     stack.stop().await;

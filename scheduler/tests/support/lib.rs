@@ -231,6 +231,7 @@ impl Stack {
             allow_cidrs: vec!["127.0.0.0/8".parse().unwrap()],
             aws: None,
             misfire_threshold: Duration::from_millis(common::job::MISFIRE_THRESHOLD_DEFAULT_MS),
+            late_lane_after: Duration::from_millis(worker::defaults::LATE_LANE_AFTER_MS),
             clock: Default::default(),
         }
     }
@@ -318,6 +319,12 @@ pub fn binary(name: &str) -> std::path::PathBuf {
     let path = scheduler.with_file_name(name);
     assert!(path.exists(), "{} is missing: run `cargo build --workspace --bins` first", path.display());
     path
+}
+
+/// The unlabelled gauge or counter `name` on a process's `/metrics`.
+pub async fn metric_value(http: &reqwest::Client, addr: &str, name: &str) -> Option<f64> {
+    let text = http.get(format!("http://{addr}/metrics")).send().await.ok()?.text().await.ok()?;
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 pub fn free_addr() -> String {
