@@ -105,8 +105,6 @@ catalog! {
         "Estimated memory of the messages this worker holds (bodies and per-slot state); it takes no further message while this is at WORKER_MAX_HELD_MB.";
     WORKER_LATE_SKIPPED_TOTAL = "cronshard_worker_late_skipped_total", Counter,
         "Scheduled slots that reached this worker later than MISFIRE_THRESHOLD_MS and were recorded skipped by their job's misfire policy (label policy: skip, fire_once): the workers are behind.";
-    WORKER_LATE_LANE_TOTAL = "cronshard_worker_late_lane_total", Counter,
-        "Scheduled slots that reached this worker later than WORKER_LATE_LANE_AFTER_MS and were moved to the late lane (the waiting queue), to be delivered after the live slots: the workers are behind.";
     WORKER_DUPLICATES_TOTAL = "cronshard_worker_duplicates_total", Counter,
         "Messages dropped because their row was already taken (redeliveries, superseded fires).";
     WORKER_VERIFIED_TOTAL = "cronshard_worker_verified_total", Counter,
@@ -136,7 +134,7 @@ catalog! {
     WORKER_WAITED_AGAIN_TOTAL = "cronshard_worker_waited_again_total", Counter,
         "Slots back from waiting sent back again at once while their destination's circuit was still open, their row's next return moved without a start or hand-back (also counted in cronshard_worker_destination_released_total).";
     WORKER_WAITING_PACE = "cronshard_worker_waiting_pace_per_second", Gauge,
-        "Slots back from waiting for their destination, or from the late lane, this worker lets on per second: halved while its live slots are late or its deliveries queue, raised while they are on time, back to the floor after a second without a turn.";
+        "Slots back from waiting for their destination this worker lets on per second: halved while its live slots are late or its deliveries queue, raised while they are on time, back to the floor after a second without a turn.";
     API_REQUEST_SECONDS = "cronshard_api_request_seconds", Histogram,
         "API request duration by method, route and status.";
 }

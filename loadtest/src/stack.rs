@@ -159,8 +159,6 @@ struct Proc {
     name: String,
     child: tokio::process::Child,
     pid: u32,
-    /// Its `/metrics` listener.
-    metrics: std::net::SocketAddr,
 }
 
 pub struct Stack {
@@ -265,10 +263,9 @@ impl Stack {
         };
         let db_url = self.db.as_ref().context("the stack is shut down")?.url.clone();
         let mut c = tokio::process::Command::new(self.args.bin_dir.join(bin));
-        let metrics = free_loopback_port()?;
         c.env("DATABASE_URL", db_url)
             .env("CLUSTER_NAME", &self.cluster)
-            .env("METRICS_ADDR", metrics.to_string())
+            .env("METRICS_ADDR", free_loopback_port()?.to_string())
             .env("RUST_LOG", &self.args.stack_log)
             .stdin(Stdio::null())
             .kill_on_drop(true);
@@ -307,7 +304,7 @@ impl Stack {
         }
         let child = c.spawn().with_context(|| format!("starting {bin}"))?;
         let pid = child.id().context("pid of a child just started")?;
-        self.procs.push(Proc { role, name, child, pid, metrics });
+        self.procs.push(Proc { role, name, child, pid });
         self.refresh_targets();
         Ok(())
     }
@@ -360,21 +357,6 @@ impl Stack {
         all.extend(self.args.worker_env.iter().cloned());
         all.extend(env.iter().cloned());
         self.spawn(Role::Worker, name.to_owned(), all)
-    }
-
-    /// The sum over the running workers of the unlabelled counter `name`
-    /// on their `/metrics` (a worker that does not answer counts 0).
-    pub async fn workers_counter(&self, name: &str) -> f64 {
-        let mut total = 0.0;
-        for p in self.procs.iter().filter(|p| p.role == Role::Worker) {
-            let Ok(response) = self.http.get(format!("http://{}/metrics", p.metrics)).send().await else { continue };
-            let Ok(text) = response.text().await else { continue };
-            total += text
-                .lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
-                .unwrap_or(0.0);
-        }
-        total
     }
 
     /// Names of the workers running now.

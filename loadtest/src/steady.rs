@@ -292,7 +292,6 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
     let decided = running.stack.ledger_window_decided(from, to).await?;
     let got = running.receiver.snapshot();
     let cluster = running.stack.get_json("/v1/cluster").await.ok();
-    let late_lane = running.stack.workers_counter("cronshard_worker_late_lane_total").await;
     let Running { stack, jobs, create_secs, .. } = running;
     stack.shutdown().await?;
 
@@ -326,9 +325,6 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
     if let Some(secs) = settled_after {
         report.row("  waited after the grace for final statuses", format!("{} s", fmt_f(secs)));
     }
-    // Counted by the workers running at the end (a killed one's are gone).
-    report.row("slots moved to the late lane (behind a backlog)", fmt_int(late_lane as i64));
-    report.data("late_lane_slots", late_lane);
     let worst = series.points.iter().map(|p| p.p99_ms).max();
     report.row("worst one-second p99", worst.map(|w| format!("{} ms", fmt_int(w))).unwrap_or_else(|| "-".into()));
     let mut phases = serde_json::Map::new();

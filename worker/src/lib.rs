@@ -16,9 +16,8 @@
 //!
 //! Modules, in the order a message meets them: `session` (broker
 //! connection, consumers, reconnecting; `run`), `processing` (one message
-//! from parse to ack, and the late lane for first arrivals already late;
-//! `holdings` caps what the held messages cost, `pace` how fast slots back
-//! from waiting or the late lane go on), `backpressure` (outcome writes wait out a burst),
+//! from parse to ack; `holdings` caps what the held messages cost, `pace`
+//! how fast slots back from waiting go on), `backpressure` (outcome writes wait out a burst),
 //! `destination` (per host: a concurrency limit and a circuit breaker; a
 //! slot waits here, without an attempt, while its host is down), `deliver`
 //! (HTTP and SQS, and why a delivery failed), `retry` (the next attempt, or
@@ -46,12 +45,6 @@ pub mod defaults {
     pub const MAX_IN_FLIGHT: usize = 256;
     /// Estimated memory of the messages held at once, in MiB.
     pub const MAX_HELD_MB: usize = 64;
-    /// A first arrival later than this goes to the late lane (`processing`):
-    /// a sixth of the 30 s misfire threshold, so that after an overload the
-    /// live slots wait behind at most 5 s of older ones, and longer than a
-    /// 100,000-slot herd's drain on a 2-core machine for most of its slots,
-    /// which nothing newer waits behind.
-    pub const LATE_LANE_AFTER_MS: u64 = 5_000;
 }
 
 pub use self::deliver::{DeliveryError, Outcome};
@@ -84,9 +77,6 @@ pub struct WorkerConfig {
     /// this after its due time is decided by its job's misfire policy
     /// (the scheduler's threshold: one setting for both).
     pub misfire_threshold: std::time::Duration,
-    /// A scheduled slot's first arrival later than this after its due time
-    /// goes to the late lane, behind the live slots; zero turns it off.
-    pub late_lane_after: std::time::Duration,
     /// AWS configuration for SQS targets; `None` = the usual AWS environment
     /// (`AWS_REGION`, credentials chain, `AWS_ENDPOINT_URL_SQS`), loaded on
     /// the first SQS delivery.

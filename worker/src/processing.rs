@@ -281,25 +281,6 @@ pub(crate) async fn handle(
     // first arrived: only a first attempt's first arrival can be late.
     let waited = retry::is_wait(&delivery);
     let first_arrival = attempt == 1 && !waited;
-    let late_lane = retry::is_late_lane(&delivery);
-    if first_arrival && !late_lane && shared.belongs_in_late_lane(&messages) {
-        // Published (confirmed) before the ack: a crash in between leaves
-        // two copies, and the ledger's start keeps one.
-        match timed("late_lane", shared.retry.publish_late(&delivery.data, &messages[0])).await {
-            Ok(()) => {
-                metrics::counter!(common::metrics::WORKER_LATE_LANE_TOTAL).increment(messages.len() as u64);
-                tracing::debug!(execution.id = %messages[0].execution_id, slots = messages.len(), "behind a backlog; moved to the late lane");
-                if let Err(e) = timed("ack", delivery.acker.ack(BasicAckOptions::default())).await {
-                    tracing::warn!(execution.id = %messages[0].execution_id, error = %e, "ack failed; the broker will redeliver");
-                }
-                return;
-            }
-            // Taken here instead, in arrival order.
-            Err(e) => {
-                tracing::warn!(execution.id = %messages[0].execution_id, error = %format!("{e:#}"), "moving a late message to the late lane failed; delivering it here")
-            }
-        }
-    }
     // A retried message passed through one retry queue per earlier failure.
     if let Some(retries) = retries_by_x_death(&delivery)
         && retries + 1 != attempt
@@ -325,7 +306,7 @@ pub(crate) async fn handle(
         async move {
             let mut settles = Vec::with_capacity(run.len());
             for m in run {
-                let arrival = Arrival { attempt, redelivered: delivery.redelivered, first_arrival, waited, late_lane };
+                let arrival = Arrival { attempt, redelivered: delivery.redelivered, first_arrival, waited };
                 settles.push(handle_slot(shared, m, arrival, in_flight, token).await);
             }
             settles
@@ -374,8 +355,6 @@ struct Arrival {
     first_arrival: bool,
     /// Back from a delay queue where it waited for its destination.
     waited: bool,
-    /// A first arrival taken from the late lane.
-    late_lane: bool,
 }
 
 async fn handle_slot(
@@ -491,26 +470,18 @@ async fn process(
     let budget_attempt = attempt.saturating_sub(m.retry_from).max(1);
     let horizon =
         destination::wait_horizon(&policy, budget_attempt, m.due_at, shared.config.destinations.breaker.open_max);
-    if arrival.waited && Box::pin(shared.wait_again(m, attempt, horizon)).await? {
-        return Ok(Processed::Done);
-    }
-    if arrival.waited || arrival.late_lane {
-        // It takes the whole round now (its host is back, or may be; or it
-        // was behind a backlog): at the waiting queue's pace. One sent back
-        // again above costs one cheap write and is not paced: held back,
-        // it would stay in the queue past its row's next return and be
-        // republished by the stranded-row sweep.
+    if arrival.waited {
+        if Box::pin(shared.wait_again(m, attempt, horizon)).await? {
+            return Ok(Processed::Done);
+        }
+        // It takes the whole round now (its host is back, or may be): at
+        // the waiting queue's pace. Sent back again above, it costs one
+        // cheap write and is not paced: held back, it would stay in the
+        // queue past its row's next return and be republished by the
+        // stranded-row sweep.
         tokio::select! {
             _ = token.cancelled() => return Ok(Processed::Stopping),
             _ = shared.waiting_pace.turn(|| shared.due_backlog.is_queueing()) => {}
-        }
-        // Its turn may come after the misfire threshold: then it is decided
-        // by its policy, as a slot that arrived that late would be.
-        if arrival.late_lane
-            && let Some(late) = shared.late_slot(m)
-            && Box::pin(shared.skip_late(m, late)).await?
-        {
-            return Ok(Processed::Done);
         }
     }
     let request = StartRequest {
@@ -580,9 +551,7 @@ async fn process(
     if attempt == 1 {
         let lateness = ledger::lateness_seconds(started, m.due_at).max(0.0);
         metrics::histogram!(common::metrics::WORKER_LATENESS_SECONDS).record(lateness);
-        // The pace protects the live slots: the late lane's own lateness
-        // is what it paces, not a reason to slow it further.
-        if arrival.first_arrival && !arrival.late_lane {
+        if arrival.first_arrival {
             shared.waiting_pace.observe_live(Duration::from_secs_f64(lateness));
         }
     }
@@ -645,31 +614,6 @@ async fn process(
 }
 
 impl Shared {
-    /// Whether a first arrival from the main queue goes to the late lane:
-    /// every slot in it is a scheduled first attempt later than
-    /// `late_lane_after` that its misfire policy does not decide at once.
-    ///
-    /// The main queue is first in, first out: after an overload (or an
-    /// outage of the workers) its head is the oldest backlog, and every
-    /// slot due since waits behind it, so the live slots stay as late as
-    /// the backlog is long (37-43 s after a 10,000 fires/s overload
-    /// dropped to 2,000/s, with capacity to spare). Moved to the waiting
-    /// queue, the backlog is delivered at the pace the live slots allow
-    /// (`pace`), and a slot that passes the misfire threshold there is
-    /// decided by its policy as it would have been here. A herd has nothing
-    /// newer behind it, so the lane starts well past a herd's usual drain.
-    fn belongs_in_late_lane(&self, messages: &[FireMessage]) -> bool {
-        let after = self.config.late_lane_after;
-        if after.is_zero() || after >= self.config.misfire_threshold {
-            return false;
-        }
-        let Ok(after) = chrono::TimeDelta::from_std(after) else { return false };
-        let now = common::clock::now();
-        messages.iter().all(|m| {
-            m.trigger == Trigger::Schedule && m.retry_from == 0 && now - m.due_at > after && self.late_slot(m).is_none()
-        })
-    }
-
     /// The slot as a late one when the job's misfire policy decides it
     /// here: a scheduled slot (the message carries the policy), not a
     /// replay (an operator's explicit run), whose first attempt reached

@@ -3,8 +3,7 @@
 //! retry queue of that delay or, after the last retry, to the failed queue
 //! (`RetryPublisher`). A slot waiting for its destination goes through delay
 //! queues of its own, back to the waiting queue, as the same attempt
-//! (`publish_wait`); a first arrival already late goes straight to the
-//! waiting queue as the late lane (`publish_late`).
+//! (`publish_wait`).
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -31,27 +30,14 @@ pub(crate) fn next_delay(policy: &RetryPolicy, attempt: u32, retryable: bool) ->
 /// says nothing about its attempt.
 const WAIT_HEADER: &str = "x-cronshard-wait";
 
-/// Marks a first arrival moved to the late lane (`publish_late`): still
-/// its first attempt's first arrival, taken from the waiting queue.
-const LATE_HEADER: &str = "x-cronshard-late";
-
-fn flagged(delivery: &lapin::message::Delivery, header: &str) -> bool {
+/// Whether the message was handed back to wait for its destination.
+pub(crate) fn is_wait(delivery: &lapin::message::Delivery) -> bool {
     delivery
         .properties
         .headers()
         .as_ref()
-        .and_then(|h| h.inner().get(header))
+        .and_then(|h| h.inner().get(WAIT_HEADER))
         .is_some_and(|v| matches!(v, AMQPValue::Boolean(true)))
-}
-
-/// Whether the message was handed back to wait for its destination.
-pub(crate) fn is_wait(delivery: &lapin::message::Delivery) -> bool {
-    flagged(delivery, WAIT_HEADER)
-}
-
-/// Whether the message is a first arrival moved to the late lane.
-pub(crate) fn is_late_lane(delivery: &lapin::message::Delivery) -> bool {
-    flagged(delivery, LATE_HEADER)
 }
 
 /// Publishes follow-up messages on a confirm-mode channel of its own: the
@@ -70,20 +56,11 @@ impl RetryPublisher {
     }
 
     async fn publish_to(&self, queue: &str, m: &FireMessage, headers: FieldTable) -> anyhow::Result<()> {
-        self.publish_body(queue, &serde_json::to_vec(m)?, &m.execution_id, headers).await
-    }
-
-    async fn publish_body(
-        &self,
-        queue: &str,
-        payload: &[u8],
-        message_id: &str,
-        headers: FieldTable,
-    ) -> anyhow::Result<()> {
+        let payload = serde_json::to_vec(m)?;
         let props = BasicProperties::default()
             .with_delivery_mode(2)
             .with_content_type("application/json".into())
-            .with_message_id(message_id.into())
+            .with_message_id(m.execution_id.as_str().into())
             .with_headers(headers);
         let confirm = self
             .channel
@@ -91,7 +68,7 @@ impl RetryPublisher {
                 "".into(),
                 queue.into(),
                 BasicPublishOptions { mandatory: true, ..Default::default() },
-                payload,
+                &payload,
                 props,
             )
             .await?
@@ -101,16 +78,6 @@ impl RetryPublisher {
             anyhow::bail!("broker did not accept the message for {queue}");
         }
         Ok(())
-    }
-
-    /// A first arrival's whole message (a bundle stays one), unchanged, to
-    /// the waiting queue as the late lane: taken there after the live
-    /// slots, as the same first attempt.
-    pub(crate) async fn publish_late(&self, body: &[u8], first: &FireMessage) -> anyhow::Result<()> {
-        let mut headers = FieldTable::default();
-        headers.insert(ATTEMPT_HEADER.into(), AMQPValue::LongInt(1));
-        headers.insert(LATE_HEADER.into(), AMQPValue::Boolean(true));
-        self.publish_body(&self.topology.waiting_queue, body, &first.execution_id, headers).await
     }
 
     /// To the retry queue of `delay_ms`, which dead-letters it back to the

@@ -231,7 +231,6 @@ impl Stack {
             allow_cidrs: vec!["127.0.0.0/8".parse().unwrap()],
             aws: None,
             misfire_threshold: Duration::from_millis(common::job::MISFIRE_THRESHOLD_DEFAULT_MS),
-            late_lane_after: Duration::from_millis(worker::defaults::LATE_LANE_AFTER_MS),
             clock: Default::default(),
         }
     }

@@ -40,12 +40,6 @@ struct Args {
     /// setting as the scheduler's.
     #[arg(long, env = "MISFIRE_THRESHOLD_MS", default_value_t = common::job::MISFIRE_THRESHOLD_DEFAULT_MS)]
     misfire_threshold_ms: u64,
-    /// A scheduled slot reaching the worker later than this after its due
-    /// time (behind a backlog) goes to the late lane: it is delivered after
-    /// the live slots, at the pace they allow, so that an overload's backlog
-    /// does not make every later slot late too. 0 turns the lane off.
-    #[arg(long, env = "WORKER_LATE_LANE_AFTER_MS", default_value_t = worker::defaults::LATE_LANE_AFTER_MS)]
-    late_lane_after_ms: u64,
     /// Private/loopback ranges callbacks may reach anyway, e.g. `127.0.0.0/8`.
     #[arg(long, env = "CALLBACK_ALLOW_CIDRS", default_value = "")]
     callback_allow_cidrs: String,
@@ -82,7 +76,6 @@ async fn run() -> anyhow::Result<()> {
         retry_defaults: args.retry.policy(),
         allow_cidrs: SsrfGuard::parse_allow_list(&args.callback_allow_cidrs)?,
         misfire_threshold: std::time::Duration::from_millis(args.misfire_threshold_ms),
-        late_lane_after: std::time::Duration::from_millis(args.late_lane_after_ms),
         // SQS targets use the standard AWS environment (AWS_REGION,
         // credentials, AWS_ENDPOINT_URL_SQS), read on the first SQS delivery.
         aws: None,
