@@ -187,6 +187,8 @@ pub struct Dispatcher {
     pace: Arc<DispatchPace>,
     /// When the stranded-row sweep last found the queues caught up.
     queues_caught_up_at: Option<DateTime<Utc>>,
+    /// Batches whose locks timed out, reported once in a while.
+    lock_timeouts: common::telemetry::EveryInterval,
 }
 
 /// How long after its confirm a published row is stamped. By then a worker
@@ -208,6 +210,7 @@ impl Dispatcher {
             unrecorded: Unrecorded::default(),
             pace: Arc::default(),
             queues_caught_up_at: None,
+            lock_timeouts: common::telemetry::EveryInterval::new(Duration::from_secs(10)),
         }
     }
 

@@ -15,7 +15,7 @@ use common::execution::{format_instant, truncate_ms};
 use common::testing::wait_for;
 use support::{
     ProcEnv, RedisServer, Sink, Stack, TcpProxy, assert_ticks_delivered_once, create_ticking_jobs, expected_executions,
-    http_target, kill9,
+    free_addr, http_target, kill9, metric_value,
 };
 
 async fn live_nodes(stack: &Stack) -> Option<usize> {
@@ -99,6 +99,76 @@ async fn a_node_cut_off_from_redis_neither_misses_nor_duplicates() {
     .await;
     let window_end = truncate_ms(Utc::now() + TimeDelta::seconds(3));
     assert_ticks_delivered_once(&sink, &jobs, start, window_end).await;
+    stack.stop().await;
+}
+
+/// One node's Redis links slowed (500 ms added each way, as the chaos
+/// scenario's `redis-latency` fault): its locks are given up at their
+/// bound and the ledger's claim decides, so its dispatcher's pace, and with
+/// it its lookahead, stays what it was. Before the bound its batches spent
+/// seconds on connection timeouts, its lookahead climbed to the 30 s
+/// maximum, and the slots it had taken that far ahead came late after the
+/// latency ended. Every slot through and after the slow spell arrives once,
+/// none more than 2 s late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_slow_redis_keeps_its_lead_and_every_slot_arrives_once() {
+    let sink = Sink::start().await;
+    let stack = Stack::start("slow-redis").await;
+    let redis_addr = common::testing::redis_url().trim_start_matches("redis://").parse().unwrap();
+    let proxy = TcpProxy::start(redis_addr).await.unwrap();
+    let env = ProcEnv {
+        database_url: stack.db.url.clone(),
+        cluster: stack.cluster.clone(),
+        redis_urls: common::testing::redis_url(),
+    };
+    let slow_metrics = free_addr();
+    let slow = ProcEnv { redis_urls: format!("redis://{}", proxy.addr), ..env.clone() }
+        .command("cronshard-scheduler")
+        .env("NODE_ID", "node-slow")
+        .env("HEARTBEAT_INTERVAL_MS", "1000")
+        .env("POLL_INTERVAL_MS", "1000")
+        .env("METRICS_ADDR", &slow_metrics)
+        .spawn()
+        .unwrap();
+    let _nodes = [env.scheduler("node-0"), env.scheduler("node-1"), slow];
+    let _workers = [env.worker("worker-0"), env.worker("worker-1")];
+    wait_for("3 live nodes", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 3).then_some(()) })
+        .await;
+
+    let start = truncate_ms(Utc::now() + TimeDelta::seconds(5));
+    let jobs = create_ticking_jobs(&stack, &sink, 100, start).await;
+    until_delivered_past(&sink, start + TimeDelta::seconds(3), Duration::from_secs(30)).await;
+    proxy.set(common::testing::proxy::Mode::Delay(Duration::from_millis(500)));
+    // 15 s: well inside the 30 s heartbeat TTL, so the node stays an owner.
+    let slow_until = std::time::Instant::now() + Duration::from_secs(15);
+    let mut max_lead: f64 = 0.0;
+    while std::time::Instant::now() < slow_until {
+        if let Some(lead) = metric_value(&stack.http, &slow_metrics, "cronshard_scheduler_lookahead_seconds").await {
+            max_lead = max_lead.max(lead);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    proxy.restore();
+    assert!(max_lead <= 5.0, "the slow node's lookahead climbed to {max_lead} s (minimum 2 s)");
+    // No batch waited for its locks past the bound's histogram bucket.
+    let metrics = stack.http.get(format!("http://{slow_metrics}/metrics")).send().await.unwrap().text().await.unwrap();
+    let lock_stage = |line_start: &str| -> f64 {
+        metrics.lines().find_map(|l| l.strip_prefix(line_start)?.trim().parse().ok()).unwrap_or(0.0)
+    };
+    let locks = lock_stage(r#"cronshard_dispatch_stage_seconds_count{stage="lock"} "#);
+    let within = lock_stage(r#"cronshard_dispatch_stage_seconds_bucket{stage="lock",le="0.25"} "#);
+    assert!(locks > 0.0 && within == locks, "{} of {locks} lock steps took longer than 250 ms", locks - within);
+    let timed_out = metric_value(&stack.http, &slow_metrics, "cronshard_scheduler_lock_timeouts_total").await;
+    assert!(timed_out.is_some_and(|n| n > 0.0), "the slow node's locks never reached their bound: {timed_out:?}");
+
+    let window_end = truncate_ms(Utc::now() + TimeDelta::seconds(5));
+    let received = assert_ticks_delivered_once(&sink, &jobs, start, window_end).await;
+    let latest = received
+        .iter()
+        .map(|r| (r.received_at - r.scheduled_at.parse::<DateTime<Utc>>().unwrap()).num_milliseconds())
+        .max()
+        .unwrap();
+    assert!(latest <= 2_000, "a slot arrived {latest} ms late");
     stack.stop().await;
 }
 
