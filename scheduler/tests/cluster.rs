@@ -64,10 +64,23 @@ async fn killing_a_node_and_adding_one_neither_misses_nor_duplicates() {
     stack.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_cut_off_from_redis_neither_misses_nor_duplicates() {
+/// Three scheduler processes, the third (`node-proxied`, its `/metrics` on
+/// `metrics`) reaching Redis through a proxy the test cuts or slows, two
+/// workers, and 100 jobs ticking every second from `start`, already
+/// delivering; the processes stop when `_processes` is dropped.
+struct ProxiedRedis {
+    sink: Sink,
+    stack: Stack,
+    proxy: TcpProxy,
+    jobs: Vec<String>,
+    start: DateTime<Utc>,
+    metrics: String,
+    _processes: Vec<tokio::process::Child>,
+}
+
+async fn one_node_behind_a_redis_proxy(label: &str) -> ProxiedRedis {
     let sink = Sink::start().await;
-    let stack = Stack::start("cut-redis").await;
+    let stack = Stack::start(label).await;
     let redis_addr = common::testing::redis_url().trim_start_matches("redis://").parse().unwrap();
     let proxy = TcpProxy::start(redis_addr).await.unwrap();
     let env = ProcEnv {
@@ -75,15 +88,31 @@ async fn a_node_cut_off_from_redis_neither_misses_nor_duplicates() {
         cluster: stack.cluster.clone(),
         redis_urls: common::testing::redis_url(),
     };
-    let cut_env = ProcEnv { redis_urls: format!("redis://{}", proxy.addr), ..env.clone() };
-    let _nodes = [env.scheduler("node-0"), env.scheduler("node-1"), cut_env.scheduler("node-cut")];
-    let _workers = [env.worker("worker-0"), env.worker("worker-1")];
+    let metrics = free_addr();
+    let proxied = ProcEnv { redis_urls: format!("redis://{}", proxy.addr), ..env.clone() }
+        .command("cronshard-scheduler")
+        .env("NODE_ID", "node-proxied")
+        .env("HEARTBEAT_INTERVAL_MS", "1000")
+        .env("POLL_INTERVAL_MS", "1000")
+        .env("METRICS_ADDR", &metrics)
+        .spawn()
+        .unwrap();
+    let processes =
+        vec![env.scheduler("node-0"), env.scheduler("node-1"), proxied, env.worker("worker-0"), env.worker("worker-1")];
     wait_for("3 live nodes", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 3).then_some(()) })
         .await;
-
     let start = truncate_ms(Utc::now() + TimeDelta::seconds(5));
     let jobs = create_ticking_jobs(&stack, &sink, 100, start).await;
     until_delivered_past(&sink, start + TimeDelta::seconds(3), Duration::from_secs(30)).await;
+    ProxiedRedis { sink, stack, proxy, jobs, start, metrics, _processes: processes }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_redis_neither_misses_nor_duplicates() {
+    // `_processes` is bound, not left to `..`: an unbound field would be
+    // dropped here, and the processes with it.
+    let ProxiedRedis { sink, stack, proxy, jobs, start, _processes, .. } =
+        one_node_behind_a_redis_proxy("cut-redis").await;
     proxy.cut();
     // Past the 30 s heartbeat TTL the others drop the cut node and take over
     // its jobs, while it keeps firing what it owns through the ledger claim.
@@ -112,32 +141,8 @@ async fn a_node_cut_off_from_redis_neither_misses_nor_duplicates() {
 /// none more than 2 s late.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_with_slow_redis_keeps_its_lead_and_every_slot_arrives_once() {
-    let sink = Sink::start().await;
-    let stack = Stack::start("slow-redis").await;
-    let redis_addr = common::testing::redis_url().trim_start_matches("redis://").parse().unwrap();
-    let proxy = TcpProxy::start(redis_addr).await.unwrap();
-    let env = ProcEnv {
-        database_url: stack.db.url.clone(),
-        cluster: stack.cluster.clone(),
-        redis_urls: common::testing::redis_url(),
-    };
-    let slow_metrics = free_addr();
-    let slow = ProcEnv { redis_urls: format!("redis://{}", proxy.addr), ..env.clone() }
-        .command("cronshard-scheduler")
-        .env("NODE_ID", "node-slow")
-        .env("HEARTBEAT_INTERVAL_MS", "1000")
-        .env("POLL_INTERVAL_MS", "1000")
-        .env("METRICS_ADDR", &slow_metrics)
-        .spawn()
-        .unwrap();
-    let _nodes = [env.scheduler("node-0"), env.scheduler("node-1"), slow];
-    let _workers = [env.worker("worker-0"), env.worker("worker-1")];
-    wait_for("3 live nodes", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 3).then_some(()) })
-        .await;
-
-    let start = truncate_ms(Utc::now() + TimeDelta::seconds(5));
-    let jobs = create_ticking_jobs(&stack, &sink, 100, start).await;
-    until_delivered_past(&sink, start + TimeDelta::seconds(3), Duration::from_secs(30)).await;
+    let ProxiedRedis { sink, stack, proxy, jobs, start, metrics: slow_metrics, _processes } =
+        one_node_behind_a_redis_proxy("slow-redis").await;
     proxy.set(common::testing::proxy::Mode::Delay(Duration::from_millis(500)));
     // 15 s: well inside the 30 s heartbeat TTL, so the node stays an owner.
     let slow_until = std::time::Instant::now() + Duration::from_secs(15);
