@@ -90,10 +90,7 @@ async fn one_node_behind_a_redis_proxy(label: &str) -> ProxiedRedis {
     };
     let metrics = free_addr();
     let proxied = ProcEnv { redis_urls: format!("redis://{}", proxy.addr), ..env.clone() }
-        .command("cronshard-scheduler")
-        .env("NODE_ID", "node-proxied")
-        .env("HEARTBEAT_INTERVAL_MS", "1000")
-        .env("POLL_INTERVAL_MS", "1000")
+        .scheduler_command("node-proxied")
         .env("METRICS_ADDR", &metrics)
         .spawn()
         .unwrap();
@@ -156,12 +153,9 @@ async fn a_node_with_slow_redis_keeps_its_lead_and_every_slot_arrives_once() {
     proxy.restore();
     assert!(max_lead <= 5.0, "the slow node's lookahead climbed to {max_lead} s (minimum 2 s)");
     // No batch waited for its locks past the bound's histogram bucket.
-    let metrics = stack.http.get(format!("http://{slow_metrics}/metrics")).send().await.unwrap().text().await.unwrap();
-    let lock_stage = |line_start: &str| -> f64 {
-        metrics.lines().find_map(|l| l.strip_prefix(line_start)?.trim().parse().ok()).unwrap_or(0.0)
-    };
-    let locks = lock_stage(r#"cronshard_dispatch_stage_seconds_count{stage="lock"} "#);
-    let within = lock_stage(r#"cronshard_dispatch_stage_seconds_bucket{stage="lock",le="0.25"} "#);
+    let lock_stage = |series| metric_value(&stack.http, &slow_metrics, series);
+    let locks = lock_stage(r#"cronshard_dispatch_stage_seconds_count{stage="lock"}"#).await.unwrap_or(0.0);
+    let within = lock_stage(r#"cronshard_dispatch_stage_seconds_bucket{stage="lock",le="0.25"}"#).await.unwrap_or(0.0);
     assert!(locks > 0.0 && within == locks, "{} of {locks} lock steps took longer than 250 ms", locks - within);
     let timed_out = metric_value(&stack.http, &slow_metrics, "cronshard_scheduler_lock_timeouts_total").await;
     assert!(timed_out.is_some_and(|n| n > 0.0), "the slow node's locks never reached their bound: {timed_out:?}");

@@ -320,7 +320,8 @@ pub fn binary(name: &str) -> std::path::PathBuf {
     path
 }
 
-/// The unlabelled gauge or counter `name` on a process's `/metrics`.
+/// The value of the series `name` on a process's `/metrics`: a metric's
+/// name alone, or with its labels as the exporter writes them.
 pub async fn metric_value(http: &reqwest::Client, addr: &str, name: &str) -> Option<f64> {
     let text = http.get(format!("http://{addr}/metrics")).send().await.ok()?.text().await.ok()?;
     text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
@@ -362,12 +363,14 @@ impl ProcEnv {
 
     /// A scheduler process with test-friendly intervals.
     pub fn scheduler(&self, node_id: &str) -> tokio::process::Child {
-        self.command("cronshard-scheduler")
-            .env("NODE_ID", node_id)
-            .env("HEARTBEAT_INTERVAL_MS", "1000")
-            .env("POLL_INTERVAL_MS", "1000")
-            .spawn()
-            .unwrap()
+        self.scheduler_command(node_id).spawn().unwrap()
+    }
+
+    /// The command of [`Self::scheduler`], for a test to add environment.
+    pub fn scheduler_command(&self, node_id: &str) -> tokio::process::Command {
+        let mut c = self.command("cronshard-scheduler");
+        c.env("NODE_ID", node_id).env("HEARTBEAT_INTERVAL_MS", "1000").env("POLL_INTERVAL_MS", "1000");
+        c
     }
 
     pub fn worker(&self, worker_id: &str) -> tokio::process::Child {
