@@ -153,9 +153,23 @@ pub fn describe_all() {
     }
 }
 
+/// The value of `series` (a metric name, with its labels if it has any,
+/// exactly as `/metrics` prints them) in a Prometheus text exposition.
+pub fn value_in(exposition: &str, series: &str) -> Option<f64> {
+    exposition.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_series_value_is_read_by_its_exact_name_and_labels() {
+        let text = "# HELP cronshard_fires_total Fires.\ncronshard_fires_total_extra 9\ncronshard_fires_total 12\nstage_seconds_count{stage=\"lock\"} 3\n";
+        assert_eq!(value_in(text, "cronshard_fires_total"), Some(12.0));
+        assert_eq!(value_in(text, "stage_seconds_count{stage=\"lock\"}"), Some(3.0));
+        assert_eq!(value_in(text, "cronshard_missing"), None);
+    }
 
     #[test]
     fn metric_names_are_unique_and_prefixed() {

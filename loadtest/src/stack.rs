@@ -159,6 +159,7 @@ struct Proc {
     name: String,
     child: tokio::process::Child,
     pid: u32,
+    metrics_addr: std::net::SocketAddr,
 }
 
 pub struct Stack {
@@ -262,10 +263,11 @@ impl Stack {
             Role::Worker => "cronshard-worker",
         };
         let db_url = self.db.as_ref().context("the stack is shut down")?.url.clone();
+        let metrics_addr = free_loopback_port()?;
         let mut c = tokio::process::Command::new(self.args.bin_dir.join(bin));
         c.env("DATABASE_URL", db_url)
             .env("CLUSTER_NAME", &self.cluster)
-            .env("METRICS_ADDR", free_loopback_port()?.to_string())
+            .env("METRICS_ADDR", metrics_addr.to_string())
             .env("RUST_LOG", &self.args.stack_log)
             .stdin(Stdio::null())
             .kill_on_drop(true);
@@ -304,7 +306,7 @@ impl Stack {
         }
         let child = c.spawn().with_context(|| format!("starting {bin}"))?;
         let pid = child.id().context("pid of a child just started")?;
-        self.procs.push(Proc { role, name, child, pid });
+        self.procs.push(Proc { role, name, child, pid, metrics_addr });
         self.refresh_targets();
         Ok(())
     }
@@ -319,6 +321,23 @@ impl Stack {
     /// The live processes, kept current, for [`crate::procstat::Sampler`].
     pub fn targets(&self) -> Targets {
         self.targets.clone()
+    }
+
+    /// Each series (a counter or gauge, by its exact name) summed over the
+    /// schedulers running now; a scheduler that does not answer counts as
+    /// 0, and the sum is `None` when none answered.
+    pub async fn scheduler_sums(&self, series: &[&str]) -> Vec<Option<f64>> {
+        let http = reqwest::Client::new();
+        let mut sums = vec![None; series.len()];
+        for p in self.procs.iter().filter(|p| p.role == Role::Scheduler) {
+            let url = format!("http://{}/metrics", p.metrics_addr);
+            let Ok(text) = async { http.get(&url).send().await?.text().await }.await else { continue };
+            for (sum, name) in sums.iter_mut().zip(series) {
+                let value = common::metrics::value_in(&text, name).unwrap_or(0.0);
+                *sum = Some(sum.unwrap_or(0.0) + value);
+            }
+        }
+        sums
     }
 
     /// Names of the schedulers running now.

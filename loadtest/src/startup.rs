@@ -88,13 +88,7 @@ fn rss_bytes(pid: u32) -> Option<u64> {
 
 async fn owned_jobs(metrics_url: &str) -> Option<u64> {
     let text = reqwest::get(metrics_url).await.ok()?.text().await.ok()?;
-    text.lines()
-        .find(|l| l.starts_with("cronshard_owned_jobs "))?
-        .split_whitespace()
-        .nth(1)?
-        .parse::<f64>()
-        .ok()
-        .map(|v| v as u64)
+    common::metrics::value_in(&text, common::metrics::OWNED_JOBS).map(|v| v as u64)
 }
 
 pub async fn run(args: StartupArgs) -> anyhow::Result<()> {

@@ -292,6 +292,11 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
     let decided = running.stack.ledger_window_decided(from, to).await?;
     let got = running.receiver.snapshot();
     let cluster = running.stack.get_json("/v1/cluster").await.ok();
+    // Whether the locks kept the two owners of each slot apart: a lost lock
+    // race costs nothing, a claim conflict costs the ledger a statement.
+    let races =
+        [common::metrics::LOCK_WINS_TOTAL, common::metrics::LOCK_LOSSES_TOTAL, common::metrics::CLAIM_CONFLICTS_TOTAL];
+    let race_sums = running.stack.scheduler_sums(&races).await;
     let Running { stack, jobs, create_secs, .. } = running;
     stack.shutdown().await?;
 
@@ -325,6 +330,12 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
     if let Some(secs) = settled_after {
         report.row("  waited after the grace for final statuses", format!("{} s", fmt_f(secs)));
     }
+    let cell = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| fmt_int(v as i64));
+    report.row(
+        "schedulers running at the end: lock wins / lock losses / claim conflicts",
+        race_sums.iter().map(|v| cell(*v)).collect::<Vec<_>>().join(" / "),
+    );
+    report.data("lock_wins_losses_claim_conflicts", &race_sums);
     let worst = series.points.iter().map(|p| p.p99_ms).max();
     report.row("worst one-second p99", worst.map(|w| format!("{} ms", fmt_int(w))).unwrap_or_else(|| "-".into()));
     let mut phases = serde_json::Map::new();

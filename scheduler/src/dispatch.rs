@@ -34,7 +34,7 @@ use common::redis::Keys;
 
 use crate::lookahead::DispatchPace;
 
-mod lock;
+pub mod lock;
 mod sweeps;
 
 /// Times one step of the dispatcher: it does one thing at a time, so a slow
@@ -157,7 +157,6 @@ impl Unrecorded {
 pub struct DispatchConfig {
     pub node_id: String,
     pub keys: Keys,
-    pub lock_ttl: Duration,
     /// The least time after a lost lock race before the slot is checked for
     /// a ledger row (it is checked at its due instant when that is later).
     pub verify_after: Duration,

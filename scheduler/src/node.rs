@@ -58,7 +58,6 @@ pub struct NodeConfig {
     pub poll_interval: Duration,
     pub heartbeat_interval: Duration,
     pub membership_refresh: Duration,
-    pub lock_ttl: Duration,
     pub verify_after: Duration,
     pub outbox_grace: Duration,
     /// A ledger row `running` longer than its attempt timeout plus this is
@@ -107,7 +106,6 @@ impl NodeConfig {
             poll_interval: Duration::from_millis(defaults::POLL_INTERVAL_MS),
             heartbeat_interval: Duration::from_millis(defaults::HEARTBEAT_INTERVAL_MS),
             membership_refresh: Duration::from_secs(2),
-            lock_ttl: Duration::from_secs(120),
             verify_after: Duration::from_secs(1),
             outbox_grace: Duration::from_secs(10),
             running_grace: Duration::from_secs(60),
@@ -247,7 +245,6 @@ impl Node {
             DispatchConfig {
                 node_id: cfg.node_id.clone(),
                 keys,
-                lock_ttl: cfg.lock_ttl,
                 verify_after: cfg.verify_after,
                 outbox_grace: cfg.outbox_grace,
                 running_grace: cfg.running_grace,

@@ -398,12 +398,6 @@ async fn slots_of_versions_replaced_while_no_owner_was_alive_are_caught_up() {
     stack.stop().await;
 }
 
-/// The value of the first line of `metrics` starting with `series` (a name,
-/// with its labels if any), when there is one.
-fn metric_value(metrics: &str, series: &str) -> Option<f64> {
-    metrics.lines().find(|l| l.starts_with(series))?.rsplit(' ').next()?.parse().ok()
-}
-
 /// A message late behind a backlog is late, not lost. With no worker yet,
 /// a herd's messages wait in the main queue long past
 /// `STRANDED_AFTER_SECS`; the sweep counts the backlog
@@ -442,7 +436,8 @@ async fn a_message_behind_a_backlog_is_late_not_stranded() {
         row.get::<_, i64>(0)
     };
     let scrape = || async { reqwest::get(format!("http://{metrics}/metrics")).await.ok()?.text().await.ok() };
-    let sweeps = |text: &str| metric_value(text, "cronshard_dispatch_stage_seconds_count{stage=\"stranded\"}");
+    let sweeps =
+        |text: &str| common::metrics::value_in(text, "cronshard_dispatch_stage_seconds_count{stage=\"stranded\"}");
 
     // Every row published and waiting, and past the stranded age.
     wait_for("every row published", Duration::from_secs(30), || async {
@@ -465,7 +460,7 @@ async fn a_message_behind_a_backlog_is_late_not_stranded() {
         (sweeps(&text)? >= before + 2.0).then_some(text)
     })
     .await;
-    let ready = metric_value(&text, "cronshard_broker_ready_messages").expect("the backlog gauge");
+    let ready = common::metrics::value_in(&text, "cronshard_broker_ready_messages").expect("the backlog gauge");
     assert!(ready > 50.0, "the sweep saw the backlog: {ready} ready messages");
     assert_eq!(stranded_rows().await, 0, "a row waiting behind the backlog was moved on as stranded");
 
@@ -476,7 +471,7 @@ async fn a_message_behind_a_backlog_is_late_not_stranded() {
     support::assert_exactly_once(&sink.received(), &expected);
     assert_eq!(stranded_rows().await, 0);
     let text = scrape().await.unwrap();
-    assert_eq!(metric_value(&text, "cronshard_ledger_stranded_total").unwrap_or(0.0), 0.0, "{text}");
+    assert_eq!(common::metrics::value_in(&text, "cronshard_ledger_stranded_total").unwrap_or(0.0), 0.0, "{text}");
     let _ = worker.kill().await;
     let _ = scheduler.kill().await;
     stack.stop().await;

@@ -33,12 +33,15 @@ impl Rig {
     }
 
     fn dispatcher(&self) -> Dispatcher {
+        self.dispatcher_of("node-a")
+    }
+
+    fn dispatcher_of(&self, node_id: &str) -> Dispatcher {
         let keys = common::redis::Keys::new(&self.cluster);
         Dispatcher::new(
             DispatchConfig {
-                node_id: "node-a".into(),
+                node_id: node_id.into(),
                 keys,
-                lock_ttl: Duration::from_secs(60),
                 verify_after: Duration::from_secs(1),
                 outbox_grace: Duration::from_secs(10),
                 running_grace: Duration::from_secs(30),
@@ -189,6 +192,54 @@ async fn a_jobs_decided_slots_are_in_the_ledger_before_any_later_slot_is_claimed
     };
     assert_eq!((rows(jobs[0], "skipped").await, rows(jobs[0], "pending").await), (50, 1));
     assert_eq!((rows(jobs[1], "skipped").await, rows(jobs[1], "pending").await), (50, 0));
+}
+
+/// A slot's lock lives until a fixed hold past the slot's due instant,
+/// whatever lead it was taken with, and keeps the job's other owner off the
+/// slot until then. Held longer (it was 120 s from the race), Redis grew
+/// with fire rate × 120 s; held for less than the lead, or expired at once
+/// (a TTL in the wrong unit), both owners would take every slot to the
+/// ledger's claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slots_lock_lives_until_a_fixed_hold_past_its_due_instant_and_keeps_the_other_owner_off() {
+    let rig = Rig::start().await;
+    let (mut first, mut second) = (rig.dispatcher_of("node-a"), rig.dispatcher_of("node-b"));
+    let base = Utc::now().with_nanosecond(0).unwrap() + TimeDelta::seconds(1);
+    let mut slots = Vec::new();
+    for lead_secs in [1, 3, 8, 25] {
+        slots.push(Slot {
+            job_id: rig.job().await,
+            scheduled_at: base + TimeDelta::seconds(lead_secs),
+            job_version: 1,
+            trigger: Trigger::Schedule,
+            max_runs: None,
+        });
+    }
+    let token = CancellationToken::new();
+    first.fire(slots.clone(), &token).await;
+    second.fire(slots.clone(), &token).await;
+
+    let keys = common::redis::Keys::new(&rig.cluster);
+    let mut conn = rig.redis[0].get().await.unwrap();
+    let hold = TimeDelta::from_std(scheduler::dispatch::lock::LOCK_HOLD_PAST_DUE).unwrap();
+    for slot in &slots {
+        let key = keys.lock(slot.job_id, slot.job_version, slot.scheduled_at);
+        let read_at = Utc::now();
+        let holder: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut *conn).await.unwrap();
+        let left_ms: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut *conn).await.unwrap();
+        assert_eq!(holder.as_deref(), Some("node-a"), "the slot due {} is the first racer's", slot.scheduled_at);
+        let expected_ms = (slot.scheduled_at + hold - read_at).num_milliseconds();
+        assert!(
+            (left_ms - expected_ms).abs() <= 500,
+            "the lock of the slot due {} expires {left_ms} ms from now, expected {expected_ms} ms (its due instant + {hold})",
+            slot.scheduled_at
+        );
+    }
+    let client = rig.pg.get().await.unwrap();
+    let ids: Vec<Uuid> = slots.iter().map(|s| s.job_id).collect();
+    let rows: i64 =
+        client.query_one("SELECT count(*) FROM scheduled_jobs WHERE job_id = ANY($1)", &[&ids]).await.unwrap().get(0);
+    assert_eq!(rows, slots.len() as i64, "one ledger row per slot");
 }
 
 async fn check_prefix(rig: &Rig, jobs: &[Uuid], decided: &HashMap<Uuid, BTreeSet<DateTime<Utc>>>, context: &str) {

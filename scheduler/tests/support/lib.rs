@@ -324,7 +324,7 @@ pub fn binary(name: &str) -> std::path::PathBuf {
 /// name alone, or with its labels as the exporter writes them.
 pub async fn metric_value(http: &reqwest::Client, addr: &str, name: &str) -> Option<f64> {
     let text = http.get(format!("http://{addr}/metrics")).send().await.ok()?.text().await.ok()?;
-    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    common::metrics::value_in(&text, name)
 }
 
 pub fn free_addr() -> String {
