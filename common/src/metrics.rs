@@ -50,7 +50,7 @@ catalog! {
     FIRE_LATENESS_SECONDS = "cronshard_fire_lateness_seconds", Histogram,
         "How late after its due instant a scheduler handed a slot to its dispatcher (0 when ahead).";
     SCHEDULER_LOCKS_TIMED_OUT_TOTAL = "cronshard_scheduler_lock_timeouts_total", Counter,
-        "Batches whose Redis locks did not answer within their bound (200 ms): the ledger's claim decided their slots instead.";
+        "Batches whose Redis locks no shard answered within its share of the bound (200 ms in all): the ledger's claim decided their slots instead.";
     SCHEDULER_LOOKAHEAD_SECONDS = "cronshard_scheduler_lookahead_seconds", Gauge,
         "How far ahead a scheduler hands slots to its dispatcher now: LOOKAHEAD_MS, more before a burst, at most MAX_LOOKAHEAD_MS.";
     PUBLISH_LEAD_SECONDS = "cronshard_publish_lead_seconds", Histogram,

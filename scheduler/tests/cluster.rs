@@ -233,6 +233,91 @@ async fn with_one_of_two_redis_shards_down_the_cluster_keeps_firing_exactly_once
     stack.stop().await;
 }
 
+/// The first of two Redis shards hangs (it takes connections and answers
+/// nothing, as a stuck server or a link that drops packets does). Each
+/// shard gets its share of the lock bound, so the second shard decides the
+/// two owners' races and the ledger sees one claim per slot; with the whole
+/// bound spent waiting on the first shard, every lock counted as won and
+/// both owners took every slot to the ledger. Heartbeats go on through the
+/// second shard, and every slot arrives once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_first_of_two_redis_shards_hanging_the_second_decides_the_lock_races() {
+    let sink = Sink::start().await;
+    let stack = Stack::start("hung-shard").await;
+    let (shard_a, shard_b) = (RedisServer::start().await, RedisServer::start().await);
+    let proxy = TcpProxy::start(shard_a.addr).await.unwrap();
+    let env = ProcEnv {
+        database_url: stack.db.url.clone(),
+        cluster: stack.cluster.clone(),
+        redis_urls: format!("redis://{},{}", proxy.addr, shard_b.url()),
+    };
+    let metrics: Vec<String> = (0..3).map(|_| free_addr()).collect();
+    let _nodes: Vec<tokio::process::Child> = metrics
+        .iter()
+        .enumerate()
+        .map(|(i, addr)| {
+            env.scheduler_command(&format!("node-{i}"))
+                .env("METRICS_ADDR", addr)
+                .env("HEARTBEAT_INTERVAL_MS", "1000")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let _workers = [env.worker("worker-0")];
+    let pools = common::redis::pools(&[shard_b.url()]).unwrap();
+    let keys = common::redis::Keys::new(&stack.cluster);
+    let live_on_b = || async { common::redis::live_nodes(&pools[0], &keys).await.ok().map(|n| n.len()) };
+    wait_for("3 heartbeats on the second shard", Duration::from_secs(60), || async {
+        (live_on_b().await? == 3).then_some(())
+    })
+    .await;
+
+    let start = truncate_ms(Utc::now() + TimeDelta::seconds(5));
+    let jobs = create_ticking_jobs(&stack, &sink, 50, start).await;
+    until_delivered_past(&sink, start + TimeDelta::seconds(3), Duration::from_secs(30)).await;
+    // Summed over the three nodes: fires, lost lock races, claim conflicts,
+    // and each node's last heartbeat.
+    let totals = || async {
+        let mut sums = [0.0; 3];
+        let mut heartbeats = Vec::new();
+        for addr in &metrics {
+            for (sum, name) in sums.iter_mut().zip([
+                common::metrics::FIRES_TOTAL,
+                common::metrics::LOCK_LOSSES_TOTAL,
+                common::metrics::CLAIM_CONFLICTS_TOTAL,
+            ]) {
+                *sum += metric_value(&stack.http, addr, name).await.unwrap_or(0.0);
+            }
+            heartbeats.push(metric_value(&stack.http, addr, common::metrics::HEARTBEAT_LAST_SUCCESS).await);
+        }
+        (sums, heartbeats)
+    };
+    let (before, _) = totals().await;
+    proxy.set(common::testing::proxy::Mode::Delay(Duration::from_secs(3600)));
+    let hung_at = Utc::now();
+    until_delivered_past(&sink, hung_at + TimeDelta::seconds(10), Duration::from_secs(40)).await;
+    let (after, heartbeats) = totals().await;
+    let [fired, lost, conflicts] = [0, 1, 2].map(|i| after[i] - before[i]);
+    assert!(fired >= 400.0, "{fired} slots fired in the 10 s the first shard hung (50 a second)");
+    assert!(
+        lost >= fired / 2.0,
+        "only {lost} lock races lost for {fired} slots fired: the owners did not race on the second shard"
+    );
+    assert!(
+        conflicts * 10.0 <= fired,
+        "{conflicts} claim conflicts for {fired} slots fired: both owners went to the ledger"
+    );
+    let hung_secs = hung_at.timestamp() as f64;
+    assert!(
+        heartbeats.iter().all(|h| h.is_some_and(|at| at > hung_secs + 2.0)),
+        "every node heartbeats through the second shard while the first hangs: {heartbeats:?} (hung at {hung_secs})"
+    );
+    proxy.restore();
+    let window_end = truncate_ms(Utc::now() + TimeDelta::seconds(5));
+    assert_ticks_delivered_once(&sink, &jobs, start, window_end).await;
+    stack.stop().await;
+}
+
 /// What the ledger holds of each slot of one job, through the API's
 /// listing: (scheduled_at, status, trigger). A decided run (one entry for
 /// consecutive misfired slots) stands for each of its slots, `every` apart;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{Dispatcher, Slot};
+use super::{Dispatcher, RedisPool, Slot};
 
 /// The longest a batch waits for its locks. The lock only saves work (the
 /// ledger's claim never lets a slot be taken twice): a losing claim costs
@@ -38,57 +38,62 @@ pub fn lock_ttl(scheduled_at: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
 }
 
 impl Dispatcher {
-    /// `true` = this node may claim the slot. Tries the shards in order; if
-    /// none answers within `LOCK_BOUND` every slot counts as won and the
-    /// ledger's claim decides (it never lets a slot be taken twice, the lock
-    /// only saves work). A lock set after the bound still keeps the other
-    /// owner off the slot, which this node then claims.
+    /// `true` = this node may claim the slot. Tries the shards in order,
+    /// each for its share of `LOCK_BOUND`, so a shard that hangs (rather
+    /// than refusing at once) leaves the next one time to decide the races.
+    /// If none answers, every slot counts as won and the ledger's claim
+    /// decides (it never lets a slot be taken twice, the lock only saves
+    /// work). A lock set after its share still keeps the other owner off the
+    /// slot, which this node then claims.
     pub(super) async fn lock(&self, slots: &[Slot]) -> Vec<bool> {
-        match tokio::time::timeout(LOCK_BOUND, self.lock_on_a_shard(slots)).await {
-            Ok(Some(won)) => won,
-            Ok(None) => {
-                tracing::warn!("no Redis shard reachable for locks; the ledger claim decides");
-                vec![true; slots.len()]
-            }
-            Err(_) => {
-                metrics::counter!(common::metrics::SCHEDULER_LOCKS_TIMED_OUT_TOTAL).increment(1);
-                // A slow link makes every batch say so: once in a while.
-                if let Some(batches) = self.lock_timeouts.add() {
-                    tracing::warn!(
-                        batches,
-                        bound_ms = LOCK_BOUND.as_millis() as u64,
-                        "Redis locks slower than their bound; the ledger claim decides"
-                    );
+        let share = LOCK_BOUND / self.redis.len().max(1) as u32;
+        let now = common::clock::now();
+        let mut timed_out = 0;
+        let mut won = None;
+        for shard in &self.redis {
+            match tokio::time::timeout(share, self.lock_on(shard, slots, now)).await {
+                Ok(Ok(answer)) => {
+                    won = Some(answer);
+                    break;
                 }
-                vec![true; slots.len()]
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %format!("{e:#}"), "Redis lock failed on a shard; trying the next")
+                }
+                Err(_) => timed_out += 1,
             }
         }
+        if timed_out > 0 {
+            if won.is_none() {
+                metrics::counter!(common::metrics::SCHEDULER_LOCKS_TIMED_OUT_TOTAL).increment(1);
+            }
+            // A slow link makes every batch say so: once in a while.
+            if let Some(batches) = self.lock_timeouts.add() {
+                tracing::warn!(
+                    batches,
+                    share_ms = share.as_millis() as u64,
+                    decided_by = if won.is_some() { "a later shard" } else { "the ledger claim" },
+                    "a Redis shard did not answer the locks within its share of the bound"
+                );
+            }
+        } else if won.is_none() {
+            tracing::warn!("no Redis shard reachable for locks; the ledger claim decides");
+        }
+        won.unwrap_or_else(|| vec![true; slots.len()])
     }
 
-    async fn lock_on_a_shard(&self, slots: &[Slot]) -> Option<Vec<bool>> {
-        let now = common::clock::now();
-        for shard in &self.redis {
-            let result: anyhow::Result<Vec<bool>> = async {
-                let mut conn = shard.get().await?;
-                let mut pipe = redis::pipe();
-                for s in slots {
-                    pipe.cmd("SET")
-                        .arg(self.config.keys.lock(s.job_id, s.job_version, s.scheduled_at))
-                        .arg(&self.config.node_id)
-                        .arg("NX")
-                        .arg("PX")
-                        .arg(lock_ttl(s.scheduled_at, now).as_millis() as u64);
-                }
-                let replies: Vec<Option<String>> = pipe.query_async(&mut *conn).await?;
-                Ok(replies.into_iter().map(|r| r.is_some()).collect())
-            }
-            .await;
-            match result {
-                Ok(won) => return Some(won),
-                Err(e) => tracing::warn!(error = %format!("{e:#}"), "Redis lock failed on a shard; trying the next"),
-            }
+    async fn lock_on(&self, shard: &RedisPool, slots: &[Slot], now: DateTime<Utc>) -> anyhow::Result<Vec<bool>> {
+        let mut conn = shard.get().await?;
+        let mut pipe = redis::pipe();
+        for s in slots {
+            pipe.cmd("SET")
+                .arg(self.config.keys.lock(s.job_id, s.job_version, s.scheduled_at))
+                .arg(&self.config.node_id)
+                .arg("NX")
+                .arg("PX")
+                .arg(lock_ttl(s.scheduled_at, now).as_millis() as u64);
         }
-        None
+        let replies: Vec<Option<String>> = pipe.query_async(&mut *conn).await?;
+        Ok(replies.into_iter().map(|r| r.is_some()).collect())
     }
 }
 
