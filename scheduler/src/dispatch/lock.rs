@@ -32,7 +32,9 @@ pub const LOCK_HOLD_PAST_DUE: Duration = Duration::from_secs(10);
 
 /// The lock of a slot due at `scheduled_at`, set at `now`, lives until
 /// `LOCK_HOLD_PAST_DUE` after the due instant (a slot already due: that
-/// long from now).
+/// long from now). A jittered slot is handed over after its slot time, so
+/// its lock lives `LOCK_HOLD_PAST_DUE` from the race: both owners race at
+/// their lookahead before the same delivery instant, seconds apart.
 pub fn lock_ttl(scheduled_at: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
     (scheduled_at - now).to_std().unwrap_or_default() + LOCK_HOLD_PAST_DUE
 }
