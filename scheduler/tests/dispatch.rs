@@ -229,8 +229,9 @@ async fn a_slots_lock_lives_until_a_fixed_hold_past_its_due_instant_and_keeps_th
         let left_ms: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut *conn).await.unwrap();
         assert_eq!(holder.as_deref(), Some("node-a"), "the slot due {} is the first racer's", slot.scheduled_at);
         let expected_ms = (slot.scheduled_at + hold - read_at).num_milliseconds();
+        // Below by the time the two reads took (a loaded machine), never above.
         assert!(
-            (left_ms - expected_ms).abs() <= 500,
+            (expected_ms - 2_000..=expected_ms + 100).contains(&left_ms),
             "the lock of the slot due {} expires {left_ms} ms from now, expected {expected_ms} ms (its due instant + {hold})",
             slot.scheduled_at
         );
