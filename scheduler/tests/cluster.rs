@@ -202,6 +202,25 @@ async fn flushing_redis_mid_run_does_not_execute_a_slot_twice() {
     stack.stop().await;
 }
 
+/// How many nodes heartbeat on the Redis server at `url`.
+async fn live_on(url: &str, cluster: &str) -> Option<usize> {
+    let pools = common::redis::pools(&[url.to_owned()]).ok()?;
+    common::redis::live_nodes(&pools[0], &common::redis::Keys::new(cluster)).await.ok().map(|n| n.len())
+}
+
+/// Once three nodes heartbeat on `shard`: 50 ticking jobs from 5 s on, and
+/// their first 3 s delivered. Returns the jobs and their start.
+async fn ticking_once_three_nodes_beat_on(stack: &Stack, sink: &Sink, shard: &str) -> (Vec<String>, DateTime<Utc>) {
+    wait_for("3 heartbeats on the shard", Duration::from_secs(60), || async {
+        (live_on(shard, &stack.cluster).await? == 3).then_some(())
+    })
+    .await;
+    let start = truncate_ms(Utc::now() + TimeDelta::seconds(5));
+    let jobs = create_ticking_jobs(stack, sink, 50, start).await;
+    until_delivered_past(sink, start + TimeDelta::seconds(3), Duration::from_secs(30)).await;
+    (jobs, start)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_one_of_two_redis_shards_down_the_cluster_keeps_firing_exactly_once() {
     let sink = Sink::start().await;
@@ -215,21 +234,11 @@ async fn with_one_of_two_redis_shards_down_the_cluster_keeps_firing_exactly_once
     };
     let _nodes = [env.scheduler("node-0"), env.scheduler("node-1"), env.scheduler("node-2")];
     let _workers = [env.worker("worker-0")];
-    let pools = common::redis::pools(&[shard_b.url()]).unwrap();
-    let keys = common::redis::Keys::new(&stack.cluster);
-    let live_on_b = || async { common::redis::live_nodes(&pools[0], &keys).await.ok().map(|n| n.len()) };
-    wait_for("3 heartbeats on the second shard", Duration::from_secs(60), || async {
-        (live_on_b().await? == 3).then_some(())
-    })
-    .await;
-
-    let start = truncate_ms(Utc::now() + TimeDelta::seconds(5));
-    let jobs = create_ticking_jobs(&stack, &sink, 50, start).await;
-    until_delivered_past(&sink, start + TimeDelta::seconds(3), Duration::from_secs(30)).await;
+    let (jobs, start) = ticking_once_three_nodes_beat_on(&stack, &sink, &shard_b.url()).await;
     drop(shard_a); // kills the first shard: locks and heartbeats move to the second
     let window_end = truncate_ms(Utc::now() + TimeDelta::seconds(10));
     assert_ticks_delivered_once(&sink, &jobs, start, window_end).await;
-    assert_eq!(live_on_b().await, Some(3), "the second shard alone carries the live set");
+    assert_eq!(live_on(&shard_b.url(), &stack.cluster).await, Some(3), "the second shard alone carries the live set");
     stack.stop().await;
 }
 
@@ -264,17 +273,7 @@ async fn with_the_first_of_two_redis_shards_hanging_the_second_decides_the_lock_
         })
         .collect();
     let _workers = [env.worker("worker-0")];
-    let pools = common::redis::pools(&[shard_b.url()]).unwrap();
-    let keys = common::redis::Keys::new(&stack.cluster);
-    let live_on_b = || async { common::redis::live_nodes(&pools[0], &keys).await.ok().map(|n| n.len()) };
-    wait_for("3 heartbeats on the second shard", Duration::from_secs(60), || async {
-        (live_on_b().await? == 3).then_some(())
-    })
-    .await;
-
-    let start = truncate_ms(Utc::now() + TimeDelta::seconds(5));
-    let jobs = create_ticking_jobs(&stack, &sink, 50, start).await;
-    until_delivered_past(&sink, start + TimeDelta::seconds(3), Duration::from_secs(30)).await;
+    let (jobs, start) = ticking_once_three_nodes_beat_on(&stack, &sink, &shard_b.url()).await;
     // Summed over the three nodes: fires, lost lock races, claim conflicts,
     // and each node's last heartbeat.
     let totals = || async {
