@@ -206,7 +206,7 @@ async fn a_slots_lock_lives_until_a_fixed_hold_past_its_due_instant_and_keeps_th
     let (mut first, mut second) = (rig.dispatcher_of("node-a"), rig.dispatcher_of("node-b"));
     let base = Utc::now().with_nanosecond(0).unwrap() + TimeDelta::seconds(1);
     let mut slots = Vec::new();
-    for lead_secs in [1, 3, 8, 25] {
+    for lead_secs in [2, 4, 8, 25] {
         slots.push(Slot {
             job_id: rig.job().await,
             scheduled_at: base + TimeDelta::seconds(lead_secs),
