@@ -52,7 +52,13 @@ pub(crate) struct HeldBytes {
     /// Slots armed ahead of their due instant, at `ARMED_SLOT_BYTES`.
     armed: AtomicUsize,
     armed_cap: usize,
+    /// Wakes the consumer when a budget falls below its cap.
     freed: Notify,
+    /// Wakes one due slot waiting for room under the cap at a time: a herd
+    /// has tens of thousands waiting, and each slot decided makes room for
+    /// about one (waking them all on every release cost more CPU than the
+    /// deliveries).
+    room_for_due: Notify,
 }
 
 impl HeldBytes {
@@ -64,6 +70,7 @@ impl HeldBytes {
             armed: AtomicUsize::new(0),
             armed_cap: cap.saturating_mul(ARMED_CAP_PER_CAP),
             freed: Notify::new(),
+            room_for_due: Notify::new(),
         })
     }
 
@@ -94,9 +101,12 @@ impl HeldBytes {
         let before = counter.fetch_sub(bytes, Ordering::SeqCst);
         let now = before - bytes;
         metrics::gauge!(gauge).set(now as f64);
-        // Only the step from at-or-over the cap to under it wakes waiters.
+        // Only the step from at-or-over the cap to under it wakes the consumer.
         if before >= cap && now < cap {
             self.freed.notify_waiters();
+        }
+        if std::ptr::eq(counter, &self.held) && now < cap {
+            self.room_for_due.notify_one();
         }
     }
 
@@ -161,11 +171,26 @@ impl HeldCharge {
     /// `SLOT_BYTES` (its steps after the due instant are not allocated yet).
     pub(crate) fn arm(mut self) -> ArmedCharge {
         let (budget, held) = (self.budget.clone(), std::mem::take(&mut self.bytes));
-        let armed = held - SLOT_BYTES + ARMED_SLOT_BYTES;
+        let armed = waiting_size(held);
         HeldBytes::add(&budget.armed, armed, common::metrics::WORKER_ARMED_BYTES);
         budget.release(&budget.held, budget.cap, held, common::metrics::WORKER_HELD_BYTES);
         ArmedCharge { budget, held, armed }
     }
+
+    /// The slot is delivered and waits for its outcome write only: its
+    /// steps after the due instant are freed, so its charge under the cap
+    /// shrinks to an armed slot's, and the room goes to the next due slot.
+    pub(crate) fn delivered(&mut self) {
+        let freed = self.bytes - waiting_size(self.bytes);
+        self.budget.release(&self.budget.held, self.budget.cap, freed, common::metrics::WORKER_HELD_BYTES);
+        self.bytes -= freed;
+    }
+}
+
+/// What a slot charged `bytes` on its way keeps while it only waits (armed
+/// for its due instant, or delivered and waiting for its outcome write).
+fn waiting_size(bytes: usize) -> usize {
+    bytes - SLOT_BYTES + ARMED_SLOT_BYTES
 }
 
 impl Drop for HeldCharge {
@@ -189,10 +214,19 @@ impl ArmedCharge {
     /// which ends, so the wait ends too; past the cap, due slots wait in
     /// this small state rather than allocating their next steps.
     pub(crate) async fn due(mut self) -> HeldCharge {
-        self.budget.wait_for(|| self.budget.has_room()).await;
-        let (budget, held, armed) = (self.budget.clone(), self.held, std::mem::take(&mut self.armed));
+        let budget = self.budget.clone();
+        // `notify_one` keeps its wake for a slot not yet waiting, so a
+        // release between the check and the wait is not missed.
+        while !budget.has_room() {
+            budget.room_for_due.notified().await;
+        }
+        let (held, armed) = (self.held, std::mem::take(&mut self.armed));
         HeldBytes::add(&budget.held, held, common::metrics::WORKER_HELD_BYTES);
         budget.release(&budget.armed, budget.armed_cap, armed, common::metrics::WORKER_ARMED_BYTES);
+        // Room left: the next waiting slot's turn.
+        if budget.has_room() {
+            budget.room_for_due.notify_one();
+        }
         HeldCharge { budget, bytes: held }
     }
 }
@@ -285,6 +319,21 @@ mod tests {
         assert_eq!(budget.held(), 3 * (SLOT_BYTES + 100));
         drop(rest);
         consumer.await.unwrap();
+        assert_eq!((budget.held(), budget.armed()), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_delivered_slot_keeps_an_armed_slots_charge_and_its_room_goes_to_a_due_one() {
+        let budget = HeldBytes::new(2 * SLOT_BYTES);
+        let mut on_their_way = budget.charge_message(0, 2);
+        let due = tokio::spawn(budget.charge_message(0, 1).pop().unwrap().arm().due());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(!due.is_finished(), "the cap is full of slots on their way");
+        on_their_way[0].delivered();
+        assert_eq!(budget.held(), SLOT_BYTES + ARMED_SLOT_BYTES);
+        let third = due.await.unwrap();
+        assert_eq!(budget.held(), 2 * SLOT_BYTES + ARMED_SLOT_BYTES);
+        drop((on_their_way, third));
         assert_eq!((budget.held(), budget.armed()), (0, 0));
     }
 

@@ -522,7 +522,7 @@ async fn process(
     *took_row = true;
     let armed_early = common::clock::now() < m.due_at;
     // Kept until the slot is decided.
-    let _charge = if armed_early {
+    let mut charge = if armed_early {
         // Armed: charged as such until the due instant (`holdings`), never
         // delivered earlier.
         let armed = charge.arm();
@@ -540,8 +540,18 @@ async fn process(
     };
     let slot = DueSlot { request, jobs_seen, armed_early, policy, budget_attempt, horizon };
     // Boxed: allocated at the due instant, so a waiting slot's future is
-    // only as large as the steps above.
-    Box::pin(deliver_due(shared, m, arrival, slot, in_flight, token)).await
+    // only as large as the steps above, and freed once it is delivered.
+    match Box::pin(deliver_due(shared, m, arrival, slot, in_flight, token)).await? {
+        AfterDue::Decided(processed) => Ok(processed),
+        AfterDue::Record(request) => {
+            // All it keeps now is the outcome to write: its charge shrinks
+            // to an armed slot's, and the room goes to the next due slot
+            // rather than waiting for the outcome write.
+            charge.delivered();
+            Box::pin(shared.finish(m, request)).await?;
+            Ok(Processed::Done)
+        }
+    }
 }
 
 /// What a slot carries past its due instant.
@@ -555,7 +565,15 @@ struct DueSlot {
     horizon: chrono::DateTime<chrono::Utc>,
 }
 
-/// A slot from its due instant to its outcome.
+/// Where a slot stands once its steps after the due instant are done.
+enum AfterDue {
+    Decided(Processed),
+    /// Delivered (or failed, its follow-up published): the outcome to record.
+    Record(FinishRequest),
+}
+
+/// A slot from its due instant to its delivery, or to a decision without
+/// one.
 async fn deliver_due(
     shared: &Shared,
     m: &FireMessage,
@@ -563,7 +581,8 @@ async fn deliver_due(
     slot: DueSlot,
     in_flight: &Semaphore,
     token: &CancellationToken,
-) -> anyhow::Result<Processed> {
+) -> anyhow::Result<AfterDue> {
+    let decided = |processed| Ok(AfterDue::Decided(processed));
     let Arrival { attempt, redelivered, .. } = arrival;
     let DueSlot { request, jobs_seen, armed_early, policy, budget_attempt, horizon } = slot;
     let due_guard = shared.due_backlog.enter();
@@ -580,11 +599,11 @@ async fn deliver_due(
             timed("verify", shared.verifies.call(VerifyRequest { row: request.clone(), jobs_seen })).await?,
         )
     {
-        return Ok(Processed::Done);
+        return decided(Processed::Done);
     }
     // A manual trigger is an operator's explicit run: no overlap policy.
     if !m.overlap.is_allow() && m.trigger != Trigger::Manual && !Box::pin(shared.overlap_lets_run(m, &request)).await? {
-        return Ok(Processed::Done);
+        return decided(Processed::Done);
     }
     // The destination's gate before the worker-wide permit: a slot waiting
     // for a busy or broken host holds no permit another host needs.
@@ -598,9 +617,13 @@ async fn deliver_due(
         .await;
     let pass = match gate {
         Gate::Go(pass) => pass,
-        Gate::Stopping => return Ok(Processed::Stopping),
-        Gate::Release { delay, waiting } => return Box::pin(shared.wait_elsewhere(m, attempt, delay, waiting)).await,
-        Gate::GiveUp(waiting) => return Box::pin(shared.give_up_waiting(m, attempt, waiting)).await,
+        Gate::Stopping => return decided(Processed::Stopping),
+        Gate::Release { delay, waiting } => {
+            return Box::pin(shared.wait_elsewhere(m, attempt, delay, waiting)).await.map(AfterDue::Decided);
+        }
+        Gate::GiveUp(waiting) => {
+            return Box::pin(shared.give_up_waiting(m, attempt, waiting)).await.map(AfterDue::Decided);
+        }
     };
     let permit = in_flight.acquire().await?;
     let started = common::clock::now();
@@ -628,12 +651,11 @@ async fn deliver_due(
             tracing::debug!(execution.id = %m.execution_id, attempt, http_status, sqs_message_id = sqs_message_id.as_deref(), "delivered");
             metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Succeeded.as_str())
                 .increment(1);
-            let request = FinishRequest {
+            Ok(AfterDue::Record(FinishRequest {
                 http_status: http_status.map(i32::from),
                 sqs_message_id,
                 ..done(Status::Succeeded, excerpt)
-            };
-            Box::pin(shared.finish(m, request)).await?;
+            }))
         }
         Outcome::Failure { error, excerpt } => {
             // The text may quote the target's URL: its credentials stay out
@@ -657,16 +679,14 @@ async fn deliver_due(
                 }
             };
             metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => status.as_str()).increment(1);
-            let request = FinishRequest {
+            Ok(AfterDue::Record(FinishRequest {
                 http_status: error.http_status().map(i32::from),
                 error: Some(error_text),
                 next_attempt_at,
                 ..done(status, excerpt)
-            };
-            Box::pin(shared.finish(m, request)).await?;
+            }))
         }
     }
-    Ok(Processed::Done)
 }
 
 impl Shared {
