@@ -171,26 +171,11 @@ impl HeldCharge {
     /// `SLOT_BYTES` (its steps after the due instant are not allocated yet).
     pub(crate) fn arm(mut self) -> ArmedCharge {
         let (budget, held) = (self.budget.clone(), std::mem::take(&mut self.bytes));
-        let armed = waiting_size(held);
+        let armed = held - SLOT_BYTES + ARMED_SLOT_BYTES;
         HeldBytes::add(&budget.armed, armed, common::metrics::WORKER_ARMED_BYTES);
         budget.release(&budget.held, budget.cap, held, common::metrics::WORKER_HELD_BYTES);
         ArmedCharge { budget, held, armed }
     }
-
-    /// The slot is delivered and waits for its outcome write only: its
-    /// steps after the due instant are freed, so its charge under the cap
-    /// shrinks to an armed slot's, and the room goes to the next due slot.
-    pub(crate) fn delivered(&mut self) {
-        let freed = self.bytes - waiting_size(self.bytes);
-        self.budget.release(&self.budget.held, self.budget.cap, freed, common::metrics::WORKER_HELD_BYTES);
-        self.bytes -= freed;
-    }
-}
-
-/// What a slot charged `bytes` on its way keeps while it only waits (armed
-/// for its due instant, or delivered and waiting for its outcome write).
-fn waiting_size(bytes: usize) -> usize {
-    bytes - SLOT_BYTES + ARMED_SLOT_BYTES
 }
 
 impl Drop for HeldCharge {
@@ -319,21 +304,6 @@ mod tests {
         assert_eq!(budget.held(), 3 * (SLOT_BYTES + 100));
         drop(rest);
         consumer.await.unwrap();
-        assert_eq!((budget.held(), budget.armed()), (0, 0));
-    }
-
-    #[tokio::test]
-    async fn a_delivered_slot_keeps_an_armed_slots_charge_and_its_room_goes_to_a_due_one() {
-        let budget = HeldBytes::new(2 * SLOT_BYTES);
-        let mut on_their_way = budget.charge_message(0, 2);
-        let due = tokio::spawn(budget.charge_message(0, 1).pop().unwrap().arm().due());
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        assert!(!due.is_finished(), "the cap is full of slots on their way");
-        on_their_way[0].delivered();
-        assert_eq!(budget.held(), SLOT_BYTES + ARMED_SLOT_BYTES);
-        let third = due.await.unwrap();
-        assert_eq!(budget.held(), 2 * SLOT_BYTES + ARMED_SLOT_BYTES);
-        drop((on_their_way, third));
         assert_eq!((budget.held(), budget.armed()), (0, 0));
     }
 
