@@ -104,7 +104,9 @@ catalog! {
     WORKER_IN_FLIGHT = "cronshard_worker_in_flight", Gauge,
         "Deliveries running now on this worker.";
     WORKER_HELD_BYTES = "cronshard_worker_held_bytes", Gauge,
-        "Estimated memory of the messages this worker holds (bodies and per-slot state); it takes no further message while this is at WORKER_MAX_HELD_MB.";
+        "Estimated memory of the slots this worker holds on their way (arrived due or past their due instant: their bodies and state); it takes no further message, and holds further due slots back, while this is at WORKER_MAX_HELD_MB.";
+    WORKER_ARMED_BYTES = "cronshard_worker_armed_bytes", Gauge,
+        "Estimated memory of the slots this worker holds armed ahead of their due instant; it takes no further message while this is at twice WORKER_MAX_HELD_MB.";
     WORKER_LATE_SKIPPED_TOTAL = "cronshard_worker_late_skipped_total", Counter,
         "Scheduled slots that reached this worker later than MISFIRE_THRESHOLD_MS and were recorded skipped by their job's misfire policy (label policy: skip, fire_once): the workers are behind.";
     WORKER_DUPLICATES_TOTAL = "cronshard_worker_duplicates_total", Counter,

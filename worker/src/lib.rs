@@ -66,8 +66,8 @@ pub struct WorkerConfig {
     pub prefetch: u16,
     /// Deliveries in progress at once.
     pub max_in_flight: usize,
-    /// Estimated bytes of the messages held at once (`holdings`): past it,
-    /// the next message waits in the broker.
+    /// Estimated bytes of the slots held on their way (`holdings`; armed
+    /// slots have twice this): past it, the next message waits in the broker.
     pub max_held_bytes: usize,
     /// Per destination host: deliveries at once and the circuit breaker.
     pub destinations: DestinationConfig,

@@ -10,6 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions};
 use lapin::types::AMQPValue;
@@ -32,6 +34,7 @@ use super::batch::Batcher;
 use super::deliver::{Deliverers, Outcome, destination_health};
 use super::destination::{self, Gate, Waiting};
 use super::heartbeat::{Holding, LastBeat};
+use super::holdings::HeldCharge;
 use super::pace::WaitingPace;
 use super::retry::{self, RetryPublisher};
 
@@ -263,6 +266,7 @@ pub(crate) async fn handle(
     shared: Arc<Shared>,
     delivery: Delivery,
     parsed: serde_json::Result<Vec<FireMessage>>,
+    charges: Vec<HeldCharge>,
     in_flight: Arc<Semaphore>,
     token: CancellationToken,
 ) {
@@ -292,31 +296,40 @@ pub(crate) async fn handle(
     // Slots go their own ways at once, except a job's misfire catch-up
     // slots, which the scheduler bundles oldest first: those are delivered
     // one after the other, so the receiver sees them in scheduled order.
-    let mut runs: Vec<Vec<&FireMessage>> = Vec::new();
-    for m in &messages {
+    // Each slot with its charge, released as the slot is decided.
+    let mut runs: Vec<Vec<(&FireMessage, HeldCharge)>> = Vec::new();
+    for (m, charge) in messages.iter().zip(charges) {
         match runs.iter_mut().find(|run| {
-            m.trigger == Trigger::Misfire && run[0].trigger == Trigger::Misfire && run[0].job_id == m.job_id
+            m.trigger == Trigger::Misfire && run[0].0.trigger == Trigger::Misfire && run[0].0.job_id == m.job_id
         }) {
-            Some(run) => run.push(m),
-            None => runs.push(vec![m]),
+            Some(run) => run.push((m, charge)),
+            None => runs.push(vec![(m, charge)]),
         }
     }
-    let settles: Vec<Settle> = futures::future::join_all(runs.into_iter().map(|run| {
-        let (shared, in_flight, token) = (&shared, &in_flight, &token);
-        async move {
-            let mut settles = Vec::with_capacity(run.len());
-            for m in run {
-                let arrival = Arrival { attempt, redelivered: delivery.redelivered, first_arrival, waited };
-                settles.push(handle_slot(shared, m, arrival, in_flight, token).await);
+    // Unordered, not `join_all`: a bundle's slots wake one at a time (a
+    // ledger answer, a permit, a response), and `join_all` polls every slot
+    // of the bundle on each wake; in a 100,000 herd those idle polls were a
+    // visible share of a worker's CPU in the drain.
+    let mut runs: FuturesUnordered<_> = runs
+        .into_iter()
+        .map(|run| {
+            let (shared, in_flight, token) = (&shared, &in_flight, &token);
+            async move {
+                let mut settle = Settle::Ack;
+                for (m, charge) in run {
+                    let arrival = Arrival { attempt, redelivered: delivery.redelivered, first_arrival, waited };
+                    settle = settle.and(handle_slot(shared, m, arrival, charge, in_flight, token).await);
+                }
+                settle
             }
-            settles
-        }
-    }))
-    .await
-    .into_iter()
-    .flatten()
-    .collect();
-    match settles.into_iter().fold(Settle::Ack, Settle::and) {
+        })
+        .collect();
+    let mut settle = Settle::Ack;
+    while let Some(run) = runs.next().await {
+        settle = settle.and(run);
+    }
+    drop(runs);
+    match settle {
         Settle::Ack => {
             if let Err(e) = timed("ack", delivery.acker.ack(BasicAckOptions::default())).await {
                 tracing::warn!(execution.id = %messages[0].execution_id, error = %e, "ack failed; the broker will redeliver");
@@ -361,6 +374,7 @@ async fn handle_slot(
     shared: &Shared,
     message: &FireMessage,
     arrival: Arrival,
+    charge: HeldCharge,
     in_flight: &Semaphore,
     token: &CancellationToken,
 ) -> Settle {
@@ -372,7 +386,7 @@ async fn handle_slot(
         return Settle::Requeue(ledger::BUSY_RECHECK_MIN);
     };
     let mut took_row = false;
-    let result = process(shared, message, arrival, in_flight, token, &mut took_row).await;
+    let result = process(shared, message, arrival, charge, in_flight, token, &mut took_row).await;
     if took_row && !matches!(result, Ok(Processed::Done)) {
         // This worker will not deliver it: give the row back at once rather
         // than make the message's next worker wait until this one is
@@ -445,15 +459,18 @@ fn go_on(m: &FireMessage, attempt: u32, start: Start) -> bool {
 /// One slot from its row's start to its outcome. Every slot of every
 /// message in the prefetch is one of these futures, most of them waiting
 /// (for the due instant, their host, an in-flight permit), and a future
-/// is as large as its largest state: the steps after the wait (the
-/// delivery with its HTTP and SQS clients, the outcome and retry writes)
-/// are boxed, allocated only by the slots that reach them. Inline they
-/// made each slot 12,480 bytes (1,792 boxed), so a full prefetch under
-/// overload (2,000 messages of up to 25 slots) held about 600 MB.
+/// is as large as its largest state: everything after the due instant is
+/// boxed (`deliver_due`, and within it the delivery and the outcome and
+/// retry writes), allocated only by the slots that reach it. Inline the
+/// steps made each slot 12,480 bytes; with the delivery boxed, 1,816; with
+/// everything after the due instant boxed, an armed slot's future is 752
+/// (`-Zprint-type-sizes`), so a herd armed ahead of time fits in a third
+/// of the memory.
 async fn process(
     shared: &Shared,
     m: &FireMessage,
     arrival: Arrival,
+    charge: HeldCharge,
     in_flight: &Semaphore,
     token: &CancellationToken,
     took_row: &mut bool,
@@ -504,12 +521,70 @@ async fn process(
     }
     *took_row = true;
     let armed_early = common::clock::now() < m.due_at;
-    // Hold the message until its due instant, never earlier.
-    let wait = (m.due_at - common::clock::now()).to_std().unwrap_or(Duration::ZERO);
-    tokio::select! {
-        _ = token.cancelled() => return Ok(Processed::Stopping),
-        _ = tokio::time::sleep(wait) => {}
+    // Kept until the slot is decided.
+    let _charge = if armed_early {
+        // Armed: charged as such until the due instant (`holdings`), never
+        // delivered earlier.
+        let armed = charge.arm();
+        let wait = (m.due_at - common::clock::now()).to_std().unwrap_or(Duration::ZERO);
+        tokio::select! {
+            _ = token.cancelled() => return Ok(Processed::Stopping),
+            _ = tokio::time::sleep(wait) => {}
+        }
+        tokio::select! {
+            _ = token.cancelled() => return Ok(Processed::Stopping),
+            charge = armed.due() => charge,
+        }
+    } else {
+        charge
+    };
+    let slot = DueSlot { request, jobs_seen, armed_early, policy, budget_attempt, horizon };
+    // Boxed: allocated at the due instant, so a waiting slot's future is
+    // only as large as the steps above, and freed once it is delivered.
+    match Box::pin(deliver_due(shared, m, arrival, slot, in_flight, token)).await? {
+        AfterDue::Decided(processed) => Ok(processed),
+        AfterDue::Record(request) => {
+            // Its steps are freed; the charge stays whole until the outcome
+            // is written: shrunk to an armed slot's, the room it gave let a
+            // worker under overload hold twice the slots, at 2× the
+            // resident memory of 5,000 fires/s (docs/benchmarks.md).
+            Box::pin(shared.finish(m, request)).await?;
+            Ok(Processed::Done)
+        }
     }
+}
+
+/// What a slot carries past its due instant.
+struct DueSlot {
+    request: StartRequest,
+    jobs_seen: JobsSeen,
+    /// Its row was started before the due instant: verified at it.
+    armed_early: bool,
+    policy: common::job::RetryPolicy,
+    budget_attempt: u32,
+    horizon: chrono::DateTime<chrono::Utc>,
+}
+
+/// Where a slot stands once its steps after the due instant are done.
+enum AfterDue {
+    Decided(Processed),
+    /// Delivered (or failed, its follow-up published): the outcome to record.
+    Record(FinishRequest),
+}
+
+/// A slot from its due instant to its delivery, or to a decision without
+/// one.
+async fn deliver_due(
+    shared: &Shared,
+    m: &FireMessage,
+    arrival: Arrival,
+    slot: DueSlot,
+    in_flight: &Semaphore,
+    token: &CancellationToken,
+) -> anyhow::Result<AfterDue> {
+    let decided = |processed| Ok(AfterDue::Decided(processed));
+    let Arrival { attempt, redelivered, .. } = arrival;
+    let DueSlot { request, jobs_seen, armed_early, policy, budget_attempt, horizon } = slot;
     let due_guard = shared.due_backlog.enter();
     // The check comes before the in-flight permit: every message due in a
     // burst asks at once, so the checks go in a few large statements. (With
@@ -524,11 +599,11 @@ async fn process(
             timed("verify", shared.verifies.call(VerifyRequest { row: request.clone(), jobs_seen })).await?,
         )
     {
-        return Ok(Processed::Done);
+        return decided(Processed::Done);
     }
     // A manual trigger is an operator's explicit run: no overlap policy.
     if !m.overlap.is_allow() && m.trigger != Trigger::Manual && !Box::pin(shared.overlap_lets_run(m, &request)).await? {
-        return Ok(Processed::Done);
+        return decided(Processed::Done);
     }
     // The destination's gate before the worker-wide permit: a slot waiting
     // for a busy or broken host holds no permit another host needs.
@@ -542,9 +617,13 @@ async fn process(
         .await;
     let pass = match gate {
         Gate::Go(pass) => pass,
-        Gate::Stopping => return Ok(Processed::Stopping),
-        Gate::Release { delay, waiting } => return Box::pin(shared.wait_elsewhere(m, attempt, delay, waiting)).await,
-        Gate::GiveUp(waiting) => return Box::pin(shared.give_up_waiting(m, attempt, waiting)).await,
+        Gate::Stopping => return decided(Processed::Stopping),
+        Gate::Release { delay, waiting } => {
+            return Box::pin(shared.wait_elsewhere(m, attempt, delay, waiting)).await.map(AfterDue::Decided);
+        }
+        Gate::GiveUp(waiting) => {
+            return Box::pin(shared.give_up_waiting(m, attempt, waiting)).await.map(AfterDue::Decided);
+        }
     };
     let permit = in_flight.acquire().await?;
     let started = common::clock::now();
@@ -572,12 +651,11 @@ async fn process(
             tracing::debug!(execution.id = %m.execution_id, attempt, http_status, sqs_message_id = sqs_message_id.as_deref(), "delivered");
             metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Succeeded.as_str())
                 .increment(1);
-            let request = FinishRequest {
+            Ok(AfterDue::Record(FinishRequest {
                 http_status: http_status.map(i32::from),
                 sqs_message_id,
                 ..done(Status::Succeeded, excerpt)
-            };
-            Box::pin(shared.finish(m, request)).await?;
+            }))
         }
         Outcome::Failure { error, excerpt } => {
             // The text may quote the target's URL: its credentials stay out
@@ -601,16 +679,14 @@ async fn process(
                 }
             };
             metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => status.as_str()).increment(1);
-            let request = FinishRequest {
+            Ok(AfterDue::Record(FinishRequest {
                 http_status: error.http_status().map(i32::from),
                 error: Some(error_text),
                 next_attempt_at,
                 ..done(status, excerpt)
-            };
-            Box::pin(shared.finish(m, request)).await?;
+            }))
         }
     }
-    Ok(Processed::Done)
 }
 
 impl Shared {

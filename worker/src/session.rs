@@ -149,19 +149,18 @@ async fn consume(
             _ = token.cancelled() => break Ok(()),
             // At the held-bytes cap the next message waits in the broker.
             next = async { held.room().await; consumer.next().await } => match next {
-                Some(Ok(delivery)) => {
+                Some(Ok(mut delivery)) => {
                     // Parsed here, so that its charge counts before the next
-                    // message is taken.
-                    let messages = common::message::parse_body(&delivery.data);
-                    let slots = messages.as_ref().map_or(0, Vec::len);
-                    let charge = held.charge(HeldBytes::cost(delivery.data.len(), slots));
+                    // message is taken; the raw body is not kept (the slots
+                    // carry what they need).
+                    let body = std::mem::take(&mut delivery.data);
+                    let messages = common::message::parse_body(&body);
+                    let charges = held.charge_message(body.len(), messages.as_ref().map_or(0, Vec::len));
+                    drop(body);
                     let shared = shared.clone();
                     let in_flight = in_flight.clone();
                     let session = session.clone();
-                    tasks.spawn(async move {
-                        processing::handle(shared, delivery, messages, in_flight, session).await;
-                        drop(charge);
-                    });
+                    tasks.spawn(processing::handle(shared, delivery, messages, charges, in_flight, session));
                 }
                 Some(Err(e)) => break Err(e.into()),
                 None => break Err(anyhow::anyhow!("consumer cancelled by the broker")),

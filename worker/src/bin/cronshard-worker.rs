@@ -30,8 +30,10 @@ struct Args {
     /// Callback deliveries in progress at once.
     #[arg(long, env = "WORKER_MAX_IN_FLIGHT", default_value_t = worker::defaults::MAX_IN_FLIGHT)]
     max_in_flight: usize,
-    /// Estimated memory of the messages held at once, in MiB (bodies and
-    /// per-slot state); past it, further messages wait in the broker.
+    /// Estimated memory of the slots held on their way, in MiB (bodies and
+    /// per-slot state); slots armed ahead of their due instant have twice
+    /// this, at a smaller charge each. Past either, further messages wait
+    /// in the broker.
     #[arg(long, env = "WORKER_MAX_HELD_MB", default_value_t = worker::defaults::MAX_HELD_MB)]
     max_held_mb: usize,
     /// A scheduled slot reaching the worker later than this after its due
