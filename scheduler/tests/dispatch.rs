@@ -196,12 +196,15 @@ async fn a_jobs_decided_slots_are_in_the_ledger_before_any_later_slot_is_claimed
 
 /// A slot's lock lives until a fixed hold past the slot's due instant,
 /// whatever lead it was taken with, and keeps the job's other owner off the
-/// slot until then. Held longer (it was 120 s from the race), Redis grew
-/// with fire rate × 120 s; held for less than the lead, or expired at once
-/// (a TTL in the wrong unit), both owners would take every slot to the
-/// ledger's claim.
+/// slot; once that owner has lost the race, the lock is deleted. Held
+/// longer (it was 120 s from the race), Redis grew with fire rate × 120 s;
+/// held for less than the lead, or expired at once (a TTL in the wrong
+/// unit), both owners would take every slot to the ledger's claim. A racer
+/// after the delete (ownership moved, a restart) wins the lock but not the
+/// slot: the ledger keeps the first claim, so deleting early can cost a
+/// claim, never a second fire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slots_lock_lives_until_a_fixed_hold_past_its_due_instant_and_keeps_the_other_owner_off() {
+async fn a_slots_lock_keeps_the_other_owner_off_until_it_lost_and_a_later_racer_cannot_take_the_slot() {
     let rig = Rig::start().await;
     let (mut first, mut second) = (rig.dispatcher_of("node-a"), rig.dispatcher_of("node-b"));
     let base = Utc::now().with_nanosecond(0).unwrap() + TimeDelta::seconds(1);
@@ -217,16 +220,15 @@ async fn a_slots_lock_lives_until_a_fixed_hold_past_its_due_instant_and_keeps_th
     }
     let token = CancellationToken::new();
     first.fire(slots.clone(), &token).await;
-    second.fire(slots.clone(), &token).await;
 
     let keys = common::redis::Keys::new(&rig.cluster);
+    let lock_keys: Vec<String> = slots.iter().map(|s| keys.lock(s.job_id, s.job_version, s.scheduled_at)).collect();
     let mut conn = rig.redis[0].get().await.unwrap();
     let hold = TimeDelta::from_std(scheduler::dispatch::lock::LOCK_HOLD_PAST_DUE).unwrap();
-    for slot in &slots {
-        let key = keys.lock(slot.job_id, slot.job_version, slot.scheduled_at);
+    for (slot, key) in slots.iter().zip(&lock_keys) {
         let read_at = Utc::now();
-        let holder: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut *conn).await.unwrap();
-        let left_ms: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut *conn).await.unwrap();
+        let holder: Option<String> = redis::cmd("GET").arg(key).query_async(&mut *conn).await.unwrap();
+        let left_ms: i64 = redis::cmd("PTTL").arg(key).query_async(&mut *conn).await.unwrap();
         assert_eq!(holder.as_deref(), Some("node-a"), "the slot due {} is the first racer's", slot.scheduled_at);
         let expected_ms = (slot.scheduled_at + hold - read_at).num_milliseconds();
         // Below by the time the two reads took (a loaded machine), never above.
@@ -236,11 +238,31 @@ async fn a_slots_lock_lives_until_a_fixed_hold_past_its_due_instant_and_keeps_th
             slot.scheduled_at
         );
     }
+
     let client = rig.pg.get().await.unwrap();
     let ids: Vec<Uuid> = slots.iter().map(|s| s.job_id).collect();
-    let rows: i64 =
-        client.query_one("SELECT count(*) FROM scheduled_jobs WHERE job_id = ANY($1)", &[&ids]).await.unwrap().get(0);
-    assert_eq!(rows, slots.len() as i64, "one ledger row per slot");
+    let fire_ids = || async {
+        let rows = client
+            .query("SELECT job_id, fire_id FROM scheduled_jobs WHERE job_id = ANY($1) ORDER BY job_id", &[&ids])
+            .await
+            .unwrap();
+        rows.iter().map(|r| (r.get::<_, Uuid>(0), r.get::<_, Uuid>(1))).collect::<Vec<_>>()
+    };
+    let claimed = fire_ids().await;
+    assert_eq!(claimed.len(), slots.len(), "one ledger row per slot, the first racer's");
+
+    second.fire(slots.clone(), &token).await;
+    assert_eq!(fire_ids().await, claimed, "the owner that lost the races claimed nothing");
+    common::testing::wait_for("the lost races' locks deleted", Duration::from_secs(10), || async {
+        let mut conn = rig.redis[0].get().await.ok()?;
+        let left: i64 = redis::cmd("EXISTS").arg(&lock_keys).query_async(&mut *conn).await.ok()?;
+        (left == 0).then_some(())
+    })
+    .await;
+
+    let mut after_a_move = rig.dispatcher_of("node-c");
+    after_a_move.fire(slots.clone(), &token).await;
+    assert_eq!(fire_ids().await, claimed, "a racer after the locks were deleted took a slot already claimed");
 }
 
 async fn check_prefix(rig: &Rig, jobs: &[Uuid], decided: &HashMap<Uuid, BTreeSet<DateTime<Utc>>>, context: &str) {

@@ -1,6 +1,7 @@
 //! The first step of a batch: one pipelined `SET lock NX PX` per slot on a
 //! Redis shard, so that of a job's two owners only one goes on to the
-//! database for each slot.
+//! database for each slot. The loser deletes the lock: both owners have
+//! raced.
 
 use std::time::Duration;
 
@@ -25,9 +26,9 @@ const LOCK_BOUND: Duration = Duration::from_millis(200);
 /// lookahead (2–30 s) before the due instant; after it only when its
 /// dispatcher is that far behind. The lock must still be there then: a
 /// lock gone costs that owner one conflicting claim in the ledger (never a
-/// second fire, the claim decides). A lock held longer only costs Redis
-/// memory, and that follows the fire rate: 120 s held 1.2 million keys
-/// (about 290 MB) at 10,000 fires/s; lead + 10 s holds about 120,000.
+/// second fire, the claim decides). Once the other owner has raced (and
+/// lost) the lock is deleted, so this is the life of a lock whose second
+/// owner never came (it is down, or this node is the job's only one).
 pub const LOCK_HOLD_PAST_DUE: Duration = Duration::from_secs(10);
 
 /// The lock of a slot due at `scheduled_at`, set at `now`, lives until
@@ -84,18 +85,46 @@ impl Dispatcher {
     }
 
     async fn lock_on(&self, shard: &RedisPool, slots: &[Slot], now: DateTime<Utc>) -> anyhow::Result<Vec<bool>> {
+        let keys: Vec<String> =
+            slots.iter().map(|s| self.config.keys.lock(s.job_id, s.job_version, s.scheduled_at)).collect();
         let mut conn = shard.get().await?;
         let mut pipe = redis::pipe();
-        for s in slots {
+        for (s, key) in slots.iter().zip(&keys) {
             pipe.cmd("SET")
-                .arg(self.config.keys.lock(s.job_id, s.job_version, s.scheduled_at))
+                .arg(key)
                 .arg(&self.config.node_id)
                 .arg("NX")
                 .arg("PX")
                 .arg(lock_ttl(s.scheduled_at, now).as_millis() as u64);
         }
         let replies: Vec<Option<String>> = pipe.query_async(&mut *conn).await?;
-        Ok(replies.into_iter().map(|r| r.is_some()).collect())
+        let won: Vec<bool> = replies.iter().map(Option::is_some).collect();
+        let raced_by_both: Vec<String> = keys.into_iter().zip(&won).filter(|(_, won)| !**won).map(|(k, _)| k).collect();
+        if !raced_by_both.is_empty() {
+            tokio::spawn(release_raced_locks(shard.clone(), raced_by_both));
+        }
+        Ok(won)
+    }
+}
+
+/// Deletes the locks of slots this node lost: a slot has two owners, and
+/// the loser races second, so once it has lost no owner will ask again (the
+/// loser checks the slot in the ledger, never the lock). Left to expire, a
+/// lock would keep Redis at fire rate × (lead + `LOCK_HOLD_PAST_DUE`);
+/// deleted, only the locks between the two owners' races stay, and Redis
+/// keeps its size whatever the rate. A lock deleted too early (a third
+/// racer after ownership moved, this node racing again after a restart)
+/// only lets a claim reach the ledger, which never takes a slot twice. Not
+/// awaited: the batch goes on to its claims, and a lock not deleted expires
+/// as before.
+async fn release_raced_locks(shard: RedisPool, keys: Vec<String>) {
+    let deleted = async {
+        let mut conn = shard.get().await?;
+        redis::cmd("DEL").arg(&keys).query_async::<i64>(&mut *conn).await?;
+        anyhow::Ok(())
+    };
+    if let Err(e) = deleted.await {
+        tracing::debug!(error = %format!("{e:#}"), locks = keys.len(), "deleting lost races' locks failed; they expire");
     }
 }
 
