@@ -890,3 +890,91 @@ async fn a_burst_is_claimed_ahead_by_the_adaptive_lookahead_and_delivered_once_o
     );
     stack.stop().await;
 }
+
+/// A worker that dies after delivering a slot and before its outcome is
+/// written has not acked the slot's message: the broker hands it to the
+/// next worker, which delivers the slot again under the same execution id
+/// (at least once, as a lost outcome must be) and records it. An ack sent
+/// before the outcome was written would leave the row `running` with no
+/// message anywhere, until the stuck-row sweep republished it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_killed_between_a_delivery_and_its_outcome_write_leaves_the_slot_to_the_next_worker() {
+    let sink = Sink::start().await;
+    let stack = Stack::start("record-kill").await;
+    let env = support::ProcEnv {
+        database_url: stack.db.url.clone(),
+        cluster: stack.cluster.clone(),
+        redis_urls: common::testing::redis_url(),
+    };
+    let job = stack
+        .create_job(json!({
+            "name": "record-kill",
+            "schedule": { "kind": "cron", "expr": "0 3 * * *", "timezone": "UTC" },
+            "target": http_target(&sink.url("record-kill")),
+        }))
+        .await;
+    let id: uuid::Uuid = job["id"].as_str().unwrap().parse().unwrap();
+    // Answered after a pause: time to lock the row once the worker started it.
+    sink.set_delay(Duration::from_secs(2));
+    let mut first = env.worker("worker-a");
+    let triggered = stack.post(&format!("/v1/jobs/{id}/trigger")).await;
+    let (execution_id, slot) = (triggered["execution_id"].as_str().unwrap().to_owned(), triggered_slot(&triggered));
+    wait_for("the first delivery", Duration::from_secs(30), || async {
+        sink.received_on("record-kill").into_iter().next()
+    })
+    .await;
+
+    // The row is `running` under worker-a; a lock on it stalls its outcome write.
+    let mut locker = stack.pg.get().await.unwrap();
+    let lock = locker.transaction().await.unwrap();
+    lock.execute("SELECT 1 FROM scheduled_jobs WHERE job_id = $1 AND scheduled_at = $2 FOR UPDATE", &[&id, &slot])
+        .await
+        .unwrap();
+    let watcher = stack.pg.get().await.unwrap();
+    wait_for("worker-a's outcome write waiting on the row", Duration::from_secs(30), || async {
+        let waiting: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+                   AND wait_event_type = 'Lock' AND query LIKE 'UPDATE scheduled_jobs l SET status = b.status%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        (waiting > 0).then_some(())
+    })
+    .await;
+    first.kill().await.unwrap();
+    // Its backend would otherwise go on waiting, and write the outcome once
+    // the lock goes: as if worker-a had died just before sending it.
+    watcher
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()
+               AND wait_event_type = 'Lock' AND query LIKE 'UPDATE scheduled_jobs l SET status = b.status%'",
+            &[],
+        )
+        .await
+        .unwrap();
+    lock.rollback().await.unwrap();
+    let row = stack.ledger(&id.to_string(), slot).await.unwrap();
+    assert_eq!((row["status"].as_str(), row["worker_id"].as_str()), (Some("running"), Some("worker-a")), "{row}");
+
+    sink.set_delay(Duration::ZERO);
+    let mut second = env.worker("worker-b");
+    let row = wait_for("the slot recorded by worker-b", Duration::from_secs(60), || async {
+        stack.ledger(&id.to_string(), slot).await.filter(|r| r["status"] == "succeeded")
+    })
+    .await;
+    assert_eq!(row["worker_id"], "worker-b", "{row}");
+    // The broker's copy, handed back unacked (a copy republished by the
+    // stuck-row sweep would arrive as a first delivery, 30 s or so later).
+    let attempts: Vec<&serde_json::Value> =
+        row["history"].as_array().unwrap().iter().filter(|e| e["event"] == "attempt").collect();
+    assert_eq!(attempts.len(), 1, "{row}");
+    assert_eq!(attempts[0]["redelivered"], true, "{row}");
+    let received = sink.received_on("record-kill");
+    assert_eq!(received.len(), 2, "delivered by worker-a, then again by worker-b: {received:?}");
+    assert!(received.iter().all(|r| r.execution_id == execution_id), "{received:?}");
+    second.kill().await.unwrap();
+    stack.stop().await;
+}
