@@ -391,14 +391,7 @@ async fn a_manual_trigger_fires_now_under_its_own_execution_id() {
     let sink = Sink::start().await;
     let mut stack = Stack::start("trigger").await;
     stack.start_worker(stack.worker_config("worker-a"));
-    let job = stack
-        .create_job(json!({
-            "name": "nightly",
-            "schedule": { "kind": "cron", "expr": "0 3 * * *", "timezone": "UTC" },
-            "target": http_target(&sink.url("nightly")),
-        }))
-        .await;
-    let id = job["id"].as_str().unwrap().to_owned();
+    let id = nightly_job(&stack, &sink, "nightly").await.to_string();
     let triggered = stack.post(&format!("/v1/jobs/{id}/trigger")).await;
     let execution_id = triggered["execution_id"].as_str().unwrap().to_owned();
     assert!(execution_id.starts_with(&format!("{id}@")) && execution_id.ends_with("#manual"), "{execution_id}");
@@ -465,14 +458,7 @@ async fn callbacks_to_loopback_are_refused_without_an_allow_list() {
 async fn a_row_stuck_running_with_its_message_lost_is_delivered_again_under_the_same_id() {
     let sink = Sink::start().await;
     let mut stack = Stack::start("stuck").await;
-    let job = stack
-        .create_job(json!({
-            "name": "stuck",
-            "schedule": { "kind": "cron", "expr": "0 3 * * *", "timezone": "UTC" },
-            "target": http_target(&sink.url("stuck")),
-        }))
-        .await;
-    let id: uuid::Uuid = job["id"].as_str().unwrap().parse().unwrap();
+    let id = nightly_job(&stack, &sink, "stuck").await;
     // A slot whose worker died mid-attempt and whose message the broker lost.
     let slot = truncate_ms(Utc::now() - TimeDelta::minutes(5));
     let client = stack.pg.get().await.unwrap();
@@ -521,14 +507,7 @@ async fn a_redelivery_waits_while_a_live_worker_holds_its_attempt_and_is_deliver
 
     let sink = Sink::start().await;
     let mut stack = Stack::start("held").await;
-    let job = stack
-        .create_job(json!({
-            "name": "held",
-            "schedule": { "kind": "cron", "expr": "0 3 * * *", "timezone": "UTC" },
-            "target": http_target(&sink.url("held")),
-        }))
-        .await;
-    let id: uuid::Uuid = job["id"].as_str().unwrap().parse().unwrap();
+    let id = nightly_job(&stack, &sink, "held").await;
     let triggered = stack.post(&format!("/v1/jobs/{id}/trigger")).await;
     let execution_id = triggered["execution_id"].as_str().unwrap().to_owned();
 
@@ -578,14 +557,7 @@ async fn a_requeued_bundle_delivers_each_of_its_slots_once() {
     let mut stack = Stack::start("bundle").await;
     let mut triggered = Vec::new();
     for name in ["held", "free"] {
-        let job = stack
-            .create_job(json!({
-                "name": name,
-                "schedule": { "kind": "cron", "expr": "0 3 * * *", "timezone": "UTC" },
-                "target": http_target(&sink.url(name)),
-            }))
-            .await;
-        let id: uuid::Uuid = job["id"].as_str().unwrap().parse().unwrap();
+        let id = nightly_job(&stack, &sink, name).await;
         triggered.push((id, stack.post(&format!("/v1/jobs/{id}/trigger")).await));
     }
 
@@ -687,6 +659,19 @@ async fn keep_other_worker_alive_and_assert_nothing_on(client: &tokio_postgres::
     }
 }
 
+/// A job that fires within a test only when triggered (its schedule's
+/// next slot is at 03:00 UTC), calling back `sink` on `/{name}`.
+async fn nightly_job(stack: &Stack, sink: &Sink, name: &str) -> uuid::Uuid {
+    let job = stack
+        .create_job(json!({
+            "name": name,
+            "schedule": { "kind": "cron", "expr": "0 3 * * *", "timezone": "UTC" },
+            "target": http_target(&sink.url(name)),
+        }))
+        .await;
+    job["id"].as_str().unwrap().parse().unwrap()
+}
+
 fn triggered_slot(execution: &serde_json::Value) -> DateTime<Utc> {
     execution["scheduled_at"].as_str().unwrap().parse().unwrap()
 }
@@ -699,14 +684,7 @@ fn triggered_slot(execution: &serde_json::Value) -> DateTime<Utc> {
 async fn a_row_left_running_under_a_restarted_workers_id_is_given_back_and_delivered() {
     let sink = Sink::start().await;
     let mut stack = Stack::start("orphan").await;
-    let job = stack
-        .create_job(json!({
-            "name": "orphan",
-            "schedule": { "kind": "cron", "expr": "0 3 * * *", "timezone": "UTC" },
-            "target": http_target(&sink.url("orphan")),
-        }))
-        .await;
-    let id: uuid::Uuid = job["id"].as_str().unwrap().parse().unwrap();
+    let id = nightly_job(&stack, &sink, "orphan").await;
     let slot = truncate_ms(Utc::now() - TimeDelta::minutes(2));
     let client = stack.pg.get().await.unwrap();
     // The node first, and its day partitions: moving a row out of the
@@ -906,14 +884,7 @@ async fn a_worker_killed_between_a_delivery_and_its_outcome_write_leaves_the_slo
         cluster: stack.cluster.clone(),
         redis_urls: common::testing::redis_url(),
     };
-    let job = stack
-        .create_job(json!({
-            "name": "record-kill",
-            "schedule": { "kind": "cron", "expr": "0 3 * * *", "timezone": "UTC" },
-            "target": http_target(&sink.url("record-kill")),
-        }))
-        .await;
-    let id: uuid::Uuid = job["id"].as_str().unwrap().parse().unwrap();
+    let id = nightly_job(&stack, &sink, "record-kill").await;
     // Answered after a pause: time to lock the row once the worker started it.
     sink.set_delay(Duration::from_secs(2));
     let mut first = env.worker("worker-a");
