@@ -6,15 +6,10 @@
 //! the backlog waits in the broker, and a worker's memory stays flat however
 //! far behind it falls. A slot armed ahead of its due instant keeps far less
 //! (its later steps are not allocated yet): it moves to a budget of its own
-//! at a smaller charge, where it stays until it is decided; at its due
-//! instant it also takes room under the cap, waiting there if the cap is
-//! reached, and gives that room back once delivered (its steps are freed
-//! then; its outcome write keeps little). So a herd armed ahead of time is
-//! held whole, drains without waiting for its outcome writes, what is on its
-//! way never exceeds the cap, and the two budgets bound the total. A slot
-//! that arrives due (a worker behind) stays under the cap until its outcome
-//! is written, so past the machine's capacity the cap matches what is taken
-//! in to what Postgres records. The prefetch still bounds messages; this bounds what they cost,
+//! at a smaller charge, and back under the cap at its due instant, waiting
+//! there if the cap is reached. So a herd armed ahead of time is held whole,
+//! what is on its way never exceeds the cap, and the two budgets bound the
+//! total. The prefetch still bounds messages; this bounds what they cost,
 //! whatever their size.
 
 use std::sync::Arc;
@@ -29,14 +24,11 @@ use tokio::sync::Notify;
 /// batchers and `Holding`), rounded up.
 pub(crate) const SLOT_BYTES: usize = 4096;
 
-/// What an armed slot keeps beside its share of the body, from its arming
-/// until it is decided. Waiting for its due instant: its future up to the
-/// wait (888 bytes), the parsed message, its entry in `Holding`, about
-/// 2,000 bytes a slot with the body by a worker's resident memory with
-/// 25,000 slots armed. Delivered, its outcome still to be written: the
-/// future writing it in its task (1,472 bytes, `-Zprint-type-sizes`), the
-/// outcome's copy in the batcher and its reply channel, about 1,800.
-/// Rounded up.
+/// What an armed slot keeps while it waits for its due instant, beside its
+/// share of the body: its future up to the wait (888 bytes), the parsed
+/// message, its entry in `Holding`. Measured from a worker's resident
+/// memory with 25,000 slots armed (about 2,000 bytes a slot with the
+/// body), rounded up.
 pub(crate) const ARMED_SLOT_BYTES: usize = 2048;
 
 /// The armed slots' budget, as a multiple of the cap: a herd armed ahead of
@@ -186,45 +178,26 @@ impl HeldCharge {
     }
 }
 
-impl HeldCharge {
-    /// A slot armed ahead, delivered, its outcome still to be written: its
-    /// charge moves back to the armed budget at `ARMED_SLOT_BYTES` while
-    /// that budget has room, so its room under the cap goes to the next due
-    /// slot. Otherwise it stays: the armed budget full means slots armed
-    /// ahead still wait for their instant, and a delivered slot moving in
-    /// would add to what the two budgets hold together.
-    pub(crate) fn recording_armed(self) -> RecordingCharge {
-        let budget = self.budget.clone();
-        if budget.armed.load(Ordering::SeqCst) >= budget.armed_cap {
-            return RecordingCharge::Held(self);
-        }
-        HeldBytes::add(&budget.armed, ARMED_SLOT_BYTES, common::metrics::WORKER_ARMED_BYTES);
-        drop(self);
-        RecordingCharge::Armed(ArmedCharge { budget, held: 0, armed: ARMED_SLOT_BYTES })
-    }
-}
-
 impl Drop for HeldCharge {
     fn drop(&mut self) {
         self.budget.release(&self.budget.held, self.budget.cap, self.bytes, common::metrics::WORKER_HELD_BYTES);
     }
 }
 
-/// An armed slot's charge, held until the slot is decided.
+/// An armed slot's charge.
 pub(crate) struct ArmedCharge {
     budget: Arc<HeldBytes>,
-    /// What the slot is charged under the cap while on its way.
+    /// What the slot is charged once on its way again.
     held: usize,
     armed: usize,
 }
 
 impl ArmedCharge {
     /// The due instant: the slot waits until what is on its way is below
-    /// the cap, then takes its room there too (the returned charge, given
-    /// back once it is delivered). Every byte under the cap belongs to a
-    /// slot on its way or one that arrived due, each of which ends, so the
-    /// wait ends too; past the cap, due slots wait in this small state
-    /// rather than allocating their next steps.
+    /// the cap, then its charge moves back. Every byte under the cap
+    /// belongs to a slot on its way (armed ones are not there), each of
+    /// which ends, so the wait ends too; past the cap, due slots wait in
+    /// this small state rather than allocating their next steps.
     pub(crate) async fn due(mut self) -> HeldCharge {
         let budget = self.budget.clone();
         // `notify_one` keeps its wake for a slot not yet waiting, so a
@@ -247,18 +220,6 @@ impl Drop for ArmedCharge {
     fn drop(&mut self) {
         self.budget.release(&self.budget.armed, self.budget.armed_cap, self.armed, common::metrics::WORKER_ARMED_BYTES);
     }
-}
-
-/// What a delivered slot stays charged until its outcome is written,
-/// released when dropped.
-#[expect(dead_code, reason = "the charges are held for their release on drop, never read")]
-pub(crate) enum RecordingCharge {
-    /// Back in the armed budget, its room under the cap given to the next
-    /// due slot.
-    Armed(ArmedCharge),
-    /// Arrived due: its charge under the cap, whole, so that a worker behind
-    /// takes in no more than its outcome writes keep up with.
-    Held(HeldCharge),
 }
 
 #[cfg(test)]
@@ -300,7 +261,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn armed_slots_wait_at_their_due_instant_for_room_under_the_cap_and_give_it_back_once_delivered() {
+    async fn armed_slots_leave_the_cap_and_wait_at_their_due_instant_for_room_under_it() {
         let cap = 3 * SLOT_BYTES;
         let budget = HeldBytes::new(cap);
         // A herd of six slots, more than the cap holds on their way.
@@ -308,30 +269,26 @@ mod tests {
         assert_eq!(budget.held(), 600 + 6 * SLOT_BYTES);
         let armed: Vec<ArmedCharge> = herd.into_iter().map(HeldCharge::arm).collect();
         assert_eq!(budget.held(), 0, "armed slots leave the cap");
-        let armed_bytes = 600 + 6 * ARMED_SLOT_BYTES;
-        assert_eq!(budget.armed(), armed_bytes);
+        assert_eq!(budget.armed(), 600 + 6 * ARMED_SLOT_BYTES);
         // So the consumer takes more while they wait.
         budget.room().await;
 
         // The due instant: slots go on while there is room under the cap,
         // the rest wait in their armed state.
-        let mut due = armed
-            .into_iter()
-            .map(|armed| {
-                tokio::spawn(async move {
-                    let on_its_way = armed.due().await;
-                    (armed, on_its_way)
-                })
-            })
-            .collect::<Vec<_>>();
+        let mut due = armed.into_iter().map(|a| tokio::spawn(a.due())).collect::<Vec<_>>();
         tokio::time::sleep(Duration::from_millis(10)).await;
-        let mut on_their_way = Vec::new();
-        for task in std::mem::take(&mut due) {
-            if task.is_finished() { on_their_way.push(task.await.unwrap()) } else { due.push(task) }
-        }
+        let on_their_way: Vec<HeldCharge> = {
+            let mut done = Vec::new();
+            let mut waiting = Vec::new();
+            for task in due.drain(..) {
+                if task.is_finished() { done.push(task.await.unwrap()) } else { waiting.push(task) }
+            }
+            due = waiting;
+            done
+        };
         assert_eq!(on_their_way.len(), 3, "as many as fill the cap go on");
         assert!(budget.held() >= cap && budget.held() < cap + SLOT_BYTES + 100);
-        assert_eq!(budget.armed(), armed_bytes, "each keeps its armed charge until it is decided");
+        assert_eq!(budget.armed(), 3 * (100 + ARMED_SLOT_BYTES));
         // And the consumer waits: what is on its way is at the cap.
         let consumer = tokio::spawn({
             let budget = budget.clone();
@@ -340,18 +297,11 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(!consumer.is_finished());
 
-        // Delivered, their outcomes still to be written: their room under
-        // the cap goes to the waiting slots.
-        let recording: Vec<ArmedCharge> = on_their_way.into_iter().map(|(armed, _on_its_way)| armed).collect();
-        let rest: Vec<(ArmedCharge, HeldCharge)> =
-            futures::future::join_all(due).await.into_iter().map(Result::unwrap).collect();
+        // Decided slots make room for the waiting ones, then for messages.
+        drop(on_their_way);
+        let rest: Vec<HeldCharge> = futures::future::join_all(due).await.into_iter().map(Result::unwrap).collect();
+        assert_eq!(budget.armed(), 0);
         assert_eq!(budget.held(), 3 * (SLOT_BYTES + 100));
-        assert_eq!(budget.armed(), armed_bytes);
-        // Recorded: their armed charges go; then the rest, and the consumer
-        // takes the next message.
-        drop(recording);
-        assert_eq!(budget.armed(), 3 * (100 + ARMED_SLOT_BYTES));
-        assert!(!consumer.is_finished());
         drop(rest);
         consumer.await.unwrap();
         assert_eq!((budget.held(), budget.armed()), (0, 0));

@@ -33,8 +33,8 @@ use super::backpressure::DueBacklog;
 use super::batch::Batcher;
 use super::deliver::{Deliverers, Outcome, destination_health};
 use super::destination::{self, Gate, Waiting};
-use super::heartbeat::{Hold, Holding, LastBeat};
-use super::holdings::{HeldCharge, RecordingCharge};
+use super::heartbeat::{Holding, LastBeat};
+use super::holdings::HeldCharge;
 use super::pace::WaitingPace;
 use super::retry::{self, RetryPublisher};
 
@@ -296,11 +296,9 @@ pub(crate) async fn handle(
     // Slots go their own ways at once, except a job's misfire catch-up
     // slots, which the scheduler bundles oldest first: those are delivered
     // one after the other, so the receiver sees them in scheduled order.
-    // Each slot with its charge, released as the slot is decided; a run owns
-    // its slots' messages, freed as it ends.
-    let first_execution_id = messages[0].execution_id.clone();
-    let mut runs: Vec<Vec<(FireMessage, HeldCharge)>> = Vec::new();
-    for (m, charge) in messages.into_iter().zip(charges) {
+    // Each slot with its charge, released as the slot is decided.
+    let mut runs: Vec<Vec<(&FireMessage, HeldCharge)>> = Vec::new();
+    for (m, charge) in messages.iter().zip(charges) {
         match runs.iter_mut().find(|run| {
             m.trigger == Trigger::Misfire && run[0].0.trigger == Trigger::Misfire && run[0].0.job_id == m.job_id
         }) {
@@ -318,44 +316,23 @@ pub(crate) async fn handle(
             let (shared, in_flight, token) = (&shared, &in_flight, &token);
             async move {
                 let mut settle = Settle::Ack;
-                let mut last_recording = None;
                 for (m, charge) in run {
-                    // A catch-up run's slot is recorded before the next one
-                    // goes: the next one's overlap check reads its outcome.
-                    if let Some(recording) = last_recording.take() {
-                        settle = settle.and(record(shared, recording).await);
-                    }
                     let arrival = Arrival { attempt, redelivered: delivery.redelivered, first_arrival, waited };
-                    match handle_slot(shared, &m, arrival, charge, in_flight, token).await {
-                        SlotEnd::Settled(slot_settle) => settle = settle.and(slot_settle),
-                        SlotEnd::Record(recording) => last_recording = Some(recording),
-                    }
+                    settle = settle.and(handle_slot(shared, m, arrival, charge, in_flight, token).await);
                 }
-                (settle, last_recording)
+                settle
             }
         })
         .collect();
-    // A delivered slot's run ends there, freeing its steps and its future;
-    // its outcome is written from what `Recording` keeps. So a herd's
-    // delivered slots wait for their outcome writes in a fraction of the
-    // memory, and their room under the cap goes to the next due slots.
-    let mut recordings = FuturesUnordered::new();
     let mut settle = Settle::Ack;
-    loop {
-        tokio::select! {
-            Some((run_settle, recording)) = runs.next(), if !runs.is_empty() => {
-                settle = settle.and(run_settle);
-                recordings.extend(recording.map(|recording| record(&shared, recording)));
-            }
-            Some(recorded) = recordings.next(), if !recordings.is_empty() => settle = settle.and(recorded),
-            else => break,
-        }
+    while let Some(run) = runs.next().await {
+        settle = settle.and(run);
     }
-    drop((runs, recordings));
+    drop(runs);
     match settle {
         Settle::Ack => {
             if let Err(e) = timed("ack", delivery.acker.ack(BasicAckOptions::default())).await {
-                tracing::warn!(execution.id = %first_execution_id, error = %e, "ack failed; the broker will redeliver");
+                tracing::warn!(execution.id = %messages[0].execution_id, error = %e, "ack failed; the broker will redeliver");
             }
         }
         Settle::Requeue(wait) => requeue_after(&delivery, wait, &token).await,
@@ -393,93 +370,49 @@ struct Arrival {
     waited: bool,
 }
 
-/// How one slot's handling ended.
-enum SlotEnd<'s> {
-    Settled(Settle),
-    /// Delivered: its outcome is still to be written.
-    Record(Recording<'s>),
-}
-
-/// A delivered slot whose outcome is still to be written, and all it keeps
-/// by then: its steps, its future and its message are freed.
-struct Recording<'s> {
-    request: FinishRequest,
-    execution_id: String,
-    hold: Hold<'s>,
-    charge: RecordingCharge,
-}
-
-async fn handle_slot<'s>(
-    shared: &'s Shared,
+async fn handle_slot(
+    shared: &Shared,
     message: &FireMessage,
     arrival: Arrival,
     charge: HeldCharge,
     in_flight: &Semaphore,
     token: &CancellationToken,
-) -> SlotEnd<'s> {
+) -> Settle {
     let attempt = arrival.attempt;
     let slot: HeldSlot = (message.job_id, message.scheduled_at, attempt as i32);
     let Some(hold) = shared.holding.hold(slot) else {
         // Another task here has this attempt (the copy of a lost session,
         // still giving its row back): ask again shortly.
-        return SlotEnd::Settled(Settle::Requeue(ledger::BUSY_RECHECK_MIN));
+        return Settle::Requeue(ledger::BUSY_RECHECK_MIN);
     };
     let mut took_row = false;
     let result = process(shared, message, arrival, charge, in_flight, token, &mut took_row).await;
-    let result = match result {
-        Ok(Processed::Record(request, charge)) => {
-            let execution_id = message.execution_id.clone();
-            return SlotEnd::Record(Recording { request, execution_id, hold, charge });
-        }
-        Ok(Processed::Done) => Ok(Settle::Ack),
-        // Stopping: the message goes back for another worker.
-        Ok(Processed::Stopping) => Ok(Settle::Requeue(Duration::ZERO)),
-        Ok(Processed::Busy(wait)) => {
-            metrics::counter!(common::metrics::WORKER_BUSY_REQUEUES_TOTAL).increment(1);
-            Ok(Settle::Requeue(wait))
-        }
-        Err(e) => Err(e),
-    };
-    let settle = settle_slot(shared, slot, message.fire_id, &message.execution_id, took_row, result).await;
-    drop(hold);
-    SlotEnd::Settled(settle)
-}
-
-/// Writes a delivered slot's outcome.
-async fn record(shared: &Shared, recording: Recording<'_>) -> Settle {
-    let Recording { request, execution_id, hold, charge } = recording;
-    let (slot, fire_id): (HeldSlot, _) = ((request.job_id, request.scheduled_at, request.attempt), request.fire_id);
-    let result = shared.finish(&execution_id, request).await.map(|()| Settle::Ack);
-    let settle = settle_slot(shared, slot, fire_id, &execution_id, true, result).await;
-    drop((hold, charge));
-    settle
-}
-
-/// What the slot's message needs, once the slot is decided or has failed.
-/// A slot whose row this worker took and will not deliver gives the row
-/// back at once, rather than make the message's next worker wait until
-/// this one is presumed gone (the orphan check covers a failure here).
-async fn settle_slot(
-    shared: &Shared,
-    slot: HeldSlot,
-    fire_id: uuid::Uuid,
-    execution_id: &str,
-    took_row: bool,
-    result: anyhow::Result<Settle>,
-) -> Settle {
-    if took_row && !matches!(result, Ok(Settle::Ack)) {
-        match Box::pin(ledger::release(&shared.pg, &shared.config.worker_id, slot, fire_id)).await {
+    if took_row && !matches!(result, Ok(Processed::Done)) {
+        // This worker will not deliver it: give the row back at once rather
+        // than make the message's next worker wait until this one is
+        // presumed gone (the orphan check covers a failure here).
+        match Box::pin(ledger::release(&shared.pg, &shared.config.worker_id, slot, message.fire_id)).await {
             Ok(_) => {}
             Err(e) => {
-                tracing::warn!(execution.id = %execution_id, error = %format!("{e:#}"), "giving the row back failed; the orphan check will")
+                tracing::warn!(execution.id = %message.execution_id, error = %format!("{e:#}"), "giving the row back failed; the orphan check will")
             }
         }
     }
-    result.unwrap_or_else(|e| {
-        tracing::warn!(execution.id = %execution_id, error = %format!("{e:#}"), "processing failed; message returns to the queue");
-        // Requeue after a pause so a database outage does not spin.
-        Settle::Requeue(Duration::from_secs(1))
-    })
+    drop(hold);
+    match result {
+        Ok(Processed::Done) => Settle::Ack,
+        // Stopping: the message goes back for another worker.
+        Ok(Processed::Stopping) => Settle::Requeue(Duration::ZERO),
+        Ok(Processed::Busy(wait)) => {
+            metrics::counter!(common::metrics::WORKER_BUSY_REQUEUES_TOTAL).increment(1);
+            Settle::Requeue(wait)
+        }
+        Err(e) => {
+            tracing::warn!(execution.id = %message.execution_id, error = %format!("{e:#}"), "processing failed; message returns to the queue");
+            // Requeue after a pause so a database outage does not spin.
+            Settle::Requeue(Duration::from_secs(1))
+        }
+    }
 }
 
 /// Returns the message to the queue after `wait` (cut short when the
@@ -495,11 +428,8 @@ async fn requeue_after(delivery: &Delivery, wait: Duration, token: &Cancellation
 }
 
 enum Processed {
-    /// Decided without delivery: ack.
+    /// Delivered, or decided without delivery: ack.
     Done,
-    /// Delivered (or failed, its follow-up published): the outcome to
-    /// record, with what the slot stays charged until then.
-    Record(FinishRequest, RecordingCharge),
     /// The worker is stopping before the due instant: requeue.
     Stopping,
     /// Another live task holds the attempt: requeue after this long.
@@ -526,13 +456,12 @@ fn go_on(m: &FireMessage, attempt: u32, start: Start) -> bool {
     }
 }
 
-/// One slot from its row's start to its delivery (its outcome is written
-/// by `record`, once this future is freed). Every slot of every
+/// One slot from its row's start to its outcome. Every slot of every
 /// message in the prefetch is one of these futures, most of them waiting
 /// (for the due instant, their host, an in-flight permit), and a future
 /// is as large as its largest state: everything after the due instant is
-/// boxed (`deliver_due`, and within it the delivery and the retry
-/// writes), allocated only by the slots that reach it. Inline the
+/// boxed (`deliver_due`, and within it the delivery and the outcome and
+/// retry writes), allocated only by the slots that reach it. Inline the
 /// steps made each slot 12,480 bytes; with the delivery boxed, 1,816; with
 /// everything after the due instant boxed, an armed slot's future is 752
 /// (`-Zprint-type-sizes`), so a herd armed ahead of time fits in a third
@@ -593,7 +522,7 @@ async fn process(
     *took_row = true;
     let armed_early = common::clock::now() < m.due_at;
     // Kept until the slot is decided.
-    let charge = if armed_early {
+    let _charge = if armed_early {
         // Armed: charged as such until the due instant (`holdings`), never
         // delivered earlier.
         let armed = charge.arm();
@@ -615,12 +544,12 @@ async fn process(
     match Box::pin(deliver_due(shared, m, arrival, slot, in_flight, token)).await? {
         AfterDue::Decided(processed) => Ok(processed),
         AfterDue::Record(request) => {
-            // An armed slot's room under the cap goes to the next due slot
-            // (`recording_armed`); one that arrived due keeps it until its
-            // outcome is written, so a worker behind takes in no more than
-            // its outcome writes keep up with.
-            let charge = if armed_early { charge.recording_armed() } else { RecordingCharge::Held(charge) };
-            Ok(Processed::Record(request, charge))
+            // Its steps are freed; the charge stays whole until the outcome
+            // is written: shrunk to an armed slot's, the room it gave let a
+            // worker under overload hold twice the slots, at 2× the
+            // resident memory of 5,000 fires/s (docs/benchmarks.md).
+            Box::pin(shared.finish(m, request)).await?;
+            Ok(Processed::Done)
         }
     }
 }
@@ -952,7 +881,7 @@ impl Shared {
     }
 
     /// Records the outcome, through the batched outcome writes.
-    async fn finish(&self, execution_id: &str, request: FinishRequest) -> anyhow::Result<()> {
+    async fn finish(&self, m: &FireMessage, request: FinishRequest) -> anyhow::Result<()> {
         // The callback has been made: a failed write is tried again for a
         // while rather than handing the message back, which would deliver
         // it a second time.
@@ -962,7 +891,7 @@ impl Shared {
             match timed("finish", self.finishes.call(request.clone())).await {
                 Ok(recorded) => break recorded,
                 Err(e) if std::time::Instant::now() + backoff.delay() < give_up_at => {
-                    tracing::warn!(execution.id = %execution_id, error = %format!("{e:#}"), "recording the outcome failed; trying again");
+                    tracing::warn!(execution.id = %m.execution_id, error = %format!("{e:#}"), "recording the outcome failed; trying again");
                     metrics::counter!(common::metrics::WORKER_OUTCOME_RETRIES_TOTAL).increment(1);
                     backoff.wait().await;
                 }
@@ -972,7 +901,7 @@ impl Shared {
         if !recorded {
             // Another delivery of this attempt took the row back (this one
             // was presumed dead); its outcome stands.
-            tracing::debug!(execution.id = %execution_id, "outcome not recorded: the row moved on");
+            tracing::debug!(execution.id = %m.execution_id, "outcome not recorded: the row moved on");
         }
         Ok(())
     }
