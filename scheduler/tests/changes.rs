@@ -233,11 +233,7 @@ async fn paused_slots_are_recorded_and_max_runs_survive_an_edit() {
 async fn a_stranded_row_is_found_moved_on_and_counted() {
     let sink = Sink::start().await;
     let stack = Stack::start("stranded").await;
-    let env = ProcEnv {
-        database_url: stack.db.url.clone(),
-        cluster: stack.cluster.clone(),
-        redis_urls: common::testing::redis_url(),
-    };
+    let env = stack.proc_env();
     let job = stack
         .create_job(
             json!({ "name": "stranded", "schedule": { "kind": "once", "at": at(Utc::now() + TimeDelta::days(1)) },
@@ -413,11 +409,7 @@ async fn a_message_behind_a_backlog_is_late_not_stranded() {
     const JOBS: usize = 3_000;
     let sink = Sink::start().await;
     let stack = Stack::start("backlog").await;
-    let env = ProcEnv {
-        database_url: stack.db.url.clone(),
-        cluster: stack.cluster.clone(),
-        redis_urls: common::testing::redis_url(),
-    };
+    let env = stack.proc_env();
     let (mut scheduler, metrics) = sweeping_scheduler(&env);
     let due = truncate_ms(Utc::now() + TimeDelta::seconds(6));
     let jobs = herd_on(&stack, &sink, "backlog", JOBS, due).await;

@@ -63,11 +63,7 @@ fn write_skew(path: &std::path::Path, skew: &str) {
 async fn skewed_clocks_deliver_nothing_early_and_a_node_beyond_the_limit_hands_its_jobs_over() {
     let sink = Sink::start().await;
     let stack = Stack::start("clock-skew").await;
-    let env = ProcEnv {
-        database_url: stack.db.url.clone(),
-        cluster: stack.cluster.clone(),
-        redis_urls: common::testing::redis_url(),
-    };
+    let env = stack.proc_env();
     let dir = std::env::temp_dir().join(&stack.cluster);
     std::fs::create_dir_all(&dir).unwrap();
     let (fast_file, slow_file, worker_file) = (dir.join("fast"), dir.join("slow"), dir.join("worker"));

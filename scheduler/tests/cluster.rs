@@ -36,11 +36,7 @@ async fn until_delivered_past(sink: &Sink, t: DateTime<Utc>, within: Duration) {
 async fn killing_a_node_and_adding_one_neither_misses_nor_duplicates() {
     let sink = Sink::start().await;
     let stack = Stack::start("kill-add").await;
-    let env = ProcEnv {
-        database_url: stack.db.url.clone(),
-        cluster: stack.cluster.clone(),
-        redis_urls: common::testing::redis_url(),
-    };
+    let env = stack.proc_env();
     let mut nodes = vec![env.scheduler("node-0"), env.scheduler("node-1"), env.scheduler("node-2")];
     let _workers = [env.worker("worker-0"), env.worker("worker-1")];
     wait_for("3 live nodes", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 3).then_some(()) })
@@ -83,11 +79,7 @@ async fn one_node_behind_a_redis_proxy(label: &str) -> ProxiedRedis {
     let stack = Stack::start(label).await;
     let redis_addr = common::testing::redis_url().trim_start_matches("redis://").parse().unwrap();
     let proxy = TcpProxy::start(redis_addr).await.unwrap();
-    let env = ProcEnv {
-        database_url: stack.db.url.clone(),
-        cluster: stack.cluster.clone(),
-        redis_urls: common::testing::redis_url(),
-    };
+    let env = stack.proc_env();
     let metrics = free_addr();
     let proxied = ProcEnv { redis_urls: format!("redis://{}", proxy.addr), ..env.clone() }
         .scheduler_command("node-proxied")
@@ -353,11 +345,7 @@ async fn after_two_minutes_with_every_node_down_missed_slots_follow_each_misfire
     const THRESHOLD_MS: &str = "5000";
     let sink = Sink::start().await;
     let stack = Stack::start("misfire").await;
-    let env = ProcEnv {
-        database_url: stack.db.url.clone(),
-        cluster: stack.cluster.clone(),
-        redis_urls: common::testing::redis_url(),
-    };
+    let env = stack.proc_env();
     let node = |id: &str| {
         env.command("cronshard-scheduler")
             .env("NODE_ID", id)
@@ -491,11 +479,7 @@ async fn killing_a_worker_mid_delivery_loses_nothing_and_records_one_execution()
     let sink = Sink::start().await;
     sink.set_delay(Duration::from_secs(2));
     let stack = Stack::start("kill-worker").await;
-    let env = ProcEnv {
-        database_url: stack.db.url.clone(),
-        cluster: stack.cluster.clone(),
-        redis_urls: common::testing::redis_url(),
-    };
+    let env = stack.proc_env();
     let _node = env.scheduler("node-0");
     let victim = env.worker("worker-victim");
     wait_for("1 live node", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 1).then_some(()) }).await;
@@ -553,11 +537,7 @@ async fn killing_a_worker_mid_delivery_loses_nothing_and_records_one_execution()
 async fn owners_stopping_during_a_misfire_catch_up_leave_no_slot_without_a_row() {
     let sink = Sink::start().await;
     let stack = Stack::start("catchup-stop").await;
-    let env = ProcEnv {
-        database_url: stack.db.url.clone(),
-        cluster: stack.cluster.clone(),
-        redis_urls: common::testing::redis_url(),
-    };
+    let env = stack.proc_env();
     // A slot 2 s late is a misfire; late fires go out at 10 per second per
     // node (the least the limiter hands over per tick).
     let node = |id: &str| {
@@ -658,11 +638,7 @@ async fn owners_stopping_during_a_misfire_catch_up_leave_no_slot_without_a_row()
 async fn a_killed_workers_armed_slots_are_delivered_by_another_on_time() {
     let sink = Sink::start().await;
     let stack = Stack::start("kill-armed").await;
-    let env = ProcEnv {
-        database_url: stack.db.url.clone(),
-        cluster: stack.cluster.clone(),
-        redis_urls: common::testing::redis_url(),
-    };
+    let env = stack.proc_env();
     let _node = env.scheduler("node-0");
     let victim = env.worker("worker-victim");
     let _survivor = env.worker("worker-survivor");
@@ -694,11 +670,7 @@ async fn a_node_cut_off_from_postgres_only_delays_no_slot_by_more_than_a_second(
     let sink = Sink::start().await;
     let stack = Stack::start("cut-pg").await;
     let proxy = TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await.unwrap();
-    let env = ProcEnv {
-        database_url: stack.db.url.clone(),
-        cluster: stack.cluster.clone(),
-        redis_urls: common::testing::redis_url(),
-    };
+    let env = stack.proc_env();
     let cut_env = ProcEnv {
         database_url: common::testing::with_database(&format!("postgres://postgres@{}", proxy.addr), &stack.db.name),
         ..env.clone()
@@ -753,11 +725,7 @@ async fn outage_delays_but_never_drops(label: &str, upstream: &str) {
     let stack = Stack::start(label).await;
     let upstream_addr = upstream.parse().unwrap();
     let proxy = TcpProxy::start(upstream_addr).await.unwrap();
-    let env = ProcEnv {
-        database_url: stack.db.url.clone(),
-        cluster: stack.cluster.clone(),
-        redis_urls: common::testing::redis_url(),
-    };
+    let env = stack.proc_env();
     let mut node = env.command("cronshard-scheduler");
     node.env("NODE_ID", "node-0").env("HEARTBEAT_INTERVAL_MS", "1000").env("POLL_INTERVAL_MS", "1000");
     match label {

@@ -14,9 +14,7 @@ use serde_json::{Value, json};
 
 use common::execution::{format_instant, truncate_ms};
 use common::testing::wait_for;
-use support::{
-    ProcEnv, Sink, Stack, all_succeeded, assert_exactly_once, free_addr, herd_on, http_target, metric_value,
-};
+use support::{Sink, Stack, all_succeeded, assert_exactly_once, free_addr, herd_on, http_target, metric_value};
 
 /// Jobs per group (baseline healthy, healthy beside the dead host, dead).
 const JOBS: usize = 200;
@@ -53,11 +51,7 @@ async fn live_nodes(stack: &Stack) -> Option<usize> {
 /// the processes (killed when dropped).
 async fn one_node_one_worker(label: &str, worker_env: &[(&str, &str)]) -> (Stack, String, [tokio::process::Child; 2]) {
     let stack = Stack::start(label).await;
-    let env = ProcEnv {
-        database_url: stack.db.url.clone(),
-        cluster: stack.cluster.clone(),
-        redis_urls: common::testing::redis_url(),
-    };
+    let env = stack.proc_env();
     let metrics_addr = free_addr();
     let node = env.scheduler("node-0");
     let worker = env

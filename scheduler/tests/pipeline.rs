@@ -869,6 +869,11 @@ async fn a_burst_is_claimed_ahead_by_the_adaptive_lookahead_and_delivered_once_o
     stack.stop().await;
 }
 
+/// The `pg_stat_activity` rows of a worker's outcome write (`finish_batch`)
+/// waiting on a row lock, in the test's database.
+const OUTCOME_WRITE_WAITING_ON_A_LOCK: &str = "datname = current_database() AND wait_event_type = 'Lock'
+    AND query LIKE 'UPDATE scheduled_jobs l SET status = b.status%'";
+
 /// A worker that dies after delivering a slot and before its outcome is
 /// written has not acked the slot's message: the broker hands it to the
 /// next worker, which delivers the slot again under the same execution id
@@ -879,11 +884,7 @@ async fn a_burst_is_claimed_ahead_by_the_adaptive_lookahead_and_delivered_once_o
 async fn a_worker_killed_between_a_delivery_and_its_outcome_write_leaves_the_slot_to_the_next_worker() {
     let sink = Sink::start().await;
     let stack = Stack::start("record-kill").await;
-    let env = support::ProcEnv {
-        database_url: stack.db.url.clone(),
-        cluster: stack.cluster.clone(),
-        redis_urls: common::testing::redis_url(),
-    };
+    let env = stack.proc_env();
     let id = nightly_job(&stack, &sink, "record-kill").await;
     // Answered after a pause: time to lock the row once the worker started it.
     sink.set_delay(Duration::from_secs(2));
@@ -904,11 +905,7 @@ async fn a_worker_killed_between_a_delivery_and_its_outcome_write_leaves_the_slo
     let watcher = stack.pg.get().await.unwrap();
     wait_for("worker-a's outcome write waiting on the row", Duration::from_secs(30), || async {
         let waiting: i64 = watcher
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-                   AND wait_event_type = 'Lock' AND query LIKE 'UPDATE scheduled_jobs l SET status = b.status%'",
-                &[],
-            )
+            .query_one(&format!("SELECT count(*) FROM pg_stat_activity WHERE {OUTCOME_WRITE_WAITING_ON_A_LOCK}"), &[])
             .await
             .unwrap()
             .get(0);
@@ -920,8 +917,7 @@ async fn a_worker_killed_between_a_delivery_and_its_outcome_write_leaves_the_slo
     // the lock goes: as if worker-a had died just before sending it.
     watcher
         .execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()
-               AND wait_event_type = 'Lock' AND query LIKE 'UPDATE scheduled_jobs l SET status = b.status%'",
+            &format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE {OUTCOME_WRITE_WAITING_ON_A_LOCK}"),
             &[],
         )
         .await

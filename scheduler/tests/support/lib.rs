@@ -156,6 +156,16 @@ pub struct Stack {
 }
 
 impl Stack {
+    /// What the stack's own processes (spawned binaries) need to join it,
+    /// on the machine's Redis.
+    pub fn proc_env(&self) -> ProcEnv {
+        ProcEnv {
+            database_url: self.db.url.clone(),
+            cluster: self.cluster.clone(),
+            redis_urls: common::testing::redis_url(),
+        }
+    }
+
     pub async fn start(label: &str) -> Stack {
         if std::env::var("TEST_LOG").is_ok() {
             common::telemetry::init(common::config::LogFormat::Text);
