@@ -203,7 +203,10 @@ impl Deliverers {
     pub(crate) async fn deliver(&self, m: &FireMessage, attempt: u32) -> (Outcome, Option<String>) {
         match &m.target {
             Target::Http(target) => (self.http.deliver(target, m, attempt).await, None),
-            Target::Sqs(target) => self.sqs.deliver(target, m, attempt).await,
+            // Boxed apart: the SDK's future (with the client's first
+            // set-up) is about 11.6 KB, and inline it would size every
+            // HTTP delivery's future too, allocated and copied per delivery.
+            Target::Sqs(target) => Box::pin(self.sqs.deliver(target, m, attempt)).await,
         }
     }
 }
