@@ -613,6 +613,65 @@ async fn a_requeued_bundle_delivers_each_of_its_slots_once() {
     stack.stop().await;
 }
 
+/// A delivered slot's outcome is written as soon as it is delivered, not
+/// when its bundle's last slot is: only the message's ack waits for that.
+/// (A worker that kept outcomes until the whole message was done would
+/// leave a fast job's row `running` behind a slow receiver, and its next
+/// slot's overlap check would find it still running.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bundles_delivered_slot_is_recorded_while_a_slow_one_is_still_being_delivered() {
+    use futures::StreamExt;
+    use lapin::options::BasicAckOptions;
+
+    let (fast_sink, slow_sink) = (Sink::start().await, Sink::start().await);
+    slow_sink.set_delay(Duration::from_secs(6));
+    let mut stack = Stack::start("bundle-record").await;
+    let mut triggered = Vec::new();
+    for (name, sink) in [("fast", &fast_sink), ("slow", &slow_sink)] {
+        let id = nightly_job(&stack, sink, name).await;
+        triggered.push((id, stack.post(&format!("/v1/jobs/{id}/trigger")).await));
+    }
+    // Both single messages off the queue, published again as one bundle.
+    let connection = common::amqp::connect(&common::testing::amqp_url(), "test bundler").await.unwrap();
+    let (channel, mut consumer) = main_queue_consumer(&connection, &stack.cluster, "bundler").await;
+    let mut messages = Vec::new();
+    while messages.len() < 2 {
+        let delivery = tokio::time::timeout(Duration::from_secs(10), consumer.next()).await.unwrap().unwrap().unwrap();
+        messages.extend(common::message::parse_body(&delivery.data).unwrap());
+        delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
+    }
+    channel.close(200, "done".into()).await.unwrap();
+    let topology = common::amqp::Topology::new(&stack.cluster);
+    let mut publisher = common::publisher::Publisher::new(common::testing::amqp_url(), "test bundler".into(), topology);
+    publisher.publish(&messages).await.unwrap();
+    stack.start_worker(stack.worker_config("worker-a"));
+
+    let [(fast_id, fast), (slow_id, slow)] = &triggered[..] else { unreachable!() };
+    wait_for("the slow slot's request", Duration::from_secs(20), || async {
+        (!slow_sink.received_on("slow").is_empty()).then_some(())
+    })
+    .await;
+    let fast_row = wait_for("the fast slot recorded", Duration::from_secs(4), || async {
+        stack.ledger(&fast_id.to_string(), triggered_slot(fast)).await.filter(|r| r["status"] == "succeeded")
+    })
+    .await;
+    let slow_row = stack.ledger(&slow_id.to_string(), triggered_slot(slow)).await.unwrap();
+    assert_eq!(slow_row["status"], "running", "the slow receiver has not answered yet: {slow_row}");
+    assert_eq!(fast_row["worker_id"], "worker-a", "{fast_row}");
+
+    // The slow receiver outlasts the test workers' 2 s timeout: the first
+    // attempt fails, and its retry, answered at once, succeeds.
+    slow_sink.set_delay(Duration::ZERO);
+    let slow_row = wait_for("the slow slot's retry recorded", Duration::from_secs(30), || async {
+        stack.ledger(&slow_id.to_string(), triggered_slot(slow)).await.filter(|r| r["status"] == "succeeded")
+    })
+    .await;
+    assert_eq!(slow_row["attempts"], 2, "{slow_row}");
+    assert_eq!(slow_sink.received_on("slow").len(), 2);
+    assert_eq!(fast_sink.received_on("fast").len(), 1);
+    stack.stop().await;
+}
+
 /// A consumer on the cluster's main queue, on a channel of its own, as
 /// another worker would have.
 async fn main_queue_consumer(

@@ -77,8 +77,25 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
     }
 
     pub async fn call(&self, item: T) -> anyhow::Result<R> {
+        self.submit(item).get().await
+    }
+
+    /// Queues the item for the next statement and returns what will carry
+    /// its answer: a caller that must not stay a future per item (a
+    /// delivered slot waiting for its outcome's write) keeps only this.
+    pub fn submit(&self, item: T) -> Answer<R> {
         let (reply, answer) = oneshot::channel();
-        self.tx.send((item, reply)).map_err(|_| anyhow::anyhow!("batcher stopped"))?;
+        Answer(self.tx.send((item, reply)).is_ok().then_some(answer))
+    }
+}
+
+/// One submitted item's answer; `None` when the batcher had stopped.
+pub struct Answer<R>(Option<oneshot::Receiver<Result<R, Arc<anyhow::Error>>>>);
+
+impl<R> Answer<R> {
+    /// Awaited once.
+    pub async fn get(&mut self) -> anyhow::Result<R> {
+        let Some(answer) = self.0.as_mut() else { anyhow::bail!("batcher stopped") };
         match answer.await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(anyhow::anyhow!("{e:#}")),
@@ -119,6 +136,24 @@ mod tests {
         assert_eq!(sizes.iter().sum::<usize>(), 500);
         assert!(sizes.iter().all(|&s| s <= 64), "a batch exceeded max_batch: {sizes:?}");
         assert!(sizes.len() < 100, "500 concurrent calls made {} batches", sizes.len());
+    }
+
+    #[tokio::test]
+    async fn submitted_items_are_answered_each_in_order_from_shared_statements() {
+        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let seen = sizes.clone();
+        let batcher = Batcher::spawn(64, 1, Duration::ZERO, move |items: Vec<u32>| {
+            seen.lock().unwrap().push(items.len());
+            async move { Ok(items.into_iter().map(|i| i + 1).collect()) }
+        });
+        let mut answers = (0..100).map(|i| batcher.submit(i)).collect::<Vec<_>>();
+        let mut answered = Vec::new();
+        for answer in &mut answers {
+            answered.push(answer.get().await.unwrap());
+        }
+        assert_eq!(answered, (1..101).collect::<Vec<_>>());
+        let sizes = sizes.lock().unwrap();
+        assert!(sizes.len() <= 3, "100 items submitted together made {} statements: {sizes:?}", sizes.len());
     }
 
     #[tokio::test]

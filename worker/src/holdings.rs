@@ -31,6 +31,13 @@ pub(crate) const SLOT_BYTES: usize = 4096;
 /// body), rounded up.
 pub(crate) const ARMED_SLOT_BYTES: usize = 2048;
 
+/// What a delivered slot keeps until its outcome is written, beside the
+/// outcome's text: the outcome (and its copy queued for the statement), its
+/// entry in `Holding`, its share of its message's task, which is all that
+/// is left of the message then (`processing::handle`). An estimate, rounded
+/// up; checked against a worker's resident memory (docs/benchmarks.md).
+pub(crate) const DELIVERED_SLOT_BYTES: usize = 768;
+
 /// The armed slots' budget, as a multiple of the cap: a herd armed ahead of
 /// its due instant is held whole up to 2 × 64 MiB / 2 KiB = 65,536 slots a
 /// worker with the defaults, while what is on its way stays within the cap.
@@ -178,6 +185,23 @@ impl HeldCharge {
     }
 }
 
+impl HeldCharge {
+    /// The slot is delivered and only its outcome's write is left: its
+    /// steps and its message are freed, so its charge shrinks to
+    /// `DELIVERED_SLOT_BYTES` and the outcome's text, and the room goes to
+    /// the next slots. Through a burst the writes are deferred while
+    /// deliveries queue (`DueBacklog`): charged whole, the delivered slots
+    /// filled the cap and held the next ones back.
+    pub(crate) fn delivered(mut self, text_bytes: usize) -> HeldCharge {
+        let kept = DELIVERED_SLOT_BYTES + text_bytes;
+        if kept < self.bytes {
+            let freed = std::mem::replace(&mut self.bytes, kept) - kept;
+            self.budget.release(&self.budget.held, self.budget.cap, freed, common::metrics::WORKER_HELD_BYTES);
+        }
+        self
+    }
+}
+
 impl Drop for HeldCharge {
     fn drop(&mut self) {
         self.budget.release(&self.budget.held, self.budget.cap, self.bytes, common::metrics::WORKER_HELD_BYTES);
@@ -304,6 +328,28 @@ mod tests {
         assert_eq!(budget.held(), 3 * (SLOT_BYTES + 100));
         drop(rest);
         consumer.await.unwrap();
+        assert_eq!((budget.held(), budget.armed()), (0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delivered_slot_keeps_a_small_charge_and_its_room_lets_a_due_slot_on() {
+        let budget = HeldBytes::new(2 * SLOT_BYTES);
+        let on_their_way = budget.charge_message(200, 2);
+        let armed = budget.charge_message(100, 1).pop().unwrap().arm();
+        let due = tokio::spawn(armed.due());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(!due.is_finished(), "the cap is full of slots on their way");
+
+        // One is delivered, its outcome's write pending: 768 bytes and its text.
+        let mut on_their_way = on_their_way.into_iter();
+        let delivered = on_their_way.next().unwrap().delivered(40);
+        assert_eq!(budget.held(), SLOT_BYTES + 100 + DELIVERED_SLOT_BYTES + 40);
+        let due = due.await.unwrap();
+        assert_eq!(budget.held(), 2 * SLOT_BYTES + 200 + DELIVERED_SLOT_BYTES + 40);
+        // Never grows: a charge already smaller stays as it is.
+        let tiny = budget.charge_message(0, 0).pop().unwrap().delivered(10);
+        assert_eq!(tiny.bytes, 0);
+        drop((delivered, due, on_their_way, tiny));
         assert_eq!((budget.held(), budget.armed()), (0, 0));
     }
 

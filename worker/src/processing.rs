@@ -12,6 +12,7 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use lapin::Acker;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions};
 use lapin::types::AMQPValue;
@@ -30,10 +31,10 @@ use common::message::{ATTEMPT_HEADER, FireMessage};
 
 use super::WorkerConfig;
 use super::backpressure::DueBacklog;
-use super::batch::Batcher;
+use super::batch::{Answer, Batcher};
 use super::deliver::{Deliverers, Outcome, destination_health};
 use super::destination::{self, Gate, Waiting};
-use super::heartbeat::{Holding, LastBeat};
+use super::heartbeat::{Hold, Holding, LastBeat};
 use super::holdings::HeldCharge;
 use super::pace::WaitingPace;
 use super::retry::{self, RetryPublisher};
@@ -255,6 +256,30 @@ fn retries_by_x_death(delivery: &Delivery) -> Option<u32> {
     Some(total)
 }
 
+/// What a message's task keeps of its AMQP delivery: how to settle it and
+/// how it arrived. Taken apart in the session, so that the task does not
+/// carry the delivery (432 bytes, its headers) until the ack.
+pub(crate) struct Received {
+    acker: Acker,
+    attempt: u32,
+    redelivered: bool,
+    /// Handed back to wait for its destination (`retry::is_wait`).
+    waited: bool,
+    retries_by_x_death: Option<u32>,
+}
+
+impl Received {
+    pub(crate) fn of(delivery: Delivery) -> Self {
+        Received {
+            attempt: attempt_of(&delivery),
+            redelivered: delivery.redelivered,
+            waited: retry::is_wait(&delivery),
+            retries_by_x_death: retries_by_x_death(&delivery),
+            acker: delivery.acker,
+        }
+    }
+}
+
 /// Handles one AMQP message: a single fire message or a bundle of them
 /// (`message::BUNDLE_CONTENT_TYPE`), each slot on its own way to its due
 /// instant. The message is acked once every slot in it is decided, or
@@ -264,7 +289,7 @@ fn retries_by_x_death(delivery: &Delivery) -> Option<u32> {
 /// before taking the next).
 pub(crate) async fn handle(
     shared: Arc<Shared>,
-    delivery: Delivery,
+    received: Received,
     parsed: serde_json::Result<Vec<FireMessage>>,
     charges: Vec<HeldCharge>,
     in_flight: Arc<Semaphore>,
@@ -276,23 +301,50 @@ pub(crate) async fn handle(
             // Dead-letters to the failed queue, where an operator can see it.
             let error = result.err().map_or_else(|| "an empty bundle".to_owned(), |e| e.to_string());
             tracing::error!(error, "unparsable message; rejecting to the failed queue");
-            let _ = delivery.acker.reject(BasicRejectOptions { requeue: false }).await;
+            let _ = received.acker.reject(BasicRejectOptions { requeue: false }).await;
             return;
         }
     };
-    let attempt = attempt_of(&delivery);
-    // A slot handed back to wait for its destination was on time when it
-    // first arrived: only a first attempt's first arrival can be late.
-    let waited = retry::is_wait(&delivery);
-    let first_arrival = attempt == 1 && !waited;
     // A retried message passed through one retry queue per earlier failure.
-    if let Some(retries) = retries_by_x_death(&delivery)
-        && retries + 1 != attempt
-        && !retry::is_wait(&delivery)
+    if let Some(retries) = received.retries_by_x_death
+        && retries + 1 != received.attempt
+        && !received.waited
     {
-        tracing::debug!(execution.id = %messages[0].execution_id, attempt, x_death_retries = retries, "x-death disagrees with the attempt header; going by the header");
+        tracing::debug!(execution.id = %messages[0].execution_id, attempt = received.attempt, x_death_retries = retries, "x-death disagrees with the attempt header; going by the header");
         metrics::counter!(common::metrics::WORKER_X_DEATH_MISMATCHES_TOTAL).increment(1);
     }
+    // Boxed, so that this task keeps only what recording the outcomes
+    // needs: the messages and every slot's steps are freed once the last
+    // slot is delivered, while the outcomes wait for their statement
+    // (deferred through a burst, `DueBacklog`).
+    let (settle, delivered) =
+        Box::pin(deliver_message(&shared, &received, messages, charges, &in_flight, &token)).await;
+    let settle = if delivered.is_empty() { settle } else { settle.and(shared.record(delivered).await) };
+    match settle {
+        Settle::Ack => {
+            if let Err(e) = timed("ack", received.acker.ack(BasicAckOptions::default())).await {
+                tracing::warn!(error = %e, "ack failed; the broker will redeliver");
+            }
+        }
+        Settle::Requeue(wait) => requeue_after(&received.acker, wait, &token).await,
+    }
+}
+
+/// Every slot of a message up to its delivery, or to a decision without
+/// one: how the message settles so far, and the outcomes left to record.
+async fn deliver_message<'a>(
+    shared: &'a Shared,
+    received: &Received,
+    messages: Vec<FireMessage>,
+    charges: Vec<HeldCharge>,
+    in_flight: &Semaphore,
+    token: &CancellationToken,
+) -> (Settle, Vec<Delivered<'a>>) {
+    let Received { attempt, redelivered, waited, .. } = *received;
+    // A slot handed back to wait for its destination was on time when it
+    // first arrived: only a first attempt's first arrival can be late.
+    let first_arrival = attempt == 1 && !waited;
+    let arrival = Arrival { attempt, redelivered, first_arrival, waited };
     // Slots go their own ways at once, except a job's misfire catch-up
     // slots, which the scheduler bundles oldest first: those are delivered
     // one after the other, so the receiver sees them in scheduled order.
@@ -312,31 +364,28 @@ pub(crate) async fn handle(
     // visible share of a worker's CPU in the drain.
     let mut runs: FuturesUnordered<_> = runs
         .into_iter()
-        .map(|run| {
-            let (shared, in_flight, token) = (&shared, &in_flight, &token);
-            async move {
-                let mut settle = Settle::Ack;
-                for (m, charge) in run {
-                    let arrival = Arrival { attempt, redelivered: delivery.redelivered, first_arrival, waited };
-                    settle = settle.and(handle_slot(shared, m, arrival, charge, in_flight, token).await);
+        .map(|run| async move {
+            let mut settle = Settle::Ack;
+            let mut delivered = Vec::new();
+            let mut run = run.into_iter().peekable();
+            while let Some((m, charge)) = run.next() {
+                match handle_slot(shared, m, arrival, charge, in_flight, token).await {
+                    SlotEnd::Settled(s) => settle = settle.and(s),
+                    // The next catch-up slot's overlap check reads this one's row.
+                    SlotEnd::Delivered(d) if run.peek().is_some() => settle = settle.and(shared.record(vec![d]).await),
+                    SlotEnd::Delivered(d) => delivered.push(d),
                 }
-                settle
             }
+            (settle, delivered)
         })
         .collect();
     let mut settle = Settle::Ack;
-    while let Some(run) = runs.next().await {
-        settle = settle.and(run);
+    let mut delivered = Vec::new();
+    while let Some((run_settle, run_delivered)) = runs.next().await {
+        settle = settle.and(run_settle);
+        delivered.extend(run_delivered);
     }
-    drop(runs);
-    match settle {
-        Settle::Ack => {
-            if let Err(e) = timed("ack", delivery.acker.ack(BasicAckOptions::default())).await {
-                tracing::warn!(execution.id = %messages[0].execution_id, error = %e, "ack failed; the broker will redeliver");
-            }
-        }
-        Settle::Requeue(wait) => requeue_after(&delivery, wait, &token).await,
-    }
+    (settle, delivered)
 }
 
 /// What the AMQP message of a slot needs once the slot is decided.
@@ -370,36 +419,50 @@ struct Arrival {
     waited: bool,
 }
 
-async fn handle_slot(
-    shared: &Shared,
+/// How a slot's part in its message ends.
+// Returned once and moved into a list: boxing would be an allocation per slot.
+#[allow(clippy::large_enum_variant)]
+enum SlotEnd<'a> {
+    Settled(Settle),
+    /// Delivered: its outcome is recorded with the message's others.
+    Delivered(Delivered<'a>),
+}
+
+/// A delivered slot whose outcome is not recorded yet: all it keeps.
+struct Delivered<'a> {
+    outcome: FinishRequest,
+    /// Its write, submitted at delivery: the ledger says so at once, and
+    /// only the ack waits for the message's other slots.
+    written: Answer<bool>,
+    execution_id: String,
+    /// Its `running` row stays this task's until the outcome is written:
+    /// the orphan check leaves it alone.
+    _hold: Hold<'a>,
+    /// Its small charge (`HeldCharge::delivered`), released with it.
+    _charge: HeldCharge,
+}
+
+async fn handle_slot<'a>(
+    shared: &'a Shared,
     message: &FireMessage,
     arrival: Arrival,
     charge: HeldCharge,
     in_flight: &Semaphore,
     token: &CancellationToken,
-) -> Settle {
+) -> SlotEnd<'a> {
     let attempt = arrival.attempt;
     let slot: HeldSlot = (message.job_id, message.scheduled_at, attempt as i32);
     let Some(hold) = shared.holding.hold(slot) else {
         // Another task here has this attempt (the copy of a lost session,
         // still giving its row back): ask again shortly.
-        return Settle::Requeue(ledger::BUSY_RECHECK_MIN);
+        return SlotEnd::Settled(Settle::Requeue(ledger::BUSY_RECHECK_MIN));
     };
     let mut took_row = false;
-    let result = process(shared, message, arrival, charge, in_flight, token, &mut took_row).await;
-    if took_row && !matches!(result, Ok(Processed::Done)) {
-        // This worker will not deliver it: give the row back at once rather
-        // than make the message's next worker wait until this one is
-        // presumed gone (the orphan check covers a failure here).
-        match Box::pin(ledger::release(&shared.pg, &shared.config.worker_id, slot, message.fire_id)).await {
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(execution.id = %message.execution_id, error = %format!("{e:#}"), "giving the row back failed; the orphan check will")
-            }
+    let settle = match process(shared, message, arrival, charge, in_flight, token, &mut took_row).await {
+        Ok(Processed::Delivered(outcome, charge)) => {
+            let (execution_id, written) = (message.execution_id.clone(), shared.finishes.submit(outcome.clone()));
+            return SlotEnd::Delivered(Delivered { outcome, written, execution_id, _hold: hold, _charge: charge });
         }
-    }
-    drop(hold);
-    match result {
         Ok(Processed::Done) => Settle::Ack,
         // Stopping: the message goes back for another worker.
         Ok(Processed::Stopping) => Settle::Requeue(Duration::ZERO),
@@ -412,24 +475,34 @@ async fn handle_slot(
             // Requeue after a pause so a database outage does not spin.
             Settle::Requeue(Duration::from_secs(1))
         }
+    };
+    if took_row && settle != Settle::Ack {
+        // This worker will not deliver it: give the row back at once rather
+        // than make the message's next worker wait until this one is
+        // presumed gone (the orphan check covers a failure here).
+        shared.give_back(slot, message.fire_id, &message.execution_id).await;
     }
+    drop(hold);
+    SlotEnd::Settled(settle)
 }
 
 /// Returns the message to the queue after `wait` (cut short when the
 /// worker stops), so that a message that cannot be decided yet does not spin.
-async fn requeue_after(delivery: &Delivery, wait: Duration, token: &CancellationToken) {
+async fn requeue_after(acker: &Acker, wait: Duration, token: &CancellationToken) {
     tokio::select! {
         _ = token.cancelled() => {}
         _ = tokio::time::sleep(wait) => {}
     }
-    if let Err(e) = delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await {
+    if let Err(e) = acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await {
         tracing::warn!(error = %e, "requeue failed; the broker will redeliver");
     }
 }
 
 enum Processed {
-    /// Delivered, or decided without delivery: ack.
+    /// Decided without delivery (or delivered and recorded): ack.
     Done,
+    /// Delivered: the outcome to record, and the slot's charge while it waits.
+    Delivered(FinishRequest, HeldCharge),
     /// The worker is stopping before the due instant: requeue.
     Stopping,
     /// Another live task holds the attempt: requeue after this long.
@@ -522,7 +595,7 @@ async fn process(
     *took_row = true;
     let armed_early = common::clock::now() < m.due_at;
     // Kept until the slot is decided.
-    let _charge = if armed_early {
+    let charge = if armed_early {
         // Armed: charged as such until the due instant (`holdings`), never
         // delivered earlier.
         let armed = charge.arm();
@@ -543,13 +616,12 @@ async fn process(
     // only as large as the steps above, and freed once it is delivered.
     match Box::pin(deliver_due(shared, m, arrival, slot, in_flight, token)).await? {
         AfterDue::Decided(processed) => Ok(processed),
-        AfterDue::Record(request) => {
-            // Its steps are freed; the charge stays whole until the outcome
-            // is written: shrunk to an armed slot's, the room it gave let a
-            // worker under overload hold twice the slots, at 2× the
-            // resident memory of 5,000 fires/s (docs/benchmarks.md).
-            Box::pin(shared.finish(m, request)).await?;
-            Ok(Processed::Done)
+        AfterDue::Record(outcome) => {
+            // Its steps are freed with its message's: what it keeps until
+            // the outcome is written is the outcome, charged as such.
+            let text = [&outcome.excerpt, &outcome.error, &outcome.sqs_message_id];
+            let charge = charge.delivered(text.iter().map(|t| t.as_ref().map_or(0, String::len)).sum());
+            Ok(Processed::Delivered(outcome, charge))
         }
     }
 }
@@ -880,30 +952,58 @@ impl Shared {
         }
     }
 
-    /// Records the outcome, through the batched outcome writes.
-    async fn finish(&self, m: &FireMessage, request: FinishRequest) -> anyhow::Result<()> {
-        // The callback has been made: a failed write is tried again for a
-        // while rather than handing the message back, which would deliver
-        // it a second time.
+    /// Records the outcomes of a message's delivered slots, through the
+    /// batched outcome writes, and says how the message settles. The
+    /// callbacks have been made: a failed write is tried again for a while
+    /// rather than handing the message back, which would deliver them a
+    /// second time. Each slot's hold and charge go as its outcome is written.
+    async fn record(&self, delivered: Vec<Delivered<'_>>) -> Settle {
         let give_up_at = std::time::Instant::now() + OUTCOME_RETRY_FOR;
         let mut backoff = Backoff::new(Duration::from_millis(100));
-        let recorded = loop {
-            match timed("finish", self.finishes.call(request.clone())).await {
-                Ok(recorded) => break recorded,
-                Err(e) if std::time::Instant::now() + backoff.delay() < give_up_at => {
-                    tracing::warn!(execution.id = %m.execution_id, error = %format!("{e:#}"), "recording the outcome failed; trying again");
-                    metrics::counter!(common::metrics::WORKER_OUTCOME_RETRIES_TOTAL).increment(1);
-                    backoff.wait().await;
+        let mut pending = delivered;
+        loop {
+            let mut failed = Vec::new();
+            let mut error = None;
+            for mut slot in pending {
+                match timed("finish", slot.written.get()).await {
+                    Ok(true) => {}
+                    // Another delivery of this attempt took the row back
+                    // (this one was presumed dead); its outcome stands.
+                    Ok(false) => {
+                        tracing::debug!(execution.id = %slot.execution_id, "outcome not recorded: the row moved on")
+                    }
+                    Err(e) => {
+                        failed.push(slot);
+                        error = Some(e);
+                    }
                 }
-                Err(e) => return Err(e),
             }
-        };
-        if !recorded {
-            // Another delivery of this attempt took the row back (this one
-            // was presumed dead); its outcome stands.
-            tracing::debug!(execution.id = %m.execution_id, "outcome not recorded: the row moved on");
+            let Some(error) = error else { return Settle::Ack };
+            if std::time::Instant::now() + backoff.delay() >= give_up_at {
+                for slot in failed {
+                    tracing::warn!(execution.id = %slot.execution_id, error = %format!("{error:#}"), "recording the outcome failed; message returns to the queue");
+                    let o = &slot.outcome;
+                    self.give_back((o.job_id, o.scheduled_at, o.attempt), o.fire_id, &slot.execution_id).await;
+                }
+                return Settle::Requeue(Duration::from_secs(1));
+            }
+            tracing::warn!(execution.id = %failed[0].execution_id, slots = failed.len(), error = %format!("{error:#}"), "recording the outcome failed; trying again");
+            metrics::counter!(common::metrics::WORKER_OUTCOME_RETRIES_TOTAL).increment(failed.len() as u64);
+            backoff.wait().await;
+            for slot in &mut failed {
+                slot.written = self.finishes.submit(slot.outcome.clone());
+            }
+            pending = failed;
         }
-        Ok(())
+    }
+
+    /// Gives a `running` row of this worker back at once, so the message's
+    /// next worker need not wait until this one is presumed gone (the
+    /// orphan check covers a failure here).
+    async fn give_back(&self, slot: HeldSlot, fire_id: uuid::Uuid, execution_id: &str) {
+        if let Err(e) = Box::pin(ledger::release(&self.pg, &self.config.worker_id, slot, fire_id)).await {
+            tracing::warn!(execution.id = %execution_id, error = %format!("{e:#}"), "giving the row back failed; the orphan check will")
+        }
     }
 }
 

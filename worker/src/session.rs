@@ -160,7 +160,7 @@ async fn consume(
                     let shared = shared.clone();
                     let in_flight = in_flight.clone();
                     let session = session.clone();
-                    tasks.spawn(processing::handle(shared, delivery, messages, charges, in_flight, session));
+                    tasks.spawn(processing::handle(shared, processing::Received::of(delivery), messages, charges, in_flight, session));
                 }
                 Some(Err(e)) => break Err(e.into()),
                 None => break Err(anyhow::anyhow!("consumer cancelled by the broker")),
