@@ -1,7 +1,8 @@
 //! What a worker holds, in bytes. Every slot is charged, from its message's
 //! arrival until the slot is decided, an estimate of the memory it keeps:
 //! its share of the body, the parsed message and its future (waiting for
-//! its host, a permit, or its outcome write). The consumer takes no further
+//! its host or a permit); once delivered, only its outcome waits for its
+//! write, and the charge shrinks to that. The consumer takes no further
 //! message while the total is at the cap, so past the machine's capacity
 //! the backlog waits in the broker, and a worker's memory stays flat however
 //! far behind it falls. A slot armed ahead of its due instant keeps far less
