@@ -551,7 +551,7 @@ async fn a_redelivery_waits_while_a_live_worker_holds_its_attempt_and_is_deliver
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_requeued_bundle_delivers_each_of_its_slots_once() {
     use futures::StreamExt;
-    use lapin::options::{BasicAckOptions, BasicNackOptions};
+    use lapin::options::BasicNackOptions;
 
     let sink = Sink::start().await;
     let mut stack = Stack::start("bundle").await;
@@ -564,14 +564,7 @@ async fn a_requeued_bundle_delivers_each_of_its_slots_once() {
     // Take both single messages off the queue and publish them again as one
     // bundle, as a scheduler does with slots due together.
     let connection = common::amqp::connect(&common::testing::amqp_url(), "test bundler").await.unwrap();
-    let (channel, mut consumer) = main_queue_consumer(&connection, &stack.cluster, "bundler").await;
-    let mut messages = Vec::new();
-    while messages.len() < 2 {
-        let delivery = tokio::time::timeout(Duration::from_secs(10), consumer.next()).await.unwrap().unwrap().unwrap();
-        messages.extend(common::message::parse_body(&delivery.data).unwrap());
-        delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
-    }
-    channel.close(200, "done".into()).await.unwrap();
+    let messages = take_off_the_main_queue(&connection, &stack.cluster, 2).await;
 
     // The `held` slot's row is `running` under another worker that is alive.
     let (held_id, _) = &triggered[0];
@@ -620,9 +613,6 @@ async fn a_requeued_bundle_delivers_each_of_its_slots_once() {
 /// slot's overlap check would find it still running.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_bundles_delivered_slot_is_recorded_while_a_slow_one_is_still_being_delivered() {
-    use futures::StreamExt;
-    use lapin::options::BasicAckOptions;
-
     let (fast_sink, slow_sink) = (Sink::start().await, Sink::start().await);
     slow_sink.set_delay(Duration::from_secs(6));
     let mut stack = Stack::start("bundle-record").await;
@@ -633,14 +623,7 @@ async fn a_bundles_delivered_slot_is_recorded_while_a_slow_one_is_still_being_de
     }
     // Both single messages off the queue, published again as one bundle.
     let connection = common::amqp::connect(&common::testing::amqp_url(), "test bundler").await.unwrap();
-    let (channel, mut consumer) = main_queue_consumer(&connection, &stack.cluster, "bundler").await;
-    let mut messages = Vec::new();
-    while messages.len() < 2 {
-        let delivery = tokio::time::timeout(Duration::from_secs(10), consumer.next()).await.unwrap().unwrap().unwrap();
-        messages.extend(common::message::parse_body(&delivery.data).unwrap());
-        delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
-    }
-    channel.close(200, "done".into()).await.unwrap();
+    let messages = take_off_the_main_queue(&connection, &stack.cluster, 2).await;
     let topology = common::amqp::Topology::new(&stack.cluster);
     let mut publisher = common::publisher::Publisher::new(common::testing::amqp_url(), "test bundler".into(), topology);
     publisher.publish(&messages).await.unwrap();
@@ -670,6 +653,27 @@ async fn a_bundles_delivered_slot_is_recorded_while_a_slow_one_is_still_being_de
     assert_eq!(slow_sink.received_on("slow").len(), 2);
     assert_eq!(fast_sink.received_on("fast").len(), 1);
     stack.stop().await;
+}
+
+/// Takes `n` slots' messages off the cluster's main queue (acked), to be
+/// published again as one bundle.
+async fn take_off_the_main_queue(
+    connection: &lapin::Connection,
+    cluster: &str,
+    n: usize,
+) -> Vec<common::message::FireMessage> {
+    use futures::StreamExt;
+    use lapin::options::BasicAckOptions;
+
+    let (channel, mut consumer) = main_queue_consumer(connection, cluster, "bundler").await;
+    let mut messages = Vec::new();
+    while messages.len() < n {
+        let delivery = tokio::time::timeout(Duration::from_secs(10), consumer.next()).await.unwrap().unwrap().unwrap();
+        messages.extend(common::message::parse_body(&delivery.data).unwrap());
+        delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
+    }
+    channel.close(200, "done".into()).await.unwrap();
+    messages
 }
 
 /// A consumer on the cluster's main queue, on a channel of its own, as
