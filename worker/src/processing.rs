@@ -477,9 +477,7 @@ async fn handle_slot<'a>(
         }
     };
     if took_row && settle != Settle::Ack {
-        // This worker will not deliver it: give the row back at once rather
-        // than make the message's next worker wait until this one is
-        // presumed gone (the orphan check covers a failure here).
+        // This worker will not deliver it.
         shared.give_back(slot, message.fire_id, &message.execution_id).await;
     }
     drop(hold);
