@@ -78,9 +78,11 @@ pub struct FireMessage {
     pub v: u8,
     pub fire_id: Uuid,
     pub job_id: Uuid,
+    #[serde(deserialize_with = "crate::execution::deserialize_instant")]
     pub scheduled_at: DateTime<Utc>,
     /// When the worker may deliver: the scheduled time for a pre-armed slot,
     /// or earlier than now for a late or manual fire.
+    #[serde(deserialize_with = "crate::execution::deserialize_instant")]
     pub due_at: DateTime<Utc>,
     pub execution_id: String,
     pub trigger: Trigger,

@@ -655,6 +655,57 @@ async fn a_bundles_delivered_slot_is_recorded_while_a_slow_one_is_still_being_de
     stack.stop().await;
 }
 
+/// An outcome the ledger refuses to record is written again for the
+/// worker's retry window, then the slot's row is given back and its message
+/// requeued: the slot is delivered again under the same execution id and
+/// recorded then. At least once when its outcome cannot be written: never
+/// acked unrecorded, never left `running`. The ledger refuses through a
+/// trigger on the test's own database that rejects every `succeeded` until
+/// the row has been given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_outcome_the_ledger_refuses_is_written_again_then_its_slot_is_given_back_and_delivered_again() {
+    let sink = Sink::start().await;
+    let mut stack = Stack::start("outcome-refused").await;
+    let id = nightly_job(&stack, &sink, "refused").await;
+    let client = stack.pg.get().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE FUNCTION test_refuse_outcome() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN RAISE EXCEPTION 'outcome refused by the test'; END $$;
+             CREATE TRIGGER test_refuse_outcome BEFORE UPDATE ON scheduled_jobs
+               FOR EACH ROW WHEN (NEW.status = 'succeeded') EXECUTE FUNCTION test_refuse_outcome();",
+        )
+        .await
+        .unwrap();
+    let execution = stack.post(&format!("/v1/jobs/{id}/trigger")).await;
+    let slot = triggered_slot(&execution);
+    let mut config = stack.worker_config("worker-a");
+    config.outcome_retry_for = Duration::from_secs(3);
+    stack.start_worker(config);
+
+    let given_back =
+        wait_for("the row given back once its outcome could not be written", Duration::from_secs(30), || async {
+            let row = stack.ledger(&id.to_string(), slot).await?;
+            row["history"].as_array()?.iter().any(|e| e["event"] == "released").then_some(row)
+        })
+        .await;
+    assert!(!sink.received_on("refused").is_empty(), "given back before it was delivered: {given_back}");
+    client.batch_execute("DROP TRIGGER test_refuse_outcome ON scheduled_jobs").await.unwrap();
+
+    let row = wait_for("the slot delivered again and recorded", Duration::from_secs(30), || async {
+        stack.ledger(&id.to_string(), slot).await.filter(|r| r["status"] == "succeeded")
+    })
+    .await;
+    assert_eq!(row["attempts"], 1, "a given-back attempt is the same attempt: {row}");
+    let received = sink.received_on("refused");
+    assert!(received.len() >= 2, "delivered once, so its outcome was recorded without the retry: {row}");
+    assert!(
+        received.iter().all(|r| r.execution_id == row["execution_id"].as_str().unwrap()),
+        "every delivery under the slot's execution id"
+    );
+    stack.stop().await;
+}
+
 /// Takes `n` slots' messages off the cluster's main queue (acked), to be
 /// published again as one bundle.
 async fn take_off_the_main_queue(

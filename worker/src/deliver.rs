@@ -198,11 +198,20 @@ impl Deliverers {
         })
     }
 
-    /// One attempt at the message's target; a successful SQS delivery comes
-    /// with its MessageId.
-    pub(crate) async fn deliver(&self, m: &FireMessage, attempt: u32) -> (Outcome, Option<String>) {
+    /// One attempt at the message's target (for HTTP, its URL as parsed
+    /// for the destination's gate, `Address`); a successful SQS delivery
+    /// comes with its MessageId.
+    pub(crate) async fn deliver(
+        &self,
+        m: &FireMessage,
+        attempt: u32,
+        http_url: Option<Result<reqwest::Url, url::ParseError>>,
+    ) -> (Outcome, Option<String>) {
         match &m.target {
-            Target::Http(target) => (self.http.deliver(target, m, attempt).await, None),
+            Target::Http(target) => {
+                let url = http_url.unwrap_or_else(|| reqwest::Url::parse(&target.url));
+                (self.http.deliver_to(target, url, m, attempt).await, None)
+            }
             // Boxed apart: the SDK's future (with the client's first
             // set-up) is about 11.6 KB, and inline it would size every
             // HTTP delivery's future too, allocated and copied per delivery.

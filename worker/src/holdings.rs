@@ -51,15 +51,19 @@ const ARMED_CAP_PER_CAP: usize = 2;
 /// message has settled (and again as often while that lasts).
 const STALL_WARNING: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How often the budgets' gauges are set even when nothing changes: the
+/// exporter forgets a gauge not set for a while
+/// (`destination::GAUGES_FORGOTTEN_AFTER`), and the budgets set theirs
+/// through handles, which would then update a series no longer exported.
+const GAUGES_KEPT_EVERY: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// The held-bytes budget of one worker (shared by its broker sessions).
 pub(crate) struct HeldBytes {
     /// Slots on their way (arrived due, or past their due instant) and
     /// unparsable bodies.
-    held: AtomicUsize,
-    cap: usize,
+    held: Budget,
     /// Slots armed ahead of their due instant, at `ARMED_SLOT_BYTES`.
-    armed: AtomicUsize,
-    armed_cap: usize,
+    armed: Budget,
     /// Wakes the consumer when a budget falls below its cap.
     freed: Notify,
     /// Wakes one due slot waiting for room under the cap at a time: a herd
@@ -69,14 +73,44 @@ pub(crate) struct HeldBytes {
     room_for_due: Notify,
 }
 
+/// Bytes against a cap, with the gauge that shows them. The gauge is a
+/// handle looked up once: it changes two or three times for every slot, and
+/// each lookup through the macro hashed its name and searched the registry.
+struct Budget {
+    bytes: AtomicUsize,
+    cap: usize,
+    gauge: metrics::Gauge,
+}
+
+impl Budget {
+    fn new(cap: usize, gauge: &'static str) -> Self {
+        Budget { bytes: AtomicUsize::new(0), cap, gauge: metrics::gauge!(gauge) }
+    }
+
+    fn add(&self, bytes: usize) {
+        let now = self.bytes.fetch_add(bytes, Ordering::SeqCst) + bytes;
+        self.gauge.set(now as f64);
+    }
+
+    /// Takes `bytes` off; answers the total before and after.
+    fn sub(&self, bytes: usize) -> (usize, usize) {
+        let before = self.bytes.fetch_sub(bytes, Ordering::SeqCst);
+        let now = before - bytes;
+        self.gauge.set(now as f64);
+        (before, now)
+    }
+
+    fn load(&self) -> usize {
+        self.bytes.load(Ordering::SeqCst)
+    }
+}
+
 impl HeldBytes {
     pub(crate) fn new(cap: usize) -> Arc<Self> {
         let cap = cap.max(1);
         Arc::new(Self {
-            held: AtomicUsize::new(0),
-            cap,
-            armed: AtomicUsize::new(0),
-            armed_cap: cap.saturating_mul(ARMED_CAP_PER_CAP),
+            held: Budget::new(cap, common::metrics::WORKER_HELD_BYTES),
+            armed: Budget::new(cap.saturating_mul(ARMED_CAP_PER_CAP), common::metrics::WORKER_ARMED_BYTES),
             freed: Notify::new(),
             room_for_due: Notify::new(),
         })
@@ -96,30 +130,35 @@ impl HeldBytes {
     }
 
     fn charge(self: &Arc<Self>, bytes: usize) -> HeldCharge {
-        Self::add(&self.held, bytes, common::metrics::WORKER_HELD_BYTES);
+        self.held.add(bytes);
         HeldCharge { budget: self.clone(), bytes }
     }
 
-    fn add(counter: &AtomicUsize, bytes: usize, gauge: &'static str) {
-        let now = counter.fetch_add(bytes, Ordering::SeqCst) + bytes;
-        metrics::gauge!(gauge).set(now as f64);
-    }
-
-    fn release(&self, counter: &AtomicUsize, cap: usize, bytes: usize, gauge: &'static str) {
-        let before = counter.fetch_sub(bytes, Ordering::SeqCst);
-        let now = before - bytes;
-        metrics::gauge!(gauge).set(now as f64);
+    fn release(&self, budget: &Budget, bytes: usize) {
+        let (before, now) = budget.sub(bytes);
         // Only the step from at-or-over the cap to under it wakes the consumer.
-        if before >= cap && now < cap {
+        if before >= budget.cap && now < budget.cap {
             self.freed.notify_waiters();
         }
-        if std::ptr::eq(counter, &self.held) && now < cap {
+        if std::ptr::eq(budget, &self.held) && now < budget.cap {
             self.room_for_due.notify_one();
         }
     }
 
     fn has_room(&self) -> bool {
-        self.held.load(Ordering::SeqCst) < self.cap
+        self.held.load() < self.held.cap
+    }
+
+    /// Sets the budgets' gauges every `GAUGES_KEPT_EVERY`, for the
+    /// worker's life, so that the exporter keeps them.
+    pub(crate) async fn keep_gauges(&self) {
+        let mut every = tokio::time::interval(GAUGES_KEPT_EVERY);
+        loop {
+            every.tick().await;
+            for budget in [&self.held, &self.armed] {
+                budget.gauge.set(budget.load() as f64);
+            }
+        }
     }
 
     /// Waits until both what is on its way and what is armed are below
@@ -127,7 +166,7 @@ impl HeldBytes {
     /// `STALL_WARNING` without a slot decided it says so: the deliveries
     /// are not keeping up, or something they wait for is stuck.
     pub(crate) async fn room(&self) {
-        self.wait_for(|| self.has_room() && self.armed.load(Ordering::SeqCst) < self.armed_cap).await
+        self.wait_for(|| self.has_room() && self.armed.load() < self.armed.cap).await
     }
 
     async fn wait_for(&self, ready: impl Fn() -> bool) {
@@ -143,10 +182,10 @@ impl HeldBytes {
                 _ = freed => {}
                 _ = tokio::time::sleep_until(warn_at) => {
                     tracing::warn!(
-                        held_bytes = self.held.load(Ordering::SeqCst),
-                        cap_bytes = self.cap,
-                        armed_bytes = self.armed.load(Ordering::SeqCst),
-                        armed_cap_bytes = self.armed_cap,
+                        held_bytes = self.held.load(),
+                        cap_bytes = self.held.cap,
+                        armed_bytes = self.armed.load(),
+                        armed_cap_bytes = self.armed.cap,
                         waited_secs = started.elapsed().as_secs(),
                         "this worker holds all it may and no slot has been decided since: deliveries are not keeping up, or what they wait for (Postgres, a receiver, the broker) is stuck"
                     );
@@ -158,12 +197,12 @@ impl HeldBytes {
 
     #[cfg(test)]
     fn held(&self) -> usize {
-        self.held.load(Ordering::SeqCst)
+        self.held.load()
     }
 
     #[cfg(test)]
     fn armed(&self) -> usize {
-        self.armed.load(Ordering::SeqCst)
+        self.armed.load()
     }
 }
 
@@ -180,8 +219,8 @@ impl HeldCharge {
     pub(crate) fn arm(mut self) -> ArmedCharge {
         let (budget, held) = (self.budget.clone(), std::mem::take(&mut self.bytes));
         let armed = held - SLOT_BYTES + ARMED_SLOT_BYTES;
-        HeldBytes::add(&budget.armed, armed, common::metrics::WORKER_ARMED_BYTES);
-        budget.release(&budget.held, budget.cap, held, common::metrics::WORKER_HELD_BYTES);
+        budget.armed.add(armed);
+        budget.release(&budget.held, held);
         ArmedCharge { budget, held, armed }
     }
 }
@@ -197,7 +236,7 @@ impl HeldCharge {
         let kept = DELIVERED_SLOT_BYTES + text_bytes;
         if kept < self.bytes {
             let freed = std::mem::replace(&mut self.bytes, kept) - kept;
-            self.budget.release(&self.budget.held, self.budget.cap, freed, common::metrics::WORKER_HELD_BYTES);
+            self.budget.release(&self.budget.held, freed);
         }
         self
     }
@@ -205,7 +244,7 @@ impl HeldCharge {
 
 impl Drop for HeldCharge {
     fn drop(&mut self) {
-        self.budget.release(&self.budget.held, self.budget.cap, self.bytes, common::metrics::WORKER_HELD_BYTES);
+        self.budget.release(&self.budget.held, self.bytes);
     }
 }
 
@@ -231,8 +270,8 @@ impl ArmedCharge {
             budget.room_for_due.notified().await;
         }
         let (held, armed) = (self.held, std::mem::take(&mut self.armed));
-        HeldBytes::add(&budget.held, held, common::metrics::WORKER_HELD_BYTES);
-        budget.release(&budget.armed, budget.armed_cap, armed, common::metrics::WORKER_ARMED_BYTES);
+        budget.held.add(held);
+        budget.release(&budget.armed, armed);
         // Room left: the next waiting slot's turn.
         if budget.has_room() {
             budget.room_for_due.notify_one();
@@ -243,7 +282,7 @@ impl ArmedCharge {
 
 impl Drop for ArmedCharge {
     fn drop(&mut self) {
-        self.budget.release(&self.budget.armed, self.budget.armed_cap, self.armed, common::metrics::WORKER_ARMED_BYTES);
+        self.budget.release(&self.budget.armed, self.armed);
     }
 }
 

@@ -45,6 +45,11 @@ pub mod defaults {
     pub const MAX_IN_FLIGHT: usize = 256;
     /// Estimated memory of the messages held at once, in MiB.
     pub const MAX_HELD_MB: usize = 64;
+    /// How long a failed outcome write is tried again before its message is
+    /// handed back, and so delivered again: long enough to ride out a
+    /// database failover, short enough that a worker that cannot write at
+    /// all lets another one try.
+    pub const OUTCOME_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(30);
 }
 
 pub use self::deliver::{DeliveryError, Outcome};
@@ -84,4 +89,7 @@ pub struct WorkerConfig {
     /// Clock checks against the database (the limit only raises the alert
     /// for a worker).
     pub clock: common::clock::ClockConfig,
+    /// How long a failed outcome write is tried again before the message is
+    /// handed back (`defaults::OUTCOME_RETRY_FOR`; no flag: tests shorten it).
+    pub outcome_retry_for: std::time::Duration,
 }

@@ -55,9 +55,6 @@ const WAIT_BATCH: usize = 1000;
 /// only delays the ack; at 2,000 fires/s the outcomes otherwise went out
 /// ~500 statements/s of ~4 rows each, the largest share of Postgres's time.
 const OUTCOME_LINGER: Duration = Duration::from_millis(20);
-/// How long a failed outcome write is retried before the message is handed
-/// back (and so delivered again).
-const OUTCOME_RETRY_FOR: Duration = Duration::from_secs(30);
 
 /// How often a worker skipping late slots says so in its log (with the
 /// count since it last did): often enough to see, rarely enough that a
@@ -125,6 +122,7 @@ pub(crate) struct Shared {
     give_ups: Batcher<ledger::GiveUp, bool>,
     due_backlog: Arc<DueBacklog>,
     holding: Arc<Holding>,
+    metrics: SlotMetrics,
     /// How fast slots back from waiting go on.
     waiting_pace: WaitingPace,
 }
@@ -196,6 +194,7 @@ impl Shared {
             }),
             due_backlog,
             holding,
+            metrics: SlotMetrics::new(),
             waiting_pace: WaitingPace::new(),
         }
     }
@@ -214,10 +213,53 @@ where
     Batcher::spawn(WAIT_BATCH, 1, OUTCOME_LINGER, move |items| write(pg.clone(), worker_id.clone(), items))
 }
 
-/// Times one stage of a message's way through the worker (ledger start,
-/// verify, outcome write, ack).
+/// Times one stage of a message's way through the worker that is not on
+/// every slot's way (those have their handles in `SlotMetrics`).
 async fn timed<T>(stage: &'static str, work: impl std::future::Future<Output = T>) -> T {
     common::telemetry::timed(common::metrics::WORKER_STAGE_SECONDS, stage, work).await
+}
+
+/// The metrics every slot records, looked up once per session: through the
+/// macros each record hashed its name and labels and searched the registry
+/// (3% of a worker's CPU in a herd's drain). Counters and histograms never
+/// leave the registry; the one gauge is kept there by the destinations'
+/// upkeep, which touches it every few seconds (`Destinations::refresh`).
+struct SlotMetrics {
+    lateness: metrics::Histogram,
+    delivery_seconds: metrics::Histogram,
+    attempt: metrics::Histogram,
+    succeeded: metrics::Counter,
+    in_flight: metrics::Gauge,
+    stage_start: metrics::Histogram,
+    stage_verify: metrics::Histogram,
+    stage_finish: metrics::Histogram,
+    stage_ack: metrics::Histogram,
+}
+
+impl SlotMetrics {
+    fn new() -> Self {
+        use common::metrics as m;
+        let stage = |stage: &'static str| metrics::histogram!(m::WORKER_STAGE_SECONDS, "stage" => stage);
+        SlotMetrics {
+            lateness: metrics::histogram!(m::WORKER_LATENESS_SECONDS),
+            delivery_seconds: metrics::histogram!(m::WORKER_DELIVERY_SECONDS),
+            attempt: metrics::histogram!(m::WORKER_ATTEMPT),
+            succeeded: metrics::counter!(m::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Succeeded.as_str()),
+            in_flight: metrics::gauge!(m::WORKER_IN_FLIGHT),
+            stage_start: stage("start"),
+            stage_verify: stage("verify"),
+            stage_finish: stage("finish"),
+            stage_ack: stage("ack"),
+        }
+    }
+}
+
+/// Times `work` into `histogram` (a stage of `SlotMetrics`).
+async fn timed_into<T>(histogram: &metrics::Histogram, work: impl std::future::Future<Output = T>) -> T {
+    let started = std::time::Instant::now();
+    let out = work.await;
+    histogram.record(started.elapsed().as_secs_f64());
+    out
 }
 
 fn attempt_of(delivery: &Delivery) -> u32 {
@@ -322,7 +364,8 @@ pub(crate) async fn handle(
     let settle = if delivered.is_empty() { settle } else { settle.and(shared.record(delivered).await) };
     match settle {
         Settle::Ack => {
-            if let Err(e) = timed("ack", received.acker.ack(BasicAckOptions::default())).await {
+            if let Err(e) = timed_into(&shared.metrics.stage_ack, received.acker.ack(BasicAckOptions::default())).await
+            {
                 tracing::warn!(error = %e, "ack failed; the broker will redeliver");
             }
         }
@@ -582,7 +625,7 @@ async fn process(
     };
     // A pre-armed message takes its row at once (arming), so that the burst
     // at the due instant costs reads, not row writes.
-    let (start, jobs_seen) = timed("start", shared.starts.call(request.clone())).await?;
+    let (start, jobs_seen) = timed_into(&shared.metrics.stage_start, shared.starts.call(request.clone())).await?;
     if let Start::Busy(wait) = start {
         tracing::debug!(execution.id = %m.execution_id, attempt, ?wait, "redelivered while a live worker holds the attempt; requeueing");
         return Ok(Processed::Busy(wait));
@@ -666,7 +709,11 @@ async fn deliver_due(
         && !go_on(
             m,
             attempt,
-            timed("verify", shared.verifies.call(VerifyRequest { row: request.clone(), jobs_seen })).await?,
+            timed_into(
+                &shared.metrics.stage_verify,
+                shared.verifies.call(VerifyRequest { row: request.clone(), jobs_seen }),
+            )
+            .await?,
         )
     {
         return decided(Processed::Done);
@@ -678,10 +725,11 @@ async fn deliver_due(
     // The destination's gate before the worker-wide permit: a slot waiting
     // for a busy or broken host holds no permit another host needs.
     let slot: HeldSlot = (m.job_id, m.scheduled_at, attempt as i32);
+    let address = shared.deliverers.destinations.address(&m.target);
     let gate = shared
         .deliverers
         .destinations
-        .pass(&m.target, horizon, &shared.due_backlog, due_guard, token, |waiting| {
+        .pass(address.destination.as_deref(), horizon, &shared.due_backlog, due_guard, token, |waiting| {
             shared.note_waiting(m, slot, waiting)
         })
         .await;
@@ -699,17 +747,16 @@ async fn deliver_due(
     let started = common::clock::now();
     if attempt == 1 {
         let lateness = ledger::lateness_seconds(started, m.due_at).max(0.0);
-        metrics::histogram!(common::metrics::WORKER_LATENESS_SECONDS).record(lateness);
+        shared.metrics.lateness.record(lateness);
         if arrival.first_arrival {
             shared.waiting_pace.observe_live(Duration::from_secs_f64(lateness));
         }
     }
-    metrics::gauge!(common::metrics::WORKER_IN_FLIGHT).increment(1.0);
-    let (outcome, sqs_message_id) = Box::pin(shared.deliverers.deliver(m, attempt)).await;
-    metrics::gauge!(common::metrics::WORKER_IN_FLIGHT).decrement(1.0);
-    metrics::histogram!(common::metrics::WORKER_DELIVERY_SECONDS)
-        .record((common::clock::now() - started).num_milliseconds() as f64 / 1000.0);
-    metrics::histogram!(common::metrics::WORKER_ATTEMPT).record(f64::from(attempt));
+    shared.metrics.in_flight.increment(1.0);
+    let (outcome, sqs_message_id) = Box::pin(shared.deliverers.deliver(m, attempt, address.http_url.clone())).await;
+    shared.metrics.in_flight.decrement(1.0);
+    shared.metrics.delivery_seconds.record((common::clock::now() - started).num_milliseconds() as f64 / 1000.0);
+    shared.metrics.attempt.record(f64::from(attempt));
     drop(permit);
     pass.record(destination_health(&outcome));
     let done = |status, excerpt| FinishRequest::new(m, attempt, redelivered, status, excerpt);
@@ -719,8 +766,7 @@ async fn deliver_due(
             // line per success at thousands of fires a second is a log
             // pipeline's load, not an operator's signal. Failures stay warn.
             tracing::debug!(execution.id = %m.execution_id, attempt, http_status, sqs_message_id = sqs_message_id.as_deref(), "delivered");
-            metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Succeeded.as_str())
-                .increment(1);
+            shared.metrics.succeeded.increment(1);
             Ok(AfterDue::Record(FinishRequest {
                 http_status: http_status.map(i32::from),
                 sqs_message_id,
@@ -956,14 +1002,14 @@ impl Shared {
     /// rather than handing the message back, which would deliver them a
     /// second time. Each slot's hold and charge go as its outcome is written.
     async fn record(&self, delivered: Vec<Delivered<'_>>) -> Settle {
-        let give_up_at = std::time::Instant::now() + OUTCOME_RETRY_FOR;
+        let give_up_at = std::time::Instant::now() + self.config.outcome_retry_for;
         let mut backoff = Backoff::new(Duration::from_millis(100));
         let mut pending = delivered;
         loop {
             let mut failed = Vec::new();
             let mut error = None;
             for mut slot in pending {
-                match timed("finish", slot.written.get()).await {
+                match timed_into(&self.metrics.stage_finish, slot.written.get()).await {
                     Ok(true) => {}
                     // Another delivery of this attempt took the row back
                     // (this one was presumed dead); its outcome stands.

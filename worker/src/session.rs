@@ -50,6 +50,10 @@ pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> an
     let holding = Arc::new(Holding::default());
     // Shared by the sessions: a lost session's tasks hold theirs until they end.
     let held = HeldBytes::new(config.max_held_bytes);
+    let gauges = tokio::spawn({
+        let held = held.clone();
+        async move { held.keep_gauges().await }
+    });
     let last_beat = Arc::new(LastBeat::default());
     // Only a worker that can deliver says it is alive, and it stays so
     // until its last delivery has ended: a worker presumed gone loses its
@@ -85,6 +89,7 @@ pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> an
     let _ = beats.await;
     clock_stop.cancel();
     let _ = clock.await;
+    gauges.abort();
     Ok(())
 }
 

@@ -242,6 +242,7 @@ impl Stack {
             aws: None,
             misfire_threshold: Duration::from_millis(common::job::MISFIRE_THRESHOLD_DEFAULT_MS),
             clock: Default::default(),
+            outcome_retry_for: worker::defaults::OUTCOME_RETRY_FOR,
         }
     }
 

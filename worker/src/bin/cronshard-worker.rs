@@ -82,6 +82,7 @@ async fn run() -> anyhow::Result<()> {
         // credentials, AWS_ENDPOINT_URL_SQS), read on the first SQS delivery.
         aws: None,
         clock: args.clock.config(),
+        outcome_retry_for: worker::defaults::OUTCOME_RETRY_FOR,
     };
     let pg = common::db::pool_with_settings(
         &args.service.database_url,

@@ -56,7 +56,18 @@ impl HttpDelivery {
     }
 
     pub async fn deliver(&self, target: &HttpTarget, message: &FireMessage, attempt: u32) -> Outcome {
-        let first = match Url::parse(&target.url) {
+        self.deliver_to(target, Url::parse(&target.url), message, attempt).await
+    }
+
+    /// `deliver` with the target's URL already parsed (`url`).
+    pub async fn deliver_to(
+        &self,
+        target: &HttpTarget,
+        url: Result<Url, url::ParseError>,
+        message: &FireMessage,
+        attempt: u32,
+    ) -> Outcome {
+        let first = match url {
             Ok(u) => u,
             Err(e) => return Outcome::failure(DeliveryError::InvalidTarget(format!("invalid URL: {e}"))),
         };
@@ -67,7 +78,8 @@ impl HttpDelivery {
             )));
         }
         let deadline = Instant::now() + Duration::from_millis(target.timeout_ms);
-        let origin = first.origin();
+        // Only a redirect can leave it (each `origin` allocates).
+        let origin = target.follow_redirects.then(|| first.origin());
         let mut hop = Hop {
             url: first,
             method: Method::from_bytes(target.method.as_bytes()).unwrap_or(Method::POST),
@@ -81,7 +93,8 @@ impl HttpDelivery {
                 return Outcome::failure(DeliveryError::TimedOut { timeout_ms: target.timeout_ms });
             }
             let mut request = self.client.request(hop.method.clone(), hop.url.clone()).timeout(remaining);
-            if hop.url.origin() == origin || target.forward_headers_on_redirect {
+            let same_origin = redirects == 0 || origin.as_ref().is_some_and(|o| hop.url.origin() == *o);
+            if same_origin || target.forward_headers_on_redirect {
                 for (name, value) in target.headers.iter().chain(&target.secret_headers) {
                     if sendable(name, hop.body_dropped) {
                         request = request.header(name, value);
