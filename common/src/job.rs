@@ -243,119 +243,12 @@ impl ScheduleSpec {
     }
 }
 
-/// Where a fire is delivered: an HTTP callback or an SQS queue. Read by
-/// hand (`target_serde`), written by the derive (`kind` first).
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+/// Where a fire is delivered: an HTTP callback or an SQS queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Target {
     Http(HttpTarget),
     Sqs(SqsTarget),
-}
-
-/// `Target`'s `Deserialize`. serde's derive for an internally tagged enum
-/// buffers every field of the object before it looks at the tag: that was
-/// the largest part of parsing a fire message, which a worker does for
-/// every slot. Cronshard writes `kind` first, so its messages are read in
-/// one pass here; an object whose `kind` comes later has the fields before
-/// it buffered, then read on.
-mod target_serde {
-    use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, Visitor};
-    use serde::{Deserialize, Deserializer};
-
-    use super::{HttpTarget, SqsTarget, Target};
-
-    #[derive(Deserialize)]
-    #[serde(rename_all = "snake_case")]
-    enum Kind {
-        Http,
-        Sqs,
-    }
-
-    /// A key: `kind`, or another one, owned only on the slow path.
-    enum Key {
-        Kind,
-        Other(String),
-    }
-
-    impl<'de> Deserialize<'de> for Key {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct KeyVisitor;
-            impl Visitor<'_> for KeyVisitor {
-                type Value = Key;
-                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                    f.write_str("a field name")
-                }
-                fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
-                    Ok(if v == "kind" { Key::Kind } else { Key::Other(v.to_owned()) })
-                }
-            }
-            d.deserialize_identifier(KeyVisitor)
-        }
-    }
-
-    impl<'de> Deserialize<'de> for Target {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            d.deserialize_map(TargetVisitor)
-        }
-    }
-
-    struct TargetVisitor;
-
-    impl<'de> Visitor<'de> for TargetVisitor {
-        type Value = Target;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a target object with a `kind`")
-        }
-
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Target, A::Error> {
-            let mut before_kind = Vec::new();
-            while let Some(key) = map.next_key::<Key>()? {
-                match key {
-                    Key::Kind => {
-                        let kind: Kind = map.next_value()?;
-                        let rest = Rest { before_kind: before_kind.into_iter(), value: None, map };
-                        let rest = de::value::MapAccessDeserializer::new(rest);
-                        return match kind {
-                            Kind::Http => HttpTarget::deserialize(rest).map(Target::Http),
-                            Kind::Sqs => SqsTarget::deserialize(rest).map(Target::Sqs),
-                        };
-                    }
-                    Key::Other(name) => before_kind.push((name, map.next_value::<serde_json::Value>()?)),
-                }
-            }
-            Err(de::Error::missing_field("kind"))
-        }
-    }
-
-    /// The target's fields but `kind`: those buffered before it, then the
-    /// rest of the object.
-    struct Rest<A> {
-        before_kind: std::vec::IntoIter<(String, serde_json::Value)>,
-        value: Option<serde_json::Value>,
-        map: A,
-    }
-
-    impl<'de, A: MapAccess<'de>> MapAccess<'de> for Rest<A> {
-        type Error = A::Error;
-
-        fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
-            match self.before_kind.next() {
-                Some((name, value)) => {
-                    self.value = Some(value);
-                    seed.deserialize(name.into_deserializer()).map(Some)
-                }
-                None => self.map.next_key_seed(seed),
-            }
-        }
-
-        fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
-            match self.value.take() {
-                Some(value) => seed.deserialize(value).map_err(de::Error::custom),
-                None => self.map.next_value_seed(seed),
-            }
-        }
-    }
 }
 
 /// An HTTP callback. Header names are RFC 9110 tokens (case-insensitive, so
@@ -1298,7 +1191,7 @@ mod tests {
             error(json!({ "timeout_ms": "soon", "kind": "http", "url": "https://x", "method": "POST" }))
                 .contains("invalid type")
         );
-        assert!(error(json!("http")).contains("a target object"));
+        assert!(error(json!("http")).contains("invalid type"));
     }
 
     fn valid() -> Value {
