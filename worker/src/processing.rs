@@ -28,6 +28,7 @@ use common::ledger::delivery::{
     VerifyRequest,
 };
 use common::message::{ATTEMPT_HEADER, FireMessage};
+use common::telemetry::timed_into;
 
 use super::WorkerConfig;
 use super::backpressure::DueBacklog;
@@ -252,14 +253,6 @@ impl SlotMetrics {
             stage_ack: stage("ack"),
         }
     }
-}
-
-/// Times `work` into `histogram` (a stage of `SlotMetrics`).
-async fn timed_into<T>(histogram: &metrics::Histogram, work: impl std::future::Future<Output = T>) -> T {
-    let started = std::time::Instant::now();
-    let out = work.await;
-    histogram.record(started.elapsed().as_secs_f64());
-    out
 }
 
 fn attempt_of(delivery: &Delivery) -> u32 {
