@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use chrono::{TimeDelta, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::json;
 
 use crate::ceiling::CeilingArgs;
@@ -145,6 +145,13 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
         }
     }
     let peak = peak_rate(&got);
+    let fifths = fifths_ms(&t.first_received);
+    if !fifths.is_empty() {
+        report.row(
+            "ms for each fifth of the slots (ramp … tail)",
+            fifths.iter().map(|ms| fmt_int(*ms)).collect::<Vec<_>>().join(" / "),
+        );
+    }
     report.row("receiver's peak rate (busiest 100 ms, per second)", format!("{}/s", fmt_int(peak as i64)));
     let jittered = (args.jitter_ms > 0).then(|| jittered_lateness(&got, args.jitter_ms));
     if let Some(l) = &jittered {
@@ -199,9 +206,24 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     report.data("http_ceiling", &http_ceiling);
     report.data("jitter_ms", args.jitter_ms);
     report.data("receiver_peak_per_second", peak.round());
+    report.data("fifths_ms", &fifths);
     report.data("jittered_lateness_p50_p99_max_ms", jittered);
     report.finish(&args.out)?;
     Ok(())
+}
+
+/// How long each fifth of the first deliveries took, in order: the first
+/// from the earliest delivery, each next from where the one before ended.
+/// Where the drain loses time (a slow ramp, a tail) shows against the
+/// middle fifths, which a single rate averages away.
+fn fifths_ms(received: &[DateTime<Utc>]) -> Vec<i64> {
+    if received.len() < 5 {
+        return Vec::new();
+    }
+    let mut times: Vec<i64> = received.iter().map(|t| t.timestamp_millis()).collect();
+    times.sort_unstable();
+    let at = |share: usize| times[(times.len() - 1) * share / 5];
+    (1..=5).map(|k| at(k) - at(k - 1)).collect()
 }
 
 /// The most first deliveries in any 100 ms window, per second.
@@ -234,4 +256,20 @@ fn jittered_lateness(got: &[crate::receiver::Delivery], jitter_ms: u64) -> (i64,
     late.sort_unstable();
     let pick = |q: f64| late.get(((late.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0);
     (pick(0.5), pick(0.99), late.last().copied().unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeDelta, Utc};
+
+    #[test]
+    fn fifths_split_the_drain_in_order_and_show_a_tail() {
+        let start = Utc::now();
+        // 100 slots a millisecond apart, then the last one 500 ms late.
+        let mut times: Vec<_> = (0..100).map(|i| start + TimeDelta::milliseconds(i)).collect();
+        times.push(start + TimeDelta::milliseconds(600));
+        times.reverse();
+        assert_eq!(super::fifths_ms(&times), vec![20, 20, 20, 20, 520]);
+        assert!(super::fifths_ms(&times[..4]).is_empty());
+    }
 }

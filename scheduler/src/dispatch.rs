@@ -157,8 +157,8 @@ impl Unrecorded {
 pub struct DispatchConfig {
     pub node_id: String,
     pub keys: Keys,
-    /// The least time after a lost lock race before the slot is checked for
-    /// a ledger row (it is checked at its due instant when that is later).
+    /// How long after a lost lock race the slot is checked for a ledger row
+    /// (taken over when the winner has not claimed it by then).
     pub verify_after: Duration,
     /// Age after which a claimed, unpublished row is republished.
     pub outbox_grace: Duration,
@@ -309,18 +309,19 @@ impl Dispatcher {
         let (mine, lost): (Vec<_>, Vec<_>) = slots.iter().cloned().zip(won).partition(|(_, won)| *won);
         metrics::counter!(common::metrics::LOCK_WINS_TOTAL).increment(mine.len() as u64);
         metrics::counter!(common::metrics::LOCK_LOSSES_TOTAL).increment(lost.len() as u64);
-        // A lost slot is checked at its due instant, or `verify_after` after
-        // the race when that is later. The winner claims right after its
-        // lock, so a pre-armed slot still open at its due instant has a
-        // winner that cannot claim (crashed, or cut off from Postgres while
-        // it reaches Redis): taken over then, it is late by a verify tick,
-        // not by seconds. A winner that is merely slow loses nothing: the
-        // claim is idempotent, and its own claim then conflicts.
-        let verify_at = |s: &Slot| {
-            s.scheduled_at.max(common::clock::now() + TimeDelta::from_std(self.config.verify_after).unwrap_or_default())
-        };
+        // A lost slot is checked `verify_after` after the race, ahead of its
+        // due instant when it was raced ahead of it. The winner claims right
+        // after its lock, so a slot still open then has a winner that cannot
+        // claim (crashed, or cut off from Postgres while it reaches Redis):
+        // taken over then, it is not late at all. (Checked at the due
+        // instant, a herd's losers read every one of its rows in the instant
+        // its deliveries start, competing with them.) A winner that is merely
+        // slow loses nothing: the claim is idempotent, and its own claim then
+        // conflicts. A change after the check is not the loser's business:
+        // every owner of the version in force re-takes a cancelled slot.
+        let verify_at = common::clock::now() + TimeDelta::from_std(self.config.verify_after).unwrap_or_default();
         for (slot, _) in lost {
-            self.verify.push_back((verify_at(&slot), slot));
+            self.verify.push_back((verify_at, slot));
         }
         let mine: Vec<Slot> = mine.into_iter().map(|(s, _)| s).collect();
         self.claim_and_publish(&mine, token).await;

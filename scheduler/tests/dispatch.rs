@@ -265,6 +265,76 @@ async fn a_slots_lock_keeps_the_other_owner_off_until_it_lost_and_a_later_racer_
     assert_eq!(fire_ids().await, claimed, "a racer after the locks were deleted took a slot already claimed");
 }
 
+/// A winner that dies between its lock and its claim (here: locks set as
+/// `lock` sets them, for a node that never claims) leaves its slots to the
+/// other owner, which checks a lost slot `verify_after` after the race: the
+/// slots are claimed and published then, ahead of their due instants, once
+/// each and by the loser. Checked only at the due instant, as before, they
+/// stayed open until then (20 s and more here), and the checks of a whole
+/// herd landed in the instant its deliveries started. Never checked, they
+/// would be lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_race_whose_winner_never_claims_is_taken_over_soon_after_the_race_ahead_of_the_slot() {
+    let rig = Rig::start().await;
+    let base = Utc::now().with_nanosecond(0).unwrap() + TimeDelta::seconds(1);
+    let mut slots = Vec::new();
+    for lead_secs in [20, 30, 45] {
+        slots.push(Slot {
+            job_id: rig.job().await,
+            scheduled_at: base + TimeDelta::seconds(lead_secs),
+            job_version: 1,
+            trigger: Trigger::Schedule,
+            max_runs: None,
+        });
+    }
+    let keys = common::redis::Keys::new(&rig.cluster);
+    let mut conn = rig.redis[0].get().await.unwrap();
+    for s in &slots {
+        let _: () = redis::cmd("SET")
+            .arg(keys.lock(s.job_id, s.job_version, s.scheduled_at))
+            .arg("node-gone")
+            .arg("NX")
+            .arg("PX")
+            .arg(120_000)
+            .query_async(&mut *conn)
+            .await
+            .unwrap();
+    }
+
+    let (batches, receiver) = mpsc::channel(4);
+    let token = CancellationToken::new();
+    let loser = tokio::spawn(rig.dispatcher_of("node-b").run(receiver, token.clone()));
+    batches.send(Work::Fire(slots.clone())).await.unwrap();
+    let ids: Vec<Uuid> = slots.iter().map(|s| s.job_id).collect();
+    let client = rig.pg.get().await.unwrap();
+    let rows = common::testing::wait_for("the lost slots claimed and published", Duration::from_secs(15), || async {
+        let rows = client
+            .query(
+                "SELECT job_id, scheduler_node, published_at IS NOT NULL FROM scheduled_jobs WHERE job_id = ANY($1)",
+                &[&ids],
+            )
+            .await
+            .ok()?;
+        (rows.len() == slots.len() && rows.iter().all(|r| r.get::<_, bool>(2))).then_some(rows)
+    })
+    .await;
+    let taken_at = Utc::now();
+    assert!(
+        taken_at < slots[0].scheduled_at - TimeDelta::seconds(5),
+        "the slots were taken over at {taken_at}, not ahead of the first one's due instant {}",
+        slots[0].scheduled_at
+    );
+    for row in &rows {
+        assert_eq!(row.get::<_, Option<String>>(1).as_deref(), Some("node-b"), "claimed by the loser");
+    }
+    token.cancel();
+    drop(batches);
+    loser.await.unwrap();
+    let count: i64 =
+        client.query_one("SELECT count(*) FROM scheduled_jobs WHERE job_id = ANY($1)", &[&ids]).await.unwrap().get(0);
+    assert_eq!(count, slots.len() as i64, "one row per slot");
+}
+
 async fn check_prefix(rig: &Rig, jobs: &[Uuid], decided: &HashMap<Uuid, BTreeSet<DateTime<Utc>>>, context: &str) {
     let client = rig.pg.get().await.unwrap();
     let rows = client
