@@ -44,7 +44,29 @@ chmod +x "$WORK/cronshard-worker"
 
 cd "$ROOT"
 "$WORK/cronshard-loadtest" herd --jobs "$JOBS" --lead-secs 60 --timeout-secs 600 --bin-dir "$WORK" \
-    --out "$WORK/results" | tee "$WORK/herd.log"
+    --out "$WORK/results" > "$WORK/herd.log" 2>&1 &
+herd=$!
+# Split at the due instant: 2 s before it (every slot armed by then, with a
+# 60 s lead) each worker's counts so far are dumped and zeroed, so the
+# final counts are the due instant's work on: the drain and the outcomes.
+due=""
+while kill -0 "$herd" 2>/dev/null && [[ -z $due ]]; do
+    due=$(grep -oE 'due at [0-9T:.-]+Z' "$WORK/herd.log" | awk '{print $3}' || true)
+    sleep 0.5
+done
+split="no"
+if [[ -n $due ]]; then
+    wait_ms=$(( $(date -d "$due" +%s%3N) - $(date +%s%3N) - 2000 ))
+    if ((wait_ms > 0)); then
+        sleep "$((wait_ms / 1000)).$(printf '%03d' $((wait_ms % 1000)))"
+        for pid in $(pgrep -f "$WORK/cronshard-worker-real"); do
+            callgrind_control --dump=before-due "$pid" >/dev/null
+        done
+        split="yes"
+    fi
+fi
+wait "$herd"
+cat "$WORK/herd.log"
 pkill -TERM -f "$WORK/cronshard-worker-real" || true
 for _ in $(seq 120); do
     pgrep -f "$WORK/cronshard-worker-real" >/dev/null || break
@@ -53,6 +75,12 @@ done
 pkill -KILL -f "$WORK/cronshard-worker-real" || true
 
 delivered=$(grep -oE 'delivered / missed / duplicates +[0-9,]+' "$WORK/herd.log" | grep -oE '[0-9,]+$' | tr -d ,)
+count() { grep -m1 -E '^(summary|totals):' "$1" | awk '{print $2}'; }
+before=0
+for f in "$WORK"/callgrind.out.*.1; do
+    [[ -e $f ]] || continue
+    before=$((before + $(count "$f")))
+done
 total=0
 for f in "$WORK"/callgrind.out.*; do
     n=$(grep -m1 -E '^(summary|totals):' "$f" | awk '{print $2}')
@@ -61,3 +89,7 @@ for f in "$WORK"/callgrind.out.*; do
 done
 ((delivered > 0)) || { echo "no slot delivered" >&2; exit 1; }
 echo "workers' instructions: $total for $delivered slots = $((total / delivered)) per slot (profiles in $WORK)"
+if [[ $split == yes ]]; then
+    echo "  up to 2 s before the due instant (start-up, arming): $((before / delivered)) per slot (callgrind.out.PID.1)"
+    echo "  from then on (the drain, the outcomes, stopping): $(((total - before) / delivered)) per slot (callgrind.out.PID)"
+fi

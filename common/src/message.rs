@@ -66,10 +66,16 @@ pub fn bundle<'a>(messages: &[(&'a FireMessage, u32)], max: usize) -> Vec<(Vec<&
 }
 
 /// The fire messages in an AMQP message body: one object, or a bundle's array.
+/// The body is checked as UTF-8 once and then read as text: read as bytes,
+/// serde_json checks every string on its own, a sixth of a message's read.
+/// A body that is not UTF-8 is read as bytes, for serde_json's own error.
 pub fn parse_body(body: &[u8]) -> serde_json::Result<Vec<FireMessage>> {
-    match body.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'[') => serde_json::from_slice(body),
-        _ => serde_json::from_slice(body).map(|m| vec![m]),
+    let bundle = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
+    match (std::str::from_utf8(body), bundle) {
+        (Ok(text), true) => serde_json::from_str(text),
+        (Ok(text), false) => serde_json::from_str(text).map(|m| vec![m]),
+        (Err(_), true) => serde_json::from_slice(body),
+        (Err(_), false) => serde_json::from_slice(body).map(|m| vec![m]),
     }
 }
 
@@ -252,5 +258,18 @@ mod tests {
         assert_eq!(parse_body(&serde_json::to_vec(&a).unwrap()).unwrap(), vec![a.clone()]);
         assert_eq!(parse_body(&serde_json::to_vec(&[&a, &b]).unwrap()).unwrap(), vec![a, b]);
         assert!(parse_body(b"{\"v\":1}").is_err(), "a message missing its fields is refused, not half-read");
+        // Text beyond ASCII, raw and escaped, reads back as it was written.
+        let mut c = message(20);
+        c.execution_id = "jöb-\u{1F600}-\"quoted\"".into();
+        let body = serde_json::to_vec(&[&c]).unwrap();
+        assert_eq!(parse_body(&body).unwrap(), vec![c.clone()]);
+        let escaped = serde_json::to_string(&c).unwrap().replace('ö', "\\u00f6");
+        assert_eq!(parse_body(escaped.as_bytes()).unwrap(), vec![c]);
+        // A body that is not UTF-8 is refused with serde_json's error, not a panic.
+        let mut broken = body.clone();
+        let at = broken.iter().position(|&b| b == 0xc3).unwrap();
+        broken[at] = 0xff;
+        let error = parse_body(&broken).unwrap_err().to_string();
+        assert!(error.contains("UTF-8") || error.contains("unicode"), "{error}");
     }
 }

@@ -3,7 +3,6 @@
 //! and which slots a task of this worker holds (`Holding`), so that the
 //! periodic orphan check can give back the `running` rows no task handles.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -56,7 +55,7 @@ const SESSION_RETRY: std::time::Duration = std::time::Duration::from_millis(250)
 /// Outlives broker sessions: a task of a lost session may still be giving
 /// its row back when the message returns.
 #[derive(Default)]
-pub(crate) struct Holding(Mutex<HashSet<HeldSlot>>);
+pub(crate) struct Holding(Mutex<foldhash::HashSet<HeldSlot>>);
 
 /// A task's entry in `Holding`, removed when the task ends.
 pub(crate) struct Hold<'a> {

@@ -7,7 +7,10 @@
 //! trips, not 2·N. Each row keeps exactly the conditions a single-row write
 //! would have.
 
-use std::collections::{HashMap, HashSet};
+// Per-slot sets and maps hash with foldhash: SipHash over their
+// (id, instant, …) keys was a visible share of a worker's CPU per slot. The
+// keys are ids and instants the product makes, never a caller's free text.
+use foldhash::{HashMap, HashSet, HashSetExt};
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{ClientWrapper, Pool};

@@ -18,6 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use reqwest::header::HeaderName;
 use reqwest::redirect::Policy;
 use reqwest::{Client, Method, StatusCode, Url};
 use tokio::time::Instant;
@@ -30,6 +31,11 @@ use super::ssrf::{CallbackRefused, GuardedResolver, SsrfGuard};
 use super::{DeliveryError, Outcome};
 
 const EXCERPT_BYTES: usize = 1024;
+// Names built once: given as text, each request parsed all three again.
+// (HTTP names are case-insensitive; the SQS attributes keep the same names.)
+const EXECUTION_ID_HEADER: HeaderName = HeaderName::from_static("x-cronshard-execution-id");
+const SCHEDULED_AT_HEADER: HeaderName = HeaderName::from_static("x-cronshard-scheduled-at");
+const ATTEMPT_HEADER: HeaderName = HeaderName::from_static("x-cronshard-attempt");
 /// Most redirects followed for one attempt.
 pub const MAX_REDIRECTS: usize = 5;
 
@@ -102,9 +108,9 @@ impl HttpDelivery {
                 }
             }
             request = request
-                .header("X-Cronshard-Execution-Id", &message.execution_id)
-                .header("X-Cronshard-Scheduled-At", format_instant(message.scheduled_at))
-                .header("X-Cronshard-Attempt", attempt.to_string());
+                .header(EXECUTION_ID_HEADER, &message.execution_id)
+                .header(SCHEDULED_AT_HEADER, format_instant(message.scheduled_at))
+                .header(ATTEMPT_HEADER, attempt.to_string());
             if let Some(body) = &hop.body {
                 request = request.body(body.clone());
             }
