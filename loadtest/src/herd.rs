@@ -72,7 +72,14 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     let http_ceiling = if args.with_ceiling {
         let connections =
             args.http_ceiling.http_ceiling_connections.unwrap_or_else(|| args.stack.worker_connections_per_host());
-        Some(crate::http_ceiling::measure(args.http_ceiling.http_ceiling_requests, connections).await?)
+        Some(
+            crate::http_ceiling::measure_median(
+                args.http_ceiling.http_ceiling_requests,
+                connections,
+                args.http_ceiling.http_ceiling_runs,
+            )
+            .await?,
+        )
     } else {
         None
     };
@@ -173,10 +180,11 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
         report.row(
             "raw HTTP ceiling in the same run",
             format!(
-                "{}/s ({} requests over {} keep-alive connections)",
+                "{}/s ({} requests over {} keep-alive connections; median of {}/s)",
                 fmt_int(h.per_second as i64),
                 fmt_int(h.requests as i64),
-                h.connections
+                h.connections,
+                h.runs_per_second.iter().map(|r| fmt_int(*r as i64)).collect::<Vec<_>>().join(", ")
             ),
         );
         if let Some(rate) = drain {
