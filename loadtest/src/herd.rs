@@ -69,20 +69,19 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
         &args.out,
     );
     let ceiling = if args.with_ceiling { Some(crate::ceiling::measure(&args.ceiling).await?) } else { None };
-    let http_ceiling = if args.with_ceiling {
-        let connections =
-            args.http_ceiling.http_ceiling_connections.unwrap_or_else(|| args.stack.worker_connections_per_host());
-        Some(
-            crate::http_ceiling::measure_median(
-                args.http_ceiling.http_ceiling_requests,
-                connections,
-                args.http_ceiling.http_ceiling_runs,
-            )
-            .await?,
+    let http_connections =
+        args.http_ceiling.http_ceiling_connections.unwrap_or_else(|| args.stack.worker_connections_per_host());
+    let measure_http_ceiling = || {
+        crate::http_ceiling::measure_median(
+            args.http_ceiling.http_ceiling_requests,
+            http_connections,
+            args.http_ceiling.http_ceiling_runs,
         )
-    } else {
-        None
     };
+    // Measured before the herd and again after it: the drain comes a minute
+    // or two after the first runs, and a shared machine's speed moved by a
+    // third between minutes (within one set, runs agreed within a tenth).
+    let ceiling_before = if args.with_ceiling { Some(measure_http_ceiling().await?) } else { None };
 
     let receiver = Receiver::loopback().await?;
     let stack = Stack::start("herd", &args.stack).await?;
@@ -121,6 +120,14 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     let got = receiver.snapshot();
     let ledger = stack.ledger_by_status().await?;
     stack.shutdown().await?;
+    let (http_ceiling, ceiling_runs_before) = match ceiling_before {
+        Some(before) => {
+            let runs_before = before.runs_per_second.len();
+            let after = measure_http_ceiling().await?;
+            (Some(crate::http_ceiling::HttpCeiling::median_of(vec![before, after])), runs_before)
+        }
+        None => (None, 0),
+    };
 
     let t = tally(&jobs, due, due + TimeDelta::milliseconds(1), &got);
     report.row("stack", format!("{} schedulers, {} workers", args.stack.schedulers, args.stack.workers));
@@ -177,16 +184,18 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
         }
     }
     if let Some(h) = &http_ceiling {
-        report.row(
-            "raw HTTP ceiling in the same run",
+        report.row("raw HTTP ceiling in the same run", {
+            let runs = |rs: &[f64]| rs.iter().map(|r| fmt_int(*r as i64)).collect::<Vec<_>>().join(", ");
+            let (before, after) = h.runs_per_second.split_at(ceiling_runs_before);
             format!(
-                "{}/s ({} requests over {} keep-alive connections; median of {}/s)",
+                "{}/s ({} requests over {} keep-alive connections; median of {}/s before the herd and {}/s after)",
                 fmt_int(h.per_second as i64),
                 fmt_int(h.requests as i64),
                 h.connections,
-                h.runs_per_second.iter().map(|r| fmt_int(*r as i64)).collect::<Vec<_>>().join(", ")
-            ),
-        );
+                runs(before),
+                runs(after)
+            )
+        });
         if let Some(rate) = drain {
             report.row("drain rate / raw HTTP ceiling", format!("{:.0}%", rate / h.per_second * 100.0));
         }

@@ -28,9 +28,10 @@ pub struct HttpCeilingArgs {
     /// per-host limit)).
     #[arg(long)]
     pub http_ceiling_connections: Option<usize>,
-    /// Times the ceiling is measured; the median is the one compared with.
-    /// One run moved by a third between herds minutes apart on a shared
-    /// 2-core machine, and a ratio is only as steady as its denominator.
+    /// Times the ceiling is measured (by the herd: before it and again
+    /// after it); the median is the one compared with. The machine's speed
+    /// moved by a third between herds minutes apart on a shared 2-core
+    /// machine, and a ratio is only as steady as its denominator.
     #[arg(long, default_value_t = 3)]
     pub http_ceiling_runs: usize,
 }
@@ -53,10 +54,20 @@ pub async fn measure_median(requests: usize, connections: usize, runs: usize) ->
     for _ in 0..runs.max(1) {
         all.push(measure(requests, connections).await?);
     }
-    let runs_per_second: Vec<f64> = all.iter().map(|c| c.per_second).collect();
-    all.sort_by(|a, b| a.per_second.total_cmp(&b.per_second));
-    let median = all.swap_remove(all.len() / 2);
-    Ok(HttpCeiling { runs_per_second, ..median })
+    Ok(HttpCeiling::median_of(all))
+}
+
+impl HttpCeiling {
+    /// The median of several measurements (the upper one of an even count),
+    /// with each run's figure kept, in order.
+    pub fn median_of(mut all: Vec<HttpCeiling>) -> HttpCeiling {
+        let runs_per_second: Vec<f64> = all.iter().flat_map(|c| c.runs_per_second.iter().copied()).collect();
+        let mut sorted = runs_per_second.clone();
+        sorted.sort_by(f64::total_cmp);
+        let per_second = sorted[sorted.len() / 2];
+        let first = all.swap_remove(0);
+        HttpCeiling { per_second, runs_per_second, seconds: first.requests as f64 / per_second, ..first }
+    }
 }
 
 /// Sends `requests` requests over `connections` warmed keep-alive
@@ -137,6 +148,21 @@ mod tests {
         let mut sorted = c.runs_per_second.clone();
         sorted.sort_by(f64::total_cmp);
         assert_eq!(c.per_second, sorted[1], "{c:?}");
+    }
+
+    #[test]
+    fn sets_measured_before_and_after_are_one_median_with_every_run_kept_in_order() {
+        let set = |runs: &[f64]| super::HttpCeiling {
+            requests: 1_000,
+            connections: 8,
+            seconds: 0.0,
+            per_second: 0.0,
+            runs_per_second: runs.to_vec(),
+        };
+        let c = super::HttpCeiling::median_of(vec![set(&[30.0, 31.0, 29.0]), set(&[50.0, 52.0, 51.0])]);
+        assert_eq!(c.runs_per_second, vec![30.0, 31.0, 29.0, 50.0, 52.0, 51.0]);
+        assert_eq!(c.per_second, 50.0, "the upper median of six");
+        assert_eq!((c.requests, c.connections, c.seconds), (1_000, 8, 20.0));
     }
 
     #[tokio::test]
