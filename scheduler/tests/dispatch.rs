@@ -70,6 +70,23 @@ impl Rig {
         client.execute("INSERT INTO jobs (id, name, spec) VALUES ($1, 'j', $2)", &[&id, &spec]).await.unwrap();
         id
     }
+
+    /// One slot of a new job (`job`) per lead, due that many seconds after
+    /// the next whole second.
+    async fn slots_ahead(&self, leads_secs: &[i64]) -> Vec<Slot> {
+        let base = Utc::now().with_nanosecond(0).unwrap() + TimeDelta::seconds(1);
+        let mut slots = Vec::new();
+        for &lead_secs in leads_secs {
+            slots.push(Slot {
+                job_id: self.job().await,
+                scheduled_at: base + TimeDelta::seconds(lead_secs),
+                job_version: 1,
+                trigger: Trigger::Schedule,
+                max_runs: None,
+            });
+        }
+        slots
+    }
 }
 
 /// The ledger prefix rule under crashes, randomized: each job has some
@@ -207,17 +224,7 @@ async fn a_jobs_decided_slots_are_in_the_ledger_before_any_later_slot_is_claimed
 async fn a_slots_lock_keeps_the_other_owner_off_until_it_lost_and_a_later_racer_cannot_take_the_slot() {
     let rig = Rig::start().await;
     let (mut first, mut second) = (rig.dispatcher_of("node-a"), rig.dispatcher_of("node-b"));
-    let base = Utc::now().with_nanosecond(0).unwrap() + TimeDelta::seconds(1);
-    let mut slots = Vec::new();
-    for lead_secs in [2, 4, 8, 25] {
-        slots.push(Slot {
-            job_id: rig.job().await,
-            scheduled_at: base + TimeDelta::seconds(lead_secs),
-            job_version: 1,
-            trigger: Trigger::Schedule,
-            max_runs: None,
-        });
-    }
+    let slots = rig.slots_ahead(&[2, 4, 8, 25]).await;
     let token = CancellationToken::new();
     first.fire(slots.clone(), &token).await;
 
@@ -276,17 +283,7 @@ async fn a_slots_lock_keeps_the_other_owner_off_until_it_lost_and_a_later_racer_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_race_whose_winner_never_claims_is_taken_over_soon_after_the_race_ahead_of_the_slot() {
     let rig = Rig::start().await;
-    let base = Utc::now().with_nanosecond(0).unwrap() + TimeDelta::seconds(1);
-    let mut slots = Vec::new();
-    for lead_secs in [20, 30, 45] {
-        slots.push(Slot {
-            job_id: rig.job().await,
-            scheduled_at: base + TimeDelta::seconds(lead_secs),
-            job_version: 1,
-            trigger: Trigger::Schedule,
-            max_runs: None,
-        });
-    }
+    let slots = rig.slots_ahead(&[20, 30, 45]).await;
     let keys = common::redis::Keys::new(&rig.cluster);
     let mut conn = rig.redis[0].get().await.unwrap();
     for s in &slots {
