@@ -7,6 +7,12 @@ pub mod http;
 pub mod sqs;
 pub mod ssrf;
 
+/// What cronshard adds to every delivery, under the same names: HTTP
+/// headers (names are case-insensitive there) and SQS message attributes.
+pub const EXECUTION_ID_NAME: &str = "X-Cronshard-Execution-Id";
+pub const SCHEDULED_AT_NAME: &str = "X-Cronshard-Scheduled-At";
+pub const ATTEMPT_NAME: &str = "X-Cronshard-Attempt";
+
 use common::job::Target;
 use common::message::FireMessage;
 

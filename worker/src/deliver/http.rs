@@ -15,7 +15,7 @@
 //! 307 or 308 repeats the method and body. The target's `timeout_ms` bounds
 //! all hops together.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use reqwest::header::HeaderName;
@@ -28,14 +28,15 @@ use common::job::HttpTarget;
 use common::message::FireMessage;
 
 use super::ssrf::{CallbackRefused, GuardedResolver, SsrfGuard};
-use super::{DeliveryError, Outcome};
+use super::{ATTEMPT_NAME, DeliveryError, EXECUTION_ID_NAME, Outcome, SCHEDULED_AT_NAME};
 
 const EXCERPT_BYTES: usize = 1024;
-// Names built once: given as text, each request parsed all three again.
-// (HTTP names are case-insensitive; the SQS attributes keep the same names.)
-const EXECUTION_ID_HEADER: HeaderName = HeaderName::from_static("x-cronshard-execution-id");
-const SCHEDULED_AT_HEADER: HeaderName = HeaderName::from_static("x-cronshard-scheduled-at");
-const ATTEMPT_HEADER: HeaderName = HeaderName::from_static("x-cronshard-attempt");
+/// The `X-Cronshard-*` names as header names, built once: given as text,
+/// each request parsed all three again.
+static CRONSHARD_HEADERS: LazyLock<[HeaderName; 3]> = LazyLock::new(|| {
+    [EXECUTION_ID_NAME, SCHEDULED_AT_NAME, ATTEMPT_NAME]
+        .map(|name| HeaderName::from_bytes(name.as_bytes()).expect("the X-Cronshard-* names are valid header names"))
+});
 /// Most redirects followed for one attempt.
 pub const MAX_REDIRECTS: usize = 5;
 
@@ -107,10 +108,11 @@ impl HttpDelivery {
                     }
                 }
             }
+            let [execution_id, scheduled_at, attempt_name] = &*CRONSHARD_HEADERS;
             request = request
-                .header(EXECUTION_ID_HEADER, &message.execution_id)
-                .header(SCHEDULED_AT_HEADER, format_instant(message.scheduled_at))
-                .header(ATTEMPT_HEADER, attempt.to_string());
+                .header(execution_id, &message.execution_id)
+                .header(scheduled_at, format_instant(message.scheduled_at))
+                .header(attempt_name, attempt.to_string());
             if let Some(body) = &hop.body {
                 request = request.body(body.clone());
             }

@@ -56,12 +56,9 @@ use common::execution::format_instant;
 use common::job::{SqsTarget, check_sqs_attribute_name, is_sqs_char as sqs_char};
 use common::message::FireMessage;
 
-use super::{DeliveryError, Outcome, SqsFault};
+use super::{ATTEMPT_NAME, DeliveryError, EXECUTION_ID_NAME, Outcome, SCHEDULED_AT_NAME, SqsFault};
 
-pub const EXECUTION_ID_ATTRIBUTE: &str = "X-Cronshard-Execution-Id";
-pub const SCHEDULED_AT_ATTRIBUTE: &str = "X-Cronshard-Scheduled-At";
-pub const ATTEMPT_ATTRIBUTE: &str = "X-Cronshard-Attempt";
-const RESERVED: [&str; 3] = [EXECUTION_ID_ATTRIBUTE, SCHEDULED_AT_ATTRIBUTE, ATTEMPT_ATTRIBUTE];
+const RESERVED: [&str; 3] = [EXECUTION_ID_NAME, SCHEDULED_AT_NAME, ATTEMPT_NAME];
 /// SQS's limit of message attributes per message.
 const MAX_ATTRIBUTES: usize = 10;
 
@@ -212,9 +209,9 @@ fn attributes(
             out.len()
         ));
     }
-    out.insert(EXECUTION_ID_ATTRIBUTE.into(), value("String", m.execution_id.clone())?);
-    out.insert(SCHEDULED_AT_ATTRIBUTE.into(), value("String", format_instant(m.scheduled_at))?);
-    out.insert(ATTEMPT_ATTRIBUTE.into(), value("Number", attempt.to_string())?);
+    out.insert(EXECUTION_ID_NAME.into(), value("String", m.execution_id.clone())?);
+    out.insert(SCHEDULED_AT_NAME.into(), value("String", format_instant(m.scheduled_at))?);
+    out.insert(ATTEMPT_NAME.into(), value("Number", attempt.to_string())?);
     Ok(out)
 }
 
