@@ -49,16 +49,31 @@ struct Args {
     destinations: DestinationArgs,
     #[command(flatten)]
     clock: ClockArgs,
+    /// Threads that run the worker's deliveries; 0 = one per core. One is
+    /// the default: a worker's work is I/O that one thread multiplexes, and
+    /// more threads in a process cost cross-thread wake-ups and, on cores
+    /// shared with other processes, contention. Scale a worker by running
+    /// more of them (each is one more consumer of the queue).
+    #[arg(long, env = "WORKER_THREADS", default_value_t = worker::defaults::THREADS)]
+    threads: usize,
 }
 
 fn main() -> std::process::ExitCode {
+    let args = Args::parse();
     // A failure's text may quote a connection string: printed redacted.
-    common::redact::exit_code(run())
+    common::redact::exit_code(runtime(args.threads).and_then(|runtime| runtime.block_on(run(args))))
 }
 
-#[tokio::main]
-async fn run() -> anyhow::Result<()> {
-    let args = Args::parse();
+/// The runtime of `threads` threads (0: tokio's default, one per core).
+fn runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if threads > 0 {
+        builder.worker_threads(threads);
+    }
+    Ok(builder.enable_all().build()?)
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
     common::telemetry::init(args.log.log_format);
     // Per-host gauges of hosts no longer tracked leave /metrics.
     common::metrics::install_exporter_forgetting_gauges(
@@ -101,5 +116,13 @@ mod tests {
     #[test]
     fn cli_is_well_formed() {
         common::config::assert_cli_well_formed(super::Args::command());
+    }
+
+    #[test]
+    fn the_runtime_has_the_threads_asked_for() {
+        assert_eq!(super::runtime(1).unwrap().metrics().num_workers(), 1);
+        assert_eq!(super::runtime(3).unwrap().metrics().num_workers(), 3);
+        let per_core = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(super::runtime(0).unwrap().metrics().num_workers(), per_core);
     }
 }
