@@ -49,11 +49,9 @@ struct Args {
     destinations: DestinationArgs,
     #[command(flatten)]
     clock: ClockArgs,
-    /// Threads that run the worker's deliveries; 0 = one per core. One is
-    /// the default: a worker's work is I/O that one thread multiplexes, and
-    /// more threads in a process cost cross-thread wake-ups and, on cores
-    /// shared with other processes, contention. Scale a worker by running
-    /// more of them (each is one more consumer of the queue).
+    /// Threads that run the worker's deliveries; 0 = one per core. Scale
+    /// workers by running more of them: each is one more consumer of the
+    /// queue (why one thread: docs/decisions.md).
     #[arg(long, env = "WORKER_THREADS", default_value_t = worker::defaults::THREADS)]
     threads: usize,
 }
