@@ -28,10 +28,3 @@ pub mod shutdown;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
-
-/// Every cronshard process (and the load generator) allocates through
-/// mimalloc: in a herd's drain glibc's malloc and free were a fifth of a
-/// worker's CPU (each slot allocates and frees its steps, its request and
-/// its outcome), mimalloc's a twentieth (docs/decisions.md, "mimalloc").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
