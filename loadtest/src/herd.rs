@@ -119,6 +119,7 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     let usage = sampler.stop().await;
     let got = receiver.snapshot();
     let ledger = stack.ledger_by_status().await?;
+    let by_worker = per_worker(&stack.ledger_workers().await?, &got, due);
     stack.shutdown().await?;
     let (http_ceiling, ceiling_runs_before) = match ceiling_before {
         Some(before) => {
@@ -157,6 +158,14 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
             drain = Some(rate);
             report.row("drain rate (first → last delivery)", format!("{}/s", fmt_int(rate as i64)));
         }
+    }
+    // A tail that one worker alone makes shows here: its share of the
+    // slots and when its last one arrived, against the other's.
+    for w in &by_worker {
+        report.row(
+            format!("  {}: slots, first / last delivery after due", w.worker),
+            format!("{}, {} / {} ms", fmt_int(w.slots as i64), fmt_int(w.first_ms), fmt_int(w.last_ms)),
+        );
     }
     let peak = peak_rate(&got);
     let fifths = fifths_ms(&t.first_received);
@@ -224,9 +233,45 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     report.data("jitter_ms", args.jitter_ms);
     report.data("receiver_peak_per_second", peak.round());
     report.data("fifths_ms", &fifths);
+    report.data("per_worker", &by_worker);
     report.data("jittered_lateness_p50_p99_max_ms", jittered);
     report.finish(&args.out)?;
     Ok(())
+}
+
+/// One worker's part of a herd.
+#[derive(Debug, serde::Serialize)]
+struct WorkerPart {
+    worker: String,
+    slots: usize,
+    first_ms: i64,
+    last_ms: i64,
+}
+
+/// Each worker's slots (by the ledger's `worker_id`) and its first and last
+/// delivery at the receiver, in milliseconds after `due`.
+fn per_worker(rows: &[(uuid::Uuid, String)], got: &[crate::receiver::Delivery], due: DateTime<Utc>) -> Vec<WorkerPart> {
+    let mut received: std::collections::HashMap<&str, DateTime<Utc>> = std::collections::HashMap::new();
+    for d in got {
+        let job = d.execution_id.split('@').next().unwrap_or_default();
+        let at = received.entry(job).or_insert(d.received_at);
+        *at = (*at).min(d.received_at);
+    }
+    let mut parts: std::collections::BTreeMap<&str, WorkerPart> = std::collections::BTreeMap::new();
+    for (job_id, worker) in rows {
+        let Some(at) = received.get(job_id.to_string().as_str()) else { continue };
+        let ms = (*at - due).num_milliseconds();
+        let part = parts.entry(worker).or_insert_with(|| WorkerPart {
+            worker: worker.clone(),
+            slots: 0,
+            first_ms: i64::MAX,
+            last_ms: i64::MIN,
+        });
+        part.slots += 1;
+        part.first_ms = part.first_ms.min(ms);
+        part.last_ms = part.last_ms.max(ms);
+    }
+    parts.into_values().collect()
 }
 
 /// How long each fifth of the first deliveries took, in order: the first

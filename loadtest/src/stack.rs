@@ -573,6 +573,14 @@ impl Stack {
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
+    /// Which worker holds each slot's ledger row: `(job id, worker id)`.
+    pub async fn ledger_workers(&self) -> anyhow::Result<Vec<(Uuid, String)>> {
+        let db = self.db.as_ref().context("the stack is shut down")?;
+        let client = common::db::connect(&db.url).await?;
+        let rows = client.query("SELECT job_id, coalesce(worker_id, '') FROM scheduled_jobs", &[]).await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
     /// Ledger rows of the slots scheduled in `[from, to)`, by status.
     pub async fn ledger_window_by_status(
         &self,
