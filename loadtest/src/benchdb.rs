@@ -3,6 +3,30 @@
 use chrono::Utc;
 use uuid::Uuid;
 
+/// What a run's figures depend on in the PostgreSQL server beside the
+/// product: a small buffer cache and WAL budget turn the ledger's writes
+/// into checkpoints seconds apart, each followed by full-page images.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PgServer {
+    pub settings: String,
+    pub checkpoints_requested: i64,
+    pub checkpoints_timed: i64,
+}
+
+impl PgServer {
+    /// The report's rows: the settings, and the checkpoints since `start`.
+    pub fn rows(&self, start: &PgServer, report: &mut crate::report::Report) {
+        let forced = self.checkpoints_requested - start.checkpoints_requested;
+        let timed = self.checkpoints_timed - start.checkpoints_timed;
+        report.row("postgres", &self.settings);
+        report.row("postgres checkpoints in the run: forced by WAL volume / timed", format!("{forced} / {timed}"));
+        report.data(
+            "postgres",
+            serde_json::json!({ "settings": self.settings, "checkpoints_forced": forced, "checkpoints_timed": timed }),
+        );
+    }
+}
+
 pub struct BenchDb {
     admin_url: String,
     pub name: String,
@@ -19,6 +43,28 @@ impl BenchDb {
         let mut client = common::db::connect(&url).await?;
         common::ledger::partitions::maintain(&mut client, Utc::now(), Default::default()).await?;
         Ok(Self { admin_url: admin_url.to_owned(), name, url })
+    }
+
+    /// The server's settings that set the ledger's write cost, and its
+    /// checkpoint counters so far (server-wide).
+    pub async fn server(&self) -> anyhow::Result<PgServer> {
+        let client = common::db::connect(&self.url).await?;
+        let settings = client
+            .query_one(
+                "SELECT format('shared_buffers %s, max_wal_size %s, checkpoint_timeout %s, wal_compression %s',
+                        current_setting('shared_buffers'), current_setting('max_wal_size'),
+                        current_setting('checkpoint_timeout'), current_setting('wal_compression'))",
+                &[],
+            )
+            .await?
+            .get(0);
+        // PostgreSQL 17 moved the counters to their own view.
+        let counters =
+            match client.query_one("SELECT checkpoints_req, checkpoints_timed FROM pg_stat_bgwriter", &[]).await {
+                Ok(row) => row,
+                Err(_) => client.query_one("SELECT num_requested, num_timed FROM pg_stat_checkpointer", &[]).await?,
+            };
+        Ok(PgServer { settings, checkpoints_requested: counters.get(0), checkpoints_timed: counters.get(1) })
     }
 
     pub async fn drop_database(self) -> anyhow::Result<()> {

@@ -110,6 +110,7 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     eprintln!("created {} jobs in {create_secs:.1} s; due at {}", args.jobs, common::execution::format_instant(due));
 
     let sampler = crate::procstat::Sampler::start(stack.targets());
+    let postgres_at_start = stack.postgres().await?;
     let deadline = due + TimeDelta::seconds(args.timeout_secs);
     while receiver.count() < args.jobs && Utc::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -118,6 +119,7 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let usage = sampler.stop().await;
     let got = receiver.snapshot();
+    let postgres_at_end = stack.postgres().await?;
     let ledger = stack.ledger_by_status().await?;
     let by_worker = per_worker(&stack.ledger_workers().await?, &got, due);
     stack.shutdown().await?;
@@ -133,6 +135,7 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     let t = tally(&jobs, due, due + TimeDelta::milliseconds(1), &got);
     report.row("stack", format!("{} schedulers, {} workers", args.stack.schedulers, args.stack.workers));
     report.row("settings", args.stack.settings());
+    postgres_at_end.rows(&postgres_at_start, &mut report);
     report.row(
         if args.create_batch > 0 { "creates through the API (batches)" } else { "creates through the API" },
         format!(

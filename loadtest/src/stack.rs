@@ -573,6 +573,11 @@ impl Stack {
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
+    /// The Postgres server's write settings and checkpoint counters now.
+    pub async fn postgres(&self) -> anyhow::Result<crate::benchdb::PgServer> {
+        self.db.as_ref().context("the stack is shut down")?.server().await
+    }
+
     /// Which worker holds each slot's ledger row: `(job id, worker id)`.
     pub async fn ledger_workers(&self) -> anyhow::Result<Vec<(Uuid, String)>> {
         let db = self.db.as_ref().context("the stack is shut down")?;

@@ -260,6 +260,7 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
 
     sleep_until(from).await;
     let sampler = crate::procstat::Sampler::start(running.stack.targets());
+    let postgres_at_start = running.stack.postgres().await?;
     let mut events: Vec<(DateTime<Utc>, String)> = Vec::new();
     if let (Some(at), Some(rate)) = (drop_at, args.drop_to_rate) {
         events.push((at, format!("drop to {} fires/s", fmt_f(rate))));
@@ -279,6 +280,7 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
     }
     sleep_until(to).await;
     let usage = sampler.stop().await;
+    let postgres_at_end = running.stack.postgres().await?;
     tokio::time::sleep(Duration::from_secs(args.grace_secs)).await;
     let settling = std::time::Instant::now();
     let ledger = loop {
@@ -302,6 +304,7 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
 
     let t = tally(&jobs, from, to, &got);
     load_rows(&mut report, jobs.len(), create_secs, &args.load, &args.stack);
+    postgres_at_end.rows(&postgres_at_start, &mut report);
     let window = args.duration_secs as f64;
     report.row(
         "fires/s: target / due / delivered",
