@@ -11,18 +11,47 @@ pub struct PgServer {
     pub settings: String,
     pub checkpoints_requested: i64,
     pub checkpoints_timed: i64,
+    /// The server's WAL position in bytes (server-wide, like the counters).
+    pub wal_position: i64,
+    /// This database's ledger: live and dead row versions' pages, its
+    /// indexes' pages, and its rows.
+    pub ledger_heap_bytes: i64,
+    pub ledger_index_bytes: i64,
+    pub ledger_rows: i64,
 }
 
 impl PgServer {
-    /// The report's rows: the settings, and the checkpoints since `start`.
-    pub fn rows(&self, start: &PgServer, report: &mut crate::report::Report) {
+    /// The report's rows: the settings, the checkpoints and the WAL since
+    /// `start` (with the WAL per slot of the `slots` due in between), and the
+    /// ledger's size now.
+    pub fn rows(&self, start: &PgServer, slots: u64, report: &mut crate::report::Report) {
         let forced = self.checkpoints_requested - start.checkpoints_requested;
         let timed = self.checkpoints_timed - start.checkpoints_timed;
+        let wal = self.wal_position - start.wal_position;
+        let per = |bytes: i64, n: i64| if n > 0 { bytes / n } else { 0 };
+        let mb = |bytes: i64| crate::report::fmt_int(bytes / 1_000_000);
         report.row("postgres", &self.settings);
         report.row("postgres checkpoints in the run: forced by WAL volume / timed", format!("{forced} / {timed}"));
+        report.row("postgres WAL in the run, per slot", format!("{} MB, {} B", mb(wal), per(wal, slots as i64)));
+        report.row(
+            "ledger at the end: rows, heap, indexes (per row)",
+            format!(
+                "{}, {} MB, {} MB ({} B, {} B)",
+                crate::report::fmt_int(self.ledger_rows),
+                mb(self.ledger_heap_bytes),
+                mb(self.ledger_index_bytes),
+                per(self.ledger_heap_bytes, self.ledger_rows),
+                per(self.ledger_index_bytes, self.ledger_rows)
+            ),
+        );
         report.data(
             "postgres",
-            serde_json::json!({ "settings": self.settings, "checkpoints_forced": forced, "checkpoints_timed": timed }),
+            serde_json::json!({
+                "settings": self.settings, "checkpoints_forced": forced, "checkpoints_timed": timed,
+                "wal_bytes": wal, "wal_bytes_per_slot": per(wal, slots as i64),
+                "ledger_rows": self.ledger_rows, "ledger_heap_bytes": self.ledger_heap_bytes,
+                "ledger_index_bytes": self.ledger_index_bytes,
+            }),
         );
     }
 }
@@ -64,7 +93,26 @@ impl BenchDb {
                 Ok(row) => row,
                 Err(_) => client.query_one("SELECT num_requested, num_timed FROM pg_stat_checkpointer", &[]).await?,
             };
-        Ok(PgServer { settings, checkpoints_requested: counters.get(0), checkpoints_timed: counters.get(1) })
+        let wal_position =
+            client.query_one("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint", &[]).await?.get(0);
+        let ledger = client
+            .query_one(
+                "SELECT coalesce(sum(pg_relation_size(i.inhrelid)), 0)::bigint,
+                        coalesce(sum(pg_indexes_size(i.inhrelid)), 0)::bigint,
+                        (SELECT count(*) FROM scheduled_jobs)
+                 FROM pg_inherits i WHERE i.inhparent = 'scheduled_jobs'::regclass",
+                &[],
+            )
+            .await?;
+        Ok(PgServer {
+            settings,
+            checkpoints_requested: counters.get(0),
+            checkpoints_timed: counters.get(1),
+            wal_position,
+            ledger_heap_bytes: ledger.get(0),
+            ledger_index_bytes: ledger.get(1),
+            ledger_rows: ledger.get(2),
+        })
     }
 
     pub async fn drop_database(self) -> anyhow::Result<()> {

@@ -135,7 +135,7 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     let t = tally(&jobs, due, due + TimeDelta::milliseconds(1), &got);
     report.row("stack", format!("{} schedulers, {} workers", args.stack.schedulers, args.stack.workers));
     report.row("settings", args.stack.settings());
-    postgres_at_end.rows(&postgres_at_start, &mut report);
+    postgres_at_end.rows(&postgres_at_start, args.jobs as u64, &mut report);
     report.row(
         if args.create_batch > 0 { "creates through the API (batches)" } else { "creates through the API" },
         format!(

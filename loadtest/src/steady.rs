@@ -304,7 +304,7 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
 
     let t = tally(&jobs, from, to, &got);
     load_rows(&mut report, jobs.len(), create_secs, &args.load, &args.stack);
-    postgres_at_end.rows(&postgres_at_start, &mut report);
+    postgres_at_end.rows(&postgres_at_start, t.expected as u64, &mut report);
     let window = args.duration_secs as f64;
     report.row(
         "fires/s: target / due / delivered",

@@ -469,6 +469,18 @@ async fn create_partitions(
 /// the hot statements ran faster (measured, docs/benchmarks.md).
 const VACUUM_SETTINGS: &str = "autovacuum_vacuum_scale_factor = 0.05, autovacuum_vacuum_cost_delay = 0";
 
+/// Page fill of a day partition while its day is being written: claims
+/// stop at 70% of a page, so a slot's updates (started, finished) can
+/// find room on the page of its claim. An update that does not fit goes to
+/// another page and must first WAL-log a lock of the old version; one that
+/// fits touches one page, logs only the bytes that changed, and the page's
+/// dead versions are pruned in place as it fills. Measured at 5,000
+/// fires/s (docs/benchmarks.md): against a full fill, 26-35% less WAL and
+/// about 15% less statement time per slot, for a heap about a quarter
+/// larger; half a page saved a little more and cost three quarters more
+/// heap. A compacted partition (no more updates) is packed full again.
+const PAGE_SETTINGS: &str = "fillfactor = 70";
+
 /// Session lock of [`vacuum_churned`]: apart from maintenance's, whose
 /// compactions can hold theirs for minutes while the day being written
 /// needs its vacuum every few seconds.
@@ -564,7 +576,7 @@ async fn create_partition(tx: &impl GenericClient, day: NaiveDate) -> anyhow::Re
     let from = format!("{} 00:00:00+00", day.format("%Y-%m-%d"));
     let to = format!("{} 00:00:00+00", (day + Days::new(1)).format("%Y-%m-%d"));
     tx.batch_execute(&format!(
-        "CREATE TABLE {name} (LIKE scheduled_jobs INCLUDING DEFAULTS INCLUDING CONSTRAINTS) WITH ({VACUUM_SETTINGS})"
+        "CREATE TABLE {name} (LIKE scheduled_jobs INCLUDING DEFAULTS INCLUDING CONSTRAINTS) WITH ({VACUUM_SETTINGS}, {PAGE_SETTINGS})"
     ))
     .await
     .with_context(|| format!("creating {name}"))?;
