@@ -13,18 +13,22 @@ pub struct PgServer {
     pub checkpoints_timed: i64,
     /// The server's WAL position in bytes (server-wide, like the counters).
     pub wal_position: i64,
-    /// This database's ledger: live and dead row versions' pages, its
-    /// indexes' pages, and its rows.
-    pub ledger_heap_bytes: i64,
-    pub ledger_index_bytes: i64,
-    pub ledger_rows: i64,
+}
+
+/// This database's ledger: its partitions' pages (live and dead row
+/// versions), their indexes' pages, and its rows.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LedgerSize {
+    pub heap_bytes: i64,
+    pub index_bytes: i64,
+    pub rows: i64,
 }
 
 impl PgServer {
     /// The report's rows: the settings, the checkpoints and the WAL since
     /// `start` (with the WAL per slot of the `slots` due in between), and the
-    /// ledger's size now.
-    pub fn rows(&self, start: &PgServer, slots: u64, report: &mut crate::report::Report) {
+    /// ledger's size at the end.
+    pub fn rows(&self, start: &PgServer, slots: u64, ledger: &LedgerSize, report: &mut crate::report::Report) {
         let forced = self.checkpoints_requested - start.checkpoints_requested;
         let timed = self.checkpoints_timed - start.checkpoints_timed;
         let wal = self.wal_position - start.wal_position;
@@ -37,11 +41,11 @@ impl PgServer {
             "ledger at the end: rows, heap, indexes (per row)",
             format!(
                 "{}, {} MB, {} MB ({} B, {} B)",
-                crate::report::fmt_int(self.ledger_rows),
-                mb(self.ledger_heap_bytes),
-                mb(self.ledger_index_bytes),
-                per(self.ledger_heap_bytes, self.ledger_rows),
-                per(self.ledger_index_bytes, self.ledger_rows)
+                crate::report::fmt_int(ledger.rows),
+                mb(ledger.heap_bytes),
+                mb(ledger.index_bytes),
+                per(ledger.heap_bytes, ledger.rows),
+                per(ledger.index_bytes, ledger.rows)
             ),
         );
         report.data(
@@ -49,8 +53,8 @@ impl PgServer {
             serde_json::json!({
                 "settings": self.settings, "checkpoints_forced": forced, "checkpoints_timed": timed,
                 "wal_bytes": wal, "wal_bytes_per_slot": per(wal, slots as i64),
-                "ledger_rows": self.ledger_rows, "ledger_heap_bytes": self.ledger_heap_bytes,
-                "ledger_index_bytes": self.ledger_index_bytes,
+                "ledger_rows": ledger.rows, "ledger_heap_bytes": ledger.heap_bytes,
+                "ledger_index_bytes": ledger.index_bytes,
             }),
         );
     }
@@ -95,7 +99,19 @@ impl BenchDb {
             };
         let wal_position =
             client.query_one("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint", &[]).await?.get(0);
-        let ledger = client
+        Ok(PgServer {
+            settings,
+            checkpoints_requested: counters.get(0),
+            checkpoints_timed: counters.get(1),
+            wal_position,
+        })
+    }
+
+    /// The ledger's size now: read once, at a run's end (its row count scans
+    /// the ledger).
+    pub async fn ledger_size(&self) -> anyhow::Result<LedgerSize> {
+        let client = common::db::connect(&self.url).await?;
+        let row = client
             .query_one(
                 "SELECT coalesce(sum(pg_relation_size(i.inhrelid)), 0)::bigint,
                         coalesce(sum(pg_indexes_size(i.inhrelid)), 0)::bigint,
@@ -104,15 +120,7 @@ impl BenchDb {
                 &[],
             )
             .await?;
-        Ok(PgServer {
-            settings,
-            checkpoints_requested: counters.get(0),
-            checkpoints_timed: counters.get(1),
-            wal_position,
-            ledger_heap_bytes: ledger.get(0),
-            ledger_index_bytes: ledger.get(1),
-            ledger_rows: ledger.get(2),
-        })
+        Ok(LedgerSize { heap_bytes: row.get(0), index_bytes: row.get(1), rows: row.get(2) })
     }
 
     pub async fn drop_database(self) -> anyhow::Result<()> {

@@ -120,6 +120,7 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     let usage = sampler.stop().await;
     let got = receiver.snapshot();
     let postgres_at_end = stack.postgres().await?;
+    let ledger_at_end = stack.ledger_size().await?;
     let ledger = stack.ledger_by_status().await?;
     let by_worker = per_worker(&stack.ledger_workers().await?, &got, due);
     stack.shutdown().await?;
@@ -135,7 +136,7 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     let t = tally(&jobs, due, due + TimeDelta::milliseconds(1), &got);
     report.row("stack", format!("{} schedulers, {} workers", args.stack.schedulers, args.stack.workers));
     report.row("settings", args.stack.settings());
-    postgres_at_end.rows(&postgres_at_start, args.jobs as u64, &mut report);
+    postgres_at_end.rows(&postgres_at_start, args.jobs as u64, &ledger_at_end, &mut report);
     report.row(
         if args.create_batch > 0 { "creates through the API (batches)" } else { "creates through the API" },
         format!(

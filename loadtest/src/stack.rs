@@ -578,6 +578,11 @@ impl Stack {
         self.db.as_ref().context("the stack is shut down")?.server().await
     }
 
+    /// The ledger's size now (pages, index pages, rows).
+    pub async fn ledger_size(&self) -> anyhow::Result<crate::benchdb::LedgerSize> {
+        self.db.as_ref().context("the stack is shut down")?.ledger_size().await
+    }
+
     /// Which worker holds each slot's ledger row: `(job id, worker id)`.
     pub async fn ledger_workers(&self) -> anyhow::Result<Vec<(Uuid, String)>> {
         let db = self.db.as_ref().context("the stack is shut down")?;

@@ -281,6 +281,7 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
     sleep_until(to).await;
     let usage = sampler.stop().await;
     let postgres_at_end = running.stack.postgres().await?;
+    let ledger_at_end = running.stack.ledger_size().await?;
     tokio::time::sleep(Duration::from_secs(args.grace_secs)).await;
     let settling = std::time::Instant::now();
     let ledger = loop {
@@ -304,7 +305,7 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
 
     let t = tally(&jobs, from, to, &got);
     load_rows(&mut report, jobs.len(), create_secs, &args.load, &args.stack);
-    postgres_at_end.rows(&postgres_at_start, t.expected as u64, &mut report);
+    postgres_at_end.rows(&postgres_at_start, t.expected as u64, &ledger_at_end, &mut report);
     let window = args.duration_secs as f64;
     report.row(
         "fires/s: target / due / delivered",
