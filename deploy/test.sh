@@ -2,8 +2,9 @@
 # deploy/test.sh — the checks a change must pass, the same locally and in CI.
 #
 #   ./deploy/test.sh                         all steps
-#   ./deploy/test.sh -- --test-threads=1     extra arguments go to `cargo test --workspace`
-#   ./deploy/test.sh scheduler_              (e.g. a test name filter)
+#   ./deploy/test.sh scheduler_              extra arguments go to the test runner (step 4),
+#                                            e.g. a test name filter
+#   TEST_RUNNER=cargo ./deploy/test.sh -- --test-threads=1   `cargo test` instead of nextest
 #
 # Makes sure PostgreSQL, Redis, RabbitMQ and moto (local SQS) run
 # (deploy/scripts/services.sh ensure moto faketime; services it starts are left running for
@@ -16,7 +17,9 @@
 #   2. cargo clippy --workspace --all-targets -- -D warnings
 #      cargo doc --workspace --no-deps   (RUSTDOCFLAGS="-D warnings": broken doc links fail)
 #   3. cargo build --locked --workspace --bins   (the end-to-end tests spawn the real binaries)
-#   4. cargo test --workspace [ARGS...]
+#   4. cargo nextest run --workspace [ARGS...]   (settings in .config/nextest.toml; `cargo test
+#                                         --workspace [ARGS...]` when cargo-nextest is missing or
+#                                         TEST_RUNNER=cargo), then cargo test --workspace --doc
 #   5. deploy/fuzz-api.sh                (schemathesis fuzzes the API against its generated
 #                                         /openapi.json; SKIP_FUZZ=1 skips it)
 #   6. deploy/chaos.sh (quick subset)  (faults under load on private Redis, RabbitMQ and
@@ -88,7 +91,15 @@ step "cargo build --locked --workspace --bins" cargo build --locked --workspace 
 if [[ ${SKIP_HELM:-0} != 1 ]]; then
     step "the chart's scheduler environment forms a cluster (deploy/helm-run-local.sh)" "$ROOT/deploy/helm-run-local.sh"
 fi
-step "cargo test --workspace${*:+ $*}" cargo test --workspace "$@"
+# Nextest runs all binaries' tests from one pool; `cargo test` runs the
+# binaries one after another (twice the time here). Same tests either way.
+if [[ ${TEST_RUNNER:-nextest} == nextest ]] && cargo nextest --version >/dev/null 2>&1; then
+    step "cargo nextest run --workspace${*:+ $*}" cargo nextest run --workspace "$@"
+    step "cargo test --workspace --doc" cargo test --workspace --doc
+else
+    [[ ${TEST_RUNNER:-nextest} == nextest ]] && echo "==> cargo-nextest not found: the tests run with cargo test"
+    step "cargo test --workspace${*:+ $*}" cargo test --workspace "$@"
+fi
 if [[ ${SKIP_FUZZ:-0} == 1 ]]; then
     echo "==> skipping the API fuzz run (SKIP_FUZZ=1)"
 else
