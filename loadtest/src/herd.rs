@@ -123,6 +123,7 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     let ledger_at_end = stack.ledger_size().await?;
     let ledger = stack.ledger_by_status().await?;
     let by_worker = per_worker(&stack.ledger_workers().await?, &got, due);
+    let verify = VerifyStage::read(&stack).await;
     stack.shutdown().await?;
     let (http_ceiling, ceiling_runs_before) = match ceiling_before {
         Some(before) => {
@@ -169,6 +170,19 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
         report.row(
             format!("  {}: slots, first / last delivery after due", w.worker),
             format!("{}, {} / {} ms", fmt_int(w.slots as i64), fmt_int(w.first_ms), fmt_int(w.last_ms)),
+        );
+    }
+    // How long the due instant's check kept the slots from their delivery.
+    if let Some(v) = &verify {
+        report.row(
+            "  due-instant check (workers): slots, mean, within 10 / 50 ms",
+            format!(
+                "{}, {} ms, {:.0}% / {:.0}%",
+                fmt_int(v.slots as i64),
+                fmt_f(v.mean_ms),
+                v.within_10ms_share * 100.0,
+                v.within_50ms_share * 100.0
+            ),
         );
     }
     let peak = peak_rate(&got);
@@ -238,9 +252,41 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     report.data("receiver_peak_per_second", peak.round());
     report.data("fifths_ms", &fifths);
     report.data("per_worker", &by_worker);
+    report.data("verify_stage", &verify);
     report.data("jittered_lateness_p50_p99_max_ms", jittered);
     report.finish(&args.out)?;
     Ok(())
+}
+
+/// The workers' due-instant check (`cronshard_worker_stage_seconds`,
+/// stage `verify`) over their lives: in a herd, the herd's slots. Each
+/// slot's time runs from asking to the answer, the wait for its batch
+/// included.
+#[derive(Debug, serde::Serialize)]
+struct VerifyStage {
+    slots: u64,
+    mean_ms: f64,
+    within_10ms_share: f64,
+    within_50ms_share: f64,
+}
+
+impl VerifyStage {
+    async fn read(stack: &Stack) -> Option<VerifyStage> {
+        const SERIES: [&str; 4] = [
+            r#"cronshard_worker_stage_seconds_count{stage="verify"}"#,
+            r#"cronshard_worker_stage_seconds_sum{stage="verify"}"#,
+            r#"cronshard_worker_stage_seconds_bucket{stage="verify",le="0.01"}"#,
+            r#"cronshard_worker_stage_seconds_bucket{stage="verify",le="0.05"}"#,
+        ];
+        let sums = stack.worker_sums(&SERIES).await;
+        let [Some(count), Some(sum), Some(within_10ms), Some(within_50ms)] = sums[..] else { return None };
+        (count > 0.0).then(|| VerifyStage {
+            slots: count as u64,
+            mean_ms: sum / count * 1000.0,
+            within_10ms_share: within_10ms / count,
+            within_50ms_share: within_50ms / count,
+        })
+    }
 }
 
 /// One worker's part of a herd.

@@ -327,9 +327,18 @@ impl Stack {
     /// schedulers running now; a scheduler that does not answer counts as
     /// 0, and the sum is `None` when none answered.
     pub async fn scheduler_sums(&self, series: &[&str]) -> Vec<Option<f64>> {
+        self.sums(Role::Scheduler, series).await
+    }
+
+    /// As [`Stack::scheduler_sums`], over the workers.
+    pub async fn worker_sums(&self, series: &[&str]) -> Vec<Option<f64>> {
+        self.sums(Role::Worker, series).await
+    }
+
+    async fn sums(&self, role: Role, series: &[&str]) -> Vec<Option<f64>> {
         let http = reqwest::Client::new();
         let mut sums = vec![None; series.len()];
-        for p in self.procs.iter().filter(|p| p.role == Role::Scheduler) {
+        for p in self.procs.iter().filter(|p| p.role == role) {
             let url = format!("http://{}/metrics", p.metrics_addr);
             let Ok(text) = async { http.get(&url).send().await?.text().await }.await else { continue };
             for (sum, name) in sums.iter_mut().zip(series) {
