@@ -1059,3 +1059,25 @@ async fn a_worker_killed_between_a_delivery_and_its_outcome_write_leaves_the_slo
     second.kill().await.unwrap();
     stack.stop().await;
 }
+
+/// A worker runs without transparent huge pages: its allocator asks for
+/// them, and faulting them in at a herd's due instant delayed deliveries
+/// (docs/decisions.md). Read from the running process, as the kernel
+/// reports it.
+#[tokio::test]
+async fn a_worker_runs_without_transparent_huge_pages() {
+    let stack = Stack::start("no-thp").await;
+    let env = stack.proc_env();
+    let worker = env.worker("no-thp-worker");
+    let pid = worker.id().expect("the worker is running");
+    // Set as its `main` starts, an instant after the spawn. (Kernels before
+    // 5.0 do not report it; every supported one does.)
+    wait_for("the worker to report THP_enabled 0", Duration::from_secs(10), || async {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let thp = status.lines().find_map(|l| l.strip_prefix("THP_enabled:")).map(str::trim);
+        (thp == Some("0")).then_some(())
+    })
+    .await;
+    drop(worker);
+    stack.stop().await;
+}

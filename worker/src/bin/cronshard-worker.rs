@@ -64,9 +64,23 @@ struct Args {
 }
 
 fn main() -> std::process::ExitCode {
+    disable_transparent_huge_pages();
     let args = Args::parse();
     // A failure's text may quote a connection string: printed redacted.
     common::redact::exit_code(runtime(args.threads).and_then(|runtime| runtime.block_on(run(args))))
+}
+
+/// No transparent huge pages for this process. mimalloc asks for them on
+/// its arenas, and at a herd's due instant a worker then stalled in the
+/// kernel zeroing fresh 2 MiB pages and splitting them again on purge:
+/// without them the due-instant check waited a third to a half less and
+/// each worker held a fifth to a third less memory (docs/benchmarks.md).
+/// Faults after this call honour it, whoever mapped the memory.
+fn disable_transparent_huge_pages() {
+    // A kernel without the setting leaves THP as it was: nothing to undo.
+    if let Err(e) = nix::sys::prctl::set_thp_disable(true) {
+        eprintln!("transparent huge pages stay as the kernel sets them: {e}");
+    }
 }
 
 /// The runtime of `threads` threads (0: tokio's default, one per core).
