@@ -73,8 +73,8 @@ fn main() -> std::process::ExitCode {
 /// No transparent huge pages for this process. mimalloc asks for them on
 /// its arenas, and at a herd's due instant a worker then stalled in the
 /// kernel zeroing fresh 2 MiB pages and splitting them again on purge:
-/// without them the due-instant check waited a third to a half less and
-/// each worker held a fifth to a third less memory (docs/benchmarks.md).
+/// without them the due-instant check waited 22–68% less and each worker
+/// held 10–36% less memory (docs/benchmarks.md).
 /// Faults after this call honour it, whoever mapped the memory.
 fn disable_transparent_huge_pages() {
     // A kernel without the setting leaves THP as it was: nothing to undo.
