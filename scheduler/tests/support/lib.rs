@@ -334,8 +334,14 @@ pub fn binary(name: &str) -> std::path::PathBuf {
 /// The value of the series `name` on a process's `/metrics`: a metric's
 /// name alone, or with its labels as the exporter writes them.
 pub async fn metric_value(http: &reqwest::Client, addr: &str, name: &str) -> Option<f64> {
-    let text = http.get(format!("http://{addr}/metrics")).send().await.ok()?.text().await.ok()?;
-    common::metrics::value_in(&text, name)
+    common::metrics::value_in(&metrics_text(http, addr).await?, name)
+}
+
+/// One scrape of a process's `/metrics`. Series compared with each other
+/// (a histogram's count and its buckets) must come from the same scrape: a
+/// live process moves between two.
+pub async fn metrics_text(http: &reqwest::Client, addr: &str) -> Option<String> {
+    http.get(format!("http://{addr}/metrics")).send().await.ok()?.text().await.ok()
 }
 
 pub fn free_addr() -> String {
