@@ -97,7 +97,9 @@ if [[ ${TEST_RUNNER:-nextest} == nextest ]] && cargo nextest --version >/dev/nul
     step "cargo nextest run --workspace${*:+ $*}" cargo nextest run --workspace "$@"
     step "cargo test --workspace --doc" cargo test --workspace --doc
 else
-    [[ ${TEST_RUNNER:-nextest} == nextest ]] && echo "==> cargo-nextest not found: the tests run with cargo test"
+    if [[ ${TEST_RUNNER:-nextest} == nextest ]]; then
+        echo "==> cargo-nextest not found: the tests run with cargo test"
+    fi
     step "cargo test --workspace${*:+ $*}" cargo test --workspace "$@"
 fi
 if [[ ${SKIP_FUZZ:-0} == 1 ]]; then
