@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use common::execution::{format_instant, truncate_ms};
 use common::testing::wait_for;
-use support::{ProcEnv, Sink, Stack, all_succeeded, herd_on, http_target};
+use support::{ProcEnv, Sink, Stack, all_succeeded, herd_on, http_target, metrics_text};
 
 fn at(t: DateTime<Utc>) -> String {
     format_instant(truncate_ms(t))
@@ -309,7 +309,7 @@ async fn a_stranded_row_is_found_moved_on_and_counted() {
     assert_eq!(row["attempts"], 2, "delivered as the attempt the row expected: {row}");
     assert!(row["history"].as_array().unwrap().iter().any(|e| e["event"] == "stranded"), "{row}");
     let (scraped, text) = wait_for("the metric to count it", Duration::from_secs(10), || async {
-        let text = reqwest::get(format!("http://{metrics}/metrics")).await.ok()?.text().await.ok()?;
+        let text = metrics_text(&stack.http, &metrics).await?;
         let line = text
             .lines()
             .find(|l| l.starts_with("cronshard_ledger_stranded_total") && l.contains("status=\"pending\""))?
@@ -334,7 +334,7 @@ async fn a_stranded_row_is_found_moved_on_and_counted() {
     assert_eq!(row["attempts"], 1, "{row}");
     assert!(row["history"].as_array().unwrap().iter().any(|e| e["event"] == "retaken"), "{row}");
     wait_for("the metric to count the re-take", Duration::from_secs(10), || async {
-        let text = reqwest::get(format!("http://{metrics}/metrics")).await.ok()?.text().await.ok()?;
+        let text = metrics_text(&stack.http, &metrics).await?;
         text.lines()
             .any(|l| {
                 l.starts_with("cronshard_ledger_stranded_total")
@@ -427,7 +427,7 @@ async fn a_message_behind_a_backlog_is_late_not_stranded() {
             .unwrap();
         row.get::<_, i64>(0)
     };
-    let scrape = || async { reqwest::get(format!("http://{metrics}/metrics")).await.ok()?.text().await.ok() };
+    let scrape = || metrics_text(&stack.http, &metrics);
     let sweeps =
         |text: &str| common::metrics::value_in(text, "cronshard_dispatch_stage_seconds_count{stage=\"stranded\"}");
 

@@ -14,7 +14,9 @@ use serde_json::{Value, json};
 
 use common::execution::{format_instant, truncate_ms};
 use common::testing::wait_for;
-use support::{Sink, Stack, all_succeeded, assert_exactly_once, free_addr, herd_on, http_target, metric_value};
+use support::{
+    Sink, Stack, all_succeeded, assert_exactly_once, free_addr, herd_on, http_target, metric_value, metrics_text,
+};
 
 /// Jobs per group (baseline healthy, healthy beside the dead host, dead).
 const JOBS: usize = 200;
@@ -103,8 +105,9 @@ fn p99(mut v: Vec<i64>) -> i64 {
 
 /// The value of `name{label="value"}` on the worker's `/metrics`.
 async fn metric(http: &reqwest::Client, addr: &str, name: &str, label: &str) -> Option<f64> {
-    let text = http.get(format!("http://{addr}/metrics")).send().await.ok()?.text().await.ok()?;
-    text.lines()
+    metrics_text(http, addr)
+        .await?
+        .lines()
         .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
