@@ -175,13 +175,14 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     // How long the due instant's check kept the slots from their delivery.
     if let Some(v) = &verify {
         report.row(
-            "  due-instant check (workers): slots, mean, within 10 / 50 ms",
+            "  due-instant check (workers): slots, mean, within 10 / 50 ms, read row by row",
             format!(
-                "{}, {} ms, {:.0}% / {:.0}%",
+                "{}, {} ms, {:.0}% / {:.0}%, {:.0}%",
                 fmt_int(v.slots as i64),
                 fmt_f(v.mean_ms),
                 v.within_10ms_share * 100.0,
-                v.within_50ms_share * 100.0
+                v.within_50ms_share * 100.0,
+                v.by_row_share * 100.0
             ),
         );
     }
@@ -268,23 +269,28 @@ struct VerifyStage {
     mean_ms: f64,
     within_10ms_share: f64,
     within_50ms_share: f64,
+    /// Checked against the slot's ledger row, not only through "its job
+    /// has not changed since the arming" (`verify_batch`).
+    by_row_share: f64,
 }
 
 impl VerifyStage {
     async fn read(stack: &Stack) -> Option<VerifyStage> {
-        const SERIES: [&str; 4] = [
+        const SERIES: [&str; 5] = [
             r#"cronshard_worker_stage_seconds_count{stage="verify"}"#,
             r#"cronshard_worker_stage_seconds_sum{stage="verify"}"#,
             r#"cronshard_worker_stage_seconds_bucket{stage="verify",le="0.01"}"#,
             r#"cronshard_worker_stage_seconds_bucket{stage="verify",le="0.05"}"#,
+            r#"cronshard_worker_verified_total{by="row"}"#,
         ];
         let sums = stack.worker_sums(&SERIES).await;
-        let [Some(count), Some(sum), Some(within_10ms), Some(within_50ms)] = sums[..] else { return None };
+        let [Some(count), Some(sum), Some(within_10ms), Some(within_50ms), by_row] = sums[..] else { return None };
         (count > 0.0).then(|| VerifyStage {
             slots: count as u64,
             mean_ms: sum / count * 1000.0,
             within_10ms_share: within_10ms / count,
             within_50ms_share: within_50ms / count,
+            by_row_share: by_row.unwrap_or(0.0) / count,
         })
     }
 }

@@ -443,6 +443,32 @@ mod tests {
         assert!(after.header("content-type").is_empty(), "the body's header went with it: {after:?}");
     }
 
+    /// The workspace's reqwest is patched (vendor/README.md) to skip two
+    /// URL parses when a client cannot follow redirects. A client that can
+    /// must still drop credentials on a cross-origin hop and report the final
+    /// URL; one that cannot reports the URL it asked for.
+    #[tokio::test]
+    async fn the_patched_reqwest_still_strips_credentials_across_origins_and_reports_each_url() {
+        let second = Receiver::start(|_| (200, None)).await;
+        let landing = second.url("/landed");
+        let first = Receiver::start(move |_| (302, Some(landing.clone()))).await;
+        let start = format!("{}?q=1", first.url("/start"));
+
+        let following = Client::new();
+        let response = following.get(&start).header("authorization", "Bearer s3cret").send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.url().as_str(), second.url("/landed"));
+        assert_eq!(first.seen()[0].header("authorization"), ["Bearer s3cret"]);
+        let at_second = &second.seen()[0];
+        assert!(at_second.header("authorization").is_empty(), "{at_second:?}");
+
+        let not_following = Client::builder().redirect(Policy::none()).build().unwrap();
+        let response = not_following.get(&start).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::FOUND);
+        assert_eq!(response.url().as_str(), start);
+        assert_eq!(second.seen().len(), 1, "a client with Policy::none() followed a redirect");
+    }
+
     #[tokio::test]
     async fn redirects_are_not_followed_unless_the_target_says_so() {
         let second = Receiver::start(|_| (200, None)).await;
