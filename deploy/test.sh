@@ -17,6 +17,9 @@
 #   2. cargo clippy --workspace --all-targets -- -D warnings
 #      cargo doc --workspace --no-deps   (RUSTDOCFLAGS="-D warnings": broken doc links fail)
 #   3. cargo build --locked --workspace --bins   (the end-to-end tests spawn the real binaries)
+#      deploy/image_context_check.py     (the image's build stage, laid out as .dockerignore and
+#                                         deploy/Dockerfile's COPY lines make it, resolves every
+#                                         crate of the workspace; no Docker needed)
 #   4. cargo nextest run --workspace [ARGS...]   (settings in .config/nextest.toml; `cargo test
 #                                         --workspace [ARGS...]` when cargo-nextest is missing or
 #                                         TEST_RUNNER=cargo), then cargo test --workspace --doc
@@ -88,6 +91,7 @@ step "cargo fmt --all -- --check" cargo fmt --all -- --check
 step "cargo clippy --workspace --all-targets -- -D warnings" cargo clippy --workspace --all-targets -- -D warnings
 step "cargo doc --workspace --no-deps (warnings denied)" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 step "cargo build --locked --workspace --bins" cargo build --locked --workspace --bins
+step "the image's build context holds every crate (deploy/image_context_check.py)" python3 "$ROOT/deploy/image_context_check.py" "$ROOT"
 if [[ ${SKIP_HELM:-0} != 1 ]]; then
     step "the chart's scheduler environment forms a cluster (deploy/helm-run-local.sh)" "$ROOT/deploy/helm-run-local.sh"
 fi
