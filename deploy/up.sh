@@ -198,7 +198,12 @@ stop_all() {
 # shellcheck disable=SC2317 # called from the EXIT trap
 ledger_summary() {
     curl -fsS --max-time 5 -H @"$AUTH_HEADER" "$API_URL/v1/jobs/$JOB_ID/executions?limit=100" 2>/dev/null |
-        jq -r '.items | group_by(.status) | map("\(.[0].status) \(length)") | join(", ")' 2>/dev/null
+        # A row `running` before its slot is one a worker has armed for a coming slot, not a
+        # delivery under way: named as such.
+        jq -r '.items
+            | map(if .status == "running" and ((.scheduled_at | sub("\\.[0-9]+Z$"; "Z") | fromdateiso8601) > now)
+                  then "armed for a coming slot" else .status end)
+            | group_by(.) | map("\(.[0]) \(length)") | join(", ")' 2>/dev/null
 }
 
 # shellcheck disable=SC2317 # called from the EXIT trap
