@@ -39,7 +39,12 @@ def context_rules(dockerignore: Path) -> list[tuple[str, bool]]:
             continue
         include = line.startswith("!")
         pattern = line[1:] if include else line
-        if pattern == "*" or re.fullmatch(r"[A-Za-z0-9_.-]+/?", pattern) or re.fullmatch(r"\*\*/[^/*]+/|\*\*/\*\.[A-Za-z0-9]+", pattern):
+        understood = (
+            pattern == "*"
+            or re.fullmatch(r"[A-Za-z0-9_.-]+/?", pattern)
+            or re.fullmatch(r"\*\*/[^/*]+/|\*\*/\*\.[A-Za-z0-9]+", pattern)
+        )
+        if understood:
             rules.append((pattern, not include))
         else:
             sys.exit(f"{dockerignore}:{line_no}: pattern {line!r} is not one this check understands")
@@ -106,19 +111,13 @@ def main() -> None:
                         target = into
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(f, target)
-        result = subprocess.run(
-            ["cargo", "metadata", "--format-version", "1", "--locked", "--offline", "--no-deps"],
-            cwd=stage, capture_output=True, text=True,
-        )
-        if result.returncode != 0:
-            sys.exit("the image's build stage cannot resolve the workspace:\n" + result.stderr.strip())
-        # --no-deps skips resolving `[patch]` paths: resolve fully too.
+        # A full resolve: `--no-deps` would skip the `[patch]` paths.
         result = subprocess.run(
             ["cargo", "metadata", "--format-version", "1", "--locked", "--offline"],
             cwd=stage, capture_output=True, text=True,
         )
         if result.returncode != 0:
-            sys.exit("the image's build stage cannot resolve the workspace's dependencies:\n" + result.stderr.strip())
+            sys.exit("the image's build stage cannot resolve the workspace:\n" + result.stderr.strip())
     print(f"the image's build stage holds every crate it builds ({len(copies)} COPY lines)")
 
 
