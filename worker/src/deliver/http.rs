@@ -18,7 +18,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use reqwest::header::HeaderName;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::redirect::Policy;
 use reqwest::{Client, Method, StatusCode, Url};
 use tokio::time::Instant;
@@ -87,8 +87,8 @@ impl HttpDelivery {
         let deadline = Instant::now() + Duration::from_millis(target.timeout_ms);
         // Only a redirect can leave it (each `origin` allocates).
         let origin = target.follow_redirects.then(|| first.origin());
+        let mut url = first;
         let mut hop = Hop {
-            url: first,
             method: Method::from_bytes(target.method.as_bytes()).unwrap_or(Method::POST),
             body: target.body.clone(),
             body_dropped: false,
@@ -99,24 +99,26 @@ impl HttpDelivery {
             if remaining.is_zero() {
                 return Outcome::failure(DeliveryError::TimedOut { timeout_ms: target.timeout_ms });
             }
-            let mut request = self.client.request(hop.method.clone(), hop.url.clone()).timeout(remaining);
-            let same_origin = redirects == 0 || origin.as_ref().is_some_and(|o| hop.url.origin() == *o);
-            if same_origin || target.forward_headers_on_redirect {
-                for (name, value) in target.headers.iter().chain(&target.secret_headers) {
-                    if sendable(name, hop.body_dropped) {
-                        request = request.header(name, value);
-                    }
-                }
+            let same_origin = redirects == 0 || origin.as_ref().is_some_and(|o| url.origin() == *o);
+            // Built in place rather than through `RequestBuilder`, which
+            // moves the whole request on every header it adds. The URL is
+            // moved in (a redirect's base is the response's URL, the same
+            // one), and without redirects to follow the body is too.
+            let mut request = reqwest::Request::new(hop.method.clone(), url);
+            *request.timeout_mut() = Some(remaining);
+            if let Err(e) = hop_headers(
+                request.headers_mut(),
+                target,
+                same_origin || target.forward_headers_on_redirect,
+                hop.body_dropped,
+                message,
+                attempt,
+            ) {
+                return Outcome::failure(e);
             }
-            let [execution_id, scheduled_at, attempt_name] = &*CRONSHARD_HEADERS;
-            request = request
-                .header(execution_id, &message.execution_id)
-                .header(scheduled_at, format_instant(message.scheduled_at))
-                .header(attempt_name, attempt.to_string());
-            if let Some(body) = &hop.body {
-                request = request.body(body.clone());
-            }
-            let mut response = match request.send().await {
+            let body = if target.follow_redirects { hop.body.clone() } else { hop.body.take() };
+            *request.body_mut() = body.map(reqwest::Body::from);
+            let mut response = match self.client.execute(request).await {
                 Ok(r) => r,
                 Err(e) => return Outcome::failure(request_error(&e, target.timeout_ms)),
             };
@@ -129,7 +131,7 @@ impl HttpDelivery {
                         "more than {MAX_REDIRECTS} redirects (the last an HTTP {status})"
                     )));
                 }
-                let next = match hop.url.join(location) {
+                let next = match response.url().join(location) {
                     Ok(u) if u.scheme() == "http" || u.scheme() == "https" => u,
                     Ok(u) => {
                         return Outcome::failure(DeliveryError::Connection(format!(
@@ -148,7 +150,8 @@ impl HttpDelivery {
                         "callback refused: HTTP {status} redirects to {refusal}; allow it with CALLBACK_ALLOW_CIDRS"
                     )));
                 }
-                hop.redirect(status, next);
+                hop.redirect(status);
+                url = next;
                 redirects += 1;
                 continue;
             }
@@ -171,9 +174,9 @@ impl HttpDelivery {
     }
 }
 
-/// One request of a delivery: the first, or one after a redirect.
+/// One request of a delivery (the first, or one after a redirect), less
+/// its URL.
 struct Hop {
-    url: Url,
     method: Method,
     body: Option<String>,
     /// A 301/302/303 turned the request into one without a body: the body's
@@ -182,8 +185,7 @@ struct Hop {
 }
 
 impl Hop {
-    fn redirect(&mut self, status: StatusCode, to: Url) {
-        self.url = to;
+    fn redirect(&mut self, status: StatusCode) {
         if matches!(status, StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND | StatusCode::SEE_OTHER) {
             if self.method != Method::GET && self.method != Method::HEAD {
                 self.method = Method::GET;
@@ -193,6 +195,45 @@ impl Hop {
             }
         }
     }
+}
+
+/// A hop's headers: the target's own (when they go to this hop's origin),
+/// then the `X-Cronshard-*` ones. A name or value the HTTP crate refuses
+/// (validation refuses them; a definition stored before it did may hold
+/// one) fails the delivery for good, naming the header but never its value.
+fn hop_headers(
+    headers: &mut HeaderMap,
+    target: &HttpTarget,
+    targets_own: bool,
+    body_dropped: bool,
+    message: &FireMessage,
+    attempt: u32,
+) -> Result<(), DeliveryError> {
+    if targets_own {
+        let own = target.headers.iter().map(|h| (h, false));
+        for ((name, value), secret) in own.chain(target.secret_headers.iter().map(|h| (h, true))) {
+            if !sendable(name, body_dropped) {
+                continue;
+            }
+            let refused =
+                |what: &str| DeliveryError::InvalidTarget(format!("the header {name:?} has an invalid {what}"));
+            let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| refused("name"))?;
+            let mut header_value = HeaderValue::from_str(value).map_err(|_| refused("value"))?;
+            // Kept out of HTTP/2 header compression tables.
+            header_value.set_sensitive(secret);
+            headers.append(header_name, header_value);
+        }
+    }
+    let [execution_id, scheduled_at, attempt_name] = &*CRONSHARD_HEADERS;
+    let execution_id_value = HeaderValue::from_str(&message.execution_id).map_err(|_| {
+        DeliveryError::InvalidTarget(format!("the execution id {:?} is not a header value", message.execution_id))
+    })?;
+    headers.append(execution_id, execution_id_value);
+    let scheduled_at_value =
+        HeaderValue::try_from(format_instant(message.scheduled_at)).expect("an RFC 3339 instant is a header value");
+    headers.append(scheduled_at, scheduled_at_value);
+    headers.append(attempt_name, HeaderValue::from(attempt));
+    Ok(())
 }
 
 /// Whether a target header goes out: never a reserved one (validation
@@ -521,6 +562,55 @@ mod tests {
         assert_eq!(seen.header("x-cronshard-attempt"), ["3"]);
         assert_eq!(seen.header("host"), [receiver.addr.to_string().as_str()]);
         assert!(!seen.header("connection").contains(&"upgrade"), "{seen:?}");
+    }
+
+    /// The request is built in place (not through reqwest's builder): a
+    /// target that follows no redirects hands its URL and body over rather
+    /// than copying them, and each header must still go out once.
+    #[tokio::test]
+    async fn a_target_that_follows_no_redirects_sends_its_method_body_and_each_header_once() {
+        let receiver = Receiver::start(|_| (200, None)).await;
+        let target = HttpTarget { follow_redirects: false, method: "PUT".into(), ..target(&receiver.url("/hook?a=b")) };
+        let message = message(&target);
+        assert_success(&loopback_allowed().deliver(&target, &message, 7).await);
+        let seen = &receiver.seen()[0];
+        assert_eq!((seen.method.as_str(), seen.path.as_str(), seen.body.as_str()), ("PUT", "/hook?a=b", "{\"a\":1}"));
+        let scheduled_at = format_instant(message.scheduled_at);
+        for (name, value) in [
+            ("x-api-key", "k-123"),
+            ("content-type", "application/json"),
+            ("authorization", "Bearer s3cret"),
+            ("x-cronshard-execution-id", message.execution_id.as_str()),
+            ("x-cronshard-scheduled-at", scheduled_at.as_str()),
+            ("x-cronshard-attempt", "7"),
+        ] {
+            assert_eq!(seen.header(name), [value], "{name}: {seen:?}");
+        }
+    }
+
+    /// Validation refuses such headers; a definition stored before it did
+    /// may hold one. Every attempt would fail alike, so none is retried, and
+    /// the error names the header without quoting its value.
+    #[tokio::test]
+    async fn a_header_the_http_crate_refuses_fails_for_good_naming_it_but_not_its_value() {
+        let receiver = Receiver::start(|_| (200, None)).await;
+        let mut bad_value = target(&receiver.url("/hook"));
+        bad_value.secret_headers.insert("X-Token".into(), "t0ps3cret\r\nX-Injected: 1".into());
+        let mut bad_name = target(&receiver.url("/hook"));
+        bad_name.headers.insert("Bad Name".into(), "v".into());
+        for (stored, expected) in [
+            (bad_value, "the header \"X-Token\" has an invalid value"),
+            (bad_name, "the header \"Bad Name\" has an invalid name"),
+        ] {
+            let Outcome::Failure { error, .. } = deliver(&loopback_allowed(), &stored).await else {
+                panic!("{expected}")
+            };
+            assert!(matches!(error, DeliveryError::InvalidTarget(_)) && !error.retryable(), "{error:?}");
+            let text = error.to_string();
+            assert_eq!(text, expected);
+            assert!(!text.contains("t0ps3cret"));
+        }
+        assert!(receiver.seen().is_empty(), "a request went out: {:?}", receiver.seen());
     }
 
     #[tokio::test]
