@@ -570,7 +570,10 @@ mod tests {
     #[tokio::test]
     async fn a_target_that_follows_no_redirects_sends_its_method_body_and_each_header_once() {
         let receiver = Receiver::start(|_| (200, None)).await;
-        let target = HttpTarget { follow_redirects: false, method: "PUT".into(), ..target(&receiver.url("/hook?a=b")) };
+        let mut target =
+            HttpTarget { follow_redirects: false, method: "PUT".into(), ..target(&receiver.url("/hook?a=b")) };
+        // Bytes past ASCII are a valid field value (obs-text), as validation agrees.
+        target.headers.insert("X-Label".into(), "café".into());
         let message = message(&target);
         assert_success(&loopback_allowed().deliver(&target, &message, 7).await);
         let seen = &receiver.seen()[0];
@@ -583,6 +586,7 @@ mod tests {
             ("x-cronshard-execution-id", message.execution_id.as_str()),
             ("x-cronshard-scheduled-at", scheduled_at.as_str()),
             ("x-cronshard-attempt", "7"),
+            ("x-label", "café"),
         ] {
             assert_eq!(seen.header(name), [value], "{name}: {seen:?}");
         }
