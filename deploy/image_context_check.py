@@ -10,9 +10,10 @@ the two leaves out breaks `docker build` with a missing path, which no other
 test runs into. This check lays out what the build stage would hold: the
 files .dockerignore lets into the context, copied by the Dockerfile's COPY
 lines of the build stage. It then asks cargo to resolve the workspace there
-(`cargo metadata --locked --offline`), which fails on any missing member,
-path dependency or `[patch]` path. The registry's crates must already be
-downloaded (the suite builds the workspace first).
+(`cargo metadata --locked --offline --filter-platform HOST`), which fails on
+any missing member, path dependency or `[patch]` path. The registry's crates
+for this platform must already be downloaded (the suite builds the workspace
+first); other platforms' crates are not needed.
 
 Only the .dockerignore patterns this repository uses are understood: `*`,
 `!NAME/` or `!NAME` (a top-level entry let back in), `**/NAME/` and
@@ -111,14 +112,25 @@ def main() -> None:
                         target = into
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(f, target)
-        # A full resolve: `--no-deps` would skip the `[patch]` paths.
+        # A full resolve: `--no-deps` would skip the `[patch]` paths. For
+        # this machine's platform only: an unfiltered resolve reads every
+        # platform's crates (Android's, Windows'), which a build here never
+        # downloads, so it failed offline on a fresh machine.
         result = subprocess.run(
-            ["cargo", "metadata", "--format-version", "1", "--locked", "--offline"],
+            ["cargo", "metadata", "--format-version", "1", "--locked", "--offline",
+             "--filter-platform", host_platform()],
             cwd=stage, capture_output=True, text=True,
         )
         if result.returncode != 0:
             sys.exit("the image's build stage cannot resolve the workspace:\n" + result.stderr.strip())
     print(f"the image's build stage holds every crate it builds ({len(copies)} COPY lines)")
+
+
+def host_platform() -> str:
+    """The target triple rustc builds for here (the image's build stage is
+    Linux as well)."""
+    out = subprocess.run(["rustc", "-vV"], capture_output=True, text=True, check=True).stdout
+    return next(line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("host: "))
 
 
 if __name__ == "__main__":
