@@ -198,6 +198,13 @@ fn reason_text(reason: Option<&str>) -> String {
             "the slot falls on a time that calendar \"{}\" excludes",
             &r[common::ledger::reason::CALENDAR_PREFIX.len()..]
         ),
+        Some(r) if r.starts_with(common::ledger::reason::CALENDAR_UNAVAILABLE_PREFIX) => format!(
+            "the job names calendar \"{}\", which the scheduler could not load within {} s of the slot, so \
+             the slot was not fired (a slot never fires past a calendar its job names); check the \
+             schedulers' database connection",
+            &r[common::ledger::reason::CALENDAR_UNAVAILABLE_PREFIX.len()..],
+            common::ledger::reason::CALENDAR_WAIT_SECS
+        ),
         Some(r) if r.starts_with("misfire policy") => {
             format!("no scheduler could fire it on time (the cluster or the job's owners were down), and the job's {r}")
         }

@@ -150,6 +150,18 @@ pub mod reason {
     pub fn calendar(name: &str) -> String {
         format!("{CALENDAR_PREFIX}{name}")
     }
+
+    /// Prefix of `calendar_unavailable:NAME`: the job names a calendar the
+    /// scheduler could not load in time, so the slot was not fired (a slot
+    /// is never fired past a calendar its job names).
+    pub const CALENDAR_UNAVAILABLE_PREFIX: &str = "calendar_unavailable:";
+
+    /// How long a slot waits for such a calendar before it is recorded so.
+    pub const CALENDAR_WAIT_SECS: i64 = 30;
+
+    pub fn calendar_unavailable(name: &str) -> String {
+        format!("{CALENDAR_UNAVAILABLE_PREFIX}{name}")
+    }
 }
 
 /// What made a ledger row (`scheduled_jobs.trigger`): the only list of them.

@@ -84,6 +84,35 @@ pub struct Core {
     heap: TimerHeap,
     /// Every calendar, by `namespace/name`, as last loaded.
     calendars: HashMap<String, Arc<Calendar>>,
+    /// Slots of jobs naming a calendar this node has not loaded, in the
+    /// order they came due: a slot is never fired past a part of its job's
+    /// definition the node has not seen (see [`Core::take_held`]).
+    held: Vec<Held>,
+    /// A job referenced a calendar not loaded yet: the node should reload
+    /// now rather than at its next poll.
+    calendars_wanted: bool,
+}
+
+/// A slot held until its job's calendars are loaded.
+struct Held {
+    slot: Slot,
+    /// When it was first held: past [`CALENDAR_WAIT`] it is recorded, not fired.
+    since: DateTime<Utc>,
+}
+
+/// How long a slot waits for a calendar its job names before it is recorded
+/// `skipped` with reason `calendar_unavailable:NAME` instead of firing. A
+/// calendar is committed before any job that names it (the API checks), so
+/// only a database the node cannot read for this long leaves one missing.
+pub const CALENDAR_WAIT: TimeDelta = TimeDelta::seconds(common::ledger::reason::CALENDAR_WAIT_SECS);
+
+/// What a job's calendars say about one instant.
+enum CalendarVerdict {
+    Fire,
+    /// Excluded by the named calendar.
+    Excluded(String),
+    /// The named calendar is not loaded: neither fire nor skip yet.
+    Missing(String),
 }
 
 /// Whether `generation` is `job`'s live timer entry.
@@ -106,20 +135,118 @@ impl Core {
             owned_count: 0,
             heap: TimerHeap::default(),
             calendars: HashMap::new(),
+            held: Vec::new(),
+            calendars_wanted: false,
         }
     }
 
-    /// Replaces the calendars; slots handed over from now on are judged by them.
+    /// Replaces the calendars; slots handed over from now on are judged by
+    /// them, and held slots whose calendars are now loaded are released
+    /// (by the next [`Core::take_held`]).
     pub fn set_calendars(&mut self, calendars: HashMap<String, Arc<Calendar>>) {
         self.calendars = calendars;
     }
 
-    /// The first of the job's calendars that excludes `at`, by name. A
-    /// calendar the node has not loaded excludes nothing: the API refuses
-    /// to delete one a job references, so it is only one created moments
-    /// ago, and a slot fired is better than one lost.
-    fn excluded_by(calendars: &HashMap<String, Arc<Calendar>>, keys: &[String], at: DateTime<Utc>) -> Option<String> {
-        keys.iter().filter_map(|k| calendars.get(k)).find(|c| c.excludes(at)).map(|c| c.name.clone())
+    /// What the job's calendars (keys) say about `at`: the first that
+    /// excludes it, or the first not loaded. A calendar the node has not
+    /// loaded is never taken to exclude nothing: it is one created moments
+    /// before the job (the API refuses a job naming a missing calendar and
+    /// the delete of one a job names), and firing past it is the defect of
+    /// firing a slot under a definition the node has only partly seen.
+    fn verdict(calendars: &HashMap<String, Arc<Calendar>>, keys: &[String], at: DateTime<Utc>) -> CalendarVerdict {
+        for key in keys {
+            match calendars.get(key) {
+                None => {
+                    let name = key.split_once('/').map_or(key.as_str(), |(_, name)| name);
+                    return CalendarVerdict::Missing(name.to_owned());
+                }
+                Some(c) if c.excludes(at) => return CalendarVerdict::Excluded(c.name.clone()),
+                Some(_) => {}
+            }
+        }
+        CalendarVerdict::Fire
+    }
+
+    /// Whether a job referenced a calendar this node has not loaded since
+    /// the last call: the node should reload its calendars now.
+    pub fn take_calendars_wanted(&mut self) -> bool {
+        std::mem::take(&mut self.calendars_wanted)
+    }
+
+    /// Whether slots wait for calendars.
+    pub fn has_held(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// Judges `slot` by its job's calendars: out to fire, recorded as
+    /// excluded, or held while a calendar is missing. A job that already
+    /// has held slots holds its later ones too, so its slots leave in order.
+    fn judge(&mut self, slot: Slot, keys: &[String], now: DateTime<Utc>, out: &mut Vec<Slot>) -> bool {
+        if self.held.iter().any(|h| h.slot.job_id == slot.job_id) {
+            self.held.push(Held { slot, since: now });
+            return false;
+        }
+        match Self::verdict(&self.calendars, keys, slot.scheduled_at) {
+            CalendarVerdict::Fire => {
+                out.push(slot);
+                true
+            }
+            CalendarVerdict::Excluded(name) => {
+                self.records.push(Decided::one(slot, Status::Skipped, common::ledger::reason::calendar(&name)));
+                false
+            }
+            CalendarVerdict::Missing(_) => {
+                self.calendars_wanted = true;
+                self.held.push(Held { slot, since: now });
+                false
+            }
+        }
+    }
+
+    /// Held slots whose calendars are now loaded, in order (excluded ones
+    /// become records); a slot held longer than [`CALENDAR_WAIT`] is
+    /// recorded `skipped` with reason `calendar_unavailable:NAME`, never
+    /// fired. A job stays held from its first still-missing slot on.
+    pub fn take_held(&mut self, now: DateTime<Utc>) -> Vec<Slot> {
+        let mut out = Vec::new();
+        let mut still_held: Vec<Held> = Vec::new();
+        for held in std::mem::take(&mut self.held) {
+            let keys = self
+                .jobs
+                .get(&held.slot.job_id)
+                .and_then(|k| k.owned.as_ref())
+                .map(|o| o.calendars.clone())
+                .unwrap_or_default();
+            if still_held.iter().any(|h| h.slot.job_id == held.slot.job_id) {
+                still_held.push(held);
+                continue;
+            }
+            match Self::verdict(&self.calendars, &keys, held.slot.scheduled_at) {
+                CalendarVerdict::Fire => {
+                    if let Some(owned) = self.jobs.get_mut(&held.slot.job_id).and_then(|k| k.owned.as_mut()) {
+                        owned.runs += 1;
+                    }
+                    out.push(held.slot)
+                }
+                CalendarVerdict::Excluded(name) => {
+                    self.records.push(Decided::one(held.slot, Status::Skipped, common::ledger::reason::calendar(&name)))
+                }
+                CalendarVerdict::Missing(name) if now - held.since >= CALENDAR_WAIT => {
+                    tracing::warn!(job.id = %held.slot.job_id, calendar = %name, "calendar still not loaded; slot recorded, not fired");
+                    self.records.push(Decided::one(
+                        held.slot,
+                        Status::Skipped,
+                        common::ledger::reason::calendar_unavailable(&name),
+                    ))
+                }
+                CalendarVerdict::Missing(_) => {
+                    self.calendars_wanted = true;
+                    still_held.push(held);
+                }
+            }
+        }
+        self.held = still_held;
+        out
     }
 
     pub fn owned_count(&self) -> usize {
@@ -142,33 +269,31 @@ impl Core {
     /// Whole catch-up runs, oldest first, until `budget` slots are taken
     /// (the last run may go past it: a job's run is published as one
     /// ordered bundle, so it is never split). Empty when `budget` is 0.
-    pub fn take_catchup(&mut self, budget: usize) -> Vec<Slot> {
+    pub fn take_catchup(&mut self, budget: usize, now: DateTime<Utc>) -> Vec<Slot> {
         let mut slots = Vec::new();
         while slots.len() < budget {
             let Some((job, token)) = self.catchup.pop_front() else { break };
-            self.hand_over_runs(job, Some(token), &mut slots);
+            self.hand_over_runs(job, Some(token), now, &mut slots);
         }
         slots
     }
 
     /// Moves `job`'s queued runs up to `until` (all of them with `None`)
     /// into `out`, in order; a slot a calendar excludes is recorded instead.
-    fn hand_over_runs(&mut self, job: Uuid, until: Option<u64>, out: &mut Vec<Slot>) {
-        let Some(queued) = self.runs.get_mut(&job) else { return };
-        while queued.front().is_some_and(|run| until.is_none_or(|u| run.token <= u)) {
-            let Some(run) = queued.pop_front() else { break };
-            let keys = self.jobs.get(&job).and_then(|k| k.owned.as_ref()).map(|o| &o.calendars[..]).unwrap_or(&[]);
-            for slot in run.slots {
-                match Self::excluded_by(&self.calendars, keys, slot.scheduled_at) {
-                    Some(name) => {
-                        self.records.push(Decided::one(slot, Status::Skipped, common::ledger::reason::calendar(&name)))
-                    }
-                    None => out.push(slot),
+    fn hand_over_runs(&mut self, job: Uuid, until: Option<u64>, now: DateTime<Utc>, out: &mut Vec<Slot>) {
+        let keys = self.jobs.get(&job).and_then(|k| k.owned.as_ref()).map(|o| o.calendars.clone()).unwrap_or_default();
+        loop {
+            let Some(queued) = self.runs.get_mut(&job) else { return };
+            if !queued.front().is_some_and(|run| until.is_none_or(|u| run.token <= u)) {
+                if queued.is_empty() {
+                    self.runs.remove(&job);
                 }
+                return;
             }
-        }
-        if queued.is_empty() {
-            self.runs.remove(&job);
+            let Some(run) = queued.pop_front() else { return };
+            for slot in run.slots {
+                self.judge(slot, &keys, now, out);
+            }
         }
     }
 
@@ -252,6 +377,10 @@ impl Core {
             jitter_ms: spec.jitter_ms,
             calendars: spec.calendars.iter().map(|name| calendar::store::key(&row.namespace, name)).collect(),
         };
+        // Load what the job names before its first slot, not at the next poll.
+        if owned.calendars.iter().any(|k| !self.calendars.contains_key(k)) {
+            self.calendars_wanted = true;
+        }
         if let Some(history) = row.history {
             // Decided up to the last ledger slot, but from a slot before it
             // that has no row: the ledger is not a prefix there (an owner
@@ -402,13 +531,13 @@ impl Core {
     }
 
     /// Pops every slot due by `horizon` (up to `max`) and re-arms its job.
-    pub fn take_due(&mut self, horizon: DateTime<Utc>, max: usize) -> Vec<Slot> {
+    pub fn take_due(&mut self, horizon: DateTime<Utc>, now: DateTime<Utc>, max: usize) -> Vec<Slot> {
         let mut slots = Vec::new();
         while slots.len() < max {
             let jobs = &self.jobs;
             let Some((id, _delivery)) = self.heap.pop_due(horizon, |job, g| is_live(jobs, job, g)) else { break };
             // The job's queued catch-up runs go out first (see `CatchUpRun`).
-            self.hand_over_runs(id, None, &mut slots);
+            self.hand_over_runs(id, None, now, &mut slots);
             let Some(known) = self.jobs.get_mut(&id) else { continue };
             let Some(owned) = known.owned.as_mut() else { continue };
             let at = owned.next_slot;
@@ -419,17 +548,18 @@ impl Core {
                 trigger: Trigger::Schedule,
                 max_runs: owned.max_runs,
             };
-            // An excluded slot is recorded, not fired, and is no run.
-            match Self::excluded_by(&self.calendars, &owned.calendars, at) {
-                Some(name) => {
-                    self.records.push(Decided::one(slot, Status::Skipped, common::ledger::reason::calendar(&name)))
-                }
-                None => {
-                    slots.push(slot);
-                    owned.runs += 1;
-                }
+            let keys = owned.calendars.clone();
+            // An excluded slot is recorded, not fired, and is no run; nor is
+            // a held one until it is released (the claim enforces
+            // `max_runs` in any case).
+            if self.judge(slot, &keys, now, &mut slots)
+                && let Some(owned) = self.jobs.get_mut(&id).and_then(|k| k.owned.as_mut())
+            {
+                owned.runs += 1;
             }
-            owned.arm(&mut self.heap, id, at);
+            if let Some(owned) = self.jobs.get_mut(&id).and_then(|k| k.owned.as_mut()) {
+                owned.arm(&mut self.heap, id, at);
+            }
         }
         slots
     }
@@ -487,20 +617,7 @@ mod tests {
     }
 
     fn state() -> Core {
-        Core {
-            node_id: "n0".into(),
-            rf: 2,
-            misfire_threshold: TimeDelta::seconds(30),
-            catchup: VecDeque::new(),
-            runs: HashMap::new(),
-            last_run_token: 0,
-            records: Vec::new(),
-            members: vec!["n0".into()],
-            jobs: HashMap::new(),
-            owned_count: 0,
-            heap: TimerHeap::default(),
-            calendars: HashMap::new(),
-        }
+        Core::new("n0".into(), 2, TimeDelta::seconds(30), vec!["n0".into()])
     }
 
     fn every_two_seconds(max_runs: u64) -> JobSpec {
@@ -574,7 +691,7 @@ mod tests {
         // once those are handed over.
         assert_eq!(queued_fires(&state).len(), 6);
         assert_eq!(state.next_deadline(), Some(t("2026-01-01T12:00:20Z")));
-        assert_eq!(state.take_catchup(100).len(), 6);
+        assert_eq!(state.take_catchup(100, now).len(), 6);
         assert_eq!(state.next_deadline(), Some(t("2026-01-01T12:00:20Z")));
     }
 
@@ -618,7 +735,7 @@ mod tests {
         assert_eq!(queued_fires(&state).len(), 3);
         // No catch-up budget at all: the timer still hands every job over
         // at its next live slot, each job's late fire first.
-        let due = state.take_due(now + TimeDelta::seconds(2), 1000);
+        let due = state.take_due(now + TimeDelta::seconds(2), now, 1000);
         for id in 1..=3u128 {
             let job: Vec<&Slot> = due.iter().filter(|s| s.job_id == Uuid::from_u128(id)).collect();
             assert_eq!(job[0].trigger, Trigger::Misfire, "{job:?}");
@@ -626,7 +743,7 @@ mod tests {
             assert!(job.windows(2).all(|w| w[0].scheduled_at < w[1].scheduled_at), "{job:?}");
         }
         // Their runs left the queue with them.
-        assert!(state.take_catchup(10).is_empty());
+        assert!(state.take_catchup(10, now).is_empty());
         assert!(queued_fires(&state).is_empty());
     }
 
@@ -644,12 +761,12 @@ mod tests {
             let mut out: Vec<Slot> = Vec::new();
             let mut clock = now;
             for (budget, advance_ms) in steps {
-                out.extend(state.take_catchup(budget));
+                out.extend(state.take_catchup(budget, clock));
                 clock += TimeDelta::milliseconds(advance_ms);
-                out.extend(state.take_due(clock, 7));
+                out.extend(state.take_due(clock, clock, 7));
             }
-            out.extend(state.take_catchup(usize::MAX));
-            out.extend(state.take_due(clock, usize::MAX));
+            out.extend(state.take_catchup(usize::MAX, clock));
+            out.extend(state.take_due(clock, clock, usize::MAX));
             let mut seen = std::collections::HashSet::new();
             for id in 1..=jobs {
                 let job: Vec<&Slot> = out.iter().filter(|s| s.job_id == Uuid::from_u128(id)).collect();
@@ -714,7 +831,7 @@ mod tests {
         let mut state = state();
         state.apply(row("2026-01-01T12:00:36Z"), now);
         assert!(state.take_records().is_empty());
-        let due: Vec<_> = state.take_due(now, 100).into_iter().map(|s| s.scheduled_at).collect();
+        let due: Vec<_> = state.take_due(now, now, 100).into_iter().map(|s| s.scheduled_at).collect();
         assert_eq!(due, [t("2026-01-01T12:00:36Z"), t("2026-01-01T12:00:38Z"), t("2026-01-01T12:00:40Z")]);
 
         // Older than the threshold (12:00:11.5): the policy decides it
@@ -726,7 +843,7 @@ mod tests {
         let recorded: Vec<_> =
             state.take_records().into_iter().map(|d| (d.slot.scheduled_at, d.last_at, d.slots)).collect();
         assert_eq!(recorded, [(t("2026-01-01T12:00:04Z"), t("2026-01-01T12:00:08Z"), 3)], "one run of the older slots");
-        let due: Vec<_> = state.take_due(now, 100).into_iter().map(|s| s.scheduled_at).collect();
+        let due: Vec<_> = state.take_due(now, now, 100).into_iter().map(|s| s.scheduled_at).collect();
         assert_eq!(due.first(), Some(&t("2026-01-01T12:00:10Z")), "the late fire, then the timer's slots: {due:?}");
         assert_eq!(due.get(1), Some(&t("2026-01-01T12:00:12Z")));
 
@@ -766,8 +883,8 @@ mod tests {
             row.history.as_mut().unwrap().past.clear();
             state.apply(row, now);
             let records = state.take_records();
-            let mut out = state.take_catchup(usize::MAX);
-            out.extend(state.take_due(now, usize::MAX));
+            let mut out = state.take_catchup(usize::MAX, now);
+            out.extend(state.take_due(now, now, usize::MAX));
 
             let missed: Vec<DateTime<Utc>> =
                 (1..).map(|k| last_slot + TimeDelta::seconds(2 * k)).take_while(|s| *s <= now).collect();
@@ -844,7 +961,7 @@ mod tests {
         while horizon < until_ms {
             horizon = (horizon + step_ms).min(until_ms);
             loop {
-                let batch = core.take_due(ms(horizon), max);
+                let batch = core.take_due(ms(horizon), ms(horizon), max);
                 let n = batch.len();
                 out.extend(batch);
                 if n < max {
@@ -901,7 +1018,7 @@ mod tests {
             let mut out = Vec::new();
             while horizon < until {
                 horizon = (horizon + step).min(until);
-                for slot in core.take_due(ms(horizon), usize::MAX) {
+                for slot in core.take_due(ms(horizon), ms(horizon), usize::MAX) {
                     out.push((slot.clone(), horizon));
                 }
             }
@@ -999,5 +1116,93 @@ mod tests {
                 .collect();
             prop_assert_eq!(key(&after), expected);
         }
+
+        /// A job naming a calendar the node has not loaded never fires past
+        /// it: its slots wait (in order) until the calendar arrives, then each
+        /// is either fired (in order, once) or recorded as excluded, and no
+        /// slot is lost. Jobs without calendars are not held back.
+        #[test]
+        fn slots_never_fire_past_a_calendar_not_loaded_yet(
+            jobs in jobs(),
+            named in prop::collection::vec(any::<bool>(), 12),
+            loaded_at in 0i64..20_000,
+            step in 100i64..1_500,
+        ) {
+            let mut core = core_of(&["n0"]);
+            for (i, (every, anchor)) in jobs.iter().enumerate() {
+                let mut spec = interval(*every, *anchor);
+                if named[i] {
+                    spec.calendars = vec!["odd".into()];
+                }
+                core.apply(changed(i as u128, 1, spec, -10_000), ms(0));
+            }
+            // Odd seconds of the minute are excluded.
+            let calendar = Calendar::compile("odd", &serde_json::from_value(serde_json::json!({
+                "timezone": "UTC", "rules": ["1-59/2 * * * * *"]
+            })).unwrap()).unwrap();
+            let (mut fired, mut recorded) = (Vec::new(), Vec::new());
+            let mut horizon = 0;
+            let mut loaded = false;
+            while horizon < 25_000 {
+                horizon += step;
+                if !loaded && horizon >= loaded_at {
+                    loaded = true;
+                    core.set_calendars(HashMap::from([("default/odd".to_owned(), Arc::new(calendar.clone()))]));
+                }
+                let batch = core.take_held(ms(horizon));
+                prop_assert!(loaded || batch.is_empty());
+                fired.extend(batch);
+                let due = core.take_due(ms(horizon), ms(horizon), usize::MAX);
+                for s in &due {
+                    let i = s.job_id.as_u128() as usize;
+                    prop_assert!(!named[i] || loaded, "slot {} of a job naming an unloaded calendar fired", s.scheduled_at);
+                }
+                fired.extend(due);
+                recorded.extend(core.take_records());
+            }
+            fired.extend(core.take_held(ms(horizon)));
+            recorded.extend(core.take_records());
+            prop_assert!(!core.has_held());
+            for (i, (every, anchor)) in jobs.iter().enumerate() {
+                let id = Uuid::from_u128(i as u128);
+                let expected: Vec<_> = (0..)
+                    .map(|k| ms(anchor + k * *every as i64))
+                    .skip_while(|at| *at <= ms(-10_000))
+                    .take_while(|at| *at <= ms(horizon))
+                    .collect();
+                let mine: Vec<_> = fired.iter().filter(|s| s.job_id == id).map(|s| s.scheduled_at).collect();
+                prop_assert!(mine.windows(2).all(|w| w[0] < w[1]), "job {i} fired out of order: {mine:?}");
+                let skipped: Vec<_> = recorded.iter().filter(|d| d.slot.job_id == id).map(|d| d.slot.scheduled_at).collect();
+                let mut all: Vec<_> = mine.iter().chain(&skipped).copied().collect();
+                all.sort();
+                prop_assert_eq!(&all, &expected, "job {} lost or repeated a slot", i);
+                if named[i] {
+                    prop_assert!(mine.iter().all(|at| !calendar.excludes(*at)));
+                    prop_assert!(skipped.iter().all(|at| calendar.excludes(*at)));
+                } else {
+                    prop_assert!(skipped.is_empty());
+                }
+            }
+        }
+    }
+
+    /// A calendar that never arrives: the slot is recorded
+    /// `calendar_unavailable:NAME` after [`CALENDAR_WAIT`], never fired.
+    #[test]
+    fn a_calendar_that_never_loads_records_its_slots_unavailable_after_the_wait() {
+        let mut core = core_of(&["n0"]);
+        let mut spec = interval(1_000, 0);
+        spec.calendars = vec!["late".into()];
+        core.apply(changed(1, 1, spec, -10_000), ms(0));
+        assert!(core.take_calendars_wanted(), "a job naming an unloaded calendar asks for a reload");
+        assert!(core.take_due(ms(1_000), ms(1_000), 100).is_empty());
+        assert!(core.has_held());
+        assert!(core.take_held(ms(1_000 + CALENDAR_WAIT.num_milliseconds() - 1)).is_empty());
+        assert!(core.take_records().is_empty(), "nothing decided before the wait is over");
+        assert!(core.take_held(ms(1_000 + CALENDAR_WAIT.num_milliseconds())).is_empty());
+        let records = core.take_records();
+        assert!(!records.is_empty());
+        assert!(records.iter().all(|r| r.reason == "calendar_unavailable:late" && r.status == Status::Skipped));
+        assert!(!core.has_held(), "every held slot is decided");
     }
 }

@@ -10,13 +10,14 @@
 //! consumers compare versions. LISTEN (`common::job_changes`) wakes the poll at once,
 //! the periodic poll covers lost notifications and LISTEN reconnects.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use futures::StreamExt;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio_postgres::{AsyncMessage, NoTls, Row};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -298,11 +299,12 @@ pub async fn run(
     pool: Pool,
     mut since: i64,
     poll_interval: Duration,
+    calendars_changed: Arc<Notify>,
     out: mpsc::Sender<Vec<JobRow>>,
     token: CancellationToken,
 ) {
     let (wake_tx, mut wake_rx) = mpsc::channel::<()>(1);
-    tokio::spawn(listen(database_url, wake_tx, token.clone()));
+    tokio::spawn(listen(database_url, wake_tx, calendars_changed, token.clone()));
     let mut tick = tokio::time::interval(poll_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -323,16 +325,23 @@ pub async fn run(
     }
 }
 
-/// LISTENs on a dedicated connection and turns notifications into wake-ups;
-/// reconnects with capped backoff.
-async fn listen(database_url: String, wake: mpsc::Sender<()>, token: CancellationToken) {
+/// LISTENs on a dedicated connection and turns notifications into wake-ups:
+/// of the feed for job changes, of the calendar watcher for calendar
+/// changes; reconnects with capped backoff.
+async fn listen(
+    database_url: String,
+    wake: mpsc::Sender<()>,
+    calendars_changed: Arc<Notify>,
+    token: CancellationToken,
+) {
     let mut backoff = Backoff::new(Duration::from_millis(100));
     while !token.is_cancelled() {
         let result: anyhow::Result<()> = async {
             let (client, mut connection) =
                 tokio_postgres::connect(&database_url, NoTls).await.context("LISTEN connect")?;
             let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-            let statement = format!("LISTEN {}", common::job_changes::CHANNEL);
+            let statement =
+                format!("LISTEN {}; LISTEN {}", common::job_changes::CHANNEL, common::calendar::store::CHANGES_CHANNEL);
             let listen = client.batch_execute(&statement);
             let mut listen = std::pin::pin!(listen);
             // The connection must be polled for LISTEN itself to complete.
@@ -345,11 +354,18 @@ async fn listen(database_url: String, wake: mpsc::Sender<()>, token: Cancellatio
             backoff = Backoff::new(Duration::from_millis(100));
             // Catch up on anything that changed while we were not listening.
             let _ = wake.try_send(());
+            calendars_changed.notify_one();
             loop {
                 tokio::select! {
                     _ = token.cancelled() => return Ok(()),
                     m = messages.next() => match m {
-                        Some(Ok(AsyncMessage::Notification(_))) => { let _ = wake.try_send(()); }
+                        Some(Ok(AsyncMessage::Notification(n))) => {
+                            if n.channel() == common::calendar::store::CHANGES_CHANNEL {
+                                calendars_changed.notify_one();
+                            } else {
+                                let _ = wake.try_send(());
+                            }
+                        }
                         Some(Ok(_)) => {}
                         Some(Err(e)) => return Err(e.into()),
                         None => anyhow::bail!("connection closed"),

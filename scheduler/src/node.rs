@@ -14,7 +14,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use deadpool_postgres::Pool as PgPool;
 use deadpool_redis::Pool as RedisPool;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
@@ -174,9 +174,13 @@ impl Node {
         // tracked, cancelled together and awaited, within a bound, on stop.
         let feed_token = token.child_token();
         let feeders = TaskTracker::new();
+        // Asks the calendar watcher to look now: a calendar changed (the
+        // feed's LISTEN) or a job names one the core has not loaded.
+        let calendars_check = Arc::new(Notify::new());
         {
             let (pool, url, tx, poll_every, t) =
                 (self.pg.clone(), cfg.database_url.clone(), feed_tx.clone(), cfg.poll_interval, feed_token.clone());
+            let calendars_changed = calendars_check.clone();
             let lookback = cfg.misfire_lookback;
             feeders.spawn(async move {
                 let mut backoff = Backoff::new(Duration::from_secs(1));
@@ -191,7 +195,7 @@ impl Node {
                         }
                     }
                 };
-                feed::run(url, pool, since, poll_every, tx, t).await;
+                feed::run(url, pool, since, poll_every, calendars_changed, tx, t).await;
             });
         }
 
@@ -236,6 +240,7 @@ impl Node {
             self.pg.clone(),
             fingerprint,
             cfg.poll_interval,
+            calendars_check.clone(),
             calendars_tx,
             feed_token.clone(),
         ));
@@ -283,6 +288,9 @@ impl Node {
             let due = state.due_per_second(now - TimeDelta::minutes(1), now + lookahead.max);
             lookahead.horizon(now, backlog, pace.slots_per_sec(), due)
         };
+        // Slots held for a calendar not loaded yet are looked at this often.
+        let mut held_tick = tokio::time::interval(Duration::from_millis(100));
+        held_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut catchup_credit: i64 = 0;
         let mut catchup_tick = tokio::time::interval(Duration::from_millis(100));
         catchup_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -307,6 +315,14 @@ impl Node {
                 _ = token.cancelled() => break,
                 Ok(()) = calendars_rx.changed() => {
                     state.set_calendars(calendars_rx.borrow_and_update().clone());
+                    if !release_held(&mut state, &batch_tx, &calendars_check).await {
+                        break;
+                    }
+                }
+                _ = held_tick.tick(), if state.has_held() => {
+                    if !release_held(&mut state, &batch_tx, &calendars_check).await {
+                        break;
+                    }
                 }
                 Ok(()) = members_rx.changed() => {
                     let members = members_rx.borrow_and_update().clone();
@@ -329,6 +345,9 @@ impl Node {
                     for row in rows {
                         state.apply(row, now);
                     }
+                    if state.take_calendars_wanted() {
+                        calendars_check.notify_one();
+                    }
                     state.compact_timer();
                     let records = state.take_records();
                     if !records.is_empty() {
@@ -344,7 +363,10 @@ impl Node {
                 _ = tokio::time::sleep(wait) => {
                     let now = common::clock::now();
                     handed_over = now;
-                    let slots = state.take_due(horizon(&state, handed, now), cfg.batch_max);
+                    let slots = state.take_due(horizon(&state, handed, now), now, cfg.batch_max);
+                    if state.take_calendars_wanted() {
+                        calendars_check.notify_one();
+                    }
                     handed += slots.len() as u64;
                     for s in &slots {
                         let late = (now - s.scheduled_at).num_milliseconds().max(0) as f64 / 1000.0;
@@ -366,7 +388,7 @@ impl Node {
                     // share is paid back by the next ticks.
                     let per_tick = (cfg.catchup_rate as usize / 10 / state.members().len().max(1)).max(1);
                     catchup_credit = (catchup_credit + per_tick as i64).min(per_tick as i64);
-                    let slots = state.take_catchup(catchup_credit.max(0) as usize);
+                    let slots = state.take_catchup(catchup_credit.max(0) as usize, common::clock::now());
                     catchup_credit -= slots.len() as i64;
                     handed += slots.len() as u64;
                     if !slots.is_empty() && batch_tx.send(Work::Fire(slots)).await.is_err() {
@@ -398,16 +420,34 @@ impl Node {
 
 type Calendars = HashMap<String, Arc<common::calendar::Calendar>>;
 
+/// Hands over the held slots whose calendars are loaded now, records those
+/// excluded or held too long, and asks for a reload while some still wait.
+/// False when the dispatcher is gone.
+async fn release_held(state: &mut Core, batch_tx: &mpsc::Sender<Work>, calendars_check: &Notify) -> bool {
+    let slots = state.take_held(common::clock::now());
+    if state.take_calendars_wanted() {
+        calendars_check.notify_one();
+    }
+    if !slots.is_empty() && batch_tx.send(Work::Fire(slots)).await.is_err() {
+        return false;
+    }
+    let records = state.take_records();
+    records.is_empty() || batch_tx.send(Work::Record(records)).await.is_ok()
+}
+
 async fn load_calendars(pg: &PgPool) -> anyhow::Result<(String, Calendars)> {
     common::calendar::store::load_all(&pg.get().await?).await
 }
 
-/// Reloads the calendars whenever they change (checked every
-/// `every`, a cheap fingerprint read) and hands them to the core.
+/// Reloads the calendars whenever they change (checked every `every`, a
+/// cheap fingerprint read, and at once when `check` is notified: a calendar
+/// changed (LISTEN) or a job names one the core has not loaded) and hands
+/// them to the core.
 async fn watch_calendars(
     pg: deadpool_postgres::Pool,
     mut fingerprint: Option<String>,
     every: Duration,
+    check: Arc<Notify>,
     out: watch::Sender<Calendars>,
     token: CancellationToken,
 ) {
@@ -417,6 +457,7 @@ async fn watch_calendars(
         tokio::select! {
             _ = token.cancelled() => return,
             _ = tick.tick() => {}
+            _ = check.notified() => {}
         }
         let changed = async {
             let client = pg.get().await?;

@@ -245,6 +245,60 @@ async fn slots_a_calendar_excludes_are_recorded_skipped_and_the_rest_delivered()
     stack.stop().await;
 }
 
+/// A job that names a calendar made a moment before it: no slot fires past
+/// the calendar, though the node polls calendars only every 5 s (the
+/// shipped default). Each of the first slots is recorded skipped by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_calendar_made_just_before_its_job_holds_from_the_jobs_first_slot() {
+    const SLOTS: usize = 6;
+    let sink = Sink::start().await;
+    let mut stack = Stack::start("calendar-fresh").await;
+    let mut cfg = stack.node_config("node-a");
+    cfg.poll_interval = Duration::from_secs(5);
+    stack.start_node(cfg);
+    stack.start_worker(stack.worker_config("worker-a"));
+    // The node has loaded its (empty) set of calendars before this one
+    // exists: it loads them before its first fire, and a first job fired.
+    let probe = stack
+        .create_job(json!({
+            "name": "probe", "schedule": { "kind": "interval", "every_ms": 1000 },
+            "target": http_target(&sink.url("probe")),
+        }))
+        .await;
+    wait_for("the node's first fire", Duration::from_secs(20), || async {
+        (!sink.received_on("probe").is_empty()).then_some(())
+    })
+    .await;
+    stack.delete_job(probe["id"].as_str().unwrap()).await;
+    let today = Utc::now().date_naive();
+    let response = stack
+        .http
+        .put(format!("{}/v1/calendars/today", stack.api))
+        .json(&json!({ "timezone": "UTC", "dates": [today.to_string(), today.succ_opt().unwrap().to_string()] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    let job = stack
+        .create_job(json!({
+            "name": "fresh-calendar", "calendars": ["today"],
+            "schedule": { "kind": "cron", "expr": "* * * * * *", "timezone": "UTC" },
+            "target": http_target(&sink.url("fresh")),
+        }))
+        .await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    let rows = wait_for("six slots recorded", Duration::from_secs(30), || async {
+        let rows = rows_of(&stack, &id).await;
+        (rows.len() >= SLOTS).then_some(rows)
+    })
+    .await;
+    for (slot, status, reason, _, _) in &rows {
+        assert_eq!((status.as_str(), reason.as_deref()), ("skipped", Some("calendar:today")), "slot {slot}");
+    }
+    assert!(sink.received_on("fresh").is_empty(), "a slot was delivered past its calendar");
+    stack.stop().await;
+}
+
 /// Deliveries of an execution at a sink, by attempt number.
 fn attempts_at(sink: &Sink, path: &str, execution_id: &str) -> Vec<u32> {
     sink.received_on(path).iter().filter(|r| r.execution_id == execution_id).map(|r| r.attempt).collect()

@@ -178,6 +178,10 @@ pub async fn fingerprint(client: &impl GenericClient) -> anyhow::Result<String> 
         .get(0))
 }
 
+/// The channel a trigger on `calendars` notifies after each change
+/// (migrations/V19): schedulers reload at once instead of at their next poll.
+pub const CHANGES_CHANNEL: &str = "cronshard_calendars";
+
 /// The key of a calendar in a scheduler's map: names are per namespace.
 pub fn key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
