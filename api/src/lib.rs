@@ -154,9 +154,22 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(middleware::from_fn(track_metrics))
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
-        .layer(TraceLayer::new_for_http())
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .layer(TimeoutLayer::with_status_code(axum::http::StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(30)))
         .with_state(state)
+}
+
+/// The span of a request in the debug log: its method, its target with the
+/// query's values masked (`/v1/jobs?access_token=***`: a client may put a
+/// secret there, and tower-http's default span prints the URI whole) and
+/// its HTTP version.
+fn request_span<B>(request: &axum::http::Request<B>) -> tracing::Span {
+    tracing::debug_span!(
+        "request",
+        method = %request.method(),
+        uri = %common::redact::url(&request.uri().to_string()),
+        version = ?request.version(),
+    )
 }
 
 /// Request latency by method, route template and status.

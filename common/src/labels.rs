@@ -6,6 +6,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::text::quoted;
+
 const NAME_MAX: usize = 63;
 const PREFIX_MAX: usize = 253;
 
@@ -39,12 +41,14 @@ pub fn check_key(key: &str) -> Result<(), String> {
         && (prefix.len() > PREFIX_MAX || !prefix.split('.').all(is_dns_label))
     {
         return Err(format!(
-            "label key prefix \"{prefix}\" must be a DNS subdomain (lowercase letters, digits, '-' and '.', at most {PREFIX_MAX} characters)"
+            "label key prefix {} must be a DNS subdomain (lowercase letters, digits, '-' and '.', at most {PREFIX_MAX} characters)",
+            quoted(prefix)
         ));
     }
     if !is_label_name(name) {
         return Err(format!(
-            "label key \"{key}\" is not valid: the name must be 1 to {NAME_MAX} characters of letters, digits, '-', '_' or '.', beginning and ending with a letter or digit"
+            "label key {} is not valid: the name must be 1 to {NAME_MAX} characters of letters, digits, '-', '_' or '.', beginning and ending with a letter or digit",
+            quoted(key)
         ));
     }
     Ok(())
@@ -56,7 +60,8 @@ pub fn check_value(value: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "label value \"{value}\" is not valid: at most {NAME_MAX} characters of letters, digits, '-', '_' or '.', beginning and ending with a letter or digit"
+            "label value {} is not valid: at most {NAME_MAX} characters of letters, digits, '-', '_' or '.', beginning and ending with a letter or digit",
+            quoted(value)
         ))
     }
 }
@@ -67,7 +72,8 @@ pub fn check_name(name: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "\"{name}\" is not a valid name: 1 to {NAME_MAX} lowercase letters, digits or '-', beginning and ending with a letter or digit"
+            "{} is not a valid name: 1 to {NAME_MAX} lowercase letters, digits or '-', beginning and ending with a letter or digit",
+            quoted(name)
         ))
     }
 }
@@ -76,6 +82,10 @@ pub fn check_name(name: &str) -> Result<(), String> {
 pub const SELECTOR_TERMS_MAX: usize = 64;
 /// Values one `in` / `notin` set may hold.
 pub const SELECTOR_SET_MAX: usize = 100;
+/// Bytes of a selector's text. Room for the largest useful selector (a set
+/// of 100 values of 63 characters is 6,500 bytes); refused before anything
+/// is parsed, so a selector costs at most this much reading.
+pub const SELECTOR_MAX_BYTES: usize = 16 * 1024;
 
 /// A label selector in Kubernetes syntax: requirements joined by `,`, all of
 /// which a job's labels must meet.
@@ -115,7 +125,7 @@ pub enum Op {
 
 /// A selector that does not parse: the term at fault and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("term {term:?}: {message}")]
+#[error("term \"{term}\": {message}")]
 pub struct SelectorError {
     pub term: String,
     pub message: String,
@@ -123,25 +133,28 @@ pub struct SelectorError {
 
 impl SelectorError {
     fn new(term: &str, message: impl Into<String>) -> Self {
-        // A term is echoed back in errors: keep it short.
-        let term: String = term.chars().take(120).collect();
-        Self { term, message: message.into() }
+        // A term is echoed back in errors: a short prefix, escaped.
+        Self { term: crate::text::excerpt(term, 120), message: message.into() }
     }
 }
 
 impl Selector {
-    /// Parses `text`; the error names the first term at fault.
+    /// Parses `text`; the error names the first term at fault. The limits
+    /// (`SELECTOR_MAX_BYTES`, `SELECTOR_TERMS_MAX`, `SELECTOR_SET_MAX`) are
+    /// checked before or while reading what they bound: the length first,
+    /// the terms as they are split, a set's values as they are read, so
+    /// the work done on any text is linear in at most the limits.
     pub fn parse(text: &str) -> Result<Selector, SelectorError> {
+        if text.len() > SELECTOR_MAX_BYTES {
+            return Err(SelectorError::new(
+                text,
+                format!("a selector may be at most {SELECTOR_MAX_BYTES} bytes long; this one is {}", text.len()),
+            ));
+        }
         if text.trim().is_empty() {
             return Ok(Selector::default());
         }
         let terms = split_terms(text)?;
-        if terms.len() > SELECTOR_TERMS_MAX {
-            return Err(SelectorError::new(
-                terms[SELECTOR_TERMS_MAX],
-                format!("a selector may hold at most {SELECTOR_TERMS_MAX} terms"),
-            ));
-        }
         let requirements = terms.into_iter().map(parse_term).collect::<Result<_, _>>()?;
         Ok(Selector { requirements })
     }
@@ -193,10 +206,12 @@ impl fmt::Display for Selector {
 }
 
 /// Splits at the commas outside parentheses (those inside separate the
-/// values of a set).
+/// values of a set); stops at the first term past `SELECTOR_TERMS_MAX`.
 fn split_terms(text: &str) -> Result<Vec<&str>, SelectorError> {
     let mut terms = Vec::new();
     let (mut depth, mut start) = (0u32, 0usize);
+    let too_many =
+        |term: &str| SelectorError::new(term, format!("a selector may hold at most {SELECTOR_TERMS_MAX} terms"));
     for (i, c) in text.char_indices() {
         match c {
             '(' if depth == 0 => depth = 1,
@@ -209,6 +224,9 @@ fn split_terms(text: &str) -> Result<Vec<&str>, SelectorError> {
             ',' if depth == 0 => {
                 terms.push(&text[start..i]);
                 start = i + 1;
+                if terms.len() == SELECTOR_TERMS_MAX {
+                    return Err(too_many(&text[start..]));
+                }
             }
             _ => {}
         }
@@ -280,7 +298,8 @@ fn keyword<'a>(rest: &'a str, word: &str) -> Option<&'a str> {
     (after.starts_with(char::is_whitespace) || after.starts_with('(')).then_some(after)
 }
 
-/// `(a, b, c)`: one or more values, each at most once.
+/// `(a, b, c)`: one or more values, each at most once; reading stops at the
+/// first item past `SELECTOR_SET_MAX`.
 fn parse_set(term: &str, text: &str) -> Result<Vec<String>, SelectorError> {
     let fail = |message: String| SelectorError::new(term, message);
     let inner = text
@@ -292,18 +311,19 @@ fn parse_set(term: &str, text: &str) -> Result<Vec<String>, SelectorError> {
         return Err(fail("the set is empty; name at least one value".into()));
     }
     let mut values: Vec<String> = Vec::new();
-    for item in inner.split(',') {
+    for (i, item) in inner.split(',').enumerate() {
+        if i == SELECTOR_SET_MAX {
+            return Err(fail(format!("a set may hold at most {SELECTOR_SET_MAX} values")));
+        }
         let v = item.trim();
         if v.is_empty() {
             return Err(fail("the set has an empty item; use key= to select an empty value".into()));
         }
         check_value(v).map_err(fail)?;
+        // At most SELECTOR_SET_MAX values to compare with.
         if !values.iter().any(|x| x == v) {
             values.push(v.to_owned());
         }
-    }
-    if values.len() > SELECTOR_SET_MAX {
-        return Err(fail(format!("a set may hold at most {SELECTOR_SET_MAX} values")));
     }
     Ok(values)
 }
@@ -408,6 +428,43 @@ mod tests {
         let big_set =
             format!("k in ({})", (0..=SELECTOR_SET_MAX).map(|i| format!("v{i}")).collect::<Vec<_>>().join(","));
         assert!(Selector::parse(&big_set).unwrap_err().message.contains("at most"));
+    }
+
+    /// The limits bound the work, not only the answer: a selector past a
+    /// limit is refused at the limit, before what follows it is read (what
+    /// follows here would be an error of its own if it were read).
+    #[test]
+    fn parsing_stops_at_each_limit() {
+        // 30,000 values: refused by its length before any term is split.
+        let huge = format!("k in ({})", (0..30_000).map(|i| format!("v{i}")).collect::<Vec<_>>().join(","));
+        let e = Selector::parse(&huge).unwrap_err();
+        assert!(e.message.contains(&format!("at most {SELECTOR_MAX_BYTES} bytes")), "{e}");
+        assert!(e.term.chars().count() <= 121, "the error quotes a short prefix: {e}");
+        // A set's item past the limit is not read: the next one is invalid.
+        let values = (0..SELECTOR_SET_MAX).map(|i| format!("v{i}")).collect::<Vec<_>>().join(",");
+        let e = Selector::parse(&format!("k in ({values},v-extra,b@d)")).unwrap_err();
+        assert_eq!(e.message, format!("a set may hold at most {SELECTOR_SET_MAX} values"), "{e}");
+        let e = Selector::parse(&format!("k in ({values},b@d)")).unwrap_err();
+        assert_eq!(e.message, format!("a set may hold at most {SELECTOR_SET_MAX} values"), "{e}");
+        // Exactly at the limit parses.
+        assert!(Selector::parse(&format!("k in ({values})")).is_ok());
+        // A term past the limit is not split: the unclosed '(' after it is never seen.
+        let terms = (0..SELECTOR_TERMS_MAX).map(|i| format!("k{i}")).collect::<Vec<_>>().join(",");
+        let e = Selector::parse(&format!("{terms},extra,k in (a")).unwrap_err();
+        assert_eq!(e.message, format!("a selector may hold at most {SELECTOR_TERMS_MAX} terms"), "{e}");
+        assert_eq!(Selector::parse(&terms).unwrap().requirements.len(), SELECTOR_TERMS_MAX);
+    }
+
+    #[test]
+    fn errors_quote_a_short_escaped_prefix_of_a_refused_value() {
+        let key = format!("\u{1b}[31m{}", "k".repeat(200_000));
+        let e = check_key(&key).unwrap_err();
+        assert!(e.len() < 400, "{} bytes: {e:.200}", e.len());
+        assert!(e.contains("\\u{1b}[31m") && !e.contains('\u{1b}'), "{e}");
+        let e = check_value(&"v".repeat(100_000)).unwrap_err();
+        assert!(e.len() < 400, "{} bytes", e.len());
+        let e = Selector::parse("k=\u{202e}x").unwrap_err();
+        assert!(!e.to_string().contains('\u{202e}'), "{e}");
     }
 
     #[test]

@@ -28,3 +28,4 @@ pub mod shutdown;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod text;

@@ -8,6 +8,8 @@
 //! - query and fragment: every value becomes `***` (`?api_key=***&page=***`);
 //!   the names stay.
 //! - `password=...` in a key/value connection string (`host=db password=***`).
+//! - a reference without a scheme (a request's target as a server logs it,
+//!   `/v1/jobs?access_token=***`): its query and fragment values, as above.
 //!
 //! Both functions work on the text, without parsing it as a URL: a malformed
 //! URL (the subject of most errors about one) is redacted as well as a valid
@@ -47,7 +49,7 @@ pub fn text(s: &str) -> String {
 /// Whether `text` could change `s`: a quick test that lets most log lines
 /// through untouched.
 pub fn might_hold_secret(s: &str) -> bool {
-    s.contains("://") || s.contains('@') || contains_ignore_case(s, "password")
+    s.contains("://") || s.contains('@') || s.contains('?') || contains_ignore_case(s, "password")
 }
 
 /// A process's exit for `main`: a failure is printed as `Error: ...` (with
@@ -92,7 +94,7 @@ fn token(t: &str) -> String {
         from = sep + 3;
     }
     if starts.is_empty() {
-        return bare_userinfo(t);
+        return relative_reference(&bare_userinfo(t));
     }
     let mut out = String::with_capacity(t.len());
     out.push_str(&t[..starts[0]]);
@@ -193,6 +195,28 @@ fn peel_punctuation(s: &str) -> (&str, &str) {
         }
         end -= 1;
     }
+}
+
+/// A word without a scheme that holds a path and a query
+/// (`/v1/jobs?access_token=x`, `uri=/hook?k=v#f`): the query's and the
+/// fragment's values masked as in a URL. A `?` with no `/` before it in the
+/// word (`what?`) is prose, left alone.
+fn relative_reference(t: &str) -> String {
+    let Some(q) = t.find('?') else { return t.to_owned() };
+    if !t[..q].contains('/') {
+        return t.to_owned();
+    }
+    let (body, tail) = peel_punctuation(&t[q + 1..]);
+    let mut out = String::with_capacity(t.len());
+    out.push_str(&t[..=q]);
+    let end = body.find('#').unwrap_or(body.len());
+    mask_values(&body[..end], &mut out);
+    if let Some(fragment) = body[end..].strip_prefix('#') {
+        out.push('#');
+        mask_values(fragment, &mut out);
+    }
+    out.push_str(tail);
+    out
 }
 
 /// A word without a scheme shaped like `user:password@host`.
@@ -300,6 +324,21 @@ mod tests {
     }
 
     #[test]
+    fn a_request_target_without_a_scheme_loses_its_query_values() {
+        assert_eq!(url("/v1/jobs?access_token=cst_abc&limit=5"), "/v1/jobs?access_token=***&limit=***");
+        assert_eq!(url("/hook?k=v#t=x"), "/hook?k=***#t=***");
+        assert_eq!(
+            text("request{method=GET uri=/v1/jobs?access_token=cst_abc version=HTTP/1.1}: started"),
+            "request{method=GET uri=/v1/jobs?access_token=*** version=HTTP/1.1}: started"
+        );
+        assert_eq!(text(r#"{"uri":"/v1/x?api_key=s3"}"#), r#"{"uri":"/v1/x?api_key=***"}"#);
+        assert_eq!(text("see /v1/x?k=v."), "see /v1/x?k=***.");
+        // A question in prose is not a query.
+        let prose = "did it fire? yes=2 (see the logs)";
+        assert_eq!(text(prose), prose);
+    }
+
+    #[test]
     fn key_value_connection_strings_lose_their_password() {
         assert_eq!(url("host=db user=app password=s3cret dbname=x"), "host=db user=app password=*** dbname=x");
         assert_eq!(url("host=db PASSWORD = 'a \\' b' port=1"), "host=db PASSWORD = '***' port=1");
@@ -346,6 +385,10 @@ mod tests {
             "((((http://h/?k=v))))",
             "é://é:é@é?é=é#é",
             "password='\\é' password=é",
+            "/a?b=c#d=e",
+            "/?",
+            "x/?=&#",
+            "/a?(b=c)",
         ];
         for s in samples {
             for f in [url, text] {
