@@ -1,8 +1,8 @@
 //! The HTTP side: one request to the API, its answer, and the API's errors
 //! (`application/problem+json`) turned into a [`Failure`] with the exit
 //! code of their status. The token goes into the `Authorization` header and
-//! nowhere else: no message names it, and the URL is shown without its
-//! password.
+//! nowhere else: no message names it, and the URL is shown as
+//! `common::redact` shows URLs (password and query values masked).
 
 use std::time::Duration;
 
@@ -56,7 +56,7 @@ impl Api {
         Ok(Api { base, token: token.filter(|t| !t.is_empty()), http })
     }
 
-    /// The API's base URL as it may be shown: without a password.
+    /// The API's base URL as it may be shown: password and query values masked.
     pub fn shown_base(&self) -> String {
         shown(&self.base)
     }
@@ -122,6 +122,7 @@ impl Api {
             cause = next;
         }
         let what = if e.is_timeout() { "timed out" } else { "failed" };
+        let cause = crate::redact::text(&cause.to_string());
         Failure::new(
             Exit::Unavailable,
             format!("cannot reach the API at {}: request {what}: {cause}", self.shown_base()),
@@ -129,13 +130,10 @@ impl Api {
     }
 }
 
-/// A URL with its password (if any) masked.
+/// A URL as it may be shown: its password and query values masked
+/// (`common::redact`).
 fn shown(url: &Url) -> String {
-    let mut url = url.clone();
-    if url.password().is_some() {
-        let _ = url.set_password(Some("***"));
-    }
-    url.as_str().trim_end_matches('/').to_owned()
+    crate::redact::url(url.as_str().trim_end_matches('/'))
 }
 
 /// An error answer: the problem's title and detail, each field error as
@@ -188,6 +186,8 @@ mod tests {
             "http://u:pw@h:8080/cronshard/v1/jobs/a%20b%2Fc/executions/2026-03-29T01:00:00+02:00?selector=a%3Db%2Cc%21%3Dd"
         );
         assert_eq!(api.shown_base(), "http://u:***@h:8080/cronshard");
+        let api = Api::new("http://h:8080/?api_key=s3cr3t&x=1", None).unwrap();
+        assert_eq!(api.shown_base(), "http://h:8080/?api_key=***&x=***");
         assert!(Api::new("ftp://h", None).is_err());
         assert!(Api::new("127.0.0.1:8080", None).is_err());
     }

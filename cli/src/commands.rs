@@ -62,7 +62,7 @@ impl Ctx {
             if self.format == Format::Table
                 && let Some(cursor) = page["next_cursor"].as_str()
             {
-                eprintln!("(more: --cursor '{cursor}' for the next page, or --all)");
+                eprintln!("(more: --cursor '{}' for the next page, or --all)", crate::text::escape(cursor));
             }
             let items = page["items"].as_array().cloned().unwrap_or_default();
             return output::render(self.format, &first.text, &page, |_| table(&items));
@@ -138,8 +138,8 @@ async fn preview(ctx: &Ctx, p: Preview) -> Result<String> {
         .await?;
     ctx.show(&reply, |v| {
         let mut out = format!("from {}\n", output::utc(&v["from"]));
-        if let Some(note) = v["note"].as_str() {
-            out.push_str(&format!("note: {note}\n"));
+        if !v["note"].is_null() {
+            out.push_str(&format!("note: {}\n", output::text(&v["note"])));
         }
         out.push('\n');
         out.push_str(&output::fire_times(&v["fire_times"]));

@@ -61,11 +61,15 @@ impl Failure {
     }
 }
 
+/// What stderr shows: each line with the secrets of any URL in it masked
+/// and no character printed raw that a terminal would act on (an API
+/// error's text is data, like a table cell).
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "error: {}", self.message)?;
+        let safe = |s: &str| crate::text::escape(&crate::redact::text(s)).into_owned();
+        write!(f, "error: {}", safe(&self.message))?;
         for line in &self.details {
-            write!(f, "\n  {line}")?;
+            write!(f, "\n  {}", safe(line))?;
         }
         Ok(())
     }
@@ -75,7 +79,18 @@ pub type Result<T, E = Failure> = std::result::Result<T, E>;
 
 #[cfg(test)]
 mod tests {
-    use super::Exit;
+    use super::{Exit, Failure};
+
+    #[test]
+    fn a_failure_prints_no_control_character_and_no_url_secret() {
+        let mut f = Failure::invalid("bad \u{1b}]0;owned\u{7} at http://h/?api_key=s3cr3t");
+        f.details.push("name: x\r\nforged: line\u{202e}".to_owned());
+        let shown = f.to_string();
+        assert_eq!(
+            shown,
+            "error: bad \\u{1b}]0;owned\\u{7} at http://h/?api_key=***\n  name: x\\r\\nforged: line\\u{202e}"
+        );
+    }
 
     #[test]
     fn statuses_map_to_their_exit_codes() {

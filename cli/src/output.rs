@@ -1,6 +1,13 @@
 //! How answers are shown: `table` for people (aligned columns, instants in
 //! UTC RFC 3339 with milliseconds), `json` the API's body as it came (for
 //! scripts), `yaml` the same document as YAML.
+//!
+//! Nothing from the API reaches the terminal raw: a table shows every
+//! control, bidi or zero-width character of a value as an escape (`\r\n`,
+//! `\u{1b}`, `\u{202e}`, `common::text::escape`), so a value can neither
+//! forge a line nor send the terminal an escape sequence; `json` writes
+//! those characters as JSON escapes (`\u001b`, the same document), and
+//! `yaml` too (a document holding one is written in YAML's JSON form).
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::Value;
@@ -18,14 +25,50 @@ pub enum Format {
 /// `table` makes of it.
 pub fn render(format: Format, raw: &str, value: &Value, table: impl FnOnce(&Value) -> String) -> Result<String> {
     match format {
-        Format::Json => Ok(with_newline(raw.trim_end().to_owned())),
+        Format::Json => Ok(with_newline(json_escaped(raw.trim_end()))),
         Format::Yaml => yaml(value),
-        Format::Table => Ok(with_newline(table(value))),
+        // Every cell is escaped already; this catches a line a view wrote
+        // from API data without a cell (its line breaks are the view's own).
+        Format::Table => Ok(with_newline(table_escaped(&table(value)))),
     }
 }
 
 pub fn yaml(value: &Value) -> Result<String> {
-    yaml_serde::to_string(value).map_err(|e| Failure::other(format!("cannot write YAML: {e}")))
+    let text = yaml_serde::to_string(value).map_err(|e| Failure::other(format!("cannot write YAML: {e}")))?;
+    if !text.chars().any(|c| crate::text::is_hidden(c) && !matches!(c, '\n' | '\r' | '\t')) {
+        return Ok(text);
+    }
+    // The emitter escapes C0 controls but writes DEL, C1 controls and bidi
+    // or zero-width characters raw. Rare: the document is then written in
+    // YAML's JSON form (YAML 1.2 is a superset of JSON), whose double-quoted
+    // strings take the same `\uXXXX` escapes.
+    let json = serde_json::to_string_pretty(value).map_err(|e| Failure::other(format!("cannot write YAML: {e}")))?;
+    Ok(with_newline(json_escaped(&json)))
+}
+
+/// A valid JSON document with every hidden character (`common::text`)
+/// written as a `\uXXXX` escape: such characters can only stand inside
+/// strings, where the escape means the same character, so the document is
+/// unchanged. Newlines, tabs and carriage returns are left: raw, they can
+/// only be whitespace between tokens.
+fn json_escaped(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    for c in raw.chars() {
+        if crate::text::is_hidden(c) && !matches!(c, '\n' | '\r' | '\t') {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Table text with each hidden character but the line breaks escaped.
+fn table_escaped(text: &str) -> String {
+    text.split('\n').map(|line| crate::text::escape(line).into_owned()).collect::<Vec<_>>().join("\n")
 }
 
 fn with_newline(mut s: String) -> String {
@@ -36,24 +79,25 @@ fn with_newline(mut s: String) -> String {
 }
 
 /// An instant as the tables show it: UTC, RFC 3339, milliseconds; `-` for
-/// none. Text that is not an instant is shown as it is.
+/// none. Text that is not an instant is shown as [`text`] shows it.
 pub fn utc(v: &Value) -> String {
     match v {
         Value::Null => "-".to_owned(),
         Value::String(s) => match DateTime::parse_from_rfc3339(s) {
             Ok(t) => t.with_timezone(&Utc).to_rfc3339_opts(SecondsFormat::Millis, true),
-            Err(_) => s.clone(),
+            Err(_) => text(v),
         },
         other => text(other),
     }
 }
 
 /// A scalar as text (`-` for null); an object or array as compact JSON.
+/// Hidden characters are escaped (`\u{1b}`): the text is for a terminal.
 pub fn text(v: &Value) -> String {
     match v {
         Value::Null => "-".to_owned(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+        Value::String(s) => crate::text::escape(s).into_owned(),
+        other => crate::text::escape(&other.to_string()).into_owned(),
     }
 }
 
@@ -70,10 +114,12 @@ pub fn cut(s: &str, max: usize) -> String {
 }
 
 /// Columns aligned on the widest cell, two spaces apart; the last column is
-/// not padded.
+/// not padded. A cell's hidden characters are escaped (one cell, one line).
 pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> =
+        rows.iter().map(|row| row.iter().map(|c| crate::text::escape(c).into_owned()).collect()).collect();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
+    for row in &rows {
         for (i, cell) in row.iter().enumerate() {
             widths[i] = widths[i].max(cell.chars().count());
         }
@@ -91,19 +137,19 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
         out.trim_end().to_owned()
     };
     let mut out = line(&mut headers.iter().copied());
-    for row in rows {
+    for row in &rows {
         out.push('\n');
         out.push_str(&line(&mut row.iter().map(String::as_str)));
     }
     out
 }
 
-/// `KEY:  value` lines, values aligned.
+/// `KEY:  value` lines, values aligned; a value's hidden characters escaped.
 pub fn fields(pairs: &[(&str, String)]) -> String {
     let width = pairs.iter().map(|(k, _)| k.chars().count()).max().unwrap_or(0);
     pairs
         .iter()
-        .map(|(k, v)| format!("{k}:{}{v}", " ".repeat(width - k.chars().count() + 2)))
+        .map(|(k, v)| format!("{k}:{}{}", " ".repeat(width - k.chars().count() + 2), crate::text::escape(v)))
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -112,7 +158,7 @@ pub fn fields(pairs: &[(&str, String)]) -> String {
 pub fn labels(v: &Value) -> String {
     match v.as_object() {
         Some(map) if !map.is_empty() => {
-            map.iter().map(|(k, v)| format!("{k}={}", text(v))).collect::<Vec<_>>().join(",")
+            map.iter().map(|(k, v)| format!("{}={}", crate::text::escape(k), text(v))).collect::<Vec<_>>().join(",")
         }
         _ => "-".to_owned(),
     }
@@ -147,15 +193,21 @@ pub fn dst(fire: &Value) -> String {
     }
 }
 
-/// The table of fire times of `next` and `preview`: the UTC instant, the
-/// wall time and offset in the schedule's zone (cron), the DST mark and,
-/// with jitter, the delivery instant.
+/// The table of fire times of `next` and `preview`: every field the API
+/// gives a fire time: the UTC instant, the wall time and offset in the
+/// schedule's zone (cron), the DST marks, with jitter the delivery instant,
+/// and with calendars the one that excludes the slot (`EXCLUDED BY`: the
+/// slot is recorded skipped, not delivered).
 pub fn fire_times(fires: &Value) -> String {
     let items = fires.as_array().map(Vec::as_slice).unwrap_or_default();
     let jittered = items.iter().any(|f| !f["fires_at"].is_null());
+    let excluded = items.iter().any(|f| !f["excluded_by"].is_null());
     let mut headers = vec!["AT (UTC)", "LOCAL", "OFFSET", "DST"];
     if jittered {
         headers.push("DELIVERED AT (UTC)");
+    }
+    if excluded {
+        headers.push("EXCLUDED BY");
     }
     let rows: Vec<Vec<String>> = items
         .iter()
@@ -168,6 +220,9 @@ pub fn fire_times(fires: &Value) -> String {
             ];
             if jittered {
                 row.push(utc(&f["fires_at"]));
+            }
+            if excluded {
+                row.push(f["excluded_by"].as_str().unwrap_or_default().to_owned());
             }
             row
         })
@@ -189,6 +244,72 @@ mod tests {
         assert_eq!(fields(&[("ID", "x".into()), ("VERSION", "3".into())]), "ID:       x\nVERSION:  3");
         assert_eq!(cut("a  b\nc", 10), "a b c");
         assert_eq!(cut("abcdefghijkl", 5), "abcd…");
+    }
+
+    /// The class: a table that drops a field the API returns. Every field of
+    /// the API's own fire time (`api::model::FireTime`, all set) must show in
+    /// the table; a field added to the API without a column fails here.
+    #[test]
+    fn the_fire_times_table_shows_every_field_the_api_gives() {
+        let at: DateTime<Utc> = "2026-03-29T01:00:00Z".parse().unwrap();
+        let fire = api::model::FireTime {
+            at,
+            fires_at: Some(at + chrono::TimeDelta::milliseconds(1234)),
+            local: Some("2026-03-29T03:00:00.000+02:00".into()),
+            offset: Some("+02:00".into()),
+            dst: Some(api::model::DstMark::Gap),
+            dst_shift: true,
+            excluded_by: Some("holidays".into()),
+        };
+        let value = serde_json::to_value(&fire).unwrap();
+        let shown = fire_times(&json!([value.clone(), {"at": "2026-03-30T01:00:00.000Z"}]));
+        let lines: Vec<&str> = shown.lines().collect();
+        assert_eq!(
+            lines[0],
+            "AT (UTC)                  LOCAL                          OFFSET  DST                  DELIVERED AT (UTC)        EXCLUDED BY"
+        );
+        for (key, v) in value.as_object().unwrap() {
+            let expected = match key.as_str() {
+                "at" => "2026-03-29T01:00:00.000Z".to_owned(),
+                "fires_at" => "2026-03-29T01:00:01.234Z".to_owned(),
+                "dst" => "gap".to_owned(),
+                "dst_shift" => "offset changes".to_owned(),
+                "excluded_by" => "holidays".to_owned(),
+                "local" | "offset" => v.as_str().unwrap().to_owned(),
+                other => panic!("the API gives fire times a field {other:?} that the CLI's table does not show"),
+            };
+            assert!(lines[1].contains(&expected), "{key}: {expected:?} not in {:?}", lines[1]);
+        }
+        // A slot no calendar excludes has an empty cell.
+        assert!(lines[2].starts_with("2026-03-30T01:00:00.000Z"), "{shown}");
+    }
+
+    #[test]
+    fn no_value_reaches_the_terminal_raw() {
+        let evil = "x\r\nforged\u{1b}[2J\u{7}\u{202e}\u{9b}";
+        let t = table(&["A", "B"], &[vec![evil.into(), "b".into()]]);
+        assert_eq!(t.lines().count(), 2, "{t}");
+        assert!(!t.chars().any(|c| crate::text::is_hidden(c) && c != '\n'), "{t:?}");
+        assert!(t.contains("x\\r\\nforged\\u{1b}[2J\\u{7}\\u{202e}\\u{9b}"), "{t}");
+        let f = fields(&[("NAME", evil.into())]);
+        assert_eq!(f.lines().count(), 1, "{f}");
+        assert_eq!(text(&json!(evil)), crate::text::escape(evil));
+        assert_eq!(labels(&json!({evil: evil})).lines().count(), 1);
+        // A view's own line built from data without a cell is caught too
+        // (but for a line break, which views leave to `text`).
+        let shown = render(Format::Table, "", &json!(null), |_| "note: \u{1b}[2J\u{202e}\nnext".into()).unwrap();
+        assert_eq!(shown, "note: \\u{1b}[2J\\u{202e}\nnext\n");
+        // JSON: the same document, the characters as escapes.
+        let raw = serde_json::to_string(&json!({"name": evil, "k": "\u{e0001}"})).unwrap();
+        let shown = render(Format::Json, &raw, &json!(null), |_| String::new()).unwrap();
+        assert!(!shown.trim_end().chars().any(crate::text::is_hidden), "{shown:?}");
+        assert_eq!(serde_json::from_str::<Value>(&shown).unwrap(), serde_json::from_str::<Value>(&raw).unwrap());
+        // YAML: the same document, the characters as escapes.
+        let value = json!({"name": evil, "plain": "ok"});
+        let shown = yaml(&value).unwrap();
+        assert!(!shown.chars().any(|c| crate::text::is_hidden(c) && c != '\n'), "{shown:?}");
+        assert_eq!(yaml_serde::from_str::<Value>(&shown).unwrap(), value);
+        assert_eq!(yaml(&json!({"plain": "ok"})).unwrap(), "plain: ok\n");
     }
 
     #[test]

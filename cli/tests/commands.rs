@@ -580,3 +580,100 @@ async fn errors_never_show_the_token_or_the_urls_password() {
         .await;
     assert!(!run.stderr.contains(SECRET), "{run:?}");
 }
+
+/// `jobs next` and `preview` show which calendar excludes a slot, in the
+/// table (`EXCLUDED BY`) and, as the API gives it, in JSON and YAML.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn next_and_preview_show_the_calendar_that_excludes_a_slot() {
+    let stack = Stack::start("cli-next-excluded").await;
+    stack
+        .cli()
+        .args(["calendars", "put", "xmas", "-f", "-"])
+        .stdin(json!({"timezone": "UTC", "dates": ["2026-12-25"]}).to_string())
+        .ok()
+        .await;
+    let id = stack
+        .create_json(&json!({"name": "daily", "calendars": ["xmas"],
+                             "schedule": {"kind": "cron", "expr": "0 9 * * *", "timezone": "UTC"},
+                             "target": {"kind": "http", "url": "https://x.example.com/run"}}))
+        .await;
+    let from = ["--count", "3", "--from", "2026-12-24T00:00:00Z"];
+    let run = stack.cli().args(["jobs", "next", &id]).args(from).ok().await;
+    assert_eq!(
+        run.lines(),
+        [
+            "AT (UTC)                  LOCAL                          OFFSET  DST  EXCLUDED BY",
+            "2026-12-24T09:00:00.000Z  2026-12-24T09:00:00.000+00:00  +00:00",
+            "2026-12-25T09:00:00.000Z  2026-12-25T09:00:00.000+00:00  +00:00       xmas",
+            "2026-12-26T09:00:00.000Z  2026-12-26T09:00:00.000+00:00  +00:00",
+        ],
+        "{run:?}"
+    );
+    let run = stack.cli().args(["-o", "json", "jobs", "next", &id]).args(from).ok().await;
+    let fires = run.json()["fire_times"].clone();
+    assert_eq!((fires[0].get("excluded_by"), &fires[1]["excluded_by"]), (None, &json!("xmas")));
+    let run = stack.cli().args(["-o", "yaml", "jobs", "next", &id]).args(from).ok().await;
+    assert!(run.stdout.contains("excluded_by: xmas"), "{run:?}");
+
+    // The preview shares the table.
+    let request = json!({"schedule": {"kind": "cron", "expr": "0 9 * * *", "timezone": "UTC"},
+                         "calendars": ["xmas"], "from": "2026-12-25T00:00:00Z", "count": 1});
+    let run = stack.cli().args(["preview", "-f", "-"]).stdin(request.to_string()).ok().await;
+    assert_eq!(run.lines()[2], "AT (UTC)                  LOCAL                          OFFSET  DST  EXCLUDED BY");
+    assert!(run.lines()[3].ends_with("  xmas"), "{run:?}");
+}
+
+/// A value stored with control characters (before the API refused them,
+/// or written around it) never reaches the terminal raw: `jobs get` and
+/// `jobs list` show the characters escaped, so no line is forged and no
+/// escape sequence is sent; `-o json` writes them as JSON escapes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_values_with_control_characters_are_printed_escaped() {
+    let stack = Stack::start("cli-escapes").await;
+    let id = stack
+        .create_json(&json!({"name": "plain", "schedule": {"kind": "interval", "every_ms": 60000},
+                             "target": {"kind": "http", "url": "https://x.example.com/run"}}))
+        .await;
+    let evil_url = "https://x.example.com/a\r\nPAUSED:           false\u{1b}]0;owned\u{7}\u{1b}[2J";
+    let evil_name = "name\u{202e}gnp.exe\u{9b}31m";
+    let sql = stack.app.sql().await;
+    sql.execute(
+        "UPDATE jobs SET spec = jsonb_set(jsonb_set(spec, '{target,url}', to_jsonb($2::text)), '{name}', to_jsonb($3::text)),
+                         name = $3 WHERE id = $1",
+        &[&uuid::Uuid::parse_str(&id).unwrap(), &evil_url, &evil_name],
+    )
+    .await
+    .unwrap();
+    let raw = |s: &str| s.chars().any(|c| c != '\n' && (c.is_control() || ('\u{2028}'..='\u{202e}').contains(&c)));
+    for args in [vec!["jobs", "get", &id], vec!["jobs", "list"]] {
+        let run = stack.cli().args(&args).ok().await;
+        assert!(!raw(&run.stdout), "{args:?} printed a raw control character: {:?}", run.stdout);
+        let forged = run.lines().iter().filter(|l| l.starts_with("PAUSED:")).count();
+        assert_eq!(forged, if args[1] == "get" { 1 } else { 0 }, "a forged line: {run:?}");
+    }
+    let run = stack.cli().args(["jobs", "get", &id]).ok().await;
+    assert_eq!(
+        run.field("TARGET"),
+        "http POST https://x.example.com/a\\r\\nPAUSED:           false\\u{1b}]0;owned\\u{7}\\u{1b}[2J"
+    );
+    assert_eq!(run.field("NAME"), "name\\u{202e}gnp.exe\\u{9b}31m");
+    for format in ["json", "yaml"] {
+        let run = stack.cli().args(["-o", format, "jobs", "get", &id]).ok().await;
+        assert!(!raw(&run.stdout), "-o {format} printed a raw control character: {:?}", run.stdout);
+    }
+    let run = stack.cli().args(["-o", "json", "jobs", "get", &id]).ok().await;
+    assert_eq!((run.json()["target"]["url"].as_str(), run.json()["name"].as_str()), (Some(evil_url), Some(evil_name)));
+}
+
+/// An unreachable API is named with its query values masked, as every URL
+/// the workspace prints (`common::redact`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_api_url_is_shown_without_its_query_values() {
+    let run = Cli::new()
+        .env("CRONSHARD_URL", &format!("http://127.0.0.1:1/?api_key={SECRET}&mode=x"))
+        .args(["jobs", "list"])
+        .fails(5)
+        .await;
+    assert!(run.stderr.contains("cannot reach the API at http://127.0.0.1:1/?api_key=***&mode=***"), "{run:?}");
+    assert!(!run.stderr.contains(SECRET), "{run:?}");
+}
