@@ -300,9 +300,14 @@ test('edit (If-Match of the version shown), pause, resume and trigger from the j
   assert.equal(back.status, 200);
 
   await page.goto(`${stack.api}/ui/#/jobs/${okJob}`);
+  // The pause asks why; the note and who paused are stored and shown.
+  page.once('dialog', (d) => d.accept('receiver maintenance'));
   await page.click('button:text("Pause")');
   await page.waitForSelector('.title-row >> text=paused');
-  assert.equal((await stack.call('GET', `/v1/jobs/${okJob}`)).body.paused, true);
+  const pausedJob = (await stack.call('GET', `/v1/jobs/${okJob}`)).body;
+  assert.equal(pausedJob.paused, true);
+  assert.equal(pausedJob.pause.note, 'receiver maintenance');
+  assert.match(await page.textContent('#paused-by'), /receiver maintenance/);
   await page.click('button:text("Resume")');
   await page.waitForSelector('.title-row >> text=active');
   assert.equal((await stack.call('GET', `/v1/jobs/${okJob}`)).body.paused, false);

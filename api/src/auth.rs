@@ -105,12 +105,35 @@ impl Scope {
 pub struct Caller {
     pub role: Role,
     pub scope: Scope,
+    /// Who acts, as recorded beside what a caller changes (who paused a job).
+    pub actor: Actor,
+}
+
+/// The token behind a request, as recorded: its id and name for a stored
+/// token, never the token itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Actor {
+    /// The stored token's id; `None` for a bootstrap token or with auth off.
+    pub token_id: Option<Uuid>,
+    pub name: String,
+}
+
+impl Actor {
+    /// A token of `API_TOKENS` (they have no names; the position tells them apart).
+    pub fn bootstrap(index: usize) -> Actor {
+        Actor { token_id: None, name: format!("bootstrap token #{}", index + 1) }
+    }
+
+    /// Every caller while auth is off.
+    pub fn anonymous() -> Actor {
+        Actor { token_id: None, name: "anonymous (auth off)".to_owned() }
+    }
 }
 
 impl Caller {
     /// A bootstrap token, or anyone while auth is off.
-    pub const fn bootstrap() -> Caller {
-        Caller { role: Role::Admin, scope: Scope::Every }
+    pub fn bootstrap(actor: Actor) -> Caller {
+        Caller { role: Role::Admin, scope: Scope::Every, actor }
     }
 
     /// 403 unless the caller's role includes `role`.
@@ -239,9 +262,14 @@ async fn resolve(state: &AppState, given: &str) -> ApiResult<Option<Caller>> {
     if given.is_empty() {
         return Ok(None);
     }
-    let bootstrap = state.tokens.iter().fold(false, |ok, t| ok | token_matches(given.as_bytes(), t.as_bytes()));
-    if bootstrap {
-        return Ok(Some(Caller::bootstrap()));
+    // Every token is compared (no early exit), so timing tells nothing.
+    let bootstrap = state
+        .tokens
+        .iter()
+        .enumerate()
+        .fold(None, |found, (i, t)| if token_matches(given.as_bytes(), t.as_bytes()) { Some(i) } else { found });
+    if let Some(index) = bootstrap {
+        return Ok(Some(Caller::bootstrap(Actor::bootstrap(index))));
     }
     let hash = token_hash(given);
     if let Some(cached) = state.token_cache.get(&hash) {
@@ -256,7 +284,7 @@ async fn resolve(state: &AppState, given: &str) -> ApiResult<Option<Caller>> {
 /// The token layer of `/v1`: resolves the caller or answers 401.
 pub async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     let caller = if state.tokens.is_empty() {
-        Some(Caller::bootstrap())
+        Some(Caller::bootstrap(Actor::anonymous()))
     } else {
         match resolve(&state, bearer_token(request.headers())).await {
             Ok(caller) => caller,
@@ -286,7 +314,8 @@ mod tests {
 
     #[test]
     fn roles_include_the_ones_below_and_scopes_cover_their_parts() {
-        let writer = Caller { role: Role::Write, scope: Scope::Only(vec!["a".into(), "b".into()]) };
+        let writer =
+            Caller { role: Role::Write, scope: Scope::Only(vec!["a".into(), "b".into()]), actor: Actor::anonymous() };
         assert!(writer.require(Role::Read).is_ok() && writer.require(Role::Write).is_ok());
         assert!(matches!(writer.require(Role::Admin), Err(ApiError::Forbidden(_))));
         assert!(writer.scope.covers(&Scope::Only(vec!["a".into()])));
@@ -297,9 +326,9 @@ mod tests {
         assert_eq!(writer.namespace_for_new_job(Some("b")).unwrap(), "b");
         assert!(writer.namespace_for_new_job(Some("c")).is_err());
         assert!(writer.namespace_for_new_job(None).is_err(), "two namespaces: the job must name one");
-        let single = Caller { role: Role::Write, scope: Scope::Only(vec!["a".into()]) };
+        let single = Caller { role: Role::Write, scope: Scope::Only(vec!["a".into()]), actor: Actor::anonymous() };
         assert_eq!(single.namespace_for_new_job(None).unwrap(), "a");
-        assert_eq!(Caller::bootstrap().namespace_for_new_job(None).unwrap(), "default");
+        assert_eq!(Caller::bootstrap(Actor::anonymous()).namespace_for_new_job(None).unwrap(), "default");
     }
 
     #[test]

@@ -361,9 +361,17 @@ pub fn of_row(row: &ExecutionWithHistory, now: DateTime<Utc>) -> Explanation {
         Status::Running => {
             format!("It is firing: attempt {attempts} started on worker {worker} at {}.", show_opt(r.started_at))
         }
-        Status::Retrying => {
-            format!("It fired and attempt {attempts} failed{outcome}{error}; a retry is scheduled with backoff.")
-        }
+        Status::Retrying => match r.next_attempt_at {
+            Some(next) => format!(
+                "It fired and attempt {attempts} failed{outcome}{error}; attempt {} is due at {} ({} after now).",
+                attempts + 1,
+                show(next),
+                human((next - now).max(TimeDelta::zero()))
+            ),
+            None => {
+                format!("It fired and attempt {attempts} failed{outcome}{error}; a retry is scheduled with backoff.")
+            }
+        },
         Status::Succeeded => {
             let retries =
                 if attempts > 1 { format!(" after {} failed attempt(s)", attempts - 1) } else { String::new() };
@@ -734,6 +742,7 @@ mod tests {
                 response_excerpt: None,
                 error: None,
                 reason: None,
+                next_attempt_at: None,
                 run: None,
             },
             history: history.into_iter().map(|v| v.as_object().unwrap().clone()).collect(),

@@ -29,6 +29,25 @@ pub struct Job {
     /// The next fire time; null when paused or when the schedule is exhausted.
     #[serde(serialize_with = "serialize_opt_instant")]
     pub next_fire_at: Option<DateTime<Utc>>,
+    /// While the job is paused: who paused it, when and why (null when it
+    /// is live). Operational state: a replace or patch of the definition
+    /// keeps it, only pause and resume change it.
+    pub pause: Option<PauseState>,
+}
+
+/// Who paused a job, when and why.
+#[derive(Serialize, ToSchema)]
+pub struct PauseState {
+    /// When it was paused (null for a job paused before this was recorded).
+    #[serde(serialize_with = "serialize_opt_instant")]
+    pub at: Option<DateTime<Utc>>,
+    /// The name of the token that paused it (a bootstrap token of
+    /// `API_TOKENS` is named by its position); never the token itself.
+    pub by: Option<String>,
+    /// The id of that token, when it is a stored one.
+    pub by_token_id: Option<Uuid>,
+    /// The `note` given to the pause.
+    pub note: Option<String>,
 }
 
 /// A page of jobs, ordered by id.

@@ -11,11 +11,15 @@ use crate::model::{Namespace, TokenInfo};
 /// The caller of a stored token, unless it is unknown or revoked.
 pub async fn token_caller(client: &impl GenericClient, hash: &[u8]) -> Result<Option<Caller>, tokio_postgres::Error> {
     let row = client
-        .query_opt("SELECT role, namespaces FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL", &[&hash])
+        .query_opt(
+            "SELECT role, namespaces, id, name FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL",
+            &[&hash],
+        )
         .await?;
     Ok(row.and_then(|r| {
         let role = Role::parse(r.get(0))?;
-        Some(Caller { role, scope: Scope::from_list(r.get(1)) })
+        let actor = crate::auth::Actor { token_id: Some(r.get(2)), name: r.get(3) };
+        Some(Caller { role, scope: Scope::from_list(r.get(1)), actor })
     }))
 }
 

@@ -428,13 +428,14 @@ async fn replacing_a_job_checks_if_match_and_bumps_the_version() {
     let r = app.put_json(&path, &v2, Some("\"banana\"")).await;
     assert_problem(&r, 400);
 
-    // Replacing with paused: true pauses it.
+    // Pausing is state, not definition: a replace that would pause is
+    // refused (422 naming `paused` and the route to use), nothing changes.
     let mut paused = v2.clone();
     paused["paused"] = json!(true);
     let r = app.put_json(&path, &paused, Some("\"4\"")).await;
-    assert_eq!(r.status, 200, "{}", r.text);
-    assert_eq!(r.json()["paused"], json!(true));
-    assert_eq!(r.json()["next_fire_at"], Value::Null);
+    assert_invalid(&r, &["paused"]);
+    assert_eq!(app.job(&id).await["paused"], json!(false));
+    assert_eq!(app.job(&id).await["version"], json!(4));
     assert_eq!(app.job_rows().await, 1, "a replace must not add rows");
 }
 

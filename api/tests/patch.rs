@@ -168,9 +168,10 @@ async fn a_patch_changes_the_job_as_a_replace_does() {
     let rows = app.get(&format!("/v1/jobs/{id}/executions")).await.json();
     assert_eq!(rows["items"][0]["status"], "skipped", "{rows}");
     assert_eq!(rows["items"][0]["reason"], "superseded", "{rows}");
-    // Pausing through a patch is a pause: no next fire time.
+    // Pausing is state, not definition: a patch that would pause is refused.
     let r = patch(&app, &id, &json!({ "paused": true }), MERGE, None).await;
-    assert_eq!((r.json()["paused"].clone(), r.json()["next_fire_at"].clone()), (json!(true), Value::Null));
+    assert_invalid(&r, &["paused"]);
+    assert_eq!(app.job(&id).await["paused"], json!(false));
     // A job cannot move namespace by patch either.
     assert_invalid(&patch(&app, &id, &json!({ "namespace": "elsewhere" }), MERGE, None).await, &["namespace"]);
 }

@@ -133,7 +133,8 @@ export async function render(main, { params, signal, go, setTitle }) {
         id
           ? null
           : F('namespace', 'Namespace', 'namespace', I('namespace', '', { placeholder: 'default' }), 'Empty: the token’s namespace.'),
-        F('paused', 'Paused', 'paused', h('input', { type: 'checkbox', name: 'paused', checked: Boolean(job?.paused) })),
+        // Pausing an existing job is state, changed by Pause/Resume on its page.
+        id ? null : F('paused', 'Paused', 'paused', h('input', { type: 'checkbox', name: 'paused', checked: false })),
       ),
       F('labels', 'Labels', 'labels', T('labels', lines(job?.labels, '='), { placeholder: 'team=payments' }), 'One "key=value" a line.'),
     ),
@@ -221,7 +222,7 @@ export async function render(main, { params, signal, go, setTitle }) {
       name: v('name').trim(),
       schedule,
       target,
-      paused: checked('paused'),
+      paused: id ? undefined : checked('paused'),
       labels: parseLines(v('labels'), '='),
       misfire: v('misfire'),
       misfire_cap: num(v('misfire_cap')),

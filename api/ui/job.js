@@ -41,7 +41,9 @@ export async function render(main, { params, query, signal, go, setTitle }) {
           go(`/jobs/${id}`, `Resumed ${job.name}.`);
         })
       : act('Pause', async () => {
-          await post(`/v1/jobs/${seg(id)}/pause`);
+          const note = window.prompt(`Why pause "${job.name}"? (optional, shown to whoever finds it paused)`, '');
+          if (note === null) throw new Error('Not paused.');
+          await post(`/v1/jobs/${seg(id)}/pause`, note.trim() ? { note: note.trim() } : undefined);
           go(`/jobs/${id}`, `Paused ${job.name}.`);
         }),
     act('Trigger now', async () => {
@@ -88,6 +90,17 @@ export async function render(main, { params, query, signal, go, setTitle }) {
       h('dd', { text: String(job.version) }),
       h('dt', { text: 'Next fire' }),
       h('dd', {}, job.next_fire_at ? timeEl(job.next_fire_at) : job.paused ? 'none while paused' : 'none'),
+      job.pause ? h('dt', { text: 'Paused' }) : null,
+      job.pause
+        ? h(
+            'dd',
+            { id: 'paused-by' },
+            `by ${job.pause.by ?? 'unknown'}`,
+            job.pause.at ? ' at ' : '',
+            job.pause.at ? timeEl(job.pause.at) : '',
+            job.pause.note ? `: ${job.pause.note}` : '',
+          )
+        : null,
     ),
     actions,
     tabEl,

@@ -343,11 +343,13 @@ Examples:
     #[command(after_help = "With JOB_ID and SCHEDULED_AT: that execution, back to pending under a new fire id.
 Without them: every execution the filters select (status failed unless --status
 says otherwise; at most --limit, default 100). Each gets a fresh retry budget:
-the job's own retry policy, or --max-retries.
+the job's own retry policy, with each of --max-retries, --base-delay-ms,
+--multiplier and --max-delay-ms given in place of the job's value (the others
+stay the job's).
 
 Examples:
   $ cronshard executions replay $JOB $AT
-  $ cronshard executions replay $JOB $AT --max-retries 5
+  $ cronshard executions replay $JOB $AT --max-retries 5 --base-delay-ms 2000
   $ cronshard executions replay --status failed --error-contains 503 --from 2026-11-01T00:00:00Z --to 2026-12-01T00:00:00Z
   $ cronshard executions replay --job $JOB --trigger schedule --max-retries 2 --limit 10")]
     Replay(Replay),
@@ -399,9 +401,40 @@ pub struct Replay {
     /// Bulk: replay at most this many (1 to 1000; the API's default is 100).
     #[arg(long, conflicts_with = "job_id")]
     pub limit: Option<u32>,
-    /// The replayed executions' retries (instead of each job's retry policy).
+    /// The replayed executions' retries (instead of each job's).
     #[arg(long, value_name = "N")]
     pub max_retries: Option<u32>,
+    /// The delay before their first retry, in milliseconds (instead of each job's).
+    #[arg(long, value_name = "MS")]
+    pub base_delay_ms: Option<u64>,
+    /// The factor each further retry's delay grows by (instead of each job's).
+    #[arg(long, value_name = "X")]
+    pub multiplier: Option<f64>,
+    /// The longest delay between retries, in milliseconds (instead of each job's).
+    #[arg(long, value_name = "MS")]
+    pub max_delay_ms: Option<u64>,
+}
+
+impl Replay {
+    /// The retry fields given, as the API takes them (`None`: none given,
+    /// the jobs' own policies). The API keeps each job's value of a field
+    /// not given.
+    pub fn retry(&self) -> Option<serde_json::Value> {
+        let mut retry = serde_json::Map::new();
+        if let Some(n) = self.max_retries {
+            retry.insert("max_retries".into(), n.into());
+        }
+        if let Some(ms) = self.base_delay_ms {
+            retry.insert("base_delay_ms".into(), ms.into());
+        }
+        if let Some(x) = self.multiplier {
+            retry.insert("multiplier".into(), x.into());
+        }
+        if let Some(ms) = self.max_delay_ms {
+            retry.insert("max_delay_ms".into(), ms.into());
+        }
+        (!retry.is_empty()).then_some(serde_json::Value::Object(retry))
+    }
 }
 
 #[derive(Subcommand, Debug)]

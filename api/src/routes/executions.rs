@@ -226,11 +226,21 @@ pub async fn replay_one(
     }
 }
 
-/// A replay's own `retry` policy, validated like a job's (`None`: the job's).
-fn retry_policy(obj: &serde_json::Map<String, Value>) -> ApiResult<Option<common::job::RetryPolicy>> {
+/// A replay's own `retry` fields, validated like a job's policy: the fields
+/// given override the job's, field by field (`None`: the job's policy).
+fn retry_policy(obj: &serde_json::Map<String, Value>) -> ApiResult<Option<Value>> {
     match obj.get("retry") {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => common::job::RetryPolicy::from_json(v).map(Some).map_err(ApiError::Validation),
+        Some(v) => {
+            // Every field is optional here (the job's fills the gap);
+            // `max_retries`, required in a job's policy, is checked when given.
+            let mut checked = v.clone();
+            if let Some(obj) = checked.as_object_mut() {
+                obj.entry("max_retries").or_insert(0.into());
+            }
+            common::job::RetryPolicy::from_json(&checked).map_err(ApiError::Validation)?;
+            Ok(Some(v.clone()))
+        }
     }
 }
 

@@ -25,7 +25,7 @@ use common::ledger::{self, Execution, changes::Cancel};
 
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiResult, field};
-use crate::extract::{JobIdPath, JsonBody, QueryParams};
+use crate::extract::{JobIdPath, JsonBody, OptionalJsonBody, QueryParams};
 use crate::model::{Job, JobPage, NextFires};
 use crate::params::{not_found, parse_limit, parse_time};
 use crate::{AppState, fires, idempotency, quota, selector};
@@ -36,7 +36,7 @@ pub mod patch;
 
 macro_rules! job_columns {
     () => {
-        "id, namespace, version, spec, paused, created_at, updated_at, peak_fires_per_second"
+        "id, namespace, version, spec, paused, created_at, updated_at, peak_fires_per_second, paused_at, paused_by, paused_by_token, pause_note"
     };
 }
 
@@ -61,8 +61,10 @@ const NEW_JOB_COLUMNS: &str = concat!(job_columns!(), ", NULL::bigint AS runs");
 static INSERT_UNLIMITED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "WITH defer AS MATERIALIZED ({})
-         INSERT INTO jobs (id, name, spec, paused, namespace, peak_fires_per_second)
-         SELECT $1, $2, $3, $4, n.name, $6 FROM namespaces n, defer
+         INSERT INTO jobs (id, name, spec, paused, namespace, peak_fires_per_second, paused_at, paused_by, paused_by_token)
+         SELECT $1, $2, $3, $4, n.name, $6, CASE WHEN $4 THEN now() END, CASE WHEN $4 THEN $7 END,
+                CASE WHEN $4 THEN $8::uuid END
+         FROM namespaces n, defer
           WHERE n.name = $5 AND n.max_jobs IS NULL AND n.max_fires_per_second IS NULL
          RETURNING {NEW_JOB_COLUMNS}",
         common::job_changes::DEFER_TO_AFTER_COMMIT_IN_STATEMENT
@@ -90,6 +92,12 @@ pub fn job_of_row(row: &Row, now: DateTime<Utc>) -> ApiResult<Job> {
     };
     let next_fire_at =
         if spec.paused || runs_used_up { None } else { spec.compile(created_at).ok().and_then(|s| s.next_after(now)) };
+    let pause = spec.paused.then(|| crate::model::PauseState {
+        at: row.get("paused_at"),
+        by: row.get("paused_by"),
+        by_token_id: row.get("paused_by_token"),
+        note: row.get("pause_note"),
+    });
     Ok(Job {
         id: row.get("id"),
         namespace: row.get("namespace"),
@@ -97,6 +105,7 @@ pub fn job_of_row(row: &Row, now: DateTime<Utc>) -> ApiResult<Job> {
         created_at,
         updated_at: row.get("updated_at"),
         next_fire_at,
+        pause,
         spec,
     })
 }
@@ -132,6 +141,12 @@ fn parsed(body: &Value, limits: &common::job::Limits) -> ApiResult<(JobSpec, Opt
         return Err(ApiError::Validation(common::job::cap_field_errors(nul)));
     }
     let mut definition = body.clone();
+    // `pause` is state the API shows beside the definition (who paused the
+    // job, when, why): read-only, so a job read and written back as a whole
+    // is taken, and what it says is never applied.
+    if let Some(o) = definition.as_object_mut() {
+        o.remove("pause");
+    }
     let namespace = match definition.as_object_mut().and_then(|o| o.remove("namespace")) {
         None | Some(Value::Null) => None,
         Some(Value::String(name)) => Some(name),
@@ -230,13 +245,18 @@ pub async fn create(
         return Ok(created(first.status, first.body, true));
     }
     fires_ever(&spec)?;
+    let actor = &caller.actor;
     let id = Uuid::now_v7();
     let peak = quota::peak_fires_per_second(&spec, Utc::now());
     let spec_json = serde_json::to_value(&spec)?;
     if key.is_none() && spec.calendars.is_empty() {
         let insert = client.prepare_cached(&INSERT_UNLIMITED).await?;
-        let inserted =
-            client.query_opt(&insert, &[&id, &spec.name, &spec_json, &spec.paused, &namespace, &peak]).await?;
+        let inserted = client
+            .query_opt(
+                &insert,
+                &[&id, &spec.name, &spec_json, &spec.paused, &namespace, &peak, &actor.name, &actor.token_id],
+            )
+            .await?;
         if let Some(row) = inserted {
             let body = serde_json::to_value(job_of_row(&row, Utc::now())?)?;
             return Ok(committed_create(&state, &spec, &namespace, body));
@@ -251,10 +271,11 @@ pub async fn create(
     let row = tx
         .query_one(
             &format!(
-                "INSERT INTO jobs (id, name, spec, paused, namespace, peak_fires_per_second)
-                 VALUES ($1, $2, $3, $4, $5, $6) RETURNING {NEW_JOB_COLUMNS}"
+                "INSERT INTO jobs (id, name, spec, paused, namespace, peak_fires_per_second, paused_at, paused_by, paused_by_token)
+                 VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $4 THEN now() END, CASE WHEN $4 THEN $7 END, CASE WHEN $4 THEN $8::uuid END)
+                 RETURNING {NEW_JOB_COLUMNS}"
             ),
-            &[&id, &spec.name, &spec_json, &spec.paused, &namespace, &peak],
+            &[&id, &spec.name, &spec_json, &spec.paused, &namespace, &peak, &actor.name, &actor.token_id],
         )
         .await?;
     let job = job_of_row(&row, Utc::now())?;
@@ -591,11 +612,21 @@ pub async fn replace(
 ) -> ApiResult<Response> {
     caller.require(Role::Write)?;
     let expected = if_match(&headers)?;
-    let (spec, named) = validated(&body, &state.limits)?;
+    let (mut spec, named) = parsed(&body, &state.limits)?;
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
     let before = lock_for_change(&tx, &caller, id).await?;
     check_version(id, &before, expected)?;
+    // What the body leaves out of the job's state and metadata is kept:
+    // a pipeline that PUTs definitions must not resume an operator's pause
+    // or drop labels it never knew about.
+    let given = |key: &str| body.get(key).is_some_and(|v| !v.is_null());
+    if !given("paused") {
+        spec.paused = before.paused;
+    }
+    if !given("labels") {
+        spec.labels = before.spec.labels.clone();
+    }
     let row = update_job(&tx, id, &before, spec, named).await?;
     tx.commit().await?;
     Ok(with_etag(StatusCode::OK, job_of_row(&row, Utc::now())?))
@@ -625,6 +656,23 @@ async fn update_job(
         && named != before.namespace
     {
         return Err(field("namespace", format!("is {:?}; a job cannot move to another namespace", before.namespace)));
+    }
+    if spec.paused != before.paused {
+        return Err(field(
+            "paused",
+            format!(
+                "is {}, but the job is {}: pausing is state, not definition; use POST /v1/jobs/{id}/{}",
+                spec.paused,
+                if before.paused { "paused" } else { "live" },
+                if spec.paused { "pause" } else { "resume" }
+            ),
+        ));
+    }
+    // "In the future" is a rule for a schedule being set, not for every
+    // write: a one-time job whose time has passed keeps its schedule
+    // through an edit of its labels or target.
+    if spec.schedule != before.spec.schedule {
+        fires_ever(&spec)?;
     }
     let spec = keep_stored_secrets(spec, &before.spec)?;
     let peak = quota::peak_fires_per_second(&spec, Utc::now());
@@ -690,23 +738,31 @@ async fn delete_job(tx: &impl deadpool_postgres::GenericClient, caller: &Caller,
     Ok(ledger::changes::cancel_claimed(tx, id, Cancel::Deleted).await?)
 }
 
-async fn set_paused(state: &AppState, caller: &Caller, id: Uuid, paused: bool) -> ApiResult<Response> {
+async fn set_paused(
+    state: &AppState,
+    caller: &Caller,
+    id: Uuid,
+    paused: bool,
+    note: Option<&str>,
+) -> ApiResult<Response> {
     caller.require(Role::Write)?;
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
-    let row = pause_or_resume(&tx, caller, id, paused).await?;
+    let row = pause_or_resume(&tx, caller, id, paused, note).await?;
     tx.commit().await?;
     Ok(with_etag(StatusCode::OK, job_of_row(&row, Utc::now())?))
 }
 
 /// Pauses (or resumes) a live job of the caller's namespaces: a new
 /// version, its claimed rows cancelled, a resume's paused period recorded.
-/// Returns the job's row (`JOB_COLUMNS`).
-async fn pause_or_resume(
+/// A pause records who paused it, when and why (`note`); a resume clears
+/// that. Returns the job's row (`JOB_COLUMNS`).
+pub(crate) async fn pause_or_resume(
     tx: &impl deadpool_postgres::GenericClient,
     caller: &Caller,
     id: Uuid,
     paused: bool,
+    note: Option<&str>,
 ) -> ApiResult<Row> {
     let before = lock_for_change(tx, caller, id).await?;
     if !paused && before.paused {
@@ -717,15 +773,42 @@ async fn pause_or_resume(
     let row = tx
         .query_one(
             &format!(
-                "UPDATE jobs SET paused = $2, spec = jsonb_set(spec, '{{paused}}', to_jsonb($2::boolean)), version = version + 1
+                "UPDATE jobs SET paused = $2, spec = jsonb_set(spec, '{{paused}}', to_jsonb($2::boolean)),
+                        version = version + 1,
+                        paused_at = CASE WHEN $2 THEN now() END, paused_by = CASE WHEN $2 THEN $3 END,
+                        paused_by_token = CASE WHEN $2 THEN $4::uuid END, pause_note = CASE WHEN $2 THEN $5 END
                  WHERE id = $1 RETURNING {JOB_COLUMNS}"
             ),
-            &[&id, &paused],
+            &[&id, &paused, &caller.actor.name, &caller.actor.token_id, &note],
         )
         .await?;
     settle_change(tx, id, &before, paused).await?;
     Ok(row)
 }
+
+/// The body of a pause: why, for whoever finds the job paused. Optional
+/// (an empty body is a pause without a note); any other field is refused.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+pub struct PauseRequest {
+    /// Why the job is paused (at most 500 characters, no control characters).
+    #[schema(max_length = 500, example = "receiver maintenance until 14:00")]
+    pub note: Option<String>,
+}
+
+/// Checks a pause note: shown to operators, so short and printable.
+pub(crate) fn check_pause_note(note: Option<&str>) -> ApiResult<()> {
+    let Some(note) = note else { return Ok(()) };
+    if note.chars().count() > PAUSE_NOTE_MAX {
+        return Err(field("note", format!("must be at most {PAUSE_NOTE_MAX} characters")));
+    }
+    if note.chars().any(|c| c.is_control()) {
+        return Err(field("note", "must not contain control characters"));
+    }
+    Ok(())
+}
+
+/// Longest pause note (the column checks it too).
+const PAUSE_NOTE_MAX: usize = 500;
 
 #[utoipa::path(
     post,
@@ -734,17 +817,53 @@ async fn pause_or_resume(
     params(
         ("id" = uuid::Uuid, Path, description = "The job id"),
     ),
+    request_body(content = Option<PauseRequest>, content_type = "application/json",
+                 description = "Optional: a `note` saying why; an empty body pauses without one"),
     responses(
-        (status = 200, description = "The paused job", body = crate::model::Job),
+        (status = 200, description = "The paused job; `pause` says who paused it, when and why", body = crate::model::Job),
         crate::model::BadRequest,
         crate::model::Unauthorized,
         crate::model::JobNotFound,
+        crate::model::ValidationFailed,
         crate::model::InternalError,
     ),
     security(("bearer" = [])),
 )]
-pub async fn pause(State(state): State<AppState>, caller: Caller, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
-    set_paused(&state, &caller, id, true).await
+pub async fn pause(
+    State(state): State<AppState>,
+    caller: Caller,
+    JobIdPath(id): JobIdPath,
+    OptionalJsonBody(body): OptionalJsonBody,
+) -> ApiResult<Response> {
+    let note = pause_note(body)?;
+    set_paused(&state, &caller, id, true, note.as_deref()).await
+}
+
+/// The fields of an optional JSON object body, each field named in the
+/// error when it is not one of `allowed`: an ignored field is a lost
+/// instruction. An empty body has none.
+fn body_fields(body: Option<Value>, allowed: &[&str]) -> ApiResult<serde_json::Map<String, Value>> {
+    let map = match body {
+        None => return Ok(serde_json::Map::new()),
+        Some(Value::Object(map)) => map,
+        Some(_) => return Err(field("", "the request body must be a JSON object")),
+    };
+    if let Some(unknown) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
+        let expected = if allowed.is_empty() { "no fields".to_owned() } else { allowed.join(", ") };
+        return Err(field(unknown, format!("unknown field; expected {expected}")));
+    }
+    Ok(map)
+}
+
+/// A pause's `note`, checked.
+fn pause_note(body: Option<Value>) -> ApiResult<Option<String>> {
+    let note = match body_fields(body, &["note"])?.remove("note") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(note)) => Some(note),
+        Some(_) => return Err(field("note", "must be a string")),
+    };
+    check_pause_note(note.as_deref())?;
+    Ok(note)
 }
 
 #[utoipa::path(
@@ -763,8 +882,14 @@ pub async fn pause(State(state): State<AppState>, caller: Caller, JobIdPath(id):
     ),
     security(("bearer" = [])),
 )]
-pub async fn resume(State(state): State<AppState>, caller: Caller, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
-    set_paused(&state, &caller, id, false).await
+pub async fn resume(
+    State(state): State<AppState>,
+    caller: Caller,
+    JobIdPath(id): JobIdPath,
+    OptionalJsonBody(body): OptionalJsonBody,
+) -> ApiResult<Response> {
+    body_fields(body, &[])?;
+    set_paused(&state, &caller, id, false, None).await
 }
 
 /// An unknown parameter is a 400 naming it, not silently ignored.

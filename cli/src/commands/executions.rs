@@ -33,7 +33,7 @@ async fn list(ctx: &Ctx, list: ExecutionList) -> Result<String> {
 }
 
 async fn replay(ctx: &Ctx, r: Replay) -> Result<String> {
-    let retry = r.max_retries.map(|n| json!({ "max_retries": n }));
+    let retry = r.retry();
     if let (Some(job), Some(at)) = (&r.job_id, &r.scheduled_at) {
         let body = retry.map(|retry| Body::Json(json!({ "retry": retry })));
         let reply = ctx.api.send(Method::POST, &["executions", job, at, "replay"], &[], body, None).await?;

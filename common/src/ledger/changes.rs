@@ -125,8 +125,11 @@ pub struct ReplaySelection {
     pub error_contains: Option<String>,
     /// Only rows made by one of these triggers (`None`: any).
     pub triggers: Option<Vec<super::Trigger>>,
-    /// The retry policy of the replayed executions (`None`: the job's).
-    pub retry: Option<crate::job::RetryPolicy>,
+    /// The fields of the retry policy the replayed executions get, as given
+    /// (validated as a `RetryPolicy`'s): each overrides the job's own policy
+    /// field by field, the rest stay the job's (`None`: the job's policy).
+    /// A partial override must never reset what it does not name.
+    pub retry: Option<serde_json::Value>,
     pub max: i64,
 }
 
@@ -148,12 +151,14 @@ pub async fn replay(
     let statuses: Vec<&str> = selection.statuses.iter().map(|s| s.as_str()).collect();
     let triggers: Option<Vec<&str>> = selection.triggers.as_ref().map(|t| t.iter().map(|t| t.as_str()).collect());
     let error_like = selection.error_contains.as_ref().map(|e| format!("%{}%", like_escape(e)));
-    let policy = selection.retry.as_ref().map(serde_json::to_value).transpose().unwrap_or(None);
+    let policy = selection.retry.as_ref();
     let f = &selection.filter;
     let rows = tx
         .query(
             &format!("WITH picked AS (
-                 SELECT l.job_id, l.scheduled_at FROM scheduled_jobs l JOIN jobs j ON j.id = l.job_id AND j.deleted_at IS NULL
+                 SELECT l.job_id, l.scheduled_at,
+                        CASE WHEN $9::jsonb IS NOT NULL THEN coalesce(j.spec->'retry', '{{}}'::jsonb) || $9::jsonb END AS policy
+                 FROM scheduled_jobs l JOIN jobs j ON j.id = l.job_id AND j.deleted_at IS NULL
                  WHERE l.status = ANY($1)
                    AND (l.status <> 'pending' OR l.scheduled_at <= now()) AND (l.status <> 'running' OR {WORKER_PRESUMED_GONE})
                    AND ($2::uuid IS NULL OR l.job_id = $2)
@@ -165,10 +170,10 @@ pub async fn replay(
              UPDATE scheduled_jobs l SET status = 'pending', fire_id = gen_random_uuid(), published_at = NULL,
                     finished_at = NULL, next_attempt_at = NULL, reason = 'replay', fired_at = now(),
                     scheduler_node = 'api', job_version = (SELECT version FROM jobs WHERE id = l.job_id),
-                    retry_from = l.attempts, retry_policy = $9::jsonb,
+                    retry_from = l.attempts, retry_policy = picked.policy,
                     history = l.history || jsonb_build_array(jsonb_build_object(
                         'event', 'replay', 'at', cronshard_instant(now()),
-                        'retry_from', l.attempts, 'retry', $9::jsonb,
+                        'retry_from', l.attempts, 'retry', picked.policy,
                         'original', jsonb_strip_nulls(jsonb_build_object(
                             'scheduler_node', l.scheduler_node, 'fired_at', cronshard_instant(l.fired_at),
                             'status', l.status, 'attempts', l.attempts, 'error', l.error))))

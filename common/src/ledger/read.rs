@@ -44,6 +44,9 @@ pub struct Execution {
     /// Why the slot was skipped or missed (paused, deleted, superseded, the
     /// misfire policy), or `replay`.
     pub reason: Option<String>,
+    /// While `retrying`: when the next attempt is due.
+    #[serde(serialize_with = "serialize_opt_instant", skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<DateTime<Utc>>,
     /// Present when the entry is (a slot of) a decided run: consecutive
     /// slots of the job recorded together without firing (an outage's
     /// misfires). A listing shows a run once, at its first slot.
@@ -113,6 +116,7 @@ impl Execution {
             // redacted its errors may hold a callback's credentials.
             error: r.get::<_, Option<String>>("error").map(|e| crate::redact::text(&e)),
             reason: r.get("reason"),
+            next_attempt_at: r.try_get("next_attempt_at").ok().flatten(),
             run: run_last_at.map(|last_at| DecidedRun {
                 first_at: scheduled_at,
                 last_at,
@@ -255,6 +259,7 @@ pub async fn decided_run_at(
                 response_excerpt: None,
                 error: None,
                 reason: r.get("reason"),
+                next_attempt_at: None,
                 run: Some(DecidedRun { first_at: r.get("first_at"), last_at: r.get("last_at"), slots: r.get("slots") }),
             },
             history: vec![entry],

@@ -204,11 +204,14 @@ pub async fn batch(
         let rows = tx
             .query(
                 &format!(
-                    "INSERT INTO jobs (id, name, spec, paused, namespace, peak_fires_per_second)
-                     SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::bool[], $5::text[], $6::float8[])
+                    "INSERT INTO jobs (id, name, spec, paused, namespace, peak_fires_per_second, paused_at, paused_by, paused_by_token)
+                     SELECT j.*, CASE WHEN j.paused THEN now() END, CASE WHEN j.paused THEN $7 END,
+                            CASE WHEN j.paused THEN $8::uuid END
+                     FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::bool[], $5::text[], $6::float8[])
+                         AS j(id, name, spec, paused, namespace, peak_fires_per_second)
                      RETURNING {NEW_JOB_COLUMNS}"
                 ),
-                &[&ids, &names, &specs, &paused, &namespaces, &peaks],
+                &[&ids, &names, &specs, &paused, &namespaces, &peaks, &caller.actor.name, &caller.actor.token_id],
             )
             .await?;
         let now = Utc::now();

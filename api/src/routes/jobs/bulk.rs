@@ -220,7 +220,7 @@ async fn step(
 ) -> ApiResult<Vec<Message>> {
     match action {
         BulkAction::Pause | BulkAction::Resume => {
-            pause_or_resume(tx, caller, id, action == BulkAction::Pause).await?;
+            pause_or_resume(tx, caller, id, action == BulkAction::Pause, None).await?;
             Ok(Vec::new())
         }
         BulkAction::Delete => {
