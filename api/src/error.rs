@@ -1,6 +1,13 @@
 //! Every error leaves as `application/problem+json` (RFC 9457). Validation
 //! errors list each field; 5xx bodies say nothing about internals (the cause
 //! is logged instead).
+//!
+//! An error's texts often quote what the request held (a field path with a
+//! key, a value in a message). Each site quotes a short prefix
+//! (`common::text::quoted`); here, every text of every problem is bounded
+//! and escaped on its way out whatever its site did ([`DETAIL_MAX_CHARS`],
+//! [`FIELD_MAX_CHARS`], [`MESSAGE_MAX_CHARS`]): an answer is never larger
+//! than a few dozen KiB and never carries a raw control character.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -57,6 +64,19 @@ impl<E: Into<anyhow::Error>> From<E> for ApiError {
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
+/// Characters of a problem's `detail`.
+pub const DETAIL_MAX_CHARS: usize = 2_000;
+/// Characters of a field error's `field` (a path quoting user keys).
+pub const FIELD_MAX_CHARS: usize = 400;
+/// Characters of a field error's `message`.
+pub const MESSAGE_MAX_CHARS: usize = 500;
+
+/// `s` as a problem may carry it: at most `max` characters, hidden ones
+/// escaped.
+fn bounded(s: &str, max: usize) -> String {
+    common::text::excerpt(s, max)
+}
+
 pub fn field(field: &str, message: impl Into<String>) -> ApiError {
     ApiError::Validation(vec![FieldError::new(field, message)])
 }
@@ -65,6 +85,12 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, title, detail, errors) = match self {
             ApiError::Validation(errors) => {
+                let errors: Vec<FieldError> = common::job::cap_field_errors(errors)
+                    .into_iter()
+                    .map(|e| {
+                        FieldError::new(bounded(&e.field, FIELD_MAX_CHARS), bounded(&e.message, MESSAGE_MAX_CHARS))
+                    })
+                    .collect();
                 let detail =
                     errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join("; ");
                 (StatusCode::UNPROCESSABLE_ENTITY, "Invalid request", detail, Some(errors))
@@ -105,7 +131,7 @@ impl IntoResponse for ApiError {
             kind: "about:blank".to_owned(),
             title: title.to_owned(),
             status: status.as_u16(),
-            detail,
+            detail: bounded(&detail, DETAIL_MAX_CHARS),
             errors: errors.unwrap_or_default(),
         };
         let body = serde_json::to_string(&problem).unwrap_or_default();
@@ -122,5 +148,34 @@ impl IntoResponse for ApiError {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body_of(e: ApiError) -> serde_json::Value {
+        let response = e.into_response();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    /// Whatever a site put into an error, the answer is small and carries
+    /// no raw control character.
+    #[tokio::test]
+    async fn every_problem_text_leaves_bounded_and_escaped() {
+        let huge = format!("\u{1b}[2J{}", "x".repeat(200_000));
+        let many = (0..500).map(|i| FieldError::new(format!("{huge}{i}"), huge.clone())).collect();
+        let body = body_of(ApiError::Validation(many)).await;
+        let text = body.to_string();
+        assert!(text.len() < 60_000, "{} bytes", text.len());
+        assert!(!text.contains('\u{1b}'), "a raw ESC");
+        assert!(body["errors"][0]["field"].as_str().unwrap().starts_with("\\u{1b}[2J"), "{:.100}", text);
+        for e in [ApiError::BadRequest(huge.clone()), ApiError::NotFound(huge.clone()), ApiError::Conflict(huge)] {
+            let body = body_of(e).await;
+            assert!(body["detail"].as_str().unwrap().chars().count() <= DETAIL_MAX_CHARS + 1 + 8);
+            assert!(!body.to_string().contains('\u{1b}'));
+        }
     }
 }

@@ -99,7 +99,10 @@ impl CalendarSpec {
         };
         let allowed = ["timezone", "dates", "ranges", "rules", "description"];
         for key in map.keys().filter(|k| !allowed.contains(&k.as_str())) {
-            errors.push(FieldError::new(key, format!("unknown field; expected one of: {}", allowed.join(", "))));
+            errors.push(FieldError::new(
+                crate::text::excerpt(key, crate::job::limits::KEY_IN_PATH_MAX_CHARS),
+                format!("unknown field; expected one of: {}", allowed.join(", ")),
+            ));
         }
         let timezone = match map.get("timezone").and_then(Value::as_str) {
             Some(tz) => match parse_timezone(tz) {
@@ -127,6 +130,7 @@ impl CalendarSpec {
                 continue;
             };
             for key in range.keys().filter(|k| !["from", "to"].contains(&k.as_str())) {
+                let key = crate::text::excerpt(key, crate::job::limits::KEY_IN_PATH_MAX_CHARS);
                 errors.push(FieldError::new(format!("{field}.{key}"), "unknown field; expected one of: from, to"));
             }
             let from = date(range.get("from").unwrap_or(&Value::Null), &format!("{field}.from"), &mut errors);
@@ -143,6 +147,10 @@ impl CalendarSpec {
         for (i, v) in array(map, "rules", limits::RULES_MAX, &mut errors).iter().enumerate() {
             let field = format!("rules[{i}]");
             match v.as_str() {
+                Some(expr) if expr.len() > crate::job::limits::CRON_EXPR_MAX_BYTES => errors.push(FieldError::new(
+                    &field,
+                    format!("must be at most {} bytes", crate::job::limits::CRON_EXPR_MAX_BYTES),
+                )),
                 Some(expr) => match CronSchedule::parse(expr, timezone.as_deref().unwrap_or("UTC")) {
                     Ok(_) => rules.push(expr.to_owned()),
                     Err(e) => errors.push(FieldError::new(&field, e.message)),

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::schedule::{CompiledSchedule, CronSchedule, Recurrence, ScheduleError};
+use crate::text::{excerpt, first_hidden, hidden_problem, quoted};
 
 /// Limits on user input; each is named in the error that enforces it.
 pub mod limits {
@@ -52,6 +53,12 @@ pub mod limits {
     pub const JITTER_MAX_MS: u64 = 3_600_000;
     /// Calendars one job may reference.
     pub const CALENDARS_MAX: usize = 16;
+    /// Bytes of a cron expression (a job's or a calendar rule), checked
+    /// before it is parsed.
+    pub const CRON_EXPR_MAX_BYTES: usize = 1024;
+    /// Characters of a user's key (a label key, a header name, an unknown
+    /// field) that an error's field path quotes: every valid key whole.
+    pub const KEY_IN_PATH_MAX_CHARS: usize = 320;
 }
 
 /// What the operator decides about job definitions; the API's flags.
@@ -439,8 +446,11 @@ struct Validator<'l> {
     dropped: usize,
 }
 
+/// The path of `key` under `path`. The key is the user's: a path quotes at
+/// most `KEY_IN_PATH_MAX_CHARS` of it, hidden characters escaped.
 fn join(path: &str, key: &str) -> String {
-    if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") }
+    let key = excerpt(key, limits::KEY_IN_PATH_MAX_CHARS);
+    if path.is_empty() { key } else { format!("{path}.{key}") }
 }
 
 impl Validator<'_> {
@@ -541,8 +551,8 @@ impl Validator<'_> {
                 self.err("name", "must not be empty");
             } else if name.chars().count() > limits::NAME_MAX_CHARS {
                 self.err("name", format!("must be at most {} characters", limits::NAME_MAX_CHARS));
-            } else if name.chars().any(char::is_control) {
-                self.err("name", "must not contain control characters");
+            } else if let Some(c) = first_hidden(name) {
+                self.err("name", hidden_problem(c));
             }
         }
         let schedule = self.required(map, "", "schedule").and_then(|v| self.schedule(v));
@@ -633,7 +643,7 @@ impl Validator<'_> {
             return labels;
         }
         for (key, v) in map {
-            let field = format!("labels.{key}");
+            let field = join("labels", key);
             if let Err(e) = crate::labels::check_key(key) {
                 self.err(&field, e);
                 continue;
@@ -731,6 +741,10 @@ impl Validator<'_> {
                     _ => true,
                 };
                 let expr = expr?;
+                if expr.len() > limits::CRON_EXPR_MAX_BYTES {
+                    self.err("schedule.expr", format!("must be at most {} bytes", limits::CRON_EXPR_MAX_BYTES));
+                    return None;
+                }
                 let zone_for_expr = if zone_ok { timezone.as_deref().unwrap_or("UTC") } else { "UTC" };
                 if let Err(e) = CronSchedule::parse(&expr, zone_for_expr) {
                     self.err(format!("schedule.{}", e.field), e.message);
@@ -749,7 +763,10 @@ impl Validator<'_> {
                 ScheduleKind::Cron { expr, timezone }
             }
             Some(other) => {
-                self.err("schedule.kind", format!("unknown kind \"{other}\"; expected one of: once, interval, cron"));
+                self.err(
+                    "schedule.kind",
+                    format!("unknown kind {}; expected one of: once, interval, cron", quoted(other)),
+                );
                 return None;
             }
             None => {
@@ -775,7 +792,7 @@ impl Validator<'_> {
         }
         let mut seen: BTreeMap<String, &str> = BTreeMap::new();
         for (k, v) in map {
-            let field = format!("{path}.{k}");
+            let field = join(path, k);
             let Some(s) = v.as_str() else {
                 self.err(field, "must be a string");
                 continue;
@@ -786,8 +803,14 @@ impl Validator<'_> {
                 self.err(&field, format!("the name must be at most {} bytes", limits::HEADER_NAME_MAX_BYTES));
             } else if let Some(why) = reserved_header(k) {
                 self.err(&field, format!("{k} is reserved: {why}"));
-            } else if let Some(first) = seen.insert(k.to_ascii_lowercase(), k) {
-                self.err(&field, format!("repeats {first}: header names are case-insensitive"));
+            } else if let Some(first) = seen.insert(folded_header(k), k) {
+                self.err(
+                    &field,
+                    format!(
+                        "repeats {first}: header names are case-insensitive, and receivers that read headers as \
+                         CGI variables fold '_' into '-'"
+                    ),
+                );
             }
             if let Some(problem) = header_value_problem(s) {
                 self.err(&field, problem);
@@ -815,14 +838,14 @@ impl Validator<'_> {
             );
         }
         for (k, v) in map {
-            let field = format!("{path}.{k}");
+            let field = join(path, k);
             let Some(s) = v.as_str() else {
                 self.err(field, "must be a string");
                 continue;
             };
             if let Err(why) = check_sqs_attribute_name(k) {
                 self.err(&field, format!("is not a valid SQS attribute name: {why}"));
-            } else if k.to_ascii_lowercase().starts_with("x-cronshard-") {
+            } else if folded_header(k).starts_with("x-cronshard-") {
                 self.err(&field, format!("{k} is reserved: cronshard sets the X-Cronshard-* attributes"));
             }
             if s.is_empty() {
@@ -877,7 +900,7 @@ impl Validator<'_> {
                 let headers = self.headers(Self::field(map, "headers"), "target.headers");
                 let secret_headers = self.headers(Self::field(map, "secret_headers"), "target.secret_headers");
                 for name in secret_headers.keys() {
-                    if let Some(plain) = headers.keys().find(|h| h.eq_ignore_ascii_case(name)) {
+                    if let Some(plain) = headers.keys().find(|h| folded_header(h) == folded_header(name)) {
                         self.err(
                             format!("target.secret_headers.{name}"),
                             format!("is also in target.headers (as {plain}); name a header in one of the two"),
@@ -933,7 +956,7 @@ impl Validator<'_> {
                 }))
             }
             Some(other) => {
-                self.err("target.kind", format!("unknown kind \"{other}\"; expected one of: http, sqs"));
+                self.err("target.kind", format!("unknown kind {}; expected one of: http, sqs", quoted(other)));
                 None
             }
             None => {
@@ -952,6 +975,8 @@ impl Validator<'_> {
         let id = self.string(value, field)?;
         if id.is_empty() || id.chars().count() > limits::SQS_ID_MAX_CHARS {
             self.err(field, format!("must be 1 to {} characters", limits::SQS_ID_MAX_CHARS));
+        } else if let Some(c) = first_hidden(&id) {
+            self.err(field, hidden_problem(c));
         }
         Some(id)
     }
@@ -971,9 +996,18 @@ impl Validator<'_> {
     /// An http(s) URL. An IP literal must pass the SSRF rules (the worker
     /// checks the addresses a name resolves to when it connects); `what`
     /// says what is refused, for the message.
+    ///
+    /// What is stored is the text given, not the parsed URL, and the URL
+    /// parser drops tabs and line breaks and percent-encodes other controls
+    /// without a word: a control, bidi or zero-width character anywhere is
+    /// refused first, so none is stored, returned or printed.
     fn http_url(&mut self, raw: &str, field: &str, what: &str) {
         if raw.len() > limits::URL_MAX_BYTES {
             self.err(field, format!("must be at most {} bytes", limits::URL_MAX_BYTES));
+            return;
+        }
+        if let Some(c) = first_hidden(raw) {
+            self.err(field, format!("{} (percent-encode it if the URL needs it)", hidden_problem(c)));
             return;
         }
         match url::Url::parse(raw) {
@@ -996,7 +1030,7 @@ impl Validator<'_> {
                     );
                 }
             }
-            Ok(u) => self.err(field, format!("scheme \"{}\" is not allowed; use http or https", u.scheme())),
+            Ok(u) => self.err(field, format!("scheme {} is not allowed; use http or https", quoted(u.scheme()))),
             Err(e) => self.err(field, format!("is not a valid URL ({e})")),
         }
     }
@@ -1053,8 +1087,13 @@ fn is_token_byte(b: u8) -> bool {
 /// `Upgrade`), which are about one connection and not the job's to set.
 /// `Proxy-Authorization` is allowed: the worker connects directly, so it is
 /// an ordinary end-to-end field to the receiver.
+///
+/// Names are compared folded ([`folded_header`]): CGI, WSGI and the servers
+/// built on them read `X-Cronshard_Execution-Id` as the same variable as
+/// `X-Cronshard-Execution-Id` (`HTTP_X_CRONSHARD_EXECUTION_ID`), so a job's
+/// header spelled with `_` could stand in for cronshard's own.
 pub fn reserved_header(name: &str) -> Option<&'static str> {
-    let lower = name.to_ascii_lowercase();
+    let lower = folded_header(name);
     if lower.starts_with("x-cronshard-") {
         return Some("cronshard sets the X-Cronshard-* headers");
     }
@@ -1066,6 +1105,12 @@ pub fn reserved_header(name: &str) -> Option<&'static str> {
         }
         _ => None,
     }
+}
+
+/// A header name as receivers may read it: lower case, `_` as `-` (CGI
+/// and WSGI fold both into the same variable).
+pub fn folded_header(name: &str) -> String {
+    name.bytes().map(|b| if b == b'_' { '-' } else { char::from(b.to_ascii_lowercase()) }).collect()
 }
 
 /// What is wrong with a header value, or `None`. RFC 9110 field values: no
@@ -1264,6 +1309,68 @@ mod tests {
         let mut v = valid();
         v["target"]["headers"] = json!({ "x-a": "1\r\nHost: evil" });
         assert_eq!(fields(v), ["target.headers.x-a"]);
+        // Two spellings of one CGI variable: ambiguous to the receiver.
+        let mut v = valid();
+        v["target"]["headers"] = json!({ "X-Api-Key": "1", "X_Api_Key": "2" });
+        assert_eq!(fields(v), ["target.headers.X_Api_Key"]);
+        let mut v = valid();
+        v["target"]["headers"] = json!({ "X-Api-Key": "1" });
+        v["target"]["secret_headers"] = json!({ "x_api_key": "2" });
+        assert_eq!(fields(v), ["target.secret_headers.x_api_key"]);
+    }
+
+    /// The URL parser would drop `\r\n` and percent-encode other controls,
+    /// but the text given is what is stored and shown: refused.
+    #[test]
+    fn control_bidi_and_zero_width_characters_are_refused_in_urls_and_names() {
+        for bad in
+            ["\r\n", "\u{1b}[2J", "\u{7}", "\t", "\u{7f}", "\u{85}", "\u{202e}", "\u{200b}", "\u{feff}", "\u{2066}"]
+        {
+            let mut v = valid();
+            v["target"]["url"] = json!(format!("https://hooks.example.com/run{bad}x"));
+            let e = errors_with(v, &Limits::default());
+            assert_eq!(e.len(), 1, "{bad:?}: {e:?}");
+            assert_eq!(e[0].field, "target.url");
+            assert!(e[0].message.contains("U+"), "{e:?}");
+            assert!(!e[0].message.contains(bad), "the message shows the character raw: {e:?}");
+            let sqs = json!({"name": "q", "schedule": {"kind": "interval", "every_ms": 60000},
+                             "target": {"kind": "sqs", "queue_url": format!("https://sqs.eu-west-1.amazonaws.com/1/q{bad}")}});
+            assert_eq!(fields(sqs), ["target.queue_url"], "{bad:?}");
+            let mut v = valid();
+            v["name"] = json!(format!("pay{bad}ments"));
+            assert_eq!(fields(v), ["name"], "{bad:?}");
+        }
+        // Letters of any script are names.
+        let mut v = valid();
+        v["name"] = json!("Zahlungen – täglich 日次 עברית");
+        assert!(JobSpec::from_json(&v).is_ok());
+    }
+
+    /// An error quotes a refused key or value by a short, escaped prefix:
+    /// a 200 KB label key does not make a 800 KB answer.
+    #[test]
+    fn errors_stay_small_whatever_the_size_of_what_they_refuse() {
+        let huge = format!("\u{1b}{}", "k".repeat(200_000));
+        let mut v = valid();
+        v["labels"] = json!({ huge.clone(): "v" });
+        v["target"]["headers"] = json!({ huge.clone(): "v" });
+        v["schedule"] = json!({"kind": huge.clone()});
+        v[huge.clone()] = json!(1);
+        let e = errors_with(v, &Limits::default());
+        assert!(e.len() >= 4, "{e:?}");
+        for error in &e {
+            assert!(
+                error.field.len() + error.message.len() < 1_000,
+                "{} bytes: {:.300}",
+                error.field.len() + error.message.len(),
+                error.field
+            );
+            assert!(!error.field.contains('\u{1b}') && !error.message.contains('\u{1b}'), "{error:?}");
+        }
+        let mut v = valid();
+        v["schedule"] = json!({"kind": "cron", "expr": format!("0 0 * * {}", "1,".repeat(10_000)), "timezone": "UTC"});
+        let e = errors_with(v, &Limits::default());
+        assert_eq!((e[0].field.as_str(), e[0].message.as_str()), ("schedule.expr", "must be at most 1024 bytes"));
     }
 
     fn http_job(target: Value) -> Value {
@@ -1364,6 +1471,13 @@ mod tests {
             ("X-Cronshard-Attempt", "9", true),
             ("x-cronshard-anything", "1", true),
             ("X-CRONSHARD-EXECUTION-ID", "1", true),
+            // CGI and WSGI receivers read `_` as `-`: these are the reserved ones there.
+            ("X-Cronshard_Execution-Id", "1", true),
+            ("x_cronshard_attempt", "1", true),
+            ("Content_Length", "0", true),
+            ("Transfer_Encoding", "chunked", true),
+            ("Keep_Alive", "1", true),
+            ("X_Api_Key", "k", false),
             ("Host", "evil.example", true),
             ("host", "evil.example", true),
             ("Content-Length", "0", true),

@@ -245,8 +245,8 @@ pub async fn create_token(
     let name = obj
         .get("name")
         .and_then(Value::as_str)
-        .filter(|n| (1..=200).contains(&n.chars().count()) && !n.chars().any(char::is_control))
-        .ok_or_else(|| field("name", "is required: 1-200 characters, no control characters"))?
+        .filter(|n| (1..=200).contains(&n.chars().count()) && common::text::first_hidden(n).is_none())
+        .ok_or_else(|| field("name", "is required: 1-200 characters, no control, bidi or zero-width characters"))?
         .to_owned();
     let role = obj
         .get("role")
