@@ -281,6 +281,16 @@ async fn resolve(state: &AppState, given: &str) -> ApiResult<Option<Caller>> {
     Ok(caller)
 }
 
+/// Whether a request may read the API's `/metrics`: with auth on, only a
+/// caller with a valid token (any role), as for `/v1`; anonymous callers get
+/// the probes and the OpenAPI document only.
+pub async fn may_read_metrics(state: &AppState, headers: &axum::http::HeaderMap) -> ApiResult<bool> {
+    if state.tokens.is_empty() {
+        return Ok(true);
+    }
+    Ok(resolve(state, bearer_token(headers)).await?.is_some())
+}
+
 /// The token layer of `/v1`: resolves the caller or answers 401.
 pub async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     let caller = if state.tokens.is_empty() {

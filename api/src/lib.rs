@@ -59,6 +59,8 @@ pub struct AppState {
     pub limits: Arc<common::job::Limits>,
     /// Wakes the schedulers after a create committed (see `common::job_changes`).
     pub job_changes: common::job_changes::Announcer,
+    /// Seals secret header values before they are stored (`SECRETS_KEK`).
+    pub vault: common::secrets::Vault,
 }
 
 impl AppState {

@@ -46,14 +46,29 @@ struct Args {
     /// quotas given (an absent quota is no limit); namespaces not listed are left alone.
     #[arg(long, env = "NAMESPACES", default_value = "[]")]
     namespaces: String,
+    #[command(flatten)]
+    secrets: common::secrets::SecretsArgs,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Serve the API (the default).
     Serve,
-    /// Apply migrations and create ledger partitions, then exit.
+    /// Apply migrations and create ledger partitions, then exit. With
+    /// SECRETS_KEK set, also seals secret header values stored in clear by
+    /// versions before encryption at rest.
     Migrate,
+    /// Key management of secret header values at rest.
+    #[command(subcommand)]
+    Secrets(SecretsCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum SecretsCommand {
+    /// Re-seal every data key with the first key of SECRETS_KEK (after a new
+    /// key was put first); the keys after it must still open the data keys
+    /// sealed before. Then the old key can be dropped from SECRETS_KEK.
+    Rotate,
 }
 
 fn main() -> std::process::ExitCode {
@@ -79,6 +94,27 @@ async fn run() -> anyhow::Result<()> {
                 api::tenancy::write_namespace(&pooled, &ns.name, ns.quotas(), api::tenancy::Write::Declare).await?;
             }
             tracing::info!(namespaces = declared.len(), "declared namespaces applied");
+            let keyring = args.secrets.keyring()?;
+            if keyring.is_empty() {
+                tracing::warn!("SECRETS_KEK is empty: secret header values stored in clear (if any) stay so");
+            } else {
+                let vault = common::secrets::Vault::new(keyring);
+                let mut client = pool.get().await?;
+                let sealed = common::secrets::seal_stored_in_clear(&vault, &mut client).await?;
+                tracing::info!(rows = sealed, "secret header values in clear sealed");
+            }
+            Ok(())
+        }
+        Command::Secrets(SecretsCommand::Rotate) => {
+            let keyring = args.secrets.keyring()?;
+            let vault = common::secrets::Vault::new(keyring);
+            let pool = common::db::pool(&args.service.database_url, 1)?;
+            let mut client = pool.get().await?;
+            let resealed = vault.rotate(&mut client).await?;
+            println!(
+                "{resealed} data key(s) re-sealed with key-encryption key {}",
+                vault.keyring().ids().split(", ").next().unwrap_or_default()
+            );
             Ok(())
         }
         Command::Serve => {
@@ -89,9 +125,16 @@ async fn run() -> anyhow::Result<()> {
                     "API_TOKENS is empty: AUTHENTICATION IS OFF and anyone who can reach this port can create jobs that call any URL. Set API_TOKENS in production."
                 );
             }
+            let keyring = args.secrets.keyring()?;
+            if keyring.is_empty() {
+                tracing::warn!(
+                    "SECRETS_KEK is empty: jobs with secret headers are refused (their values are stored sealed by it)"
+                );
+            }
             let pg = common::db::pool(&args.service.database_url, args.service.database_pool_size)?;
             let state = api::AppState {
                 job_changes: common::job_changes::Announcer::start(pg.clone()),
+                vault: common::secrets::Vault::new(keyring),
                 pg,
                 redis: common::redis::pools(&args.service.redis_urls)?,
                 keys: common::redis::Keys::new(&args.service.cluster_name),
@@ -108,11 +151,19 @@ async fn run() -> anyhow::Result<()> {
                 .set_buckets(&[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5])?
                 .install_recorder()?;
             common::metrics::describe_all();
+            let metrics_state = state.clone();
             let app = api::router(state).route(
                 "/metrics",
-                axum::routing::get(move || {
-                    let prometheus = prometheus.clone();
-                    async move { prometheus.render() }
+                axum::routing::get(move |headers: axum::http::HeaderMap| {
+                    let (prometheus, state) = (prometheus.clone(), metrics_state.clone());
+                    async move {
+                        use axum::response::IntoResponse;
+                        match api::auth::may_read_metrics(&state, &headers).await {
+                            Ok(true) => prometheus.render().into_response(),
+                            Ok(false) => api::error::ApiError::Unauthorized.into_response(),
+                            Err(e) => e.into_response(),
+                        }
+                    }
                 }),
             );
             let listener = tokio::net::TcpListener::bind(args.listen_addr).await?;

@@ -33,6 +33,14 @@ fn help_shows_which_variables_are_read_but_not_their_secret_values() {
             assert!(out.contains("[env: LISTEN_ADDR=127.0.0.1:0]"), "{out}");
         }
     }
+    // The key-encryption keys are named, never shown.
+    let key = common::testing::TEST_SECRETS_KEK.split_once(':').unwrap().1;
+    for args in [&["--help"][..], &["secrets", "rotate", "--help"]] {
+        let (status, out) = run(api().env("SECRETS_KEK", common::testing::TEST_SECRETS_KEK).args(args));
+        assert!(status.is_some_and(|s| s.success()), "{args:?}: {out}");
+        assert!(!out.contains(key), "{args:?}:\n{out}");
+        assert!(args.len() > 1 || out.contains("[env: SECRETS_KEK]"), "{out}");
+    }
 }
 
 #[test]

@@ -378,7 +378,8 @@ async fn a_secret_header_never_appears_in_any_response() {
     }
     let stored: Value =
         app.sql().await.query_one("SELECT spec FROM jobs WHERE id = $1::text::uuid", &[&id]).await.unwrap().get(0);
-    assert_eq!(stored["target"]["secret_headers"]["X-Api-Key"], SECRET, "stored, for delivery");
+    let sealed = stored["target"]["secret_headers"]["X-Api-Key"].as_str().unwrap();
+    assert!(sealed.starts_with(common::secrets::SEALED_PREFIX) && !sealed.contains(SECRET), "stored sealed: {sealed}");
     // The placeholder for a secret the job does not have is refused.
     edited["target"]["secret_headers"] = json!({ "X-Other": "***" });
     let r = call(&app, BOOTSTRAP, Method::PUT, &format!("/v1/jobs/{id}"), Some(&edited)).await;

@@ -24,6 +24,7 @@ pub mod publisher;
 pub mod redact;
 pub mod redis;
 pub mod schedule;
+pub mod secrets;
 pub mod shutdown;
 pub mod telemetry;
 #[cfg(feature = "testing")]

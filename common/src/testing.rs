@@ -23,6 +23,15 @@ pub fn amqp_url() -> String {
     std::env::var("TEST_AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
 }
 
+/// The key-encryption key tests give the API and the workers (`SECRETS_KEK`):
+/// id `test-1`, 32 bytes of 0x2a. A test of rotation or of a wrong key makes its own.
+pub const TEST_SECRETS_KEK: &str = "test-1:KioqKioqKioqKioqKioqKioqKioqKioqKioqKioqKio=";
+
+/// The keyring of [`TEST_SECRETS_KEK`].
+pub fn test_keyring() -> crate::secrets::Keyring {
+    crate::secrets::Keyring::parse(TEST_SECRETS_KEK).expect("the test key parses")
+}
+
 /// A unique cluster name: isolates Redis keys and RabbitMQ queues per test.
 pub fn unique_cluster(label: &str) -> String {
     format!("t-{label}-{}", &Uuid::new_v4().simple().to_string()[..12])

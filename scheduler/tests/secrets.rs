@@ -135,6 +135,7 @@ async fn no_secret_reaches_a_log_an_error_or_the_ledger() {
             ("RUST_LOG", std::env::var("TEST_SECRETS_LOG").unwrap_or_else(|_| LOG_FILTER.to_owned())),
             ("CALLBACK_ALLOW_CIDRS", "127.0.0.0/8".to_owned()),
             ("METRICS_ADDR", free_addr()),
+            ("SECRETS_KEK", common::testing::TEST_SECRETS_KEK.to_owned()),
         ],
     };
     let api_addr = free_addr();

@@ -86,6 +86,11 @@ pub enum DeliveryError {
     /// SQS answered success without the MessageId the ledger records.
     #[error("SQS accepted the message but returned no MessageId")]
     SqsNoMessageId,
+    /// A secret header value sealed at rest could not be opened on this
+    /// worker (no or another key-encryption key, the data key unreadable);
+    /// the text names the keys by id.
+    #[error("secret headers could not be opened: {0}")]
+    SecretUnavailable(common::secrets::SecretError),
 }
 
 impl DeliveryError {
@@ -107,7 +112,7 @@ impl DeliveryError {
             | DeliveryError::SqsTransport(_)
             | DeliveryError::SqsNoMessageId => true,
             // The operator's to fix, and another worker may be configured.
-            DeliveryError::NoAwsRegion | DeliveryError::SqsService(_) => true,
+            DeliveryError::NoAwsRegion | DeliveryError::SqsService(_) | DeliveryError::SecretUnavailable(_) => true,
         }
     }
 
@@ -123,6 +128,7 @@ impl DeliveryError {
             DeliveryError::CallbackRefused(_)
             | DeliveryError::InvalidTarget(_)
             | DeliveryError::NoAwsRegion
+            | DeliveryError::SecretUnavailable(_)
             | DeliveryError::SqsUnbuildable(_) => Call::NotCounted,
             DeliveryError::TimedOut { .. }
             | DeliveryError::Connection(_)
@@ -191,16 +197,21 @@ pub(crate) struct Deliverers {
     http: HttpDelivery,
     sqs: SqsDelivery,
     pub(crate) destinations: std::sync::Arc<Destinations>,
+    /// Opens sealed secret header values right before a request.
+    vault: common::secrets::Vault,
+    pg: deadpool_postgres::Pool,
 }
 
 impl Deliverers {
-    pub(crate) fn new(config: &WorkerConfig) -> anyhow::Result<Self> {
+    pub(crate) fn new(config: &WorkerConfig, pg: deadpool_postgres::Pool) -> anyhow::Result<Self> {
         let mut destinations = config.destinations;
         destinations.per_host = destinations.per_host.capped(config.max_in_flight);
         Ok(Self {
             http: HttpDelivery::new(SsrfGuard::new(config.allow_cidrs.clone()), config.max_in_flight)?,
             sqs: SqsDelivery::new(config.aws.clone()),
             destinations: Destinations::new(destinations),
+            vault: common::secrets::Vault::new(config.keyring.clone()),
+            pg,
         })
     }
 
@@ -216,6 +227,15 @@ impl Deliverers {
         match &m.target {
             Target::Http(target) => {
                 let url = http_url.unwrap_or_else(|| reqwest::Url::parse(&target.url));
+                if target.secret_headers.values().any(|v| common::secrets::is_sealed(v)) {
+                    // Opened only here, for this request: the message, the
+                    // ledger and the logs keep the sealed form.
+                    let mut opened = target.clone();
+                    if let Err(e) = self.open_secrets(m.job_id, &mut opened.secret_headers).await {
+                        return (Outcome::failure(DeliveryError::SecretUnavailable(e)), None);
+                    }
+                    return (self.http.deliver_to(&opened, url, m, attempt).await, None);
+                }
                 (self.http.deliver_to(target, url, m, attempt).await, None)
             }
             // Boxed apart: the SDK's future (with the client's first
@@ -223,6 +243,21 @@ impl Deliverers {
             // HTTP delivery's future too, allocated and copied per delivery.
             Target::Sqs(target) => Box::pin(self.sqs.deliver(target, m, attempt)).await,
         }
+    }
+}
+
+impl Deliverers {
+    async fn open_secrets(
+        &self,
+        job_id: uuid::Uuid,
+        headers: &mut std::collections::BTreeMap<String, String>,
+    ) -> Result<(), common::secrets::SecretError> {
+        let client = self
+            .pg
+            .get()
+            .await
+            .map_err(|e| common::secrets::SecretError::Store(common::redact::text(&e.to_string())))?;
+        self.vault.open_headers(&client, job_id, headers).await
     }
 }
 
@@ -256,6 +291,7 @@ mod tests {
             (DeliveryError::SqsUnbuildable("missing queue url".into()), false),
             (DeliveryError::SqsTransport("dispatch failure".into()), true),
             (DeliveryError::SqsNoMessageId, true),
+            (DeliveryError::SecretUnavailable(common::secrets::SecretError::NoKek), true),
         ]
     }
 
@@ -275,6 +311,7 @@ mod tests {
             DeliveryError::SqsUnbuildable(_) => "SqsUnbuildable",
             DeliveryError::SqsTransport(_) => "SqsTransport",
             DeliveryError::SqsNoMessageId => "SqsNoMessageId",
+            DeliveryError::SecretUnavailable(_) => "SecretUnavailable",
         }
     }
 
@@ -282,7 +319,7 @@ mod tests {
     fn retryable_decides_every_variant() {
         let cases = one_of_each();
         let covered: std::collections::HashSet<_> = cases.iter().map(|(e, _)| variant(e)).collect();
-        assert_eq!(covered.len(), 12, "one case per variant: {covered:?}");
+        assert_eq!(covered.len(), 13, "one case per variant: {covered:?}");
         for (error, retryable) in cases {
             assert_eq!(error.retryable(), retryable, "{}: {error}", variant(&error));
         }
@@ -291,7 +328,9 @@ mod tests {
     #[test]
     fn destination_health_decides_every_variant() {
         let expected = |e: &DeliveryError| match variant(e) {
-            "CallbackRefused" | "InvalidTarget" | "NoAwsRegion" | "SqsUnbuildable" => Call::NotCounted,
+            "CallbackRefused" | "InvalidTarget" | "NoAwsRegion" | "SqsUnbuildable" | "SecretUnavailable" => {
+                Call::NotCounted
+            }
             "TimedOut" | "Connection" | "SqsTimedOut" | "SqsTransport" => Call::Unhealthy,
             // 500 in `one_of_each`.
             "HttpStatus" => Call::Unhealthy,

@@ -56,6 +56,12 @@ pub mod defaults {
     /// database failover, short enough that a worker that cannot write at
     /// all lets another one try.
     pub const OUTCOME_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+    /// How long a message parked in the failed queue is kept: the broker
+    /// drops it after this (per-message TTL; the queue's order is the
+    /// order of expiry, so none waits behind a longer-lived one). The
+    /// ledger keeps every failed execution for `LEDGER_UNSUCCESSFUL_RETENTION_DAYS`
+    /// and replays from there, so the queue is only an operator's window.
+    pub const FAILED_QUEUE_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 }
 
 pub use self::deliver::{DeliveryError, Outcome};
@@ -98,4 +104,6 @@ pub struct WorkerConfig {
     /// How long a failed outcome write is tried again before the message is
     /// handed back (`defaults::OUTCOME_RETRY_FOR`; no flag: tests shorten it).
     pub outcome_retry_for: std::time::Duration,
+    /// Opens the secret header values sealed at rest (`SECRETS_KEK`).
+    pub keyring: common::secrets::Keyring,
 }

@@ -56,12 +56,25 @@ impl RetryPublisher {
     }
 
     async fn publish_to(&self, queue: &str, m: &FireMessage, headers: FieldTable) -> anyhow::Result<()> {
+        self.publish_with(queue, m, headers, None).await
+    }
+
+    async fn publish_with(
+        &self,
+        queue: &str,
+        m: &FireMessage,
+        headers: FieldTable,
+        expiration: Option<std::time::Duration>,
+    ) -> anyhow::Result<()> {
         let payload = serde_json::to_vec(m)?;
-        let props = BasicProperties::default()
+        let mut props = BasicProperties::default()
             .with_delivery_mode(2)
             .with_content_type("application/json".into())
             .with_message_id(m.execution_id.as_str().into())
             .with_headers(headers);
+        if let Some(ttl) = expiration {
+            props = props.with_expiration(ttl.as_millis().to_string().into());
+        }
         let confirm = self
             .channel
             .basic_publish(
@@ -132,7 +145,13 @@ impl RetryPublisher {
             AMQPValue::LongString(common::execution::format_instant(common::clock::now()).into()),
         );
         headers.insert("x-cronshard-failure-reason".into(), AMQPValue::LongString(reason.into()));
-        self.publish_to(&self.topology.failed_queue, m, headers).await
+        // A parked message is for an operator to look at (a replay works from
+        // the ledger and the job): it keeps no secret header, not even sealed.
+        let mut parked = m.clone();
+        if let common::job::Target::Http(http) = &mut parked.target {
+            http.secret_headers.clear();
+        }
+        self.publish_with(&self.topology.failed_queue, &parked, headers, Some(crate::defaults::FAILED_QUEUE_TTL)).await
     }
 }
 

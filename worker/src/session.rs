@@ -46,7 +46,7 @@ pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> an
     common::clock::check_once(&pg, &config.clock, &clock_tx, CLOCK_FIRST_CHECK_BOUND).await;
     let clock_stop = CancellationToken::new();
     let clock = tokio::spawn(common::clock::discipline(pg.clone(), config.clock, clock_tx, clock_stop.clone()));
-    let deliverers = Arc::new(Deliverers::new(&config)?);
+    let deliverers = Arc::new(Deliverers::new(&config, pg.clone())?);
     let holding = Arc::new(Holding::default());
     // Shared by the sessions: a lost session's tasks hold theirs until they end.
     let held = HeldBytes::new(config.max_held_bytes);

@@ -248,8 +248,9 @@ pub async fn create(
     let actor = &caller.actor;
     let id = Uuid::now_v7();
     let peak = quota::peak_fires_per_second(&spec, Utc::now());
-    let spec_json = serde_json::to_value(&spec)?;
-    if key.is_none() && spec.calendars.is_empty() {
+    let mut spec_json = serde_json::to_value(&spec)?;
+    let has_secrets = matches!(&spec.target, Target::Http(h) if !h.secret_headers.is_empty());
+    if key.is_none() && spec.calendars.is_empty() && !has_secrets {
         let insert = client.prepare_cached(&INSERT_UNLIMITED).await?;
         let inserted = client
             .query_opt(
@@ -268,6 +269,11 @@ pub async fn create(
     let counted = if spec.paused { 0.0 } else { peak };
     quota::check(&tx, &namespace, quota::Demand { new_jobs: 1, peak: counted, peak_before: 0.0 }).await?;
     crate::tenancy::check_references(&tx, &namespace, &spec.calendars).await?;
+    if has_secrets {
+        let mut sealed = spec.clone();
+        seal_secrets(&state, &namespace, id, &mut sealed, None).await?;
+        spec_json = serde_json::to_value(&sealed)?;
+    }
     let row = tx
         .query_one(
             &format!(
@@ -545,6 +551,33 @@ fn keep_stored_secrets(mut spec: JobSpec, stored: &JobSpec) -> ApiResult<JobSpec
     Ok(spec)
 }
 
+/// Seals the secret header values of `spec` (job `id` of `namespace`) at
+/// rest; values equal to the stored definition's (`stored`) are already
+/// sealed and stay. The data key is read or made on a connection of its
+/// own: a data key in use must never roll back with a refused change.
+pub(crate) async fn seal_secrets(
+    state: &AppState,
+    namespace: &str,
+    id: Uuid,
+    spec: &mut JobSpec,
+    stored: Option<&JobSpec>,
+) -> ApiResult<()> {
+    let Target::Http(http) = &mut spec.target else { return Ok(()) };
+    if http.secret_headers.is_empty() {
+        return Ok(());
+    }
+    let empty = std::collections::BTreeMap::new();
+    let stored = match stored.map(|s| &s.target) {
+        Some(Target::Http(old)) => &old.secret_headers,
+        _ => &empty,
+    };
+    let client = state.pg.get().await?;
+    state.vault.seal_headers(&client, namespace, id, &mut http.secret_headers, stored).await.map_err(|e| match e {
+        common::secrets::SecretError::NoKek => field("target.secret_headers", e.to_string()),
+        e => ApiError::Unavailable(format!("secret header values cannot be sealed: {e}")),
+    })
+}
+
 /// Locks a live job of the caller's namespaces for a change.
 async fn lock_for_change(tx: &impl deadpool_postgres::GenericClient, caller: &Caller, id: Uuid) -> ApiResult<Before> {
     let row = tx
@@ -627,7 +660,7 @@ pub async fn replace(
     if !given("labels") {
         spec.labels = before.spec.labels.clone();
     }
-    let row = update_job(&tx, id, &before, spec, named).await?;
+    let row = update_job(&state, &tx, id, &before, spec, named).await?;
     tx.commit().await?;
     Ok(with_etag(StatusCode::OK, job_of_row(&row, Utc::now())?))
 }
@@ -646,6 +679,7 @@ fn check_version(id: Uuid, before: &Before, expected: Option<i64>) -> ApiResult<
 /// `namespace` it names, if any): the step of a replace and of a patch.
 /// Returns the job's row (`JOB_COLUMNS`).
 async fn update_job(
+    state: &AppState,
     tx: &impl deadpool_postgres::GenericClient,
     id: Uuid,
     before: &Before,
@@ -674,7 +708,8 @@ async fn update_job(
     if spec.schedule != before.spec.schedule {
         fires_ever(&spec)?;
     }
-    let spec = keep_stored_secrets(spec, &before.spec)?;
+    let mut spec = keep_stored_secrets(spec, &before.spec)?;
+    seal_secrets(state, &before.namespace, id, &mut spec, Some(&before.spec)).await?;
     let peak = quota::peak_fires_per_second(&spec, Utc::now());
     let counted = if spec.paused { 0.0 } else { peak };
     let demand = quota::Demand { new_jobs: 0, peak: counted, peak_before: before.counted_peak };

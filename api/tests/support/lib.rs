@@ -57,6 +57,8 @@ pub struct Options {
     /// What job definitions may be (`MIN_INTERVAL_MS`, `CALLBACK_ALLOW_CIDRS`);
     /// the API's defaults unless given.
     pub job_limits: common::job::Limits,
+    /// The API's key-encryption keys (`SECRETS_KEK`); the test key unless given.
+    pub keyring: Option<common::secrets::Keyring>,
 }
 
 impl TestApp {
@@ -71,6 +73,7 @@ impl TestApp {
         let pg = common::db::pool(opts.pg_url.as_deref().unwrap_or(&db.url), 4).expect("Postgres pool");
         let state = api::AppState {
             job_changes: common::job_changes::Announcer::start(pg.clone()),
+            vault: common::secrets::Vault::new(opts.keyring.unwrap_or_else(common::testing::test_keyring)),
             pg,
             redis: match &opts.redis_url {
                 Some(url) => common::redis::pools(std::slice::from_ref(url)).expect("Redis pool"),

@@ -175,6 +175,7 @@ impl Stack {
         let pg = common::db::pool(&db.url, 8).unwrap();
         let state = api::AppState {
             job_changes: common::job_changes::Announcer::start(pg.clone()),
+            vault: common::secrets::Vault::new(common::testing::test_keyring()),
             pg: pg.clone(),
             redis: common::redis::pools(&[common::testing::redis_url()]).unwrap(),
             keys: common::redis::Keys::new(&cluster),
@@ -243,6 +244,7 @@ impl Stack {
             misfire_threshold: Duration::from_millis(common::job::MISFIRE_THRESHOLD_DEFAULT_MS),
             clock: Default::default(),
             outcome_retry_for: worker::defaults::OUTCOME_RETRY_FOR,
+            keyring: common::testing::test_keyring(),
         }
     }
 
@@ -364,6 +366,7 @@ impl ProcEnv {
             .env("CLUSTER_NAME", &self.cluster)
             .env("REDIS_URLS", &self.redis_urls)
             .env("AMQP_URL", common::testing::amqp_url())
+            .env("SECRETS_KEK", common::testing::TEST_SECRETS_KEK)
             .env("RUST_LOG", std::env::var("TEST_CHILD_LOG").unwrap_or_else(|_| "warn".into()))
             .env("METRICS_ADDR", free_addr())
             .stdin(std::process::Stdio::null())

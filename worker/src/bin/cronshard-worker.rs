@@ -14,7 +14,8 @@ use worker::{DestinationArgs, WorkerConfig, deliver::ssrf::SsrfGuard};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[derive(Parser, Debug)]
+// No Debug: it would print the key-encryption keys.
+#[derive(Parser)]
 #[command(version, about = "A cronshard worker")]
 struct Args {
     #[command(flatten)]
@@ -56,6 +57,8 @@ struct Args {
     destinations: DestinationArgs,
     #[command(flatten)]
     clock: ClockArgs,
+    #[command(flatten)]
+    secrets: common::secrets::SecretsArgs,
     /// Threads that run the worker's deliveries; 0 = one per core. Scale
     /// workers by running more of them: each is one more consumer of the
     /// queue (why one thread: docs/decisions.md).
@@ -117,7 +120,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         aws: None,
         clock: args.clock.config(),
         outcome_retry_for: worker::defaults::OUTCOME_RETRY_FOR,
+        keyring: args.secrets.keyring()?,
     };
+    if config.keyring.is_empty() {
+        tracing::warn!(
+            "SECRETS_KEK is empty: secret header values sealed at rest cannot be opened, so their deliveries fail"
+        );
+    }
     let pg = common::db::pool_with_settings(
         &args.service.database_url,
         args.service.database_pool_size,

@@ -197,7 +197,16 @@ pub async fn batch(
     if !valid.is_empty() {
         let ids: Vec<Uuid> = valid.iter().map(|v| v.id).collect();
         let names: Vec<&str> = valid.iter().map(|v| v.spec.name.as_str()).collect();
-        let specs: Vec<Value> = valid.iter().map(|v| serde_json::to_value(&v.spec)).collect::<Result<_, _>>()?;
+        let mut specs: Vec<Value> = Vec::with_capacity(valid.len());
+        for v in &valid {
+            if matches!(&v.spec.target, common::job::Target::Http(h) if !h.secret_headers.is_empty()) {
+                let mut sealed = v.spec.clone();
+                super::seal_secrets(&state, &v.namespace, v.id, &mut sealed, None).await?;
+                specs.push(serde_json::to_value(&sealed)?);
+            } else {
+                specs.push(serde_json::to_value(&v.spec)?);
+            }
+        }
         let paused: Vec<bool> = valid.iter().map(|v| v.spec.paused).collect();
         let namespaces: Vec<&str> = valid.iter().map(|v| v.namespace.as_str()).collect();
         let peaks: Vec<f64> = valid.iter().map(|v| v.peak).collect();

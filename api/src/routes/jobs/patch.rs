@@ -92,7 +92,7 @@ pub async fn patch(
     definition["paused"] = Value::Bool(before.paused);
     merge(&mut definition, &patch);
     let (spec, named) = parsed(&definition, &state.limits)?;
-    let row = update_job(&tx, id, &before, spec, named).await?;
+    let row = update_job(&state, &tx, id, &before, spec, named).await?;
     tx.commit().await?;
     Ok(with_etag(StatusCode::OK, job_of_row(&row, Utc::now())?))
 }
