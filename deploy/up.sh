@@ -17,6 +17,13 @@
 # this script from a header file (api-auth.header), never on a command line or in a URL.
 # The script prints the dashboard URL (http://127.0.0.1:$API_PORT/ui/) and the token once.
 #
+# Secret header values are sealed at rest, so the API, the migrate step and the workers get a
+# key-encryption key, SECRETS_KEK (the schedulers do not): kept in $CRONSHARD_STATE_DIR/secrets-kek
+# (mode 600; "local-1:" and 32 random bytes in base64; made on the first run, reused after),
+# or given as SECRETS_KEK (used for that run only, never written to the file). It goes through
+# the environment and is never printed. Deleting the file makes the secret header values
+# already stored unreadable; to change the key, rotate it as docs/security.md describes.
+#
 # Ctrl-C or SIGTERM stops every process this script started (SIGTERM, then SIGKILL
 # after STOP_TIMEOUT seconds) and deletes the demo job; services this run had to
 # start are stopped too (KEEP_SERVICES=1 keeps them), services that were already
@@ -30,7 +37,8 @@
 # DATABASE_URL postgres://postgres@127.0.0.1:5432/cronshard,
 # REDIS_URLS redis://127.0.0.1:6379, AMQP_URL amqp://guest:guest@127.0.0.1:5672/%2f,
 # CALLBACK_ALLOW_CIDRS 127.0.0.0/8 (API and workers), CARGO_TARGET_DIR (cargo's default: target/),
-# API_TOKEN (default: the one in $CRONSHARD_STATE_DIR/api-token, made when missing).
+# API_TOKEN (default: the one in $CRONSHARD_STATE_DIR/api-token, made when missing),
+# SECRETS_KEK (default: the one in $CRONSHARD_STATE_DIR/secrets-kek, made when missing).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -95,6 +103,12 @@ SINK_URL=http://$HOST:$SINK_PORT
 SINK_LOG=$LOG_DIR/sink.log
 TOKEN_FILE=$STATE_DIR/api-token
 AUTH_HEADER=$STATE_DIR/api-auth.header
+KEK_FILE=$STATE_DIR/secrets-kek
+# Only the API, the migrate step and the workers get the key, each through its environment.
+SECRETS_KEK=${SECRETS_KEK:-}
+KEK_GIVEN=0
+[[ -z $SECRETS_KEK ]] || KEK_GIVEN=1
+export -n SECRETS_KEK
 
 say() { printf '==> %s\n' "$*"; }
 warn() { printf 'up.sh: %s\n' "$*" >&2; }
@@ -269,6 +283,36 @@ fi
 API_TOKEN=$(head -n1 "$TOKEN_FILE")
 [[ $API_TOKEN =~ ^[!-~]+$ ]] || die "$TOKEN_FILE must hold one token of visible ASCII characters"
 
+# The key-encryption key of secret header values: given (this run only), kept from an earlier
+# run, or made now. Only this user may read the file; the key is never printed.
+if ((KEK_GIVEN)); then
+    KEK_SOURCE="the environment (SECRETS_KEK)"
+else
+    KEK_SOURCE=$KEK_FILE
+    (
+        umask 077
+        if [[ ! -s $KEK_FILE ]]; then
+            printf 'local-1:%s\n' "$(head -c 32 /dev/urandom | base64 | tr -d '\n')" >"$KEK_FILE"
+        fi
+        chmod 600 "$KEK_FILE"
+    )
+    SECRETS_KEK=$(head -n1 "$KEK_FILE")
+fi
+# ID:BASE64KEY[,ID:BASE64KEY...], each key 32 bytes; the message never shows the value.
+kek_valid() {
+    local rest=$1, entry n=0
+    while [[ -n $rest ]]; do
+        entry=${rest%%,*}
+        rest=${rest#*,}
+        [[ $entry =~ ^[[:space:]]*$ ]] && continue
+        [[ $entry =~ ^[[:space:]]*[A-Za-z0-9._-]{1,64}:[[:space:]]*[A-Za-z0-9+/]{43}=[[:space:]]*$ ]] || return 1
+        n=$((n + 1))
+    done
+    ((n > 0))
+}
+kek_valid "$SECRETS_KEK" ||
+    die "the key-encryption key from $KEK_SOURCE must be ID:BASE64KEY[,ID:BASE64KEY...], each key 32 bytes in base64 (e.g. local-1:\$(openssl rand -base64 32))"
+
 if [[ $SKIP_BUILD == 1 ]]; then
     say "skipping the build (SKIP_BUILD=1)"
 else
@@ -288,7 +332,8 @@ say "services (PostgreSQL, Redis, RabbitMQ)"
 CRONSHARD_STATE_DIR=$STATE_DIR CRONSHARD_SERVICES_RECORD=$SERVICES_RECORD "$ROOT/deploy/scripts/services.sh" ensure 8>&-
 
 say "migrations ($BIN/cronshard-api migrate)"
-if ! timeout --foreground 120 "$BIN/cronshard-api" migrate >"$LOG_DIR/migrate.log" 2>&1 8>&-; then
+# With SECRETS_KEK, migrate also seals secret header values an older version stored in clear.
+if ! SECRETS_KEK=$SECRETS_KEK timeout --foreground 120 "$BIN/cronshard-api" migrate >"$LOG_DIR/migrate.log" 2>&1 8>&-; then
     tail -n 20 "$LOG_DIR/migrate.log" >&2
     die "cronshard-api migrate failed (log: $LOG_DIR/migrate.log)"
 fi
@@ -298,8 +343,8 @@ fi
 check_ports
 say "starting the API and the sink (logs: $LOG_DIR/)"
 # The API refuses callback URLs naming an internal address the workers would refuse: same list.
-# The token goes through the environment (not the command line, which ps shows).
-API_TOKENS=$API_TOKEN start api env LISTEN_ADDR="$HOST:$API_PORT" CALLBACK_ALLOW_CIDRS="$CALLBACK_ALLOW_CIDRS" "$BIN/cronshard-api"
+# The token and the key go through the environment (not the command line, which ps shows).
+API_TOKENS=$API_TOKEN SECRETS_KEK=$SECRETS_KEK start api env LISTEN_ADDR="$HOST:$API_PORT" CALLBACK_ALLOW_CIDRS="$CALLBACK_ALLOW_CIDRS" "$BIN/cronshard-api"
 start sink "$BIN/cronshard-loadtest" sink --listen "$HOST:$SINK_PORT"
 
 # Fails (and shows the log) when a started process has exited.
@@ -335,7 +380,7 @@ for ((i = 0; i < SCHEDULERS; i++)); do
     start "scheduler-$i" env NODE_ID="scheduler-$i" METRICS_ADDR="$HOST:$((SCHEDULER_METRICS_PORT + i))" "$BIN/cronshard-scheduler"
 done
 for ((i = 0; i < WORKERS; i++)); do
-    start "worker-$i" env WORKER_ID="worker-$i" METRICS_ADDR="$HOST:$((WORKER_METRICS_PORT + i))" \
+    SECRETS_KEK=$SECRETS_KEK start "worker-$i" env WORKER_ID="worker-$i" METRICS_ADDR="$HOST:$((WORKER_METRICS_PORT + i))" \
         CALLBACK_ALLOW_CIDRS="$CALLBACK_ALLOW_CIDRS" "$BIN/cronshard-worker"
 done
 deadline=$((SECONDS + 30))
@@ -366,6 +411,7 @@ cronshard is running: cluster "$CLUSTER_NAME", $live scheduler node(s) live, $WO
   dashboard     $API_URL/ui/    (sign in with the API token)
   API token     $API_TOKEN
                 (kept in $TOKEN_FILE; curl -H @$AUTH_HEADER sends it)
+  secrets key   SECRETS_KEK of the API and workers from $KEK_SOURCE (not shown)
   API           $API_URL          cluster: curl -s -H @$AUTH_HEADER $API_URL/v1/cluster | jq
   demo job      $JOB_ID  (cron "$DEMO_CRON" UTC -> $SINK_URL/hook/demo, next fire $next)
   executions    curl -s -H @$AUTH_HEADER $API_URL/v1/jobs/$JOB_ID/executions | jq
