@@ -191,11 +191,18 @@ Examples:
         id: String,
     },
     /// Pause a job: its slots are skipped until it is resumed.
-    #[command(after_help = "Examples:
-  $ cronshard jobs pause $JOB")]
+    #[command(after_help = "Who paused it, when and why are kept with the job (shown by jobs get)
+until it is resumed; a replace or patch of its definition keeps them.
+
+Examples:
+  $ cronshard jobs pause $JOB
+  $ cronshard jobs pause $JOB --note 'receiver maintenance until 14:00'")]
     Pause {
         /// The job id.
         id: String,
+        /// Why it is paused (at most 500 characters), for whoever finds it paused.
+        #[arg(long)]
+        note: Option<String>,
     },
     /// Resume a paused job.
     #[command(after_help = "Examples:

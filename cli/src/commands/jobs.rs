@@ -23,8 +23,9 @@ pub async fn run(ctx: &Ctx, command: Jobs) -> Result<String> {
             ctx.api.send(Method::DELETE, &["jobs", &id], &[], None, None).await?;
             Ok(ctx.done(format!("job {id} deleted")))
         }
-        Jobs::Pause { id } => {
-            let reply = ctx.api.send(Method::POST, &["jobs", &id, "pause"], &[], None, None).await?;
+        Jobs::Pause { id, note } => {
+            let body = note.map(|note| Body::Json(serde_json::json!({ "note": note })));
+            let reply = ctx.api.send(Method::POST, &["jobs", &id, "pause"], &[], body, None).await?;
             ctx.show(&reply, job_view)
         }
         Jobs::Resume { id } => {
@@ -141,7 +142,7 @@ pub fn job_view(job: &Value) -> String {
         ("NAMESPACE", text(&job["namespace"])),
         ("VERSION", text(&job["version"])),
         ("SCHEDULE", output::schedule(&job["schedule"])),
-        ("PAUSED", text(&job["paused"])),
+        ("PAUSED", paused(&job["paused"], &job["pause"])),
         ("NEXT FIRE (UTC)", utc(&job["next_fire_at"])),
         ("TARGET", target),
         ("LABELS", output::labels(&job["labels"])),
@@ -155,6 +156,24 @@ pub fn job_view(job: &Value) -> String {
     rows.push(("CREATED (UTC)", utc(&job["created_at"])));
     rows.push(("UPDATED (UTC)", utc(&job["updated_at"])));
     fields(&rows)
+}
+
+/// "false", or "true" with who paused the job, when and why.
+fn paused(paused: &Value, pause: &Value) -> String {
+    if paused != &Value::Bool(true) {
+        return text(paused);
+    }
+    let mut out = "true".to_owned();
+    if let Some(by) = pause["by"].as_str() {
+        out += &format!(", by {by}");
+    }
+    if pause["at"].is_string() {
+        out += &format!(" at {}", utc(&pause["at"]));
+    }
+    if let Some(note) = pause["note"].as_str() {
+        out += &format!(": {note}");
+    }
+    out
 }
 
 fn jobs_table(items: &[Value]) -> String {
