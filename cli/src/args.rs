@@ -181,7 +181,7 @@ Examples:
   $ cronshard jobs edit $JOB --set schedule.expr='15 3 * * *' --set labels.tier=batch
   $ cronshard jobs edit $JOB --set retry.max_retries=5 --set labels.tier=null
   $ cronshard jobs edit $JOB -f patch.yaml
-  $ cronshard jobs edit $JOB --set paused=true --force")]
+  $ cronshard jobs edit $JOB --set labels.owner=ana --force")]
     Edit(JobEdit),
     /// Delete a job: it never fires again.
     #[command(after_help = "Examples:

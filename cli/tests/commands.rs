@@ -153,8 +153,11 @@ async fn edit_with_set_and_with_a_file_and_a_stale_version_is_exit_4() {
     assert_eq!(stack.job(&id).await["name"], "daily-sales-report");
     // --if-version of the current version, and --force, go through.
     stack.cli().args(["jobs", "edit", &id, "--set", "name=renamed", "--if-version", "3"]).ok().await;
-    let run = stack.cli().args(["-o", "json", "jobs", "edit", &id, "--set", "paused=true", "--force"]).ok().await;
-    assert_eq!((run.json()["paused"].clone(), run.json()["version"].clone()), (json!(true), json!(5)));
+    let run = stack.cli().args(["-o", "json", "jobs", "edit", &id, "--set", "labels.owner=ana", "--force"]).ok().await;
+    assert_eq!((run.json()["labels"]["owner"].clone(), run.json()["version"].clone()), (json!("ana"), json!(5)));
+    // Pausing is state, not definition: an edit that would pause is refused, naming the route.
+    let run = stack.cli().args(["jobs", "edit", &id, "--set", "paused=true", "--force"]).fails(2).await;
+    assert!(run.stderr.contains("/pause"), "{run:?}");
 
     // An invalid change: exit 2, the field named.
     let run = stack.cli().args(["jobs", "edit", &id, "--set", "schedule.timezone=Mars/Olympus"]).fails(2).await;
@@ -173,7 +176,8 @@ async fn pause_resume_trigger_next_and_delete() {
         .await;
 
     let run = stack.cli().args(["jobs", "pause", &id]).ok().await;
-    assert_eq!((run.field("PAUSED"), run.field("NEXT FIRE (UTC)")), ("true".into(), "-".into()));
+    assert!(run.field("PAUSED").starts_with("true, by bootstrap token #1 at "), "{run:?}");
+    assert_eq!(run.field("NEXT FIRE (UTC)"), "-");
     assert_eq!(stack.job(&id).await["paused"], true);
     let run = stack.cli().args(["-o", "json", "jobs", "resume", &id]).ok().await;
     assert_eq!(run.json()["paused"], false);
