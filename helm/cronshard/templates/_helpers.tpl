@@ -87,6 +87,11 @@ every template that needs the settings, so `helm template` and `helm install` st
 {{- if and $v.api.auth.enabled (not $v.secrets.apiTokens) }}
 {{- fail "cronshard: api.auth.enabled is true but secrets.apiTokens is empty: set at least one token, or existingSecret (key API_TOKENS), or api.auth.enabled=false to run the API without auth" }}
 {{- end }}
+{{- /* Checked here rather than by a schema pattern, whose message would quote the key. */}}
+{{- $kek := trim (default "" $v.secrets.secretsKek) }}
+{{- if and $kek (not (regexMatch "^[A-Za-z0-9._-]{1,64}:[A-Za-z0-9+/]{43}=(,[A-Za-z0-9._-]{1,64}:[A-Za-z0-9+/]{43}=)*$" $kek)) }}
+{{- fail "cronshard: secrets.secretsKek must be ID:BASE64KEY[,ID:BASE64KEY...] without spaces, each ID 1-64 letters, digits, '.', '_' or '-' and each key 32 bytes in standard base64, e.g. k1:$(openssl rand -base64 32) (the value given is not shown)" }}
+{{- end }}
 {{- end }}
 {{- if lt (int $v.scheduler.replicas) 1 }}
 {{- fail "cronshard: scheduler.replicas must be at least 1" }}
@@ -125,6 +130,26 @@ include "cronshard.commonEnv" (dict "ctx" . "api" false) */}}
       name: {{ $secret }}
       key: {{ ternary $keys.amqpUrl "AMQP_URL" (ne $ctx.Values.existingSecret "") }}
 {{- end }}
+{{- end }}
+
+{{/* SECRETS_KEK, the key-encryption keys of secret header values: the API, the workers and the
+migrate Job get it, the schedulers do not. With secrets.secretsKek empty, or the key missing
+from existingSecret (optional, so that a Secret made before this chart version still starts
+the pods), a process starts without one and warns.
+include "cronshard.secretsKekEnv" (dict "ctx" . "secret" NAME-OF-THE-CHART-SECRET) */}}
+{{- define "cronshard.secretsKekEnv" -}}
+{{- $ctx := .ctx }}
+- name: SECRETS_KEK
+  valueFrom:
+    secretKeyRef:
+      {{- if $ctx.Values.existingSecret }}
+      name: {{ $ctx.Values.existingSecret }}
+      key: {{ $ctx.Values.existingSecretKeys.secretsKek }}
+      optional: true
+      {{- else }}
+      name: {{ .secret }}
+      key: SECRETS_KEK
+      {{- end }}
 {{- end }}
 
 {{- define "cronshard.podSecurityContext" -}}
