@@ -30,6 +30,11 @@ pub enum ApiError {
     /// The token's role does not allow the operation.
     Forbidden(String),
     MethodNotAllowed,
+    /// Over a rate quota (fires made on request): 429 with `Retry-After`.
+    TooManyRequests {
+        detail: String,
+        retry_after_secs: u64,
+    },
     Unavailable(String),
     Internal(anyhow::Error),
 }
@@ -83,6 +88,7 @@ pub fn field(field: &str, message: impl Into<String>) -> ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let mut retry_after = None;
         let (status, title, detail, errors) = match self {
             ApiError::Validation(errors) => {
                 let errors: Vec<FieldError> = common::job::cap_field_errors(errors)
@@ -116,6 +122,10 @@ impl IntoResponse for ApiError {
                 "this route does not accept that HTTP method".to_owned(),
                 None,
             ),
+            ApiError::TooManyRequests { detail, retry_after_secs } => {
+                retry_after = Some(retry_after_secs);
+                (StatusCode::TOO_MANY_REQUESTS, "Too many requests", detail, None)
+            }
             ApiError::Unavailable(d) => (StatusCode::SERVICE_UNAVAILABLE, "Service unavailable", d, None),
             ApiError::Internal(e) => {
                 tracing::error!(error = %format!("{e:#}"), "internal error");
@@ -139,6 +149,9 @@ impl IntoResponse for ApiError {
         response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
         if status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if let Some(secs) = retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         if status == StatusCode::UNSUPPORTED_MEDIA_TYPE {
             // RFC 5789 §2.2: say which patch formats are accepted.

@@ -3,12 +3,24 @@
 //! stretch of its schedule, computed when it is created or changed, so a
 //! quota bounds what the namespace can ask of the cluster, not what it
 //! happens to be firing right now.
+//!
+//! Fires made on a user's request (a trigger, a bulk trigger, a replay of
+//! one execution or in bulk) have no schedule to count in advance: each is
+//! metered when it is asked for, against the same `max_fires_per_second`
+//! ([`spend_manual_fires`]): a namespace's requests may make at most that
+//! many fires per second, with a burst of one second's worth. Past it the
+//! request is a 429 naming the quota, with `Retry-After`, and makes no fire.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 
 use common::job::{JobSpec, ScheduleKind};
 
+use crate::AppState;
 use crate::error::{ApiError, ApiResult, field};
 use crate::tenancy;
 
@@ -137,6 +149,198 @@ pub async fn check(tx: &impl GenericClient, namespace: &str, demand: Demand) -> 
     Ok(())
 }
 
+/// A namespace's budget of fires made on request: its `max_fires_per_second`
+/// as a rate, with a burst of one second's worth (at least one fire).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Budget {
+    /// Fires per second.
+    pub rate: f64,
+}
+
+impl Budget {
+    /// Fires one request may make at once.
+    pub fn burst(self) -> u64 {
+        self.rate.ceil().max(1.0) as u64
+    }
+
+    /// Milliseconds the budget takes to earn back one fire.
+    fn interval_ms(self) -> f64 {
+        1000.0 / self.rate
+    }
+}
+
+/// GCRA, the token bucket as one instant per namespace: `tat` is when the
+/// budget is full again. A spend of `cost` fires fits when the budget, after
+/// it, would be full again no later than one burst from `now`. `None`: it
+/// fits, the new instant to keep; `Some(wait)`: it does not, and fits after
+/// `wait` ms at the earliest.
+fn gcra(tat: f64, now: f64, budget: Budget, cost: u64) -> Result<f64, f64> {
+    let interval = budget.interval_ms();
+    let new_tat = tat.max(now) + interval * cost as f64;
+    let fits_at = new_tat - interval * budget.burst() as f64;
+    if fits_at <= now { Ok(new_tat) } else { Err(fits_at - now) }
+}
+
+/// The same in Redis, for every namespace of a request at once (all fit or
+/// none is spent), on the server's clock so that every API replica meters
+/// one budget. KEYS: the budgets; ARGV: interval, burst interval and cost
+/// per key. Returns 0, or the milliseconds to wait.
+const SPEND_SCRIPT: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local wait = 0
+local tats = {}
+for i, key in ipairs(KEYS) do
+  local interval = tonumber(ARGV[3 * i - 2])
+  local burst = tonumber(ARGV[3 * i - 1])
+  local cost = tonumber(ARGV[3 * i])
+  local tat = tonumber(redis.call('GET', key) or now)
+  if tat < now then tat = now end
+  local new_tat = tat + interval * cost
+  local fits_at = new_tat - burst
+  if fits_at > now and fits_at - now > wait then wait = fits_at - now end
+  tats[i] = new_tat
+end
+if wait > 0 then return math.ceil(wait) end
+for i, key in ipairs(KEYS) do
+  redis.call('SET', key, tostring(tats[i]), 'PX', math.ceil(tats[i] - now) + 1000)
+end
+return 0
+"#;
+
+/// How long a Redis shard has to answer a spend before the next one (or
+/// this process's own budgets) is asked.
+const SPEND_REDIS_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// This process's budgets, for when no Redis shard answers: each API
+/// replica then meters on its own (at worst the quota times the replicas).
+/// (cluster, namespace) → `tat` in ms since the epoch.
+fn local_budgets() -> &'static Mutex<HashMap<(String, String), f64>> {
+    static BUDGETS: std::sync::OnceLock<Mutex<HashMap<(String, String), f64>>> = std::sync::OnceLock::new();
+    BUDGETS.get_or_init(Default::default)
+}
+
+/// The Redis key of a namespace's budget of fires made on request.
+pub fn budget_key(cluster: &str, namespace: &str) -> String {
+    format!("{cluster}:fires:{namespace}")
+}
+
+/// Spends `fires` (by namespace) of the namespaces' budgets of fires made on
+/// request, all or none: `Ok` when every namespace with a
+/// `max_fires_per_second` has room for its count now. A namespace without
+/// that quota is not metered. Over a budget: 429 naming the quota, with
+/// `Retry-After`. More fires at once than a namespace's burst (or a quota
+/// of 0) could never fit: 409, saying so.
+pub async fn spend_manual_fires(
+    state: &AppState,
+    client: &impl GenericClient,
+    fires: &BTreeMap<String, u64>,
+) -> ApiResult<()> {
+    let names: Vec<&str> = fires.iter().filter(|(_, n)| **n > 0).map(|(ns, _)| ns.as_str()).collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    let rows = client
+        .query(
+            "SELECT name, max_fires_per_second FROM namespaces WHERE name = ANY($1) AND max_fires_per_second IS NOT NULL",
+            &[&names],
+        )
+        .await?;
+    let mut metered: Vec<(String, Budget, u64)> = Vec::new();
+    for row in rows {
+        let (name, max): (String, f64) = (row.get(0), row.get(1));
+        let cost = fires[&name];
+        let budget = Budget { rate: max };
+        if max <= 0.0 {
+            return Err(ApiError::Conflict(format!(
+                "namespace {name:?} has the quota max_fires_per_second 0: it makes no fire on request \
+                 (trigger, replay); ask an admin to raise it"
+            )));
+        }
+        if cost > budget.burst() {
+            return Err(ApiError::Conflict(format!(
+                "this request would make {cost} fires in namespace {name:?} at once, more than its quota \
+                 max_fires_per_second {} ever allows at once ({}); ask for fewer per request \
+                 (a narrower selector, a smaller limit)",
+                rate(max),
+                budget.burst()
+            )));
+        }
+        metered.push((name, budget, cost));
+    }
+    if metered.is_empty() {
+        return Ok(());
+    }
+    let wait_ms = match spend_in_redis(state, &metered).await {
+        Some(wait) => wait,
+        None => spend_locally(&state.cluster, &metered),
+    };
+    if wait_ms == 0 {
+        return Ok(());
+    }
+    let names = metered.iter().map(|(n, b, _)| format!("{n:?} (max_fires_per_second {})", rate(b.rate)));
+    Err(ApiError::TooManyRequests {
+        detail: format!(
+            "over the fires-per-second quota of namespace {}: fires made on request (trigger, replay) count \
+             against it as scheduled ones do; retry in {} ms",
+            names.collect::<Vec<_>>().join(", "),
+            wait_ms
+        ),
+        retry_after_secs: wait_ms.div_ceil(1000).max(1),
+    })
+}
+
+/// The spend in the first Redis shard that answers in time: the wait in
+/// ms (0: spent), or `None` when none did.
+async fn spend_in_redis(state: &AppState, metered: &[(String, Budget, u64)]) -> Option<u64> {
+    let script = redis::Script::new(SPEND_SCRIPT);
+    for shard in &state.redis {
+        let mut invocation = script.prepare_invoke();
+        for (name, budget, cost) in metered {
+            let interval = budget.interval_ms();
+            invocation
+                .key(budget_key(&state.cluster, name))
+                .arg(interval)
+                .arg(interval * budget.burst() as f64)
+                .arg(*cost);
+        }
+        let spent = tokio::time::timeout(SPEND_REDIS_TIMEOUT, async {
+            let mut conn = shard.get().await.ok()?;
+            invocation.invoke_async::<u64>(&mut *conn).await.ok()
+        })
+        .await;
+        if let Ok(Some(wait)) = spent {
+            return Some(wait);
+        }
+    }
+    tracing::warn!("no Redis shard answered a spend of fires made on request; metered by this API replica alone");
+    None
+}
+
+/// The spend in this process's own budgets: the wait in ms (0: spent).
+fn spend_locally(cluster: &str, metered: &[(String, Budget, u64)]) -> u64 {
+    let now = Utc::now().timestamp_millis() as f64;
+    let mut budgets = local_budgets().lock().unwrap_or_else(|e| e.into_inner());
+    let mut spent = Vec::new();
+    let mut wait: f64 = 0.0;
+    for (name, budget, cost) in metered {
+        let key = (cluster.to_owned(), name.clone());
+        let tat = budgets.get(&key).copied().unwrap_or(now);
+        match gcra(tat, now, *budget, *cost) {
+            Ok(new_tat) => spent.push((key, new_tat)),
+            Err(w) => wait = wait.max(w),
+        }
+    }
+    if wait > 0.0 {
+        return wait.ceil() as u64;
+    }
+    if budgets.len() > 10_000 {
+        budgets.retain(|_, tat| *tat > now);
+    }
+    budgets.extend(spent);
+    0
+}
+
 fn rate(r: f64) -> String {
     format!("{:.3}", r).trim_end_matches('0').trim_end_matches('.').to_owned()
 }
@@ -151,6 +355,34 @@ mod tests {
             "target": { "kind": "http", "url": "https://example.com/hook" }
         }))
         .unwrap()
+    }
+
+    /// The budget of fires made on request: a burst of one second's worth,
+    /// then the rate; a spend that does not fit says when it would.
+    #[test]
+    fn manual_fires_are_metered_at_the_quota_with_a_one_second_burst() {
+        let five = Budget { rate: 5.0 };
+        assert_eq!(five.burst(), 5);
+        assert_eq!(Budget { rate: 0.5 }.burst(), 1);
+        assert_eq!(Budget { rate: 2.5 }.burst(), 3);
+        let (mut tat, now) = (0.0, 1_000_000.0);
+        for _ in 0..5 {
+            tat = gcra(tat, now, five, 1).expect("the burst fits");
+        }
+        assert_eq!(gcra(tat, now, five, 1), Err(200.0), "the sixth waits a fifth of a second");
+        assert_eq!(gcra(tat, now + 200.0, five, 1), Ok(now + 1_200.0));
+        // Over any stretch, at most burst + rate × time fit.
+        let (mut tat, mut accepted) = (0.0, 0);
+        for ms in 0..5_100 {
+            if let Ok(t) = gcra(tat, now + ms as f64, five, 1) {
+                tat = t;
+                accepted += 1;
+            }
+        }
+        assert_eq!(accepted, 5 + 25, "5.1 s at 5/s after a burst of 5");
+        // A spend of several fires at once: all or none.
+        assert!(gcra(0.0, now, five, 5).is_ok());
+        assert_eq!(gcra(0.0, now, five, 6), Err(200.0));
     }
 
     #[test]

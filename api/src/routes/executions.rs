@@ -141,12 +141,30 @@ pub async fn all(
 }
 
 /// Replays the selected rows (see `ledger::changes::replay`) and publishes
-/// each as its next attempt once committed. Returns the replayed rows.
+/// each as its next attempt once committed. Returns the replayed rows. A
+/// replay is a fire made on request: the rows it takes are spent from their
+/// namespaces' budgets (`quota::spend_manual_fires`) before the commit, all
+/// or none; over a budget nothing is replayed.
 async fn replay_where(state: &AppState, selection: ReplaySelection) -> ApiResult<Vec<Execution>> {
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
     let (replayed, messages) = changes::replay(&tx, &selection).await?;
+    if !replayed.is_empty() {
+        let ids: Vec<uuid::Uuid> = replayed.iter().map(|e| e.job_id).collect();
+        let fires: std::collections::BTreeMap<String, u64> = tx
+            .query(
+                "SELECT j.namespace, count(*) FROM unnest($1::uuid[]) AS r(id) JOIN jobs j ON j.id = r.id GROUP BY 1",
+                &[&ids],
+            )
+            .await?
+            .iter()
+            .map(|r| (r.get(0), r.get::<_, i64>(1) as u64))
+            .collect();
+        crate::quota::spend_manual_fires(state, &tx, &fires).await?;
+    }
     tx.commit().await?;
+    // The publish takes a connection of its own: this one goes back first.
+    drop(client);
     state.publish(&messages).await;
     Ok(replayed)
 }
@@ -166,7 +184,9 @@ async fn replay_where(state: &AppState, selection: ReplaySelection) -> ApiResult
         crate::model::BadRequest,
         crate::model::Unauthorized,
         (status = 404, description = "No such execution", body = crate::model::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The execution is held by a process (running on a live worker, pending before its slot) or already succeeded or decided, or its job is deleted", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The execution is held by a process (running on a live worker, pending before its slot) or already succeeded or decided, or its job is deleted; or its namespace's `max_fires_per_second` is 0", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Over a namespace's `max_fires_per_second`, which replays count against; nothing was replayed. `Retry-After` says when they fit", body = crate::model::Problem, content_type = "application/problem+json",
+         headers(("Retry-After" = u64, description = "Seconds until the namespaces' budgets have room"))),
         crate::model::ValidationFailed,
         crate::model::InternalError,
     ),
@@ -261,6 +281,10 @@ const ERROR_FILTER_MAX_CHARS: usize = 500;
         (status = 202, description = "The failed executions moved back to pending", body = crate::model::ReplayResult),
         crate::model::BadRequest,
         crate::model::Unauthorized,
+        (status = 409, description = "The replay would make more fires at once in a namespace than its `max_fires_per_second` ever allows (a smaller `limit` fits)", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Over a namespace's `max_fires_per_second`, which replays count against; nothing was replayed. `Retry-After` says when they fit", body = crate::model::Problem, content_type = "application/problem+json",
+         headers(("Retry-After" = u64, description = "Seconds until the namespaces' budgets have room"))),
+
         crate::model::PayloadTooLarge,
         crate::model::ValidationFailed,
         crate::model::InternalError,

@@ -1001,6 +1001,9 @@ pub async fn next(
         crate::model::BadRequest,
         crate::model::Unauthorized,
         crate::model::JobNotFound,
+        (status = 409, description = "The namespace's `max_fires_per_second` is 0: it makes no fire on request", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Over the namespace's `max_fires_per_second`, which fires made on request count against; nothing was fired. `Retry-After` says when one fits", body = crate::model::Problem, content_type = "application/problem+json",
+         headers(("Retry-After" = u64, description = "Seconds until the namespace's budget has room"))),
         crate::model::InternalError,
     ),
     security(("bearer" = [])),
@@ -1012,9 +1015,22 @@ pub async fn trigger(
 ) -> ApiResult<(StatusCode, Json<Execution>)> {
     caller.require(Role::Write)?;
     let mut client = state.pg.get().await?;
+    // The namespace's budget of fires made on request is spent first: a
+    // request over it makes no fire and costs no write.
+    let namespace: String = client
+        .query_opt(
+            &format!("SELECT namespace FROM jobs WHERE id = $1 AND deleted_at IS NULL AND {IN_SCOPE}"),
+            &[&id, &caller.scope.sql()],
+        )
+        .await?
+        .ok_or_else(|| not_found(id))?
+        .get(0);
+    quota::spend_manual_fires(&state, &client, &std::collections::BTreeMap::from([(namespace, 1)])).await?;
     let tx = client.transaction().await?;
     let (execution, messages) = trigger_job(&tx, &caller, id).await?;
     tx.commit().await?;
+    // The publish takes a connection of its own: this one goes back first.
+    drop(client);
     state.publish(&messages).await;
     Ok((StatusCode::ACCEPTED, Json(execution)))
 }

@@ -195,12 +195,19 @@ pub async fn outcomes(
     let hours = int_param(q.hours.as_deref(), "hours", 1..=720, 24)?;
     let raw = q.ids.as_deref().unwrap_or_default();
     let mut ids = BTreeSet::new();
-    for part in raw.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let id = part.parse::<Uuid>().map_err(|_| field("ids", format!("{part:?} is not a job id (UUID)")))?;
+    let count = || field("ids", format!("must name 1 to {OUTCOMES_MAX_IDS} job ids, comma-separated"));
+    // Counted as they are read: a list past the limit is refused there.
+    for (i, part) in raw.split(',').map(str::trim).filter(|p| !p.is_empty()).enumerate() {
+        if i == OUTCOMES_MAX_IDS {
+            return Err(count());
+        }
+        let id = part
+            .parse::<Uuid>()
+            .map_err(|_| field("ids", format!("{} is not a job id (UUID)", common::text::quoted(part))))?;
         ids.insert(id);
     }
-    if ids.is_empty() || ids.len() > OUTCOMES_MAX_IDS {
-        return Err(field("ids", format!("must name 1 to {OUTCOMES_MAX_IDS} job ids, comma-separated")));
+    if ids.is_empty() {
+        return Err(count());
     }
     let to = Utc::now();
     let from = to - TimeDelta::hours(hours);

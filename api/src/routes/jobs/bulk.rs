@@ -121,7 +121,9 @@ fn parse(body: &Value) -> ApiResult<BulkRequest> {
         crate::model::BadRequest,
         crate::model::Unauthorized,
         crate::model::Forbidden,
-        (status = 409, description = "A resume would take a namespace over its quota; no job was changed", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A resume would take a namespace over its quota, or a trigger would make more fires at once than a namespace's `max_fires_per_second` ever allows; no job was changed", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "A trigger: over a namespace's `max_fires_per_second`, which fires made on request count against; nothing was fired. `Retry-After` says when they fit", body = crate::model::Problem, content_type = "application/problem+json",
+         headers(("Retry-After" = u64, description = "Seconds until the namespaces' budgets have room"))),
         crate::model::PayloadTooLarge,
         crate::model::ValidationFailed,
         crate::model::InternalError,
@@ -180,6 +182,15 @@ pub async fn bulk(
         })
         .map(|r| (r.get(0), r.get(2)))
         .collect();
+    // A trigger's fires are spent from their namespaces' budgets of fires
+    // made on request, all or none, before any is made.
+    if action == BulkAction::Trigger {
+        let mut fires: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+        for (_, ns) in &todo {
+            *fires.entry(ns.clone()).or_default() += 1;
+        }
+        crate::quota::spend_manual_fires(&state, &tx, &fires).await?;
+    }
     // A quota is a sum over the namespace's jobs that each resume reads and
     // then adds to: in a namespace with quotas, resumes go one at a time.
     let mut in_flight = IN_FLIGHT;
@@ -202,6 +213,8 @@ pub async fn bulk(
         .await?;
     let changed = todo.len() as u64;
     tx.commit().await?;
+    // The publish takes a connection of its own: this one goes back first.
+    drop(client);
     state.publish(&messages).await;
     let selector = selector.to_string();
     tracing::info!(action = action.as_str(), %selector, matched = rows.len(), changed, "bulk action");
