@@ -7,6 +7,9 @@
 //! proxies and clocks); the pids of every live process are kept in a list
 //! that [`crate::procstat`] samples.
 //!
+//! The API and the workers get `SECRETS_KEK` (the test key,
+//! [`common::testing::TEST_SECRETS_KEK`]), so jobs may carry secret headers.
+//!
 //! The services are the machine's own unless `--stack-redis-urls`, `--stack-amqp-url`
 //! and `--admin-database-url` name others (the `chaos` scenario passes its
 //! private ones).
@@ -295,6 +298,12 @@ impl Stack {
             Role::Worker => c.env("WORKER_ID", format!("{}-{name}", self.cluster)),
             Role::Api => &mut c,
         };
+        // Secret header values are sealed at rest: the API seals them and the workers open
+        // them with the same key-encryption key (the schedulers never see a value). The
+        // test key; `--stack-env SECRETS_KEK=...` (applied below) overrides it.
+        if role != Role::Scheduler {
+            c.env("SECRETS_KEK", common::testing::TEST_SECRETS_KEK);
+        }
         if self.args.tuned && role == Role::Scheduler {
             c.env("LOOKAHEAD_MS", self.args.scheduler_lookahead_ms.to_string());
         }
