@@ -2,7 +2,6 @@
 //! the job, when and why. Against the real API in-process.
 
 #[path = "../../api/tests/support/lib.rs"]
-#[allow(dead_code)]
 mod app;
 #[path = "support/lib.rs"]
 mod support;

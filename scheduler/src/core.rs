@@ -284,7 +284,7 @@ impl Core {
         let keys = self.jobs.get(&job).and_then(|k| k.owned.as_ref()).map(|o| o.calendars.clone()).unwrap_or_default();
         loop {
             let Some(queued) = self.runs.get_mut(&job) else { return };
-            if !queued.front().is_some_and(|run| until.is_none_or(|u| run.token <= u)) {
+            if queued.front().is_none_or(|run| until.is_some_and(|u| run.token > u)) {
                 if queued.is_empty() {
                     self.runs.remove(&job);
                 }
