@@ -23,7 +23,12 @@ pub const DOCS_PATH: &str = "/docs";
     get,
     path = "/metrics",
     tag = "operations",
-    responses((status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain"))
+    description = "With auth on, only callers with a valid token (any role) may read it.",
+    responses(
+        (status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain"),
+        (status = 401, description = "Auth is on and the request has no valid token", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
 )]
 pub async fn metrics_doc() {}
 
@@ -114,6 +119,8 @@ impl Modify for Tweaks {
     ),
     components(schemas(
         JobSpec,
+        PauseState,
+        crate::routes::jobs::PauseRequest,
         ScheduleSpec,
         ScheduleKind,
         Target,

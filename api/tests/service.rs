@@ -227,7 +227,8 @@ async fn the_openapi_document_and_swagger_ui_are_open_and_cover_every_route() {
         let op = &doc["paths"][path][method];
         assert!(op.is_object(), "{method} {path} is missing from the document");
         let secured = op["security"].as_array().is_some_and(|s| s.iter().any(|r| r.get("bearer").is_some()));
-        assert_eq!(secured, path.starts_with("/v1/"), "{method} {path}: bearer security");
+        // /metrics too: it needs a token while auth is on.
+        assert_eq!(secured, path.starts_with("/v1/") || path == "/metrics", "{method} {path}: bearer security");
         // Every /v1 operation documents its problem+json errors.
         if path.starts_with("/v1/") {
             let problem = &op["responses"]["401"]["content"]["application/problem+json"];

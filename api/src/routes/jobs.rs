@@ -619,6 +619,10 @@ async fn settle_change(
     put,
     path = "/v1/jobs/{id}",
     tag = "jobs",
+    description = "Replaces the job's definition and keeps its state: a body without `paused` keeps the job \
+                   paused or live (and who paused it), one that would change it is refused (use the pause and \
+                   resume routes), and labels the body leaves out are kept (`{}` clears them). `pause` in the \
+                   body is read-only and ignored. A schedule set in the past is refused; an unchanged one is not.",
     params(
         ("id" = uuid::Uuid, Path, description = "The job id"),
         ("If-Match" = Option<String>, Header, description = "The version the change is based on, e.g. \"3\"; `*` or absent: any"),

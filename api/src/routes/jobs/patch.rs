@@ -43,6 +43,8 @@ pub fn merge(target: &mut Value, patch: &Value) {
     patch,
     path = "/v1/jobs/{id}",
     tag = "jobs",
+    description = "A JSON Merge Patch of the job's stored definition. Like a replace it keeps the job's state: a \
+                   patch that would pause or resume it is refused (use the pause and resume routes).",
     params(
         ("id" = uuid::Uuid, Path, description = "The job id"),
         ("If-Match" = Option<String>, Header, description = "The version the change is based on, e.g. \"3\"; `*` or absent: any"),
