@@ -150,6 +150,7 @@ async fn a_pause_refuses_unknown_fields_and_bad_notes_and_stores_nothing() {
     for (body, field) in [
         (json!({"notes": "typo"}), "notes"),
         (json!({"note": "a\u{1b}[31mred"}), "note"),
+        (json!({"note": "ok\u{202e}desrever"}), "note"),
         (json!({"note": "x".repeat(501)}), "note"),
         (json!({"note": 5}), "note"),
     ] {

@@ -840,8 +840,8 @@ pub(crate) fn check_pause_note(note: Option<&str>) -> ApiResult<()> {
     if note.chars().count() > PAUSE_NOTE_MAX {
         return Err(field("note", format!("must be at most {PAUSE_NOTE_MAX} characters")));
     }
-    if note.chars().any(|c| c.is_control()) {
-        return Err(field("note", "must not contain control characters"));
+    if let Some(c) = common::text::first_hidden(note) {
+        return Err(field("note", common::text::hidden_problem(c)));
     }
     Ok(())
 }
