@@ -94,6 +94,8 @@ async fn run() -> anyhow::Result<()> {
                 api::tenancy::write_namespace(&pooled, &ns.name, ns.quotas(), api::tenancy::Write::Declare).await?;
             }
             tracing::info!(namespaces = declared.len(), "declared namespaces applied");
+            // The pool holds one connection: the sealing below takes it.
+            drop(pooled);
             let keyring = args.secrets.keyring()?;
             if keyring.is_empty() {
                 tracing::warn!("SECRETS_KEK is empty: secret header values stored in clear (if any) stay so");

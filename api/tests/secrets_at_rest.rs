@@ -102,3 +102,85 @@ async fn without_a_key_encryption_key_a_secret_header_is_refused_and_nothing_is_
     let r = app.post_json("/v1/jobs", &plain).await;
     assert_eq!(r.status, 201, "{}", r.text);
 }
+
+/// A value stored in clear by a version before encryption is sealed by
+/// `cronshard-api migrate` when a KEK is set, in `jobs` and in every
+/// version, without a new version and without moving `updated_at` (the
+/// instant the version came into force); without a KEK it is left, with a
+/// warning.
+#[tokio::test]
+async fn migrate_seals_values_an_older_version_stored_in_clear_without_making_a_version() {
+    let app = TestApp::start("secrets-legacy").await;
+    let mut plain = job_with_secret(FIRST);
+    plain["target"].as_object_mut().unwrap().remove("secret_headers");
+    let id = app.create_id(&plain).await;
+    let pg = app.sql().await;
+    // As an older version stored it: the value in clear, in the job and its version.
+    let legacy = json!({"Authorization": FIRST});
+    for table in ["jobs", "job_changes"] {
+        let key = if table == "jobs" { "id" } else { "job_id" };
+        pg.execute(
+            &format!(
+                "UPDATE {table} SET spec = jsonb_set(spec, '{{target,secret_headers}}', $2) WHERE {key} = $1::text::uuid"
+            ),
+            &[&id, &legacy],
+        )
+        .await
+        .unwrap();
+    }
+    let before: (i64, chrono::DateTime<chrono::Utc>) = {
+        let r = pg.query_one("SELECT version, updated_at FROM jobs WHERE id = $1::text::uuid", &[&id]).await.unwrap();
+        (r.get(0), r.get(1))
+    };
+    let migrate = |kek: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_cronshard-api"))
+            .arg("migrate")
+            .env("DATABASE_URL", app.db_url())
+            .env("SECRETS_KEK", kek)
+            .env("RUST_LOG", "info")
+            .output()
+            .unwrap()
+    };
+    let out = migrate("");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("SECRETS_KEK is empty"));
+    let clear: i64 = pg
+        .query_one("SELECT count(*) FROM job_changes WHERE spec::text LIKE '%first-SECRET%'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(clear, 1, "without a key nothing changes");
+
+    let out = migrate(common::testing::TEST_SECRETS_KEK);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dump: String = pg
+        .query_one(
+            "SELECT (SELECT string_agg(spec::text, ' ') FROM jobs) || (SELECT string_agg(spec::text, ' ') FROM job_changes)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(!dump.contains(FIRST), "still in clear: {dump}");
+    assert_eq!(dump.matches(common::secrets::SEALED_PREFIX).count(), 2, "{dump}");
+    let after = pg.query_one("SELECT version, updated_at FROM jobs WHERE id = $1::text::uuid", &[&id]).await.unwrap();
+    assert_eq!((after.get::<_, i64>(0), after.get::<_, chrono::DateTime<chrono::Utc>>(1)), before);
+    let versions: i64 =
+        pg.query_one("SELECT count(*) FROM job_changes WHERE job_id = $1::text::uuid", &[&id]).await.unwrap().get(0);
+    assert_eq!(versions, 1, "sealing is not a new version");
+    // The API still shows it masked, and a value sealed this way opens.
+    assert_eq!(app.job(&id).await["target"]["secret_headers"]["Authorization"], "***");
+    let stored: String = pg
+        .query_one(
+            "SELECT spec->'target'->'secret_headers'->>'Authorization' FROM jobs WHERE id = $1::text::uuid",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let vault = common::secrets::Vault::new(common::testing::test_keyring());
+    let mut headers = std::collections::BTreeMap::from([("Authorization".to_owned(), stored)]);
+    let pool = common::db::pool(app.db_url(), 1).unwrap();
+    vault.open_headers(&pool.get().await.unwrap(), id.parse().unwrap(), &mut headers).await.unwrap();
+    assert_eq!(headers["Authorization"], FIRST);
+}

@@ -100,6 +100,11 @@ impl TestApp {
         TestApp { base, http: reqwest::Client::new(), cluster, redis, shutdown: Some(tx), db }
     }
 
+    /// The test database's URL (for the binaries a test runs).
+    pub fn db_url(&self) -> &str {
+        &self.db.url
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
