@@ -8,8 +8,6 @@
 #[path = "support/lib.rs"]
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -138,73 +136,17 @@ async fn an_oversized_invalid_value_is_not_echoed_whole() {
 #[tokio::test]
 async fn the_debug_request_log_masks_query_values() {
     const SECRET: &str = "cst_QueryTokenThatMustNotBeLogged";
-    let db = common::testing::TestDb::new().await.unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cronshard-api"))
-        .env("DATABASE_URL", &db.url)
-        .env("REDIS_URLS", common::testing::redis_url())
-        .env("AMQP_URL", common::testing::amqp_url())
-        .env("CLUSTER_NAME", common::testing::unique_cluster("limits-log"))
-        .env("LISTEN_ADDR", "127.0.0.1:0")
-        .env("API_TOKENS", "")
-        .env("RUST_LOG", "debug")
-        .env("LOG_FORMAT", "text")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting cronshard-api");
-    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if lines_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut log = Vec::new();
-    let next_line = |log: &mut Vec<String>| {
-        let line = plain(&lines_rx.recv_timeout(Duration::from_secs(30)).expect("the API's log went quiet"));
-        log.push(line.clone());
-        line
-    };
-    let addr = loop {
-        let line = next_line(&mut log);
-        if let Some(rest) = line.split("addr=").nth(1).filter(|_| line.contains("listening")) {
-            break rest.split_whitespace().next().unwrap().to_owned();
-        }
-    };
+    let mut api = ApiProcess::start("limits-log", &[("API_TOKENS", ""), ("RUST_LOG", "debug")]).await;
     // Answered 400 (no such parameter): logged all the same.
-    reqwest::get(format!("http://{addr}/v1/jobs?access_token={SECRET}&limit=5")).await.unwrap();
+    reqwest::get(format!("http://{}/v1/jobs?access_token={SECRET}&limit=5", api.addr)).await.unwrap();
     let seen = loop {
-        let line = next_line(&mut log);
+        let line = api.next_line();
         if line.contains("access_token") {
             break line;
         }
     };
-    let _ = child.kill();
-    let _ = child.wait();
-    // Whatever else the run logged before the kill.
-    while let Ok(line) = lines_rx.recv_timeout(Duration::from_millis(200)) {
-        log.push(plain(&line));
-    }
+    api.stop();
+    let log = &api.log;
     assert!(seen.contains("uri=/v1/jobs?access_token=***&limit=***"), "{seen}");
     assert!(log.iter().all(|l| !l.contains(SECRET)), "the secret is in the log:\n{}", log.join("\n"));
-}
-
-/// A log line without its terminal colours (`ESC [ ... m`).
-fn plain(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' && chars.peek() == Some(&'[') {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }

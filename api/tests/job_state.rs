@@ -22,6 +22,17 @@ async fn call(app: &TestApp, token: &str, method: Method, path: &str, body: Opti
     app.send(rb).await
 }
 
+/// A merge patch of job `id` with the bootstrap token.
+async fn merge_patch(app: &TestApp, id: &str, patch: &Value) -> Resp {
+    let rb = app
+        .http
+        .patch(app.url(&format!("/v1/jobs/{id}")))
+        .bearer_auth(BOOTSTRAP)
+        .header("content-type", "application/merge-patch+json")
+        .body(patch.to_string());
+    app.send(rb).await
+}
+
 fn definition() -> Value {
     json!({
         "name": "nightly",
@@ -91,15 +102,7 @@ async fn a_pause_keeps_who_when_and_why_through_put_and_patch_and_a_put_keeps_la
     assert_eq!(put.json()["paused"], true);
 
     // A patch of the definition keeps the state too.
-    let patched = app
-        .send(
-            app.http
-                .patch(app.url(&format!("/v1/jobs/{id}")))
-                .bearer_auth(BOOTSTRAP)
-                .header("content-type", "application/merge-patch+json")
-                .body(json!({"labels": {"tier": "web"}}).to_string()),
-        )
-        .await;
+    let patched = merge_patch(&app, &id, &json!({"labels": {"tier": "web"}})).await;
     assert_eq!(patched.status, 200, "{}", patched.text);
     assert_eq!(patched.json()["paused"], true);
     assert_eq!(patched.json()["pause"], pause);
@@ -111,15 +114,7 @@ async fn a_pause_keeps_who_when_and_why_through_put_and_patch_and_a_put_keeps_la
     let refused = call(&app, BOOTSTRAP, Method::PUT, &format!("/v1/jobs/{id}"), Some(&resume_by_put)).await;
     let problem = assert_problem(&refused, 422);
     assert!(problem.to_string().contains("/resume"), "{problem}");
-    let refused = app
-        .send(
-            app.http
-                .patch(app.url(&format!("/v1/jobs/{id}")))
-                .bearer_auth(BOOTSTRAP)
-                .header("content-type", "application/merge-patch+json")
-                .body(json!({"paused": false}).to_string()),
-        )
-        .await;
+    let refused = merge_patch(&app, &id, &json!({"paused": false})).await;
     assert_problem(&refused, 422);
     resume_by_put["paused"] = json!(true);
     let same = call(&app, BOOTSTRAP, Method::PUT, &format!("/v1/jobs/{id}"), Some(&resume_by_put)).await;

@@ -23,6 +23,11 @@ fn job_with_secret(value: &str) -> serde_json::Value {
     })
 }
 
+/// The text column of each row `sql` returns for job `id` (`$1`).
+async fn texts(pg: &tokio_postgres::Client, sql: &str, id: &str) -> Vec<String> {
+    pg.query(sql, &[&id]).await.unwrap().iter().map(|r| r.get(0)).collect()
+}
+
 #[tokio::test]
 async fn secret_values_are_stored_sealed_in_every_version_and_never_in_clear() {
     let app = TestApp::start("secrets-at-rest").await;
@@ -40,17 +45,13 @@ async fn secret_values_are_stored_sealed_in_every_version_and_never_in_clear() {
     assert_eq!(r.status, 200, "{}", r.text);
 
     let pg = app.sql().await;
-    let stored: Vec<String> = pg
-        .query(
-            "SELECT spec->'target'->'secret_headers'->>'Authorization' FROM jobs WHERE id = $1::text::uuid
-             UNION ALL SELECT spec->'target'->'secret_headers'->>'Authorization' FROM job_changes WHERE job_id = $1::text::uuid",
-            &[&id],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let stored = texts(
+        &pg,
+        "SELECT spec->'target'->'secret_headers'->>'Authorization' FROM jobs WHERE id = $1::text::uuid
+         UNION ALL SELECT spec->'target'->'secret_headers'->>'Authorization' FROM job_changes WHERE job_id = $1::text::uuid",
+        &id,
+    )
+    .await;
     assert_eq!(stored.len(), 4, "the job and its three versions: {stored:?}");
     assert!(stored.iter().all(|v| v.starts_with(common::secrets::SEALED_PREFIX)), "{stored:?}");
     // The whole database as text: neither value, old or new, in clear.
@@ -67,16 +68,12 @@ async fn secret_values_are_stored_sealed_in_every_version_and_never_in_clear() {
         assert!(!everything.contains(secret), "{secret:?} is stored in clear");
     }
     // Version 2 (the read written back) kept the first value as it was sealed.
-    let v: Vec<String> = pg
-        .query(
-            "SELECT spec->'target'->'secret_headers'->>'Authorization' FROM job_changes WHERE job_id = $1::text::uuid ORDER BY version",
-            &[&id],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let v = texts(
+        &pg,
+        "SELECT spec->'target'->'secret_headers'->>'Authorization' FROM job_changes WHERE job_id = $1::text::uuid ORDER BY version",
+        &id,
+    )
+    .await;
     assert_eq!(v[0], v[1], "a value written back as *** is kept as stored");
     assert_ne!(v[1], v[2]);
     // The data key is stored sealed, under the test key's id.
