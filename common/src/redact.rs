@@ -179,15 +179,20 @@ fn mask_values(pairs: &str, out: &mut String) {
 }
 
 /// Punctuation after a URL in prose (`(see http://h/?k=v).`) is not part of
-/// it; an unbalanced closing bracket is not either.
+/// it; a closing bracket unbalanced within the URL's last part is not
+/// either. Balance is judged within the last part (after the last `?`, `#`,
+/// `&` or `=`) only: that part is what masking replaces, so the decision is
+/// the same when the text is redacted again (a bracket in an earlier,
+/// masked value must not change it).
 fn peel_punctuation(s: &str) -> (&str, &str) {
     let mut end = s.len();
     loop {
         let body = &s[..end];
+        let last = &body[body.rfind(['?', '#', '&', '=']).map_or(0, |i| i + 1)..];
         let keep = match body.as_bytes().last() {
             Some(b',' | b'.' | b':' | b';') => false,
-            Some(b')') => body.matches('(').count() >= body.matches(')').count(),
-            Some(b']') => body.matches('[').count() >= body.matches(']').count(),
+            Some(b')') => last.matches('(').count() >= last.matches(')').count(),
+            Some(b']') => last.matches('[').count() >= last.matches(']').count(),
             _ => true,
         };
         if keep {
