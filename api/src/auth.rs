@@ -124,6 +124,11 @@ impl Actor {
         Actor { token_id: None, name: format!("bootstrap token #{}", index + 1) }
     }
 
+    /// As the jobs store records who changed a job.
+    pub fn author(&self) -> common::jobs::Author<'_> {
+        common::jobs::Author { name: &self.name, token_id: self.token_id }
+    }
+
     /// Every caller while auth is off.
     pub fn anonymous() -> Actor {
         Actor { token_id: None, name: "anonymous (auth off)".to_owned() }

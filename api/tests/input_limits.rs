@@ -5,11 +5,14 @@
 //! receivers read them, small error answers whatever was refused, and the
 //! debug request log of the real binary without query secrets.
 
+#[path = "support/process.rs"]
+mod process;
 #[path = "support/lib.rs"]
 mod support;
 
 use std::time::{Duration, Instant};
 
+use process::ApiProcess;
 use serde_json::{Value, json};
 use support::*;
 

@@ -3,10 +3,12 @@
 //! everyone when auth is off. Through the real binary, where `/metrics` is
 //! mounted.
 
+#[path = "support/process.rs"]
+mod process;
 #[path = "support/lib.rs"]
 mod support;
 
-use support::ApiProcess;
+use process::ApiProcess;
 
 const TOKEN: &str = "metrics-auth-bootstrap-token";
 

@@ -13,6 +13,7 @@ pub mod db;
 pub mod execution;
 pub mod job;
 pub mod job_changes;
+pub mod jobs;
 pub mod labels;
 pub mod ledger;
 pub mod message;

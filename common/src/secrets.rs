@@ -375,51 +375,24 @@ impl Vault {
 
 /// Seals the secret header values that versions before encryption stored
 /// in clear, in `jobs` and in every `job_changes` version; returns how many
-/// job rows and versions changed. Run by `cronshard-api migrate` when a
-/// KEK is configured. The jobs' own triggers are held off for it: sealing a
-/// value in place is not a new version, and it must not move a version's
-/// `updated_at` (the instant it came into force) or wake the schedulers.
+/// definitions changed. Run by `cronshard-api migrate` when a KEK is
+/// configured. Sealing a value in place is not a new version
+/// (`jobs::rewrite_definition_in_place`).
 pub async fn seal_stored_in_clear(vault: &Vault, client: &mut deadpool_postgres::Object) -> anyhow::Result<u64> {
     use crate::job::{JobSpec, Target};
     let tx = client.transaction().await?;
-    let mut sealed_rows = 0;
-    for (table, key) in [("jobs", "id"), ("job_changes", "job_id")] {
-        let select = format!(
-            "SELECT {key}, version, spec, (SELECT namespace FROM jobs j WHERE j.id = t.{key}) FROM {table} t
-             WHERE jsonb_typeof(spec->'target'->'secret_headers') = 'object'
-               AND EXISTS (SELECT 1 FROM jsonb_each_text(spec->'target'->'secret_headers') h
-                           WHERE h.value NOT LIKE '{SEALED_PREFIX}%')"
-        );
-        let rows = tx.query(&select, &[]).await?;
-        if rows.is_empty() {
-            continue;
-        }
-        if table == "jobs" {
-            tx.batch_execute("ALTER TABLE jobs DISABLE TRIGGER USER").await?;
-        }
-        for row in &rows {
-            let (id, version, spec): (Uuid, i64, serde_json::Value) = (row.get(0), row.get(1), row.get(2));
-            let namespace: String = row.get::<_, Option<String>>(3).unwrap_or_else(|| "default".to_owned());
-            let mut parsed: JobSpec = serde_json::from_value(spec)?;
-            let Target::Http(http) = &mut parsed.target else { continue };
-            let stored = http.secret_headers.clone();
-            // Only the values in clear: those already sealed stay as stored.
-            let kept: std::collections::BTreeMap<String, String> =
-                stored.into_iter().filter(|(_, v)| is_sealed(v)).collect();
-            vault.seal_headers(&tx, &namespace, id, &mut http.secret_headers, &kept).await?;
-            tx.execute(
-                &format!("UPDATE {table} SET spec = $3 WHERE {key} = $1 AND version = $2"),
-                &[&id, &version, &serde_json::to_value(&parsed)?],
-            )
-            .await?;
-            sealed_rows += 1;
-        }
-        if table == "jobs" {
-            tx.batch_execute("ALTER TABLE jobs ENABLE TRIGGER USER").await?;
-        }
+    let found = crate::jobs::definitions_with_secrets_in_clear(&tx, SEALED_PREFIX).await?;
+    for (id, which, namespace, spec) in &found {
+        let mut parsed: JobSpec = serde_json::from_value(spec.clone())?;
+        let Target::Http(http) = &mut parsed.target else { continue };
+        // Only the values in clear: those already sealed stay as stored.
+        let kept: std::collections::BTreeMap<String, String> =
+            http.secret_headers.iter().filter(|(_, v)| is_sealed(v)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        vault.seal_headers(&tx, namespace, *id, &mut http.secret_headers, &kept).await?;
+        crate::jobs::rewrite_definition_in_place(&tx, *id, *which, &serde_json::to_value(&parsed)?).await?;
     }
     tx.commit().await?;
-    Ok(sealed_rows)
+    Ok(found.len() as u64)
 }
 
 #[cfg(test)]

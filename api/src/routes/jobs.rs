@@ -17,10 +17,10 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::Deserialize;
 use serde_json::Value;
-use tokio_postgres::Row;
 use uuid::Uuid;
 
 use common::job::{JobSpec, Target};
+use common::jobs::{self, StoredJob};
 use common::ledger::{self, Execution, changes::Cancel};
 
 use crate::auth::{Caller, Role};
@@ -34,76 +34,40 @@ pub mod batch;
 pub mod bulk;
 pub mod patch;
 
-macro_rules! job_columns {
-    () => {
-        "id, namespace, version, spec, paused, created_at, updated_at, peak_fires_per_second, paused_at, paused_by, paused_by_token, pause_note"
-    };
-}
-
-/// A job's columns, and for a job with `max_runs` the runs it has used
-/// (`runs`, NULL otherwise): once they are used up it has no next fire.
-const JOB_COLUMNS: &str = concat!(job_columns!(), ", ", common::ledger_runs_used_by_jobs_row!(), " AS runs");
-
-/// The same for a job just created, which has run nothing. The runs
-/// subquery spans every ledger partition: planned on each create, it cost
-/// about 40% of the API's create throughput.
-/// SQL predicate on `jobs`: in the caller's namespaces (`$2`, NULL = every one).
-const IN_SCOPE: &str = "($2::text[] IS NULL OR namespace = ANY($2))";
-
-const NEW_JOB_COLUMNS: &str = concat!(job_columns!(), ", NULL::bigint AS runs");
-
-/// A create in one statement (its own transaction, one round trip instead
-/// of seven) for the usual case: no idempotency key, no calendars, and a
-/// namespace without quotas, so there is nothing to check or lock first.
-/// No row comes back when the namespace has a quota or does not exist; the
-/// transactional path then checks and says which. The job is announced
-/// after the commit like every API create.
-static INSERT_UNLIMITED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "WITH defer AS MATERIALIZED ({})
-         INSERT INTO jobs (id, name, spec, paused, namespace, peak_fires_per_second, paused_at, paused_by, paused_by_token)
-         SELECT $1, $2, $3, $4, n.name, $6, CASE WHEN $4 THEN now() END, CASE WHEN $4 THEN $7 END,
-                CASE WHEN $4 THEN $8::uuid END
-         FROM namespaces n, defer
-          WHERE n.name = $5 AND n.max_jobs IS NULL AND n.max_fires_per_second IS NULL
-         RETURNING {NEW_JOB_COLUMNS}",
-        common::job_changes::DEFER_TO_AFTER_COMMIT_IN_STATEMENT
-    )
-});
-
 /// What the API shows instead of a secret header's value. Sent back in a
 /// replace, it keeps the stored value.
 pub const SECRET_SHOWN_AS: &str = "***";
 
-/// A job as the API shows it, from a row of `JOB_COLUMNS`: secret header
-/// values are never shown.
-pub fn job_of_row(row: &Row, now: DateTime<Utc>) -> ApiResult<Job> {
-    let mut spec: JobSpec = serde_json::from_value(row.get("spec"))?;
+/// A job as the API shows it: secret header values are never shown.
+pub fn job_of(job: &StoredJob, now: DateTime<Utc>) -> ApiResult<Job> {
+    let mut spec: JobSpec = serde_json::from_value(job.spec.clone())?;
     if let Target::Http(http) = &mut spec.target {
         for value in http.secret_headers.values_mut() {
             *value = SECRET_SHOWN_AS.to_owned();
         }
     }
-    spec.paused = row.get("paused");
-    let created_at: DateTime<Utc> = row.get("created_at");
-    let runs_used_up = match (spec.schedule.max_runs, row.get::<_, Option<i64>>("runs")) {
+    spec.paused = job.paused;
+    let runs_used_up = match (spec.schedule.max_runs, job.runs) {
         (Some(max), Some(runs)) => runs as u64 >= max,
         _ => false,
     };
-    let next_fire_at =
-        if spec.paused || runs_used_up { None } else { spec.compile(created_at).ok().and_then(|s| s.next_after(now)) };
+    let next_fire_at = if spec.paused || runs_used_up {
+        None
+    } else {
+        spec.compile(job.created_at).ok().and_then(|s| s.next_after(now))
+    };
     let pause = spec.paused.then(|| crate::model::PauseState {
-        at: row.get("paused_at"),
-        by: row.get("paused_by"),
-        by_token_id: row.get("paused_by_token"),
-        note: row.get("pause_note"),
+        at: job.pause.at,
+        by: job.pause.by.clone(),
+        by_token_id: job.pause.by_token,
+        note: job.pause.note.clone(),
     });
     Ok(Job {
-        id: row.get("id"),
-        namespace: row.get("namespace"),
-        version: row.get("version"),
-        created_at,
-        updated_at: row.get("updated_at"),
+        id: job.id,
+        namespace: job.namespace.clone(),
+        version: job.version,
+        created_at: job.created_at,
+        updated_at: job.updated_at,
         next_fire_at,
         pause,
         spec,
@@ -245,21 +209,14 @@ pub async fn create(
         return Ok(created(first.status, first.body, true));
     }
     fires_ever(&spec)?;
-    let actor = &caller.actor;
     let id = Uuid::now_v7();
     let peak = quota::peak_fires_per_second(&spec, Utc::now());
     let mut spec_json = serde_json::to_value(&spec)?;
     let has_secrets = matches!(&spec.target, Target::Http(h) if !h.secret_headers.is_empty());
     if key.is_none() && spec.calendars.is_empty() && !has_secrets {
-        let insert = client.prepare_cached(&INSERT_UNLIMITED).await?;
-        let inserted = client
-            .query_opt(
-                &insert,
-                &[&id, &spec.name, &spec_json, &spec.paused, &namespace, &peak, &actor.name, &actor.token_id],
-            )
-            .await?;
-        if let Some(row) = inserted {
-            let body = serde_json::to_value(job_of_row(&row, Utc::now())?)?;
+        let new = new_job(id, &spec, &spec_json, &namespace, peak);
+        if let Some(stored) = jobs::create_unlimited(&client, &new, caller.actor.author()).await? {
+            let body = serde_json::to_value(job_of(&stored, Utc::now())?)?;
             return Ok(committed_create(&state, &spec, &namespace, body));
         }
         // The namespace has a quota, or is not there: the checks below say which.
@@ -274,17 +231,12 @@ pub async fn create(
         seal_secrets(&state, &namespace, id, &mut sealed, None).await?;
         spec_json = serde_json::to_value(&sealed)?;
     }
-    let row = tx
-        .query_one(
-            &format!(
-                "INSERT INTO jobs (id, name, spec, paused, namespace, peak_fires_per_second, paused_at, paused_by, paused_by_token)
-                 VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $4 THEN now() END, CASE WHEN $4 THEN $7 END, CASE WHEN $4 THEN $8::uuid END)
-                 RETURNING {NEW_JOB_COLUMNS}"
-            ),
-            &[&id, &spec.name, &spec_json, &spec.paused, &namespace, &peak, &actor.name, &actor.token_id],
-        )
-        .await?;
-    let job = job_of_row(&row, Utc::now())?;
+    let new = new_job(id, &spec, &spec_json, &namespace, peak);
+    let stored = jobs::create(&tx, std::slice::from_ref(&new), caller.actor.author())
+        .await?
+        .pop()
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("the job's insert returned no row")))?;
+    let job = job_of(&stored, Utc::now())?;
     let body = serde_json::to_value(&job)?;
     if let Some(key) = &key
         && !key.record(&tx, id, StatusCode::CREATED.as_u16(), &body).await?
@@ -301,6 +253,18 @@ pub async fn create(
         idempotency::purge_expired(&client).await;
     }
     Ok(response)
+}
+
+/// The store's form of a validated job to create (`spec_json`: its
+/// definition as stored, secret values sealed).
+pub(crate) fn new_job<'a>(
+    id: Uuid,
+    spec: &'a JobSpec,
+    spec_json: &'a Value,
+    namespace: &'a str,
+    peak: f64,
+) -> jobs::NewJob<'a> {
+    jobs::NewJob { id, name: &spec.name, spec: spec_json, paused: spec.paused, namespace, peak_fires_per_second: peak }
 }
 
 /// After a create committed: the schedulers are told, the log says so, and
@@ -344,14 +308,8 @@ fn created(status: u16, body: Value, replayed: bool) -> Response {
 )]
 pub async fn get(State(state): State<AppState>, caller: Caller, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
     let client = state.pg.get().await?;
-    let row = client
-        .query_opt(
-            &format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND deleted_at IS NULL AND {IN_SCOPE}"),
-            &[&id, &caller.scope.sql()],
-        )
-        .await?
-        .ok_or_else(|| not_found(id))?;
-    Ok(with_etag(StatusCode::OK, job_of_row(&row, Utc::now())?))
+    let stored = jobs::get(&client, id, caller.scope.sql().as_deref()).await?.ok_or_else(|| not_found(id))?;
+    Ok(with_etag(StatusCode::OK, job_of(&stored, Utc::now())?))
 }
 
 /// An unknown parameter is a 400 naming it, not silently ignored.
@@ -422,31 +380,22 @@ pub async fn list(
     let prefix = q.name_prefix.map(|p| format!("{}%", p.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")));
     let labels = selector::Predicate::new(&selector::parse("selector", q.selector.as_deref().unwrap_or(""))?, 8);
     let scope = caller.scope.sql();
-    let limit_plus_one = limit + 1;
-    let own: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
-        [&after, &prefix, &q.kind, &paused, &limit_plus_one, &scope, &q.namespace];
-    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = own.into_iter().chain(labels.params()).collect();
+    let filter = jobs::ListFilter {
+        after,
+        name_like: prefix.as_deref(),
+        kind: q.kind.as_deref(),
+        paused,
+        scope: scope.as_deref(),
+        namespace: q.namespace.as_deref(),
+        labels_sql: &labels.sql,
+        labels_params: labels.params().collect(),
+        limit: limit + 1,
+    };
     let client = state.pg.get().await?;
-    let rows = client
-        .query(
-            &format!(
-                "SELECT {JOB_COLUMNS} FROM jobs
-                 WHERE deleted_at IS NULL AND id > $1
-                   AND ($2::text IS NULL OR name LIKE $2)
-                   AND ($3::text IS NULL OR spec->'schedule'->>'kind' = $3)
-                   AND ($4::bool IS NULL OR paused = $4)
-                   AND ($6::text[] IS NULL OR namespace = ANY($6))
-                   AND ($7::text IS NULL OR namespace = $7)
-                   AND {}
-                 ORDER BY id LIMIT $5",
-                labels.sql
-            ),
-            &params,
-        )
-        .await?;
+    let rows = jobs::list(&client, &filter).await?;
     let now = Utc::now();
     let has_more = rows.len() as i64 > limit;
-    let items: Vec<Job> = rows.iter().take(limit as usize).map(|r| job_of_row(r, now)).collect::<ApiResult<_>>()?;
+    let items: Vec<Job> = rows.iter().take(limit as usize).map(|r| job_of(r, now)).collect::<ApiResult<_>>()?;
     let next_cursor = has_more.then(|| items.last().map(|j| j.id)).flatten();
     Ok(Json(JobPage { items, next_cursor }))
 }
@@ -527,8 +476,10 @@ struct Before {
     spec: JobSpec,
     created_at: DateTime<Utc>,
     namespace: String,
-    /// What the job counts against its namespace's rate quota.
+    /// What the job counts against its namespace's rate quota now.
     counted_peak: f64,
+    /// What it counts while live.
+    peak: f64,
 }
 
 /// A replace that sends a secret header back as the API showed it
@@ -580,24 +531,15 @@ pub(crate) async fn seal_secrets(
 
 /// Locks a live job of the caller's namespaces for a change.
 async fn lock_for_change(tx: &impl deadpool_postgres::GenericClient, caller: &Caller, id: Uuid) -> ApiResult<Before> {
-    let row = tx
-        .query_opt(
-            &format!(
-                "SELECT version, paused, spec, created_at, namespace, peak_fires_per_second FROM jobs
-                 WHERE id = $1 AND deleted_at IS NULL AND {IN_SCOPE} FOR UPDATE"
-            ),
-            &[&id, &caller.scope.sql()],
-        )
-        .await?
-        .ok_or_else(|| not_found(id))?;
-    let paused: bool = row.get(1);
+    let locked = jobs::lock_for_change(tx, id, caller.scope.sql().as_deref()).await?.ok_or_else(|| not_found(id))?;
     Ok(Before {
-        version: row.get(0),
-        paused,
-        spec: serde_json::from_value(row.get(2))?,
-        created_at: row.get(3),
-        namespace: row.get(4),
-        counted_peak: if paused { 0.0 } else { row.get(5) },
+        version: locked.version,
+        paused: locked.paused,
+        spec: serde_json::from_value(locked.spec)?,
+        created_at: locked.created_at,
+        namespace: locked.namespace,
+        counted_peak: if locked.paused { 0.0 } else { locked.peak_fires_per_second },
+        peak: locked.peak_fires_per_second,
     })
 }
 
@@ -664,9 +606,9 @@ pub async fn replace(
     if !given("labels") {
         spec.labels = before.spec.labels.clone();
     }
-    let row = update_job(&state, &tx, id, &before, spec, named).await?;
+    let stored = update_job(&state, &tx, id, &before, spec, named).await?;
     tx.commit().await?;
-    Ok(with_etag(StatusCode::OK, job_of_row(&row, Utc::now())?))
+    Ok(with_etag(StatusCode::OK, job_of(&stored, Utc::now())?))
 }
 
 /// 412 unless the job is at the version `If-Match` asked for (`None`: any).
@@ -681,7 +623,7 @@ fn check_version(id: Uuid, before: &Before, expected: Option<i64>) -> ApiResult<
 
 /// Replaces a locked job's definition with `spec` (validated, with the
 /// `namespace` it names, if any): the step of a replace and of a patch.
-/// Returns the job's row (`JOB_COLUMNS`).
+/// Returns the job as stored.
 async fn update_job(
     state: &AppState,
     tx: &impl deadpool_postgres::GenericClient,
@@ -689,7 +631,7 @@ async fn update_job(
     before: &Before,
     spec: JobSpec,
     named: Option<String>,
-) -> ApiResult<Row> {
+) -> ApiResult<StoredJob> {
     if let Some(named) = named
         && named != before.namespace
     {
@@ -719,17 +661,9 @@ async fn update_job(
     let demand = quota::Demand { new_jobs: 0, peak: counted, peak_before: before.counted_peak };
     quota::check(tx, &before.namespace, demand).await?;
     crate::tenancy::check_references(tx, &before.namespace, &spec.calendars).await?;
-    let row = tx
-        .query_one(
-            &format!(
-                "UPDATE jobs SET name = $2, spec = $3, paused = $4, peak_fires_per_second = $5, version = version + 1
-                 WHERE id = $1 RETURNING {JOB_COLUMNS}"
-            ),
-            &[&id, &spec.name, &serde_json::to_value(&spec)?, &spec.paused, &peak],
-        )
-        .await?;
+    let stored = jobs::replace(tx, id, &spec.name, &serde_json::to_value(&spec)?, peak).await?;
     settle_change(tx, id, before, spec.paused).await?;
-    Ok(row)
+    Ok(stored)
 }
 
 #[utoipa::path(
@@ -762,16 +696,7 @@ pub async fn delete(State(state): State<AppState>, caller: Caller, JobIdPath(id)
 /// version) and cancels what it had not delivered. Returns the ledger rows
 /// cancelled.
 async fn delete_job(tx: &impl deadpool_postgres::GenericClient, caller: &Caller, id: Uuid) -> ApiResult<u64> {
-    let n = tx
-        .execute(
-            &format!(
-                "UPDATE jobs SET deleted_at = now(), version = version + 1
-                 WHERE id = $1 AND deleted_at IS NULL AND {IN_SCOPE}"
-            ),
-            &[&id, &caller.scope.sql()],
-        )
-        .await?;
-    if n == 0 {
+    if !jobs::delete(tx, id, caller.scope.sql().as_deref()).await? {
         return Err(not_found(id));
     }
     Ok(ledger::changes::cancel_claimed(tx, id, Cancel::Deleted).await?)
@@ -787,42 +712,31 @@ async fn set_paused(
     caller.require(Role::Write)?;
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
-    let row = pause_or_resume(&tx, caller, id, paused, note).await?;
+    let stored = pause_or_resume(&tx, caller, id, paused, note).await?;
     tx.commit().await?;
-    Ok(with_etag(StatusCode::OK, job_of_row(&row, Utc::now())?))
+    Ok(with_etag(StatusCode::OK, job_of(&stored, Utc::now())?))
 }
 
 /// Pauses (or resumes) a live job of the caller's namespaces: a new
 /// version, its claimed rows cancelled, a resume's paused period recorded.
 /// A pause records who paused it, when and why (`note`); a resume clears
-/// that. Returns the job's row (`JOB_COLUMNS`).
+/// that. Returns the job as stored.
 pub(crate) async fn pause_or_resume(
     tx: &impl deadpool_postgres::GenericClient,
     caller: &Caller,
     id: Uuid,
     paused: bool,
     note: Option<&str>,
-) -> ApiResult<Row> {
+) -> ApiResult<StoredJob> {
     let before = lock_for_change(tx, caller, id).await?;
     if !paused && before.paused {
         // A resumed job counts against the rate quota again.
-        let peak: f64 = tx.query_one("SELECT peak_fires_per_second FROM jobs WHERE id = $1", &[&id]).await?.get(0);
-        quota::check(tx, &before.namespace, quota::Demand { new_jobs: 0, peak, peak_before: 0.0 }).await?;
+        let demand = quota::Demand { new_jobs: 0, peak: before.peak, peak_before: 0.0 };
+        quota::check(tx, &before.namespace, demand).await?;
     }
-    let row = tx
-        .query_one(
-            &format!(
-                "UPDATE jobs SET paused = $2, spec = jsonb_set(spec, '{{paused}}', to_jsonb($2::boolean)),
-                        version = version + 1,
-                        paused_at = CASE WHEN $2 THEN now() END, paused_by = CASE WHEN $2 THEN $3 END,
-                        paused_by_token = CASE WHEN $2 THEN $4::uuid END, pause_note = CASE WHEN $2 THEN $5 END
-                 WHERE id = $1 RETURNING {JOB_COLUMNS}"
-            ),
-            &[&id, &paused, &caller.actor.name, &caller.actor.token_id, &note],
-        )
-        .await?;
+    let stored = jobs::set_paused(tx, id, paused, caller.actor.author(), note).await?;
     settle_change(tx, id, &before, paused).await?;
-    Ok(row)
+    Ok(stored)
 }
 
 /// The body of a pause: why, for whoever finds the job paused. Optional
@@ -975,17 +889,11 @@ pub async fn next(
     };
     let from = parse_time(q.from.as_deref(), "from")?.unwrap_or_else(Utc::now);
     let client = state.pg.get().await?;
-    let row = client
-        .query_opt(
-            &format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND deleted_at IS NULL AND {IN_SCOPE}"),
-            &[&id, &caller.scope.sql()],
-        )
-        .await?
-        .ok_or_else(|| not_found(id))?;
-    let spec: JobSpec = serde_json::from_value(row.get("spec"))?;
-    let schedule = spec.compile(row.get("created_at")).map_err(|e| ApiError::Internal(e.into()))?;
+    let stored = jobs::get(&client, id, caller.scope.sql().as_deref()).await?.ok_or_else(|| not_found(id))?;
+    let spec: JobSpec = serde_json::from_value(stored.spec)?;
+    let schedule = spec.compile(stored.created_at).map_err(|e| ApiError::Internal(e.into()))?;
     let jitter = fires::Jitter { job_id: id, jitter_ms: spec.jitter_ms };
-    let namespace: String = row.get("namespace");
+    let namespace = stored.namespace;
     let calendars = crate::tenancy::calendars_named(&client, &namespace, &spec.calendars, "calendars").await?;
     let fire_times = fires::fire_times(&schedule, from, count, Some(jitter), &calendars);
     Ok(Json(NextFires { job_id: id, fire_times }))
@@ -1021,14 +929,8 @@ pub async fn trigger(
     let mut client = state.pg.get().await?;
     // The namespace's budget of fires made on request is spent first: a
     // request over it makes no fire and costs no write.
-    let namespace: String = client
-        .query_opt(
-            &format!("SELECT namespace FROM jobs WHERE id = $1 AND deleted_at IS NULL AND {IN_SCOPE}"),
-            &[&id, &caller.scope.sql()],
-        )
-        .await?
-        .ok_or_else(|| not_found(id))?
-        .get(0);
+    let namespace =
+        jobs::namespace_of(&client, id, caller.scope.sql().as_deref()).await?.ok_or_else(|| not_found(id))?;
     quota::spend_manual_fires(&state, &client, &std::collections::BTreeMap::from([(namespace, 1)])).await?;
     let tx = client.transaction().await?;
     let (execution, messages) = trigger_job(&tx, &caller, id).await?;
@@ -1046,13 +948,6 @@ async fn trigger_job(
     caller: &Caller,
     id: Uuid,
 ) -> ApiResult<(Execution, Vec<(common::message::FireMessage, u32)>)> {
-    let version: i64 = tx
-        .query_opt(
-            &format!("SELECT version FROM jobs WHERE id = $1 AND deleted_at IS NULL AND {IN_SCOPE} FOR SHARE"),
-            &[&id, &caller.scope.sql()],
-        )
-        .await?
-        .ok_or_else(|| not_found(id))?
-        .get(0);
+    let version = jobs::version_for_fire(tx, id, caller.scope.sql().as_deref()).await?.ok_or_else(|| not_found(id))?;
     Ok(ledger::changes::insert_manual(tx, id, version).await?)
 }

@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use common::job::{FieldError, JobSpec};
 
-use super::{NEW_JOB_COLUMNS, job_of_row, validated};
+use super::{job_of, new_job, validated};
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiResult, field};
 use crate::extract::JsonBody;
@@ -195,8 +195,6 @@ pub async fn batch(
         .collect();
     let mut created: BTreeMap<Uuid, crate::model::Job> = BTreeMap::new();
     if !valid.is_empty() {
-        let ids: Vec<Uuid> = valid.iter().map(|v| v.id).collect();
-        let names: Vec<&str> = valid.iter().map(|v| v.spec.name.as_str()).collect();
         let mut specs: Vec<Value> = Vec::with_capacity(valid.len());
         for v in &valid {
             if matches!(&v.spec.target, common::job::Target::Http(h) if !h.secret_headers.is_empty()) {
@@ -207,25 +205,12 @@ pub async fn batch(
                 specs.push(serde_json::to_value(&v.spec)?);
             }
         }
-        let paused: Vec<bool> = valid.iter().map(|v| v.spec.paused).collect();
-        let namespaces: Vec<&str> = valid.iter().map(|v| v.namespace.as_str()).collect();
-        let peaks: Vec<f64> = valid.iter().map(|v| v.peak).collect();
-        let rows = tx
-            .query(
-                &format!(
-                    "INSERT INTO jobs (id, name, spec, paused, namespace, peak_fires_per_second, paused_at, paused_by, paused_by_token)
-                     SELECT j.*, CASE WHEN j.paused THEN now() END, CASE WHEN j.paused THEN $7 END,
-                            CASE WHEN j.paused THEN $8::uuid END
-                     FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::bool[], $5::text[], $6::float8[])
-                         AS j(id, name, spec, paused, namespace, peak_fires_per_second)
-                     RETURNING {NEW_JOB_COLUMNS}"
-                ),
-                &[&ids, &names, &specs, &paused, &namespaces, &peaks, &caller.actor.name, &caller.actor.token_id],
-            )
-            .await?;
+        let new: Vec<_> =
+            valid.iter().zip(&specs).map(|(v, spec)| new_job(v.id, &v.spec, spec, &v.namespace, v.peak)).collect();
+        let rows = common::jobs::create(&tx, &new, caller.actor.author()).await?;
         let now = Utc::now();
         for row in &rows {
-            let job = job_of_row(row, now)?;
+            let job = job_of(row, now)?;
             created.insert(job.id, job);
         }
     }

@@ -11,7 +11,7 @@ use axum::response::Response;
 use chrono::Utc;
 use serde_json::{Map, Value};
 
-use super::{check_version, if_match, job_of_row, lock_for_change, parsed, update_job, with_etag};
+use super::{check_version, if_match, job_of, lock_for_change, parsed, update_job, with_etag};
 use crate::AppState;
 use crate::auth::{Caller, Role};
 use crate::error::ApiResult;
@@ -94,9 +94,9 @@ pub async fn patch(
     definition["paused"] = Value::Bool(before.paused);
     merge(&mut definition, &patch);
     let (spec, named) = parsed(&definition, &state.limits)?;
-    let row = update_job(&state, &tx, id, &before, spec, named).await?;
+    let stored = update_job(&state, &tx, id, &before, spec, named).await?;
     tx.commit().await?;
-    Ok(with_etag(StatusCode::OK, job_of_row(&row, Utc::now())?))
+    Ok(with_etag(StatusCode::OK, job_of(&stored, Utc::now())?))
 }
 
 #[cfg(test)]
