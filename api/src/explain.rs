@@ -7,7 +7,6 @@
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use serde::Serialize;
 use serde_json::Value;
-use tokio_postgres::Row;
 
 use common::execution::{format_instant, truncate_ms};
 use common::job::{JobSpec, ScheduleKind};
@@ -135,17 +134,16 @@ pub struct JobFacts {
 }
 
 impl JobFacts {
-    pub fn from_row(r: &Row) -> ApiResult<Self> {
-        let spec: JobSpec = serde_json::from_value(r.get("spec"))?;
-        let created_at = r.get("created_at");
-        let schedule = spec.compile(created_at)?;
+    pub fn of(job: common::jobs::AnyJob) -> ApiResult<Self> {
+        let spec: JobSpec = serde_json::from_value(job.spec)?;
+        let schedule = spec.compile(job.created_at)?;
         Ok(Self {
             spec,
             schedule,
-            paused: r.get("paused"),
-            created_at,
-            updated_at: r.get("updated_at"),
-            deleted_at: r.get("deleted_at"),
+            paused: job.paused,
+            created_at: job.created_at,
+            updated_at: job.updated_at,
+            deleted_at: job.deleted_at,
         })
     }
 }

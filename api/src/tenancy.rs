@@ -190,7 +190,7 @@ pub async fn delete_namespace(
     client: &impl GenericClient,
     name: &str,
 ) -> Result<Result<bool, i64>, tokio_postgres::Error> {
-    let jobs: i64 = client.query_one("SELECT count(*) FROM jobs WHERE namespace = $1", &[&name]).await?.get(0);
+    let jobs = common::jobs::count_in_namespace(client, name).await?;
     if jobs > 0 {
         return Ok(Err(jobs));
     }
@@ -202,13 +202,7 @@ pub async fn delete_namespace(
 /// readable) in one of the scope's namespaces. A job elsewhere does not
 /// exist for the caller.
 pub async fn job_visible(client: &impl GenericClient, id: Uuid, scope: &Scope) -> Result<bool, tokio_postgres::Error> {
-    Ok(client
-        .query_opt(
-            "SELECT 1 FROM jobs WHERE id = $1 AND ($2::text[] IS NULL OR namespace = ANY($2))",
-            &[&id, &scope.sql()],
-        )
-        .await?
-        .is_some())
+    common::jobs::exists(client, id, scope.sql().as_deref()).await
 }
 
 /// A namespace as the deployment declares it (`NAMESPACES` of `migrate`).

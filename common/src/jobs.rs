@@ -442,3 +442,105 @@ pub async fn rewrite_definition_in_place(
     }
     Ok(())
 }
+
+/// Jobs of a namespace, deleted ones included (their history stays under it).
+pub async fn count_in_namespace(client: &impl GenericClient, namespace: &str) -> Result<i64, tokio_postgres::Error> {
+    Ok(client.query_one("SELECT count(*) FROM jobs WHERE namespace = $1", &[&namespace]).await?.get(0))
+}
+
+/// Whether job `id` exists in the given namespaces, deleted or not (a
+/// deleted job's executions stay readable).
+pub async fn exists(
+    client: &impl GenericClient,
+    id: Uuid,
+    scope: Option<&[String]>,
+) -> Result<bool, tokio_postgres::Error> {
+    Ok(client.query_opt(&format!("SELECT 1 FROM jobs WHERE id = $1 AND {IN_SCOPE}"), &[&id, &scope]).await?.is_some())
+}
+
+/// Which of `ids` exist in the given namespaces, deleted or not.
+pub async fn existing(
+    client: &impl GenericClient,
+    ids: &[Uuid],
+    scope: Option<&[String]>,
+) -> Result<Vec<Uuid>, tokio_postgres::Error> {
+    let rows = client.query(&format!("SELECT id FROM jobs WHERE id = ANY($1) AND {IN_SCOPE}"), &[&ids, &scope]).await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// A job whatever its state, deleted included (its slots stay explainable).
+pub async fn get_any(client: &impl GenericClient, id: Uuid) -> Result<Option<AnyJob>, tokio_postgres::Error> {
+    let row = client
+        .query_opt("SELECT spec, paused, created_at, updated_at, deleted_at FROM jobs WHERE id = $1", &[&id])
+        .await?;
+    Ok(row.map(|r| AnyJob {
+        spec: r.get(0),
+        paused: r.get(1),
+        created_at: r.get(2),
+        updated_at: r.get(3),
+        deleted_at: r.get(4),
+    }))
+}
+
+/// What [`get_any`] reads of a job.
+#[derive(Debug, Clone)]
+pub struct AnyJob {
+    pub spec: Value,
+    pub paused: bool,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub deleted_at: Option<DateTime<Utc>>,
+}
+
+/// How a bulk action locks the jobs it matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BulkLock {
+    /// A manual fire: the jobs must not change under it.
+    Share,
+    /// A change of each job.
+    Update,
+}
+
+/// A live job a bulk action matched.
+#[derive(Debug, Clone)]
+pub struct Matched {
+    pub id: Uuid,
+    pub paused: bool,
+    pub namespace: String,
+}
+
+/// Locks, in id order, the live jobs of the given namespaces (and
+/// `namespace`, if given) whose labels meet `labels_sql` (parameters from
+/// `$3`), at most `limit`: two bulk calls over overlapping jobs wait for
+/// each other instead of deadlocking.
+pub async fn lock_matching(
+    client: &impl GenericClient,
+    scope: Option<&[String]>,
+    namespace: Option<&str>,
+    labels_sql: &str,
+    labels_params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    limit: usize,
+    lock: BulkLock,
+) -> Result<Vec<Matched>, tokio_postgres::Error> {
+    let lock = match lock {
+        BulkLock::Share => "FOR SHARE",
+        BulkLock::Update => "FOR UPDATE",
+    };
+    let own: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&scope, &namespace];
+    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+        own.into_iter().chain(labels_params.iter().copied()).collect();
+    let rows = client
+        .query(
+            &format!(
+                "SELECT id, paused, namespace FROM jobs
+                 WHERE deleted_at IS NULL
+                   AND ($1::text[] IS NULL OR namespace = ANY($1))
+                   AND ($2::text IS NULL OR namespace = $2)
+                   AND {labels_sql}
+                 ORDER BY id LIMIT {limit} {lock}"
+            ),
+            &params,
+        )
+        .await?;
+    Ok(rows.iter().map(|r| Matched { id: r.get(0), paused: r.get(1), namespace: r.get(2) }).collect())
+}

@@ -90,12 +90,7 @@ pub async fn owners(
 ) -> ApiResult<Json<JobOwners>> {
     let client = state.pg.get().await?;
     // A deleted job is owned by nobody: the nodes drop it.
-    let live = client
-        .query_opt(
-            "SELECT 1 FROM jobs WHERE id = $1 AND deleted_at IS NULL AND ($2::text[] IS NULL OR namespace = ANY($2))",
-            &[&id, &caller.scope.sql()],
-        )
-        .await?;
+    let live = common::jobs::namespace_of(&client, id, caller.scope.sql().as_deref()).await?;
     if live.is_none() {
         return Err(not_found(id));
     }

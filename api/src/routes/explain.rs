@@ -45,11 +45,7 @@ pub async fn explain(
         return Err(not_found(job_id));
     }
     // Deleted jobs included: their slots stay explainable.
-    let job = client
-        .query_opt("SELECT spec, paused, created_at, updated_at, deleted_at FROM jobs WHERE id = $1", &[&job_id])
-        .await?
-        .map(|r| JobFacts::from_row(&r))
-        .transpose()?;
+    let job = common::jobs::get_any(&client, job_id).await?.map(JobFacts::of).transpose()?;
     let mut row = common::ledger::read::get(&client, job_id, at).await?;
     // A slot of a decided run (an outage's misfires) has no row of its own.
     let is_slot = |job: &JobFacts| job.schedule.next_after(at - chrono::TimeDelta::microseconds(1)) == Some(at);

@@ -214,15 +214,7 @@ pub async fn outcomes(
     let ids: Vec<Uuid> = ids.into_iter().collect();
     let client = state.pg.get().await?;
     // Deleted jobs included, as their executions stay readable.
-    let visible: Vec<Uuid> = client
-        .query(
-            "SELECT id FROM jobs WHERE id = ANY($1) AND ($2::text[] IS NULL OR namespace = ANY($2))",
-            &[&ids, &caller.scope.sql()],
-        )
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let visible = common::jobs::existing(&client, &ids, caller.scope.sql().as_deref()).await?;
     let read = stats::outcomes(&client, &visible, from, to).await?;
     let items: BTreeMap<Uuid, JobOutcomes> =
         visible.iter().map(|id| (*id, read.get(id).map(JobOutcomes::from).unwrap_or_default())).collect();

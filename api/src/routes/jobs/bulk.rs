@@ -26,6 +26,7 @@ use crate::extract::JsonBody;
 use crate::model::{BulkAction, BulkResult};
 use crate::params::{body_object, namespace_name};
 use crate::selector;
+use common::jobs::{self, BulkLock};
 
 /// Most jobs one call changes. A call is one transaction holding a row lock
 /// per job, and must end well within the request timeout (30 s): each job
@@ -139,30 +140,17 @@ pub async fn bulk(
     let BulkRequest { action, selector, namespace } = parse(&body)?;
     let labels = selector::Predicate::new(&selector, 3);
     let scope = caller.scope.sql();
-    let own: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&scope, &namespace];
-    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = own.into_iter().chain(labels.params()).collect();
+    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = labels.params().collect();
     // A trigger changes no job row: it only reads the version, as the
     // single-job trigger does.
-    let lock = if action == BulkAction::Trigger { "FOR SHARE" } else { "FOR UPDATE" };
+    let lock = if action == BulkAction::Trigger { BulkLock::Share } else { BulkLock::Update };
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
     // Every matched job is locked up front, in id order, so two bulk calls
     // over overlapping jobs wait for each other instead of deadlocking.
-    let rows = tx
-        .query(
-            &format!(
-                "SELECT id, paused, namespace FROM jobs
-                 WHERE deleted_at IS NULL
-                   AND ($1::text[] IS NULL OR namespace = ANY($1))
-                   AND ($2::text IS NULL OR namespace = $2)
-                   AND {}
-                 ORDER BY id LIMIT {} {lock}",
-                labels.sql,
-                BULK_MAX + 1
-            ),
-            &params,
-        )
-        .await?;
+    let rows =
+        jobs::lock_matching(&tx, scope.as_deref(), namespace.as_deref(), &labels.sql, &params, BULK_MAX + 1, lock)
+            .await?;
     if rows.len() > BULK_MAX {
         return Err(crate::error::field(
             "selector",
@@ -176,11 +164,11 @@ pub async fn bulk(
     let todo: Vec<(Uuid, String)> = rows
         .iter()
         .filter(|r| match action {
-            BulkAction::Pause => !r.get::<_, bool>(1),
-            BulkAction::Resume => r.get::<_, bool>(1),
+            BulkAction::Pause => !r.paused,
+            BulkAction::Resume => r.paused,
             BulkAction::Delete | BulkAction::Trigger => true,
         })
-        .map(|r| (r.get(0), r.get(2)))
+        .map(|r| (r.id, r.namespace.clone()))
         .collect();
     // A trigger's fires are spent from their namespaces' budgets of fires
     // made on request, all or none, before any is made.
