@@ -178,6 +178,6 @@ async fn migrate_seals_values_an_older_version_stored_in_clear_without_making_a_
     let vault = common::secrets::Vault::new(common::testing::test_keyring());
     let mut headers = std::collections::BTreeMap::from([("Authorization".to_owned(), stored)]);
     let pool = common::db::pool(app.db_url(), 1).unwrap();
-    vault.open_headers(&pool.get().await.unwrap(), id.parse().unwrap(), &mut headers).await.unwrap();
+    vault.open_headers(&pool, id.parse().unwrap(), &mut headers).await.unwrap();
     assert_eq!(headers["Authorization"], FIRST);
 }

@@ -287,10 +287,14 @@ impl Vault {
     }
 
     /// A data key by id, opened (from the cache when it was opened before).
-    async fn data_key_by_id(&self, client: &impl GenericClient, id: Uuid) -> Result<Key, SecretError> {
+    /// On a cache miss only, a connection is taken from `pool`: opening a
+    /// value on the delivery path costs no database round trip once its
+    /// data key was opened.
+    async fn data_key_by_id(&self, pool: &deadpool_postgres::Pool, id: Uuid) -> Result<Key, SecretError> {
         if let Some(key) = self.opened.lock().expect("vault lock").get(&id).cloned() {
             return Ok(key);
         }
+        let client = pool.get().await.map_err(|e| SecretError::Store(crate::redact::text(&e.to_string())))?;
         let row = client
             .query_opt("SELECT namespace, kek_id, sealed FROM secret_data_keys WHERE id = $1", &[&id])
             .await?
@@ -330,7 +334,7 @@ impl Vault {
     /// value stored in clear by an older version is left as it is.
     pub async fn open_headers(
         &self,
-        client: &impl GenericClient,
+        pool: &deadpool_postgres::Pool,
         job_id: Uuid,
         headers: &mut std::collections::BTreeMap<String, String>,
     ) -> Result<(), SecretError> {
@@ -339,7 +343,7 @@ impl Vault {
                 continue;
             }
             let (dek_id, body) = sealed_parts(value)?;
-            let key = self.data_key_by_id(client, dek_id).await?;
+            let key = self.data_key_by_id(pool, dek_id).await?;
             let plain = key.open(&value_aad(job_id, name), &body).ok_or(SecretError::Corrupt(dek_id))?;
             *value = String::from_utf8(plain).map_err(|_| SecretError::Corrupt(dek_id))?;
         }

@@ -98,6 +98,12 @@ struct Held {
     slot: Slot,
     /// When it was first held: past [`CALENDAR_WAIT`] it is recorded, not fired.
     since: DateTime<Utc>,
+    /// Whether its run is given back if it is not fired after all (recorded
+    /// excluded or unavailable): a live slot's run is counted when it is
+    /// held, so the job's timer stops at `max_runs`, and an unfired slot is
+    /// no run; a catch-up slot's run was counted when its run was queued
+    /// and stays so, as for an excluded catch-up slot.
+    uncount_unless_fired: bool,
 }
 
 /// How long a slot waits for a calendar its job names before it is recorded
@@ -181,10 +187,18 @@ impl Core {
     /// Judges `slot` by its job's calendars: out to fire, recorded as
     /// excluded, or held while a calendar is missing. A job that already
     /// has held slots holds its later ones too, so its slots leave in order.
-    fn judge(&mut self, slot: Slot, keys: &[String], now: DateTime<Utc>, out: &mut Vec<Slot>) -> bool {
+    /// Returns false only when the slot was recorded excluded (no run).
+    fn judge(
+        &mut self,
+        slot: Slot,
+        keys: &[String],
+        now: DateTime<Utc>,
+        uncount_unless_fired: bool,
+        out: &mut Vec<Slot>,
+    ) -> bool {
         if self.held.iter().any(|h| h.slot.job_id == slot.job_id) {
-            self.held.push(Held { slot, since: now });
-            return false;
+            self.held.push(Held { slot, since: now, uncount_unless_fired });
+            return true;
         }
         match Self::verdict(&self.calendars, keys, slot.scheduled_at) {
             CalendarVerdict::Fire => {
@@ -197,8 +211,24 @@ impl Core {
             }
             CalendarVerdict::Missing(_) => {
                 self.calendars_wanted = true;
-                self.held.push(Held { slot, since: now });
-                false
+                self.held.push(Held { slot, since: now, uncount_unless_fired });
+                true
+            }
+        }
+    }
+
+    /// A held slot was recorded, not fired: a live slot's run is given back,
+    /// and a timer that had stopped at `max_runs` starts again.
+    fn unfired(&mut self, held: &Held) {
+        if !held.uncount_unless_fired {
+            return;
+        }
+        let id = held.slot.job_id;
+        if let Some(owned) = self.jobs.get_mut(&id).and_then(|k| k.owned.as_mut()) {
+            owned.runs = owned.runs.saturating_sub(1);
+            if owned.generation == 0 {
+                let last = owned.next_slot;
+                owned.arm(&mut self.heap, id, last);
             }
         }
     }
@@ -211,33 +241,24 @@ impl Core {
         let mut out = Vec::new();
         let mut still_held: Vec<Held> = Vec::new();
         for held in std::mem::take(&mut self.held) {
-            let keys = self
-                .jobs
-                .get(&held.slot.job_id)
-                .and_then(|k| k.owned.as_ref())
-                .map(|o| o.calendars.clone())
-                .unwrap_or_default();
             if still_held.iter().any(|h| h.slot.job_id == held.slot.job_id) {
                 still_held.push(held);
                 continue;
             }
-            match Self::verdict(&self.calendars, &keys, held.slot.scheduled_at) {
-                CalendarVerdict::Fire => {
-                    if let Some(owned) = self.jobs.get_mut(&held.slot.job_id).and_then(|k| k.owned.as_mut()) {
-                        owned.runs += 1;
-                    }
-                    out.push(held.slot)
-                }
+            let owned = self.jobs.get(&held.slot.job_id).and_then(|k| k.owned.as_ref());
+            let keys = owned.map(|o| &o.calendars[..]).unwrap_or(&[]);
+            match Self::verdict(&self.calendars, keys, held.slot.scheduled_at) {
+                CalendarVerdict::Fire => out.push(held.slot),
                 CalendarVerdict::Excluded(name) => {
-                    self.records.push(Decided::one(held.slot, Status::Skipped, common::ledger::reason::calendar(&name)))
+                    self.unfired(&held);
+                    let reason = common::ledger::reason::calendar(&name);
+                    self.records.push(Decided::one(held.slot, Status::Skipped, reason))
                 }
                 CalendarVerdict::Missing(name) if now - held.since >= CALENDAR_WAIT => {
                     tracing::warn!(job.id = %held.slot.job_id, calendar = %name, "calendar still not loaded; slot recorded, not fired");
-                    self.records.push(Decided::one(
-                        held.slot,
-                        Status::Skipped,
-                        common::ledger::reason::calendar_unavailable(&name),
-                    ))
+                    self.unfired(&held);
+                    let reason = common::ledger::reason::calendar_unavailable(&name);
+                    self.records.push(Decided::one(held.slot, Status::Skipped, reason))
                 }
                 CalendarVerdict::Missing(_) => {
                     self.calendars_wanted = true;
@@ -292,7 +313,7 @@ impl Core {
             }
             let Some(run) = queued.pop_front() else { return };
             for slot in run.slots {
-                self.judge(slot, &keys, now, out);
+                self.judge(slot, &keys, now, false, out);
             }
         }
     }
@@ -549,10 +570,9 @@ impl Core {
                 max_runs: owned.max_runs,
             };
             let keys = owned.calendars.clone();
-            // An excluded slot is recorded, not fired, and is no run; nor is
-            // a held one until it is released (the claim enforces
-            // `max_runs` in any case).
-            if self.judge(slot, &keys, now, &mut slots)
+            // An excluded slot is recorded, not fired, and is no run; a held
+            // one counts until it is recorded unfired (`Core::unfired`).
+            if self.judge(slot, &keys, now, true, &mut slots)
                 && let Some(owned) = self.jobs.get_mut(&id).and_then(|k| k.owned.as_mut())
             {
                 owned.runs += 1;
@@ -675,6 +695,32 @@ mod tests {
             let owned = state.jobs[&id].owned.as_ref().expect("owned");
             assert_eq!((owned.runs, owned.generation), (4, 0), "ledger holds {runs} runs");
         }
+    }
+
+    /// A job naming a calendar not loaded yet, with caught-up slots of an
+    /// earlier version and `max_runs`: once the calendar arrives, every run
+    /// it has left fires, the held catch-up slots counted once (they were
+    /// counted when queued), so its live slots are not cut short.
+    #[test]
+    fn held_slots_count_each_run_once_under_max_runs() {
+        let now = t("2026-01-01T12:00:22Z");
+        let mut state = state();
+        let mut row = reloaded(2);
+        let mut spec = every_two_seconds(10);
+        spec.calendars = vec!["c".into()];
+        row.spec = Some(spec.clone());
+        row.history.as_mut().unwrap().past[0].spec = spec;
+        state.apply(row, now);
+        let mut fired = state.take_catchup(usize::MAX, now);
+        fired.extend(state.take_due(t("2026-01-01T12:00:24Z"), now, usize::MAX));
+        assert!(fired.is_empty(), "nothing fires before the calendar is loaded: {fired:?}");
+        let calendar = Calendar::compile("c", &serde_json::from_value(serde_json::json!({"timezone": "UTC"})).unwrap());
+        state.set_calendars(HashMap::from([("default/c".to_owned(), Arc::new(calendar.unwrap()))]));
+        fired.extend(state.take_held(now));
+        fired.extend(state.take_due(t("2026-01-01T12:01:00Z"), t("2026-01-01T12:01:00Z"), usize::MAX));
+        let versions: Vec<i64> = fired.iter().map(|s| s.job_version).collect();
+        // Runs 3 to 10: the six slots of version 1 it missed, then two of version 2.
+        assert_eq!(versions, [1, 1, 1, 1, 1, 1, 2, 2], "{fired:?}");
     }
 
     #[test]

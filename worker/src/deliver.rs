@@ -231,7 +231,7 @@ impl Deliverers {
                     // Opened only here, for this request: the message, the
                     // ledger and the logs keep the sealed form.
                     let mut opened = target.clone();
-                    if let Err(e) = self.open_secrets(m.job_id, &mut opened.secret_headers).await {
+                    if let Err(e) = self.vault.open_headers(&self.pg, m.job_id, &mut opened.secret_headers).await {
                         return (Outcome::failure(DeliveryError::SecretUnavailable(e)), None);
                     }
                     return (self.http.deliver_to(&opened, url, m, attempt).await, None);
@@ -243,21 +243,6 @@ impl Deliverers {
             // HTTP delivery's future too, allocated and copied per delivery.
             Target::Sqs(target) => Box::pin(self.sqs.deliver(target, m, attempt)).await,
         }
-    }
-}
-
-impl Deliverers {
-    async fn open_secrets(
-        &self,
-        job_id: uuid::Uuid,
-        headers: &mut std::collections::BTreeMap<String, String>,
-    ) -> Result<(), common::secrets::SecretError> {
-        let client = self
-            .pg
-            .get()
-            .await
-            .map_err(|e| common::secrets::SecretError::Store(common::redact::text(&e.to_string())))?;
-        self.vault.open_headers(&client, job_id, headers).await
     }
 }
 
