@@ -125,8 +125,8 @@ impl Actor {
     }
 
     /// As the jobs store records who changed a job.
-    pub fn author(&self) -> common::jobs::Author<'_> {
-        common::jobs::Author { name: &self.name, token_id: self.token_id }
+    pub fn author(&self) -> store::jobs::Author<'_> {
+        store::jobs::Author { name: &self.name, token_id: self.token_id }
     }
 
     /// Every caller while auth is off.

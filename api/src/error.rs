@@ -4,7 +4,7 @@
 //!
 //! An error's texts often quote what the request held (a field path with a
 //! key, a value in a message). Each site quotes a short prefix
-//! (`common::text::quoted`); here, every text of every problem is bounded
+//! (`domain::text::quoted`); here, every text of every problem is bounded
 //! and escaped on its way out whatever its site did ([`DETAIL_MAX_CHARS`],
 //! [`FIELD_MAX_CHARS`], [`MESSAGE_MAX_CHARS`]): an answer is never larger
 //! than a few dozen KiB and never carries a raw control character.
@@ -12,7 +12,7 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use common::job::FieldError;
+use domain::job::FieldError;
 
 use crate::model::Problem;
 
@@ -79,7 +79,7 @@ pub const MESSAGE_MAX_CHARS: usize = 500;
 /// `s` as a problem may carry it: at most `max` characters, hidden ones
 /// escaped.
 fn bounded(s: &str, max: usize) -> String {
-    common::text::excerpt(s, max)
+    domain::text::excerpt(s, max)
 }
 
 pub fn field(field: &str, message: impl Into<String>) -> ApiError {
@@ -91,7 +91,7 @@ impl IntoResponse for ApiError {
         let mut retry_after = None;
         let (status, title, detail, errors) = match self {
             ApiError::Validation(errors) => {
-                let errors: Vec<FieldError> = common::job::cap_field_errors(errors)
+                let errors: Vec<FieldError> = domain::job::cap_field_errors(errors)
                     .into_iter()
                     .map(|e| {
                         FieldError::new(bounded(&e.field, FIELD_MAX_CHARS), bounded(&e.message, MESSAGE_MAX_CHARS))

@@ -8,11 +8,12 @@ use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-use common::execution::{format_instant, truncate_ms};
-use common::job::{JobSpec, ScheduleKind};
-use common::ledger::partitions::Retention;
-use common::ledger::{ExecutionWithHistory, Status, Trigger};
-use common::schedule::CompiledSchedule;
+use domain::execution::{format_instant, truncate_ms};
+use domain::job::{JobSpec, ScheduleKind};
+use domain::schedule::CompiledSchedule;
+use domain::slot::{Status, Trigger};
+use store::ledger::ExecutionWithHistory;
+use store::ledger::partitions::Retention;
 
 use crate::error::ApiResult;
 
@@ -134,7 +135,7 @@ pub struct JobFacts {
 }
 
 impl JobFacts {
-    pub fn of(job: common::jobs::AnyJob) -> ApiResult<Self> {
+    pub fn of(job: store::jobs::AnyJob) -> ApiResult<Self> {
         let spec: JobSpec = serde_json::from_value(job.spec)?;
         let schedule = spec.compile(job.created_at)?;
         Ok(Self {
@@ -184,24 +185,24 @@ fn reason_text(reason: Option<&str>) -> String {
         Some("superseded") => "the job was changed before this slot was due, and the version in force at the \
              slot does not fire at this instant (when it does, it re-takes the slot)"
             .to_owned(),
-        Some(common::ledger::reason::OVERLAP) => {
+        Some(domain::slot::reason::OVERLAP) => {
             "the job's overlap policy is forbid and its previous execution was still \
              running or retrying at this slot's due instant"
                 .to_owned()
         }
-        Some(common::ledger::reason::REPLACED) => "the job's overlap policy is replace and a newer slot started: this \
+        Some(domain::slot::reason::REPLACED) => "the job's overlap policy is replace and a newer slot started: this \
              execution's remaining retries were cancelled"
             .to_owned(),
-        Some(r) if r.starts_with(common::ledger::reason::CALENDAR_PREFIX) => format!(
+        Some(r) if r.starts_with(domain::slot::reason::CALENDAR_PREFIX) => format!(
             "the slot falls on a time that calendar \"{}\" excludes",
-            &r[common::ledger::reason::CALENDAR_PREFIX.len()..]
+            &r[domain::slot::reason::CALENDAR_PREFIX.len()..]
         ),
-        Some(r) if r.starts_with(common::ledger::reason::CALENDAR_UNAVAILABLE_PREFIX) => format!(
+        Some(r) if r.starts_with(domain::slot::reason::CALENDAR_UNAVAILABLE_PREFIX) => format!(
             "the job names calendar \"{}\", which the scheduler could not load within {} s of the slot, so \
              the slot was not fired (a slot never fires past a calendar its job names); check the \
              schedulers' database connection",
-            &r[common::ledger::reason::CALENDAR_UNAVAILABLE_PREFIX.len()..],
-            common::ledger::reason::CALENDAR_WAIT_SECS
+            &r[domain::slot::reason::CALENDAR_UNAVAILABLE_PREFIX.len()..],
+            domain::slot::reason::CALENDAR_WAIT_SECS
         ),
         Some(r) if r.starts_with("misfire policy") => {
             format!("no scheduler could fire it on time (the cluster or the job's owners were down), and the job's {r}")
@@ -721,10 +722,10 @@ mod tests {
         let at = utc("2026-03-01T12:00:00Z");
         let job_id = uuid::Uuid::nil();
         ExecutionWithHistory {
-            execution: common::ledger::read::Execution {
+            execution: store::ledger::read::Execution {
                 job_id,
                 scheduled_at: at,
-                execution_id: common::execution::execution_id(job_id, at),
+                execution_id: domain::execution::execution_id(job_id, at),
                 fire_id: uuid::Uuid::nil(),
                 trigger: Trigger::Schedule,
                 status,

@@ -1,7 +1,7 @@
 //! Fire times as the API shows them (`GET /v1/jobs/{id}/next`,
 //! `POST /v1/schedules/preview`): each slot with its wall time and UTC
 //! offset in a cron schedule's zone, how DST bent it, and its jittered
-//! delivery instant, and the calendar that excludes it, if any. The fire times themselves come from `common::schedule`
+//! delivery instant, and the calendar that excludes it, if any. The fire times themselves come from `domain::schedule`
 //! (whose DST rule is: a wall time that occurs twice fires at its first
 //! occurrence only, one that does not exist fires at the end of the gap);
 //! this module only describes them.
@@ -9,8 +9,8 @@
 use chrono::{DateTime, LocalResult, Offset, SecondsFormat, TimeDelta, TimeZone, Utc};
 use uuid::Uuid;
 
-use common::calendar::{Calendar, first_excluding};
-use common::schedule::{CompiledSchedule, CronSchedule, Recurrence, jitter_offset};
+use domain::calendar::{Calendar, first_excluding};
+use domain::schedule::{CompiledSchedule, CronSchedule, Recurrence, jitter_offset};
 
 use crate::model::{DstMark, FireTime};
 

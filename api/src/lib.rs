@@ -33,7 +33,7 @@ use deadpool_redis::Pool as RedisPool;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
-use common::redis::Keys;
+use runtime::redis::Keys;
 
 use crate::error::ApiError;
 
@@ -50,26 +50,26 @@ pub struct AppState {
     /// Stored tokens resolved lately.
     pub token_cache: Arc<auth::TokenCache>,
     /// Publishes manual triggers and replays (connects on first use).
-    pub publisher: Arc<tokio::sync::Mutex<common::publisher::Publisher>>,
+    pub publisher: Arc<tokio::sync::Mutex<broker::publisher::Publisher>>,
     /// The ledger's retention (as the schedulers apply it), for explaining
     /// slots whose rows are gone.
-    pub retention: common::ledger::partitions::Retention,
+    pub retention: store::ledger::partitions::Retention,
     /// What a job definition may be: the minimum interval and the internal
     /// ranges callback URLs may name (`MIN_INTERVAL_MS`, `CALLBACK_ALLOW_CIDRS`).
-    pub limits: Arc<common::job::Limits>,
-    /// Wakes the schedulers after a create committed (see `common::job_changes`).
-    pub job_changes: common::job_changes::Announcer,
+    pub limits: Arc<domain::job::Limits>,
+    /// Wakes the schedulers after a create committed (see `store::notify`).
+    pub job_changes: store::notify::Announcer,
     /// Seals secret header values before they are stored (`SECRETS_KEK`).
-    pub vault: common::secrets::Vault,
+    pub vault: store::secrets::Vault,
 }
 
 impl AppState {
     /// A publisher for the cluster's queues on `amqp_url`.
     pub fn publisher(
         amqp_url: &str,
-        topology: common::amqp::Topology,
-    ) -> Arc<tokio::sync::Mutex<common::publisher::Publisher>> {
-        Arc::new(tokio::sync::Mutex::new(common::publisher::Publisher::new(
+        topology: broker::amqp::Topology,
+    ) -> Arc<tokio::sync::Mutex<broker::publisher::Publisher>> {
+        Arc::new(tokio::sync::Mutex::new(broker::publisher::Publisher::new(
             amqp_url.to_owned(),
             "cronshard-api".to_owned(),
             topology,
@@ -79,14 +79,14 @@ impl AppState {
     /// Publishes the messages of rows committed `pending` and stamps them. A
     /// broker failure is not the caller's problem: the rows stay unpublished
     /// and every scheduler's outbox sweep publishes them within its grace period.
-    pub async fn publish(&self, messages: &[(common::message::FireMessage, u32)]) {
+    pub async fn publish(&self, messages: &[(domain::message::FireMessage, u32)]) {
         if messages.is_empty() {
             return;
         }
         let published = match self.pg.get().await {
             Ok(client) => {
                 let mut publisher = self.publisher.lock().await;
-                common::ledger::publish_then_stamp(&mut publisher, &client, messages).await
+                broker::outbox::publish_then_stamp(&mut publisher, &client, messages).await
             }
             Err(e) => Err(e.into()),
         };
@@ -169,7 +169,7 @@ fn request_span<B>(request: &axum::http::Request<B>) -> tracing::Span {
     tracing::debug_span!(
         "request",
         method = %request.method(),
-        uri = %common::redact::url(&request.uri().to_string()),
+        uri = %domain::redact::url(&request.uri().to_string()),
         version = ?request.version(),
     )
 }
@@ -185,7 +185,7 @@ async fn track_metrics(request: Request, next: Next) -> Response {
         .unwrap_or_else(|| "unmatched".to_owned());
     let response = next.run(request).await;
     let status = response.status().as_u16().to_string();
-    metrics::histogram!(common::metrics::API_REQUEST_SECONDS, "method" => method, "route" => route, "status" => status)
+    metrics::histogram!(runtime::metrics::API_REQUEST_SECONDS, "method" => method, "route" => route, "status" => status)
         .record(started.elapsed().as_secs_f64());
     response
 }

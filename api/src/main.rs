@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
-use common::config::{LogArgs, ServiceArgs};
+use runtime::config::{LogArgs, ServiceArgs};
 
 // No Debug: it would print the tokens.
 #[derive(Parser)]
@@ -19,7 +19,7 @@ struct Args {
     #[command(flatten)]
     log: LogArgs,
     #[command(flatten)]
-    limits: common::job::LimitArgs,
+    limits: runtime::config::LimitArgs,
     /// Address the API listens on.
     #[arg(long, env = "LISTEN_ADDR", default_value = "0.0.0.0:8080")]
     listen_addr: SocketAddr,
@@ -40,14 +40,14 @@ struct Args {
     /// `migrate` maintains the partitions with it, and the explain endpoint
     /// tells a slot past it from a missing one.
     #[command(flatten)]
-    ledger: common::config::LedgerArgs,
+    ledger: store::ledger::partitions::LedgerArgs,
     /// Namespaces `migrate` declares, as JSON: [{"name": "team-a", "max_jobs": 100,
     /// "max_fires_per_second": 50}, ...]. Each is created if missing and gets exactly the
     /// quotas given (an absent quota is no limit); namespaces not listed are left alone.
     #[arg(long, env = "NAMESPACES", default_value = "[]")]
     namespaces: String,
     #[command(flatten)]
-    secrets: common::secrets::SecretsArgs,
+    secrets: store::secrets::SecretsArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -73,22 +73,22 @@ enum SecretsCommand {
 
 fn main() -> std::process::ExitCode {
     // A failure's text may quote a connection string: printed redacted.
-    common::redact::exit_code(run())
+    domain::redact::exit_code(run())
 }
 
 #[tokio::main]
 async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     let retention = args.ledger.retention()?;
-    common::telemetry::init(args.log.log_format);
+    runtime::telemetry::init(args.log.log_format);
     match args.command.unwrap_or(Command::Serve) {
         Command::Migrate => {
-            common::db::migrate(&args.service.database_url).await?;
-            let mut client = common::db::connect(&args.service.database_url).await?;
-            let report = common::ledger::partitions::maintain(&mut client, chrono::Utc::now(), retention).await?;
+            store::db::migrate(&args.service.database_url).await?;
+            let mut client = store::db::connect(&args.service.database_url).await?;
+            let report = store::ledger::partitions::maintain(&mut client, chrono::Utc::now(), retention).await?;
             tracing::info!(created = report.created.len(), "migrations applied; ledger partitions ready");
             let declared = api::tenancy::Declared::parse_list(&args.namespaces)?;
-            let pool = common::db::pool(&args.service.database_url, 1)?;
+            let pool = store::db::pool(&args.service.database_url, 1)?;
             let pooled = pool.get().await?;
             for ns in &declared {
                 api::tenancy::write_namespace(&pooled, &ns.name, ns.quotas(), api::tenancy::Write::Declare).await?;
@@ -100,17 +100,17 @@ async fn run() -> anyhow::Result<()> {
             if keyring.is_empty() {
                 tracing::warn!("SECRETS_KEK is empty: secret header values stored in clear (if any) stay so");
             } else {
-                let vault = common::secrets::Vault::new(keyring);
+                let vault = store::secrets::Vault::new(keyring);
                 let mut client = pool.get().await?;
-                let sealed = common::secrets::seal_stored_in_clear(&vault, &mut client).await?;
+                let sealed = store::secrets::seal_stored_in_clear(&vault, &mut client).await?;
                 tracing::info!(rows = sealed, "secret header values in clear sealed");
             }
             Ok(())
         }
         Command::Secrets(SecretsCommand::Rotate) => {
             let keyring = args.secrets.keyring()?;
-            let vault = common::secrets::Vault::new(keyring);
-            let pool = common::db::pool(&args.service.database_url, 1)?;
+            let vault = store::secrets::Vault::new(keyring);
+            let pool = store::db::pool(&args.service.database_url, 1)?;
             let mut client = pool.get().await?;
             let resealed = vault.rotate(&mut client).await?;
             println!(
@@ -133,17 +133,17 @@ async fn run() -> anyhow::Result<()> {
                     "SECRETS_KEK is empty: jobs with secret headers are refused (their values are stored sealed by it)"
                 );
             }
-            let pg = common::db::pool(&args.service.database_url, args.service.database_pool_size)?;
+            let pg = store::db::pool(&args.service.database_url, args.service.database_pool_size)?;
             let state = api::AppState {
-                job_changes: common::job_changes::Announcer::start(pg.clone()),
-                vault: common::secrets::Vault::new(keyring),
+                job_changes: store::notify::Announcer::start(pg.clone()),
+                vault: store::secrets::Vault::new(keyring),
                 pg,
-                redis: common::redis::pools(&args.service.redis_urls)?,
-                keys: common::redis::Keys::new(&args.service.cluster_name),
+                redis: runtime::redis::pools(&args.service.redis_urls)?,
+                keys: runtime::redis::Keys::new(&args.service.cluster_name),
                 cluster: args.service.cluster_name.clone(),
                 tokens: Arc::new(tokens),
                 token_cache: Default::default(),
-                publisher: api::AppState::publisher(&args.service.amqp_url, args.service.topology()),
+                publisher: api::AppState::publisher(&args.service.amqp_url, broker::amqp::Topology::of(&args.service)),
                 retention,
                 limits: Arc::new(args.limits.limits()?),
             };
@@ -152,7 +152,7 @@ async fn run() -> anyhow::Result<()> {
             let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
                 .set_buckets(&[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5])?
                 .install_recorder()?;
-            common::metrics::describe_all();
+            runtime::metrics::describe_all();
             let metrics_state = state.clone();
             let app = api::router(state).route(
                 "/metrics",
@@ -173,7 +173,7 @@ async fn run() -> anyhow::Result<()> {
             let limits = api::server::Limits {
                 header_read_timeout: std::time::Duration::from_millis(args.http_header_read_timeout_ms),
             };
-            api::server::serve(listener, app, limits, common::shutdown::signal()).await?;
+            api::server::serve(listener, app, limits, runtime::shutdown::signal()).await?;
             Ok(())
         }
     }
@@ -186,6 +186,6 @@ mod tests {
     /// clap's consistency checks, and `--help` shows no secret env value.
     #[test]
     fn cli_is_well_formed() {
-        common::config::assert_cli_well_formed(super::Args::command());
+        runtime::config::assert_cli_well_formed(super::Args::command());
     }
 }

@@ -9,8 +9,8 @@ use uuid::Uuid;
 
 use chrono::{DateTime, Utc};
 
-use common::execution::{serialize_instant, serialize_opt_instant};
-use common::job::{FieldError, JobSpec};
+use domain::execution::{serialize_instant, serialize_opt_instant};
+use domain::job::{FieldError, JobSpec};
 
 /// A stored job: its definition plus server-assigned fields.
 #[derive(Serialize, ToSchema)]
@@ -112,7 +112,7 @@ pub struct TokenList {
 }
 
 /// The status of an execution (ledger row): the ledger's own enum.
-pub use common::ledger::Status as ExecutionStatus;
+pub use domain::slot::Status as ExecutionStatus;
 
 /// The statuses a replay takes.
 #[derive(Serialize, ToSchema)]
@@ -125,7 +125,7 @@ pub enum ReplayableStatus {
 }
 
 /// One execution (a ledger row), and one with its history: the ledger's types.
-pub use common::ledger::{Execution, ExecutionWithHistory};
+pub use store::ledger::{Execution, ExecutionWithHistory};
 
 /// A page of a job's executions, newest first.
 #[derive(Serialize, ToSchema)]
@@ -171,12 +171,12 @@ pub struct ReplayRequest {
     /// Scheduled before (exclusive).
     pub to: Option<chrono::DateTime<chrono::Utc>>,
     /// Only executions made by this trigger.
-    pub trigger: Option<common::ledger::Trigger>,
+    pub trigger: Option<domain::slot::Trigger>,
     /// Only executions whose last error contains this text (case-insensitive).
     #[schema(min_length = 1, max_length = 500)]
     pub error_contains: Option<String>,
     /// The replayed executions' retry policy (default: each job's own).
-    pub retry: Option<common::job::RetryPolicy>,
+    pub retry: Option<domain::job::RetryPolicy>,
     #[schema(minimum = 1, maximum = 1000, default = 100)]
     pub limit: Option<i64>,
 }
@@ -185,7 +185,7 @@ pub struct ReplayRequest {
 #[derive(Serialize, ToSchema)]
 pub struct ReplayOneRequest {
     /// The replayed execution's retry policy (default: the job's own).
-    pub retry: Option<common::job::RetryPolicy>,
+    pub retry: Option<domain::job::RetryPolicy>,
 }
 
 /// The executions a bulk replay moved back to `pending`.
@@ -255,7 +255,7 @@ pub struct NextFires {
 pub struct SchedulePreviewRequest {
     /// A schedule as a job's `schedule`, validated the same way. An interval
     /// without `start_at` is anchored at `from`, as a job created then.
-    pub schedule: common::job::ScheduleSpec,
+    pub schedule: domain::job::ScheduleSpec,
     /// Fire times at or after this instant; default now.
     #[schema(required = false)]
     pub from: Option<DateTime<Utc>>,
@@ -417,11 +417,11 @@ pub struct Calendar {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     #[serde(flatten)]
-    pub spec: common::calendar::CalendarSpec,
+    pub spec: domain::calendar::CalendarSpec,
 }
 
-impl From<common::calendar::store::Stored> for Calendar {
-    fn from(s: common::calendar::store::Stored) -> Self {
+impl From<store::calendars::Stored> for Calendar {
+    fn from(s: store::calendars::Stored) -> Self {
         Calendar {
             namespace: s.namespace,
             name: s.name,
@@ -568,9 +568,9 @@ pub struct JobOutcomes {
     pub late: u64,
 }
 
-impl From<&common::ledger::stats::Outcomes> for JobOutcomes {
-    fn from(o: &common::ledger::stats::Outcomes) -> Self {
-        use common::ledger::Status;
+impl From<&store::ledger::stats::Outcomes> for JobOutcomes {
+    fn from(o: &store::ledger::stats::Outcomes) -> Self {
+        use domain::slot::Status;
         let mut out = JobOutcomes { late: o.late, ..Default::default() };
         for (status, n) in &o.by_status {
             // Exhaustive: a new status fails to compile here until it has a field.

@@ -3,7 +3,7 @@
 //! with Swagger UI at `/docs`. The bodies it describes are the types the
 //! handlers return (`crate::model`), so the two cannot drift.
 
-use common::job::{
+use domain::job::{
     FieldError, HttpTarget, JobSpec, MisfirePolicy, RetryPolicy, ScheduleKind, ScheduleSpec, SqsTarget, Target,
 };
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
@@ -174,11 +174,11 @@ impl Modify for Tweaks {
         NewToken,
         TokenList,
         crate::auth::Role,
-        common::job::Overlap,
+        domain::job::Overlap,
         Calendar,
         CalendarPage,
-        common::calendar::CalendarSpec,
-        common::calendar::DateRange,
+        domain::calendar::CalendarSpec,
+        domain::calendar::DateRange,
     )),
     modifiers(&Tweaks),
     tags(

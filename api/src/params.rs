@@ -5,8 +5,8 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-use common::job::FieldError;
-use common::ledger::Status;
+use domain::job::FieldError;
+use domain::slot::Status;
 
 use crate::error::{ApiError, ApiResult, field};
 

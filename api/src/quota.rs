@@ -18,7 +18,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 
-use common::job::{JobSpec, ScheduleKind};
+use domain::job::{JobSpec, ScheduleKind};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult, field};

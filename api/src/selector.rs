@@ -1,4 +1,4 @@
-//! A label selector (`common::labels::Selector`) as a SQL predicate on
+//! A label selector (`domain::labels::Selector`) as a SQL predicate on
 //! `jobs.spec->'labels'`, every key and value a bound parameter. `=` and
 //! `in` terms are containment tests (`@>`), which the GIN index
 //! `jobs_live_labels` (migration V9) answers; the other terms filter the
@@ -8,7 +8,7 @@
 use serde_json::{Value, json};
 use tokio_postgres::types::ToSql;
 
-use common::labels::{Op, Selector};
+use domain::labels::{Op, Selector};
 
 use crate::error::{ApiResult, field};
 

@@ -190,7 +190,7 @@ pub async fn delete_namespace(
     client: &impl GenericClient,
     name: &str,
 ) -> Result<Result<bool, i64>, tokio_postgres::Error> {
-    let jobs = common::jobs::count_in_namespace(client, name).await?;
+    let jobs = store::jobs::count_in_namespace(client, name).await?;
     if jobs > 0 {
         return Ok(Err(jobs));
     }
@@ -202,7 +202,7 @@ pub async fn delete_namespace(
 /// readable) in one of the scope's namespaces. A job elsewhere does not
 /// exist for the caller.
 pub async fn job_visible(client: &impl GenericClient, id: Uuid, scope: &Scope) -> Result<bool, tokio_postgres::Error> {
-    common::jobs::exists(client, id, scope.sql().as_deref()).await
+    store::jobs::exists(client, id, scope.sql().as_deref()).await
 }
 
 /// A namespace as the deployment declares it (`NAMESPACES` of `migrate`).
@@ -246,7 +246,7 @@ pub async fn check_references(
     namespace: &str,
     names: &[String],
 ) -> crate::error::ApiResult<()> {
-    let missing = common::calendar::store::lock_referenced(tx, namespace, names).await?;
+    let missing = store::calendars::lock_referenced(tx, namespace, names).await?;
     if missing.is_empty() {
         return Ok(());
     }
@@ -256,7 +256,7 @@ pub async fn check_references(
             .enumerate()
             .filter(|(_, n)| missing.contains(n))
             .map(|(i, n)| {
-                common::job::FieldError::new(
+                domain::job::FieldError::new(
                     format!("calendars[{i}]"),
                     format!("no calendar {n:?} in namespace {namespace:?}; create it with PUT /v1/calendars/{n}"),
                 )
@@ -272,15 +272,15 @@ pub async fn calendars_named(
     namespace: &str,
     names: &[String],
     field: &str,
-) -> crate::error::ApiResult<Vec<common::calendar::Calendar>> {
+) -> crate::error::ApiResult<Vec<domain::calendar::Calendar>> {
     let mut calendars = Vec::with_capacity(names.len());
     let mut missing = Vec::new();
     for (i, name) in names.iter().enumerate() {
-        match common::calendar::store::get(client, namespace, name).await? {
+        match store::calendars::get(client, namespace, name).await? {
             Some(stored) => {
-                calendars.push(common::calendar::Calendar::compile(name, &stored.spec).map_err(|e| anyhow::anyhow!(e))?)
+                calendars.push(domain::calendar::Calendar::compile(name, &stored.spec).map_err(|e| anyhow::anyhow!(e))?)
             }
-            None => missing.push(common::job::FieldError::new(
+            None => missing.push(domain::job::FieldError::new(
                 format!("{field}[{i}]"),
                 format!("no calendar {name:?} in namespace {namespace:?}"),
             )),

@@ -8,7 +8,7 @@ use std::time::Duration;
 const SECRET: &str = "Sk-api-41c7d2";
 
 fn api() -> Command {
-    let mut c = common::testing::command_with_secret_env(env!("CARGO_BIN_EXE_cronshard-api"), SECRET);
+    let mut c = testing::command_with_secret_env(env!("CARGO_BIN_EXE_cronshard-api"), SECRET);
     c.env("REDIS_URLS", format!("redis://:{SECRET}@127.0.0.1:1,redis://u:{SECRET}@127.0.0.1:2"))
         .env("API_TOKENS", format!("{SECRET},other-{SECRET}"))
         .env("LISTEN_ADDR", "127.0.0.1:0");
@@ -16,7 +16,7 @@ fn api() -> Command {
 }
 
 fn run(c: &mut Command) -> (Option<std::process::ExitStatus>, String) {
-    common::testing::output_within(c, Duration::from_secs(20)).expect("running cronshard-api")
+    testing::output_within(c, Duration::from_secs(20)).expect("running cronshard-api")
 }
 
 #[test]
@@ -34,9 +34,9 @@ fn help_shows_which_variables_are_read_but_not_their_secret_values() {
         }
     }
     // The key-encryption keys are named, never shown.
-    let key = common::testing::TEST_SECRETS_KEK.split_once(':').unwrap().1;
+    let key = testing::TEST_SECRETS_KEK.split_once(':').unwrap().1;
     for args in [&["--help"][..], &["secrets", "rotate", "--help"]] {
-        let (status, out) = run(api().env("SECRETS_KEK", common::testing::TEST_SECRETS_KEK).args(args));
+        let (status, out) = run(api().env("SECRETS_KEK", testing::TEST_SECRETS_KEK).args(args));
         assert!(status.is_some_and(|s| s.success()), "{args:?}: {out}");
         assert!(!out.contains(key), "{args:?}:\n{out}");
         assert!(args.len() > 1 || out.contains("[env: SECRETS_KEK]"), "{out}");

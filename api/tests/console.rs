@@ -145,34 +145,34 @@ async fn owners_are_the_schedulers_rendezvous_choice_over_the_live_heartbeats() 
     // No node alive: no owners, the default factor.
     assert_eq!(ok(&app, &path).await, json!({ "job_id": id, "replication_factor": 2, "owners": [], "live_nodes": [] }));
 
-    // Two nodes as `common::redis` keeps heartbeats: one that announces its
+    // Two nodes as `runtime::redis` keeps heartbeats: one that announces its
     // factor, one (an older release) that does not.
     for (node, beat) in [
         ("node-a", json!({ "node_id": "node-a", "replication_factor": 2 })),
         ("node-b", json!({ "node_id": "node-b" })),
     ] {
-        let keys = common::redis::Keys::new(&app.cluster);
+        let keys = runtime::redis::Keys::new(&app.cluster);
         app.redis_cmd(redis::cmd("SET").arg(keys.node(node)).arg(beat.to_string()).arg("EX").arg(30)).await;
         app.redis_cmd(redis::cmd("SADD").arg(keys.registry()).arg(node)).await;
     }
     let members = vec!["node-a".to_owned(), "node-b".to_owned()];
-    let expected = common::ownership::owners(id, &members, 2);
+    let expected = domain::ownership::owners(id, &members, 2);
     let body = ok(&app, &path).await;
     assert_eq!(body["owners"], json!(expected), "{body}");
     assert_eq!(body["live_nodes"], json!(["node-a", "node-b"]));
     assert_eq!(body["replication_factor"], json!(2));
 
     // A third node with a factor of 1: each node decides by its own factor.
-    let keys = common::redis::Keys::new(&app.cluster);
+    let keys = runtime::redis::Keys::new(&app.cluster);
     let beat = json!({ "node_id": "node-c", "replication_factor": 1 });
     app.redis_cmd(redis::cmd("SET").arg(keys.node("node-c")).arg(beat.to_string()).arg("EX").arg(30)).await;
     app.redis_cmd(redis::cmd("SADD").arg(keys.registry()).arg("node-c")).await;
     let factors = vec![("node-a".to_owned(), 2), ("node-b".to_owned(), 2), ("node-c".to_owned(), 1)];
     let body = ok(&app, &path).await;
-    assert_eq!(body["owners"], json!(common::ownership::owners_by_own_factor(id, &factors)), "{body}");
+    assert_eq!(body["owners"], json!(domain::ownership::owners_by_own_factor(id, &factors)), "{body}");
     assert_eq!(body["live_nodes"], json!(["node-a", "node-b", "node-c"]));
     let all = ["node-a".to_owned(), "node-b".to_owned(), "node-c".to_owned()];
-    let ranked = common::ownership::owners(id, &all, 3);
+    let ranked = domain::ownership::owners(id, &all, 3);
     let expected: Vec<&str> =
         ranked.iter().enumerate().filter(|(i, n)| *i < if **n == "node-c" { 1 } else { 2 }).map(|(_, n)| *n).collect();
     assert_eq!(body["owners"], json!(expected), "{body}");
@@ -347,7 +347,7 @@ async fn lateness_is_computed_per_minute_from_the_first_attempt_and_the_jittered
     // and a slot whose third attempt started a minute late but whose first
     // (in its history) started 70 ms late.
     let j_at = m2 + TimeDelta::seconds(1);
-    let offset = common::schedule::jitter_offset(jittered, j_at, 5_000);
+    let offset = domain::schedule::jitter_offset(jittered, j_at, 5_000);
     rows.push(Row::new(jittered, j_at, "succeeded").late((offset + TimeDelta::milliseconds(30)).num_milliseconds()));
     let retried_at = m2 + TimeDelta::seconds(2);
     let mut retried = Row::new(plain, retried_at, "failed").late(60_000);
@@ -435,7 +435,7 @@ async fn outcomes_count_each_status_and_the_late_deliveries_of_each_job() {
     let idle = create(&app, BOOTSTRAP, &interval_job("idle", 0)).await;
     let h = |hours: i64, k: i64| minute(0) - TimeDelta::hours(hours) + TimeDelta::seconds(k);
     let j_at = [h(2, 1), h(2, 2), h(2, 3)];
-    let off = |at: DateTime<Utc>| common::schedule::jitter_offset(jittered, at, 5_000).num_milliseconds();
+    let off = |at: DateTime<Utc>| domain::schedule::jitter_offset(jittered, at, 5_000).num_milliseconds();
     insert(
         &app,
         &[

@@ -132,14 +132,14 @@ async fn bulk_triggers_and_replays_spend_the_same_budget() {
 
     // Replays: failed rows of the metered jobs.
     let sql = app.sql().await;
-    let at = common::execution::truncate_ms(Utc::now() - chrono::TimeDelta::minutes(5));
+    let at = domain::execution::truncate_ms(Utc::now() - chrono::TimeDelta::minutes(5));
     for (i, id) in ids.iter().enumerate() {
         let at = at + chrono::TimeDelta::seconds(i as i64);
         let job_id = Uuid::parse_str(id).unwrap();
         sql.execute(
             "INSERT INTO scheduled_jobs (job_id, scheduled_at, fire_id, execution_id, status, attempts, error, fired_at)
              VALUES ($1, $2, gen_random_uuid(), $3, 'failed', 1, 'HTTP 503', $2)",
-            &[&job_id, &at, &format!("{id}@{}", common::execution::format_instant(at))],
+            &[&job_id, &at, &format!("{id}@{}", domain::execution::format_instant(at))],
         )
         .await
         .unwrap();
@@ -150,7 +150,7 @@ async fn bulk_triggers_and_replays_spend_the_same_budget() {
         format!(
             "/v1/executions/{}/{}/replay",
             ids[i],
-            common::execution::format_instant(at + chrono::TimeDelta::seconds(i as i64))
+            domain::execution::format_instant(at + chrono::TimeDelta::seconds(i as i64))
         )
     };
     let started = Instant::now();

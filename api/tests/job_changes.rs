@@ -16,7 +16,7 @@ use support::*;
 /// Postgres sends notifications in commit order: everything that arrives
 /// before a marker notified after a write is what that write caused.
 async fn notifications_until_marker(app: &TestApp, rx: &mut UnboundedReceiver<String>) -> Vec<String> {
-    app.sql().await.batch_execute(&format!("NOTIFY {}, 'marker'", common::job_changes::CHANNEL)).await.unwrap();
+    app.sql().await.batch_execute(&format!("NOTIFY {}, 'marker'", store::notify::CHANNEL)).await.unwrap();
     let mut seen = Vec::new();
     loop {
         let payload = tokio::time::timeout(Duration::from_secs(10), rx.recv())

@@ -813,9 +813,9 @@ async fn callback_and_queue_urls_naming_internal_addresses_are_422_naming_the_ru
 
 #[tokio::test]
 async fn the_operators_allow_list_and_minimum_interval_apply_at_create() {
-    let limits = common::job::Limits {
+    let limits = domain::job::Limits {
         min_interval_ms: 5_000,
-        allow_cidrs: common::netguard::parse_allow_list("127.0.0.0/8").unwrap(),
+        allow_cidrs: domain::netguard::parse_allow_list("127.0.0.0/8").unwrap(),
     };
     let app = TestApp::start_with("limits-set", Options { job_limits: limits, ..Options::default() }).await;
     let mut loopback = example_job();

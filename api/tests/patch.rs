@@ -77,10 +77,7 @@ async fn a_merge_patch_merges_nested_objects_removes_nulls_and_keeps_secrets() {
     assert!(!r.text.contains("s3cret"), "{}", r.text);
     let spec = stored(&app, &id).await;
     let sealed = spec["target"]["secret_headers"]["Authorization"].as_str().unwrap();
-    assert!(
-        sealed.starts_with(common::secrets::SEALED_PREFIX) && !sealed.contains("s3cret"),
-        "stored sealed: {sealed}"
-    );
+    assert!(sealed.starts_with(store::secrets::SEALED_PREFIX) && !sealed.contains("s3cret"), "stored sealed: {sealed}");
     assert!(spec.get("retry").is_none(), "{spec}");
     // GET answers what PATCH did.
     assert_eq!(app.job(&id).await, job);

@@ -128,7 +128,7 @@ async fn a_preview_shows_jitter_interval_anchors_and_max_runs() {
     assert!(body.get("note").is_none(), "{body}");
     for f in body["fire_times"].as_array().unwrap() {
         let at = parse_ts(&f["at"]);
-        let expected = at + common::schedule::jitter_offset(job_id, at, 600_000);
+        let expected = at + domain::schedule::jitter_offset(job_id, at, 600_000);
         assert_eq!(parse_ts(&f["fires_at"]), expected, "{f}");
     }
     // Without one, the note says what is missing.
@@ -178,7 +178,7 @@ async fn next_takes_from_and_shows_the_jobs_jitter() {
     let uuid = Uuid::parse_str(&id).unwrap();
     for f in body["fire_times"].as_array().unwrap() {
         let at = parse_ts(&f["at"]);
-        assert_eq!(parse_ts(&f["fires_at"]), at + common::schedule::jitter_offset(uuid, at, 120_000), "{f}");
+        assert_eq!(parse_ts(&f["fires_at"]), at + domain::schedule::jitter_offset(uuid, at, 120_000), "{f}");
     }
     assert_invalid(&app.get(&format!("/v1/jobs/{id}/next?from=tomorrow")).await, &["from"]);
 }

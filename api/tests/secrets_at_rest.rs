@@ -53,7 +53,7 @@ async fn secret_values_are_stored_sealed_in_every_version_and_never_in_clear() {
     )
     .await;
     assert_eq!(stored.len(), 4, "the job and its three versions: {stored:?}");
-    assert!(stored.iter().all(|v| v.starts_with(common::secrets::SEALED_PREFIX)), "{stored:?}");
+    assert!(stored.iter().all(|v| v.starts_with(store::secrets::SEALED_PREFIX)), "{stored:?}");
     // The whole database as text: neither value, old or new, in clear.
     let everything: String = pg
         .query_one(
@@ -85,7 +85,7 @@ async fn secret_values_are_stored_sealed_in_every_version_and_never_in_clear() {
 async fn without_a_key_encryption_key_a_secret_header_is_refused_and_nothing_is_stored() {
     let app = TestApp::start_with(
         "secrets-no-kek",
-        Options { keyring: Some(common::secrets::Keyring::default()), ..Default::default() },
+        Options { keyring: Some(store::secrets::Keyring::default()), ..Default::default() },
     )
     .await;
     let r = app.post_json("/v1/jobs", &job_with_secret(FIRST)).await;
@@ -148,7 +148,7 @@ async fn migrate_seals_values_an_older_version_stored_in_clear_without_making_a_
         .get(0);
     assert_eq!(clear, 1, "without a key nothing changes");
 
-    let out = migrate(common::testing::TEST_SECRETS_KEK);
+    let out = migrate(testing::TEST_SECRETS_KEK);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let dump: String = pg
         .query_one(
@@ -159,7 +159,7 @@ async fn migrate_seals_values_an_older_version_stored_in_clear_without_making_a_
         .unwrap()
         .get(0);
     assert!(!dump.contains(FIRST), "still in clear: {dump}");
-    assert_eq!(dump.matches(common::secrets::SEALED_PREFIX).count(), 2, "{dump}");
+    assert_eq!(dump.matches(store::secrets::SEALED_PREFIX).count(), 2, "{dump}");
     let after = pg.query_one("SELECT version, updated_at FROM jobs WHERE id = $1::text::uuid", &[&id]).await.unwrap();
     assert_eq!((after.get::<_, i64>(0), after.get::<_, chrono::DateTime<chrono::Utc>>(1)), before);
     let versions: i64 =
@@ -175,9 +175,9 @@ async fn migrate_seals_values_an_older_version_stored_in_clear_without_making_a_
         .await
         .unwrap()
         .get(0);
-    let vault = common::secrets::Vault::new(common::testing::test_keyring());
+    let vault = store::secrets::Vault::new(testing::test_keyring());
     let mut headers = std::collections::BTreeMap::from([("Authorization".to_owned(), stored)]);
-    let pool = common::db::pool(app.db_url(), 1).unwrap();
+    let pool = store::db::pool(app.db_url(), 1).unwrap();
     vault.open_headers(&pool, id.parse().unwrap(), &mut headers).await.unwrap();
     assert_eq!(headers["Authorization"], FIRST);
 }

@@ -10,7 +10,7 @@ mod support;
 
 use serde_json::json;
 
-use common::testing::unique_cluster;
+use testing::unique_cluster;
 
 use support::*;
 

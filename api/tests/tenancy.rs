@@ -312,7 +312,7 @@ async fn namespaces_are_named_like_kubernetes_labels_and_default_holds_old_jobs(
 /// every run.
 #[tokio::test]
 async fn migrate_declares_the_configured_namespaces_with_their_quotas() {
-    let db = common::testing::TestDb::new().await.unwrap();
+    let db = testing::TestDb::new().await.unwrap();
     for quota in [5, 7] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_cronshard-api"))
             .arg("migrate")
@@ -321,7 +321,7 @@ async fn migrate_declares_the_configured_namespaces_with_their_quotas() {
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let client = common::db::connect(&db.url).await.unwrap();
+        let client = store::db::connect(&db.url).await.unwrap();
         let rows = client.query("SELECT name, max_jobs FROM namespaces ORDER BY name", &[]).await.unwrap();
         let got: Vec<(String, Option<i64>)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
         assert_eq!(got, [("default".into(), None), ("team-x".into(), Some(quota)), ("team-y".into(), None)]);
@@ -379,7 +379,7 @@ async fn a_secret_header_never_appears_in_any_response() {
     let stored: Value =
         app.sql().await.query_one("SELECT spec FROM jobs WHERE id = $1::text::uuid", &[&id]).await.unwrap().get(0);
     let sealed = stored["target"]["secret_headers"]["X-Api-Key"].as_str().unwrap();
-    assert!(sealed.starts_with(common::secrets::SEALED_PREFIX) && !sealed.contains(SECRET), "stored sealed: {sealed}");
+    assert!(sealed.starts_with(store::secrets::SEALED_PREFIX) && !sealed.contains(SECRET), "stored sealed: {sealed}");
     // The placeholder for a secret the job does not have is refused.
     edited["target"]["secret_headers"] = json!({ "X-Other": "***" });
     let r = call(&app, BOOTSTRAP, Method::PUT, &format!("/v1/jobs/{id}"), Some(&edited)).await;

@@ -515,6 +515,6 @@ pub fn command() -> clap::Command {
 mod tests {
     #[test]
     fn the_command_line_is_well_formed_and_shows_no_secret_env_value() {
-        common::config::assert_cli_well_formed(super::command());
+        runtime::config::assert_cli_well_formed(super::command());
     }
 }

@@ -2,7 +2,7 @@
 //! (`application/problem+json`) turned into a [`Failure`] with the exit
 //! code of their status. The token goes into the `Authorization` header and
 //! nowhere else: no message names it, and the URL is shown as
-//! `common::redact` shows URLs (password and query values masked).
+//! `domain::redact` shows URLs (password and query values masked).
 
 use std::time::Duration;
 
@@ -131,7 +131,7 @@ impl Api {
 }
 
 /// A URL as it may be shown: its password and query values masked
-/// (`common::redact`).
+/// (`domain::redact`).
 fn shown(url: &Url) -> String {
     crate::redact::url(url.as_str().trim_end_matches('/'))
 }

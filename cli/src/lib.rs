@@ -10,16 +10,10 @@ mod commands;
 pub mod failure;
 mod input;
 mod output;
-// What the workspace shares about showing text, compiled in from `common`
-// (which the CLI does not link: it would bring the database, Redis and
-// broker clients): URLs shown with their secrets masked, and the characters
-// never printed raw.
-#[allow(dead_code)] // the CLI uses part of each
-#[path = "../../common/src/redact.rs"]
-mod redact;
-#[allow(dead_code)]
-#[path = "../../common/src/text.rs"]
-mod text;
+// What the workspace shares about showing text (the domain crate, which
+// links no database, Redis or broker client): URLs shown with their secrets
+// masked, and the characters never printed raw.
+use domain::{redact, text};
 
 use std::io::Write;
 

@@ -4,7 +4,7 @@
 //!
 //! Nothing from the API reaches the terminal raw: a table shows every
 //! control, bidi or zero-width character of a value as an escape (`\r\n`,
-//! `\u{1b}`, `\u{202e}`, `common::text::escape`), so a value can neither
+//! `\u{1b}`, `\u{202e}`, `domain::text::escape`), so a value can neither
 //! forge a line nor send the terminal an escape sequence; `json` writes
 //! those characters as JSON escapes (`\u001b`, the same document), and
 //! `yaml` too (a document holding one is written in YAML's JSON form).
@@ -46,7 +46,7 @@ pub fn yaml(value: &Value) -> Result<String> {
     Ok(with_newline(json_escaped(&json)))
 }
 
-/// A valid JSON document with every hidden character (`common::text`)
+/// A valid JSON document with every hidden character (`domain::text`)
 /// written as a `\uXXXX` escape: such characters can only stand inside
 /// strings, where the escape means the same character, so the document is
 /// unchanged. Newlines, tabs and carriage returns are left: raw, they can

@@ -370,7 +370,7 @@ async fn cluster_shows_the_redis_shards_and_live_nodes() {
     assert_eq!((run.field("REDIS SHARDS UP"), run.field("LIVE NODES")), ("1/1".into(), "0".into()));
 
     // A node's heartbeat, as a scheduler writes it.
-    let keys = common::redis::Keys::new(&stack.app.cluster);
+    let keys = runtime::redis::Keys::new(&stack.app.cluster);
     let beat = json!({"node_id": "node-a", "heartbeat_at": "2026-11-25T10:00:00.123456Z", "owned_jobs": 7}).to_string();
     stack.app.redis_cmd(redis::cmd("SET").arg(keys.node("node-a")).arg(beat).arg("EX").arg(60)).await;
     stack.app.redis_cmd(redis::cmd("SADD").arg(keys.registry()).arg("node-a")).await;
@@ -550,8 +550,8 @@ fn help_lists_the_variables_but_never_the_token_or_the_url() {
     for args in helps {
         let mut c = with_secrets(std::process::Command::new(binary()));
         c.args(args);
-        let (status, out) = common::testing::output_within(&mut c, std::time::Duration::from_secs(20)).unwrap();
-        common::testing::assert_help_hides_secret_values(
+        let (status, out) = testing::output_within(&mut c, std::time::Duration::from_secs(20)).unwrap();
+        testing::assert_help_hides_secret_values(
             status,
             &out,
             SECRET,
@@ -670,7 +670,7 @@ async fn api_values_with_control_characters_are_printed_escaped() {
 }
 
 /// An unreachable API is named with its query values masked, as every URL
-/// the workspace prints (`common::redact`).
+/// the workspace prints (`domain::redact`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_api_url_is_shown_without_its_query_values() {
     let run = Cli::new()

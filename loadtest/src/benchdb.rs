@@ -71,17 +71,17 @@ impl BenchDb {
     /// partitions, on the server of `admin_url`.
     pub async fn create(admin_url: &str) -> anyhow::Result<Self> {
         let name = format!("cronshard_bench_{}", Uuid::new_v4().simple());
-        let url = common::testing::with_database(admin_url, &name);
-        common::db::migrate(&url).await?;
-        let mut client = common::db::connect(&url).await?;
-        common::ledger::partitions::maintain(&mut client, Utc::now(), Default::default()).await?;
+        let url = testing::with_database(admin_url, &name);
+        store::db::migrate(&url).await?;
+        let mut client = store::db::connect(&url).await?;
+        store::ledger::partitions::maintain(&mut client, Utc::now(), Default::default()).await?;
         Ok(Self { admin_url: admin_url.to_owned(), name, url })
     }
 
     /// The server's settings that set the ledger's write cost, and its
     /// checkpoint counters so far (server-wide).
     pub async fn server(&self) -> anyhow::Result<PgServer> {
-        let client = common::db::connect(&self.url).await?;
+        let client = store::db::connect(&self.url).await?;
         let settings = client
             .query_one(
                 "SELECT format('shared_buffers %s, max_wal_size %s, checkpoint_timeout %s, wal_compression %s',
@@ -110,7 +110,7 @@ impl BenchDb {
     /// The ledger's size now: read once, at a run's end (its row count scans
     /// the ledger).
     pub async fn ledger_size(&self) -> anyhow::Result<LedgerSize> {
-        let client = common::db::connect(&self.url).await?;
+        let client = store::db::connect(&self.url).await?;
         let row = client
             .query_one(
                 "SELECT coalesce(sum(pg_relation_size(i.inhrelid)), 0)::bigint,
@@ -124,7 +124,7 @@ impl BenchDb {
     }
 
     pub async fn drop_database(self) -> anyhow::Result<()> {
-        let admin = common::db::connect(&self.admin_url).await?;
+        let admin = store::db::connect(&self.admin_url).await?;
         admin.batch_execute(&format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name)).await?;
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! The broker ceiling: the physical limit fires/s is compared with. N real
 //! fire messages (a serialized `FireMessage` of the same size as a herd
 //! fire) are published with confirms by the scheduler's own publisher
-//! (`common::publisher`, streamed confirms in batches, one fire per AMQP
+//! (`broker::publisher`, streamed confirms in batches, one fire per AMQP
 //! message: the schedulers' bundles carry up to 25) while a consumer on
 //! the same broker takes them with manual acks, as a worker does. No
 //! scheduler, no worker, no database: only RabbitMQ and this process.
@@ -19,9 +19,9 @@ use serde::Serialize;
 use serde_json::json;
 use uuid::Uuid;
 
-use common::amqp::Topology;
-use common::ledger::Trigger;
-use common::message::{FIRE_MESSAGE_VERSION, FireMessage};
+use broker::amqp::Topology;
+use domain::message::{FIRE_MESSAGE_VERSION, FireMessage};
+use domain::slot::Trigger;
 
 use crate::report::{OutArgs, Report, fmt_f, fmt_int};
 
@@ -40,7 +40,7 @@ pub struct CeilingArgs {
     pub amqp_url: String,
     /// The queues' type, as `AMQP_QUEUE_TYPE` sets it for the product.
     #[arg(long, value_enum, default_value = "classic")]
-    pub ceiling_queue_type: common::amqp::QueueType,
+    pub ceiling_queue_type: broker::amqp::QueueType,
 }
 
 #[derive(clap::Args)]
@@ -65,16 +65,16 @@ pub struct Ceiling {
 /// A fire message as the scheduler publishes it for a herd job (HTTP
 /// target on loopback with the API's defaults).
 pub fn sample_message() -> anyhow::Result<FireMessage> {
-    let spec = common::job::JobSpec::from_json_with(
+    let spec = domain::job::JobSpec::from_json_with(
         &json!({
             "name": "ceiling",
             "schedule": { "kind": "once", "at": "2030-01-01T00:00:00.000Z" },
             "target": { "kind": "http", "url": "http://127.0.0.1:40000/hook", "timeout_ms": 10_000 },
         }),
-        &common::job::Limits::unrestricted(),
+        &domain::job::Limits::unrestricted(),
     )
     .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    let at = common::execution::truncate_ms(Utc::now());
+    let at = domain::execution::truncate_ms(Utc::now());
     let job_id = Uuid::now_v7();
     Ok(FireMessage {
         v: FIRE_MESSAGE_VERSION,
@@ -82,7 +82,7 @@ pub fn sample_message() -> anyhow::Result<FireMessage> {
         job_id,
         scheduled_at: at,
         due_at: at,
-        execution_id: common::execution::execution_id(job_id, at),
+        execution_id: domain::execution::execution_id(job_id, at),
         trigger: Trigger::Schedule,
         target: spec.target,
         retry: spec.retry,
@@ -105,14 +105,14 @@ pub async fn measure(args: &CeilingArgs) -> anyhow::Result<Ceiling> {
             FireMessage {
                 fire_id: Uuid::now_v7(),
                 job_id,
-                execution_id: common::execution::execution_id(job_id, template.scheduled_at),
+                execution_id: domain::execution::execution_id(job_id, template.scheduled_at),
                 ..template.clone()
             }
         })
         .collect();
 
     // The consumer first, so the queue exists and drains from the start.
-    let connection = common::amqp::connect(&args.amqp_url, "cronshard-loadtest ceiling consumer")
+    let connection = broker::amqp::connect(&args.amqp_url, "cronshard-loadtest ceiling consumer")
         .await
         .context("connecting to RabbitMQ")?;
     let channel = connection.create_channel().await?;
@@ -140,7 +140,7 @@ pub async fn measure(args: &CeilingArgs) -> anyhow::Result<Ceiling> {
         anyhow::Ok(Instant::now())
     });
 
-    let mut publisher = common::publisher::Publisher::new(
+    let mut publisher = broker::publisher::Publisher::new(
         args.amqp_url.clone(),
         "cronshard-loadtest ceiling publisher".into(),
         topology.clone(),

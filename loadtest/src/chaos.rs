@@ -6,7 +6,7 @@
 //! PostgreSQL cluster ([`services`]) on free loopback ports, so restarting
 //! or stopping them never touches the machine's shared services. Each
 //! scheduler reaches Redis and Postgres through proxies of its own
-//! (`common::testing::proxy`), so one node can be cut off or slowed alone. The
+//! (`testing::proxy`), so one node can be cut off or slowed alone. The
 //! processes run with the binaries' own defaults unless `--tuned true`.
 //!
 //! Two receivers in this process: A takes most jobs, B a share
@@ -45,8 +45,8 @@ use crate::receiver::Receiver;
 use crate::report::{OutArgs, Percentiles, Report, fmt_f, fmt_int};
 use crate::stack::{Stack, StackArgs, parse_env_pair};
 use crate::steady::{LoadArgs, sleep_until};
-use common::testing::proxy::{Mode, TcpProxy};
 use services::Services;
+use testing::proxy::{Mode, TcpProxy};
 use verdict::{Context, Figures, LedgerRow, Slot};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -303,7 +303,7 @@ struct Injected {
 }
 
 fn now_ms() -> DateTime<Utc> {
-    common::execution::truncate_ms(Utc::now())
+    domain::execution::truncate_ms(Utc::now())
 }
 
 /// A scheduler's own links: one proxy per Redis shard, one to Postgres.
@@ -337,10 +337,7 @@ impl Run<'_> {
                 "REDIS_URLS".to_owned(),
                 redis.iter().map(|p| format!("redis://{}", p.addr)).collect::<Vec<_>>().join(","),
             ),
-            (
-                "DATABASE_URL".to_owned(),
-                common::testing::with_database(&format!("postgres://postgres@{}", pg.addr), db_name),
-            ),
+            ("DATABASE_URL".to_owned(), testing::with_database(&format!("postgres://postgres@{}", pg.addr), db_name)),
         ];
         env.extend(self.args.scheduler_env.iter().cloned());
         env.extend(extra.iter().cloned());
@@ -482,7 +479,7 @@ impl Run<'_> {
                 let queues: Vec<String> =
                     self.services.rabbit.queues().await?.into_iter().filter(|q| q.starts_with(&prefix)).collect();
                 let connection =
-                    common::amqp::connect(&self.services.rabbit.amqp_url(), "chaos queues-deleted").await?;
+                    broker::amqp::connect(&self.services.rabbit.amqp_url(), "chaos queues-deleted").await?;
                 let channel = connection.create_channel().await?;
                 let mut lost = Vec::new();
                 for q in &queues {
@@ -601,7 +598,7 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
     // the stack) and still stops the services.
     let result = tokio::select! {
         r = scenario(&args, &plan, &mut services) => r,
-        _ = common::shutdown::signal() => Err(anyhow::anyhow!("interrupted")),
+        _ = runtime::shutdown::signal() => Err(anyhow::anyhow!("interrupted")),
     };
     services.stop().await;
     let violations = result?;
@@ -622,7 +619,7 @@ async fn read_ledger(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> anyhow::Result<HashMap<String, LedgerRow>> {
-    let client = common::db::connect(db_url).await?;
+    let client = store::db::connect(db_url).await?;
     let stmt = client
         .prepare(
             "SELECT execution_id, status,
@@ -655,7 +652,7 @@ async fn read_ledger(
         let Some(job) = by_id.get(&r.get::<_, uuid::Uuid>(0)) else { continue };
         let (first, last): (DateTime<Utc>, DateTime<Utc>) = (r.get(1), r.get(2));
         for due in job.slots(first.max(from), (last + TimeDelta::microseconds(1)).min(to)) {
-            rows.entry(common::execution::execution_id(job.id, due)).or_insert_with(|| LedgerRow {
+            rows.entry(domain::execution::execution_id(job.id, due)).or_insert_with(|| LedgerRow {
                 status: r.get(3),
                 reason: r.get(4),
                 crash_redelivery: false,
@@ -679,7 +676,7 @@ async fn explain_rowless(
     let mut count = 0usize;
     for job in jobs {
         for due in job.slots(from, to) {
-            if !ledger.contains_key(common::execution::execution_id(job.id, due).as_str()) {
+            if !ledger.contains_key(domain::execution::execution_id(job.id, due).as_str()) {
                 count += 1;
                 if rowless.len() < 3 {
                     rowless.push((job.id, due));
@@ -691,7 +688,7 @@ async fn explain_rowless(
         return Ok(());
     }
     eprintln!("chaos: {count} due slots have no ledger row; around the first ones:");
-    let client = common::db::connect(db_url).await?;
+    let client = store::db::connect(db_url).await?;
     for (job, due) in rowless {
         eprintln!("chaos:   job {job}, slot {due} has no row; its rows within 40 s:");
         let rows = client
@@ -720,7 +717,7 @@ async fn explain_rowless(
 /// Waits until no slot of `[from, to)` is `pending`, `running` or
 /// `retrying`, or `max` has passed; returns how many still are.
 async fn drain(db_url: &str, from: DateTime<Utc>, to: DateTime<Utc>, max: Duration) -> anyhow::Result<i64> {
-    let client = common::db::connect(db_url).await?;
+    let client = store::db::connect(db_url).await?;
     let started = tokio::time::Instant::now();
     let mut last_note = started;
     loop {
@@ -805,7 +802,7 @@ async fn scenario(args: &ChaosArgs, plan: &Plan, services: &mut Services) -> any
         misfire: args.misfire.clone(),
     };
     let n = load.jobs();
-    let t0 = common::execution::truncate_ms(Utc::now() + TimeDelta::seconds(8 + n as i64 / 300));
+    let t0 = domain::execution::truncate_ms(Utc::now() + TimeDelta::seconds(8 + n as i64 / 300));
     let share = args.receiver_b_share.clamp(0.0, 1.0);
     let on_b = |i: usize| ((i + 1) as f64 * share).floor() > (i as f64 * share).floor();
     let mut bodies = load.bodies(&run.receivers[0].hook_url(), t0);
@@ -816,7 +813,7 @@ async fn scenario(args: &ChaosArgs, plan: &Plan, services: &mut Services) -> any
     }
     let (jobs, create_secs) = run.stack.create_jobs_batched(bodies, 500).await?;
     anyhow::ensure!(Utc::now() < t0, "creating {n} jobs took {create_secs:.1} s, past the start instant");
-    eprintln!("chaos: {n} jobs created in {create_secs:.1} s; firing from {}", common::execution::format_instant(t0));
+    eprintln!("chaos: {n} jobs created in {create_secs:.1} s; firing from {}", domain::execution::format_instant(t0));
 
     let measure_from = t0 + TimeDelta::seconds(plan.warmup);
     sleep_until(measure_from).await;
@@ -859,7 +856,7 @@ async fn scenario(args: &ChaosArgs, plan: &Plan, services: &mut Services) -> any
     let mut slots: Vec<(String, Slot)> = Vec::new();
     for (i, job) in jobs.iter().enumerate() {
         for due in job.slots(measure_from, measure_to) {
-            slots.push((common::execution::execution_id(job.id, due), Slot::new(due, on_b(i))));
+            slots.push((domain::execution::execution_id(job.id, due), Slot::new(due, on_b(i))));
         }
     }
     slots.sort_by_key(|(_, s)| s.due);

@@ -40,15 +40,15 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use common::execution::{execution_id, format_instant, truncate_ms};
-use common::job::{JobSpec, ScheduleKind, Target};
-use common::schedule::CompiledSchedule;
+use domain::execution::{execution_id, format_instant, truncate_ms};
+use domain::job::{JobSpec, ScheduleKind, Target};
+use domain::schedule::CompiledSchedule;
 
 use crate::receiver::{Delivery, Receiver};
 use crate::report::{OutArgs, Report, fmt_f, fmt_int};
 use crate::stack::{Stack, StackArgs};
 use crate::steady::sleep_until;
-use common::testing::SeededRng as Rng;
+use testing::SeededRng as Rng;
 
 /// How far either side of an op's [sent, received] window a slot counts as
 /// made "at the same time" as the change: both ends are read on one clock,
@@ -1361,7 +1361,7 @@ pub async fn run(args: ChurnArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use common::schedule::Recurrence;
+    use domain::schedule::Recurrence;
 
     fn t0() -> DateTime<Utc> {
         DateTime::from_timestamp(1_700_000_000, 0).unwrap()

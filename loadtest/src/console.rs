@@ -292,7 +292,7 @@ async fn calls(client: &tokio_postgres::Client, http: &reqwest::Client, base: &s
             .await?;
         (row.get(0), row.get::<_, Option<DateTime<Utc>>>(1).context("the busy job has no slot in the last day")?)
     };
-    let at = common::execution::format_instant(hot.1);
+    let at = domain::execution::format_instant(hot.1);
     let c = |label: &str, path: String| Call { label: label.to_owned(), path };
     Ok(vec![
         c("jobs: first page", "/v1/jobs?limit=50".into()),
@@ -316,7 +316,7 @@ async fn calls(client: &tokio_postgres::Client, http: &reqwest::Client, base: &s
             "failures: last day",
             format!(
                 "/v1/executions/failures?from={}",
-                common::execution::format_instant(Utc::now() - TimeDelta::days(1)).replace(':', "%3A")
+                domain::execution::format_instant(Utc::now() - TimeDelta::days(1)).replace(':', "%3A")
             ),
         ),
         c("lateness: 60 minutes", "/v1/stats/lateness?minutes=60".into()),
@@ -335,7 +335,7 @@ async fn phase(
     plans_out: &mut String,
     phase: &str,
 ) -> anyhow::Result<(Vec<Timing>, serde_json::Value)> {
-    let client = common::db::connect(&db.url).await?;
+    let client = store::db::connect(&db.url).await?;
     client.batch_execute("VACUUM ANALYZE").await?;
     let mut api = start_api(args, &db.url, cluster).await?;
     let http = reqwest::Client::new();
@@ -475,12 +475,12 @@ pub async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
 type Phase = (String, Vec<Timing>, serde_json::Value);
 
 async fn measure(args: &ConsoleArgs, db: &crate::benchdb::BenchDb) -> anyhow::Result<(Vec<Phase>, Vec<(String, f64)>)> {
-    let mut client = common::db::connect(&db.url).await?;
+    let mut client = store::db::connect(&db.url).await?;
     let now = Utc::now();
     // Partitions for the days back, as maintenance made them then (it
     // creates the day before through a week ahead).
     for back in (1..=args.days as i64).step_by(7) {
-        common::ledger::partitions::maintain(&mut client, now - TimeDelta::days(back + 6), Default::default()).await?;
+        store::ledger::partitions::maintain(&mut client, now - TimeDelta::days(back + 6), Default::default()).await?;
     }
     let mut fill = Vec::new();
     let t = Instant::now();

@@ -12,9 +12,9 @@ use chrono::Utc;
 use serde_json::json;
 use uuid::Uuid;
 
-use common::job::JobSpec;
-use common::ledger::Trigger;
-use common::message::{FIRE_MESSAGE_VERSION, FireMessage};
+use domain::job::JobSpec;
+use domain::message::{FIRE_MESSAGE_VERSION, FireMessage};
+use domain::slot::Trigger;
 
 #[derive(clap::Args)]
 pub struct DeliverArgs {
@@ -43,7 +43,7 @@ pub async fn run(args: DeliverArgs) -> anyhow::Result<()> {
 
     let db = crate::benchdb::BenchDb::create(&args.admin_database_url).await?;
     let url = db.url.clone();
-    let client = common::db::connect(&url).await?;
+    let client = store::db::connect(&url).await?;
     let cluster = crate::benchdb::cluster_name("bench");
 
     // One job; N manual slots of it, each its own ledger row and message.
@@ -54,7 +54,7 @@ pub async fn run(args: DeliverArgs) -> anyhow::Result<()> {
             "target": { "kind": "http", "url": receiver.hook_url(), "timeout_ms": 10_000 },
         }),
         // The receiver is on loopback, where the workers are allowed to call.
-        &common::job::Limits::unrestricted(),
+        &domain::job::Limits::unrestricted(),
     )
     .map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let job_id = Uuid::now_v7();
@@ -64,7 +64,7 @@ pub async fn run(args: DeliverArgs) -> anyhow::Result<()> {
             &[&job_id, &spec.name, &serde_json::to_value(&spec)?],
         )
         .await?;
-    let base = common::execution::truncate_ms(Utc::now());
+    let base = domain::execution::truncate_ms(Utc::now());
     let mut messages = Vec::with_capacity(args.messages);
     for i in 0..args.messages {
         let at = base + chrono::TimeDelta::milliseconds(i as i64);
@@ -74,7 +74,7 @@ pub async fn run(args: DeliverArgs) -> anyhow::Result<()> {
             job_id,
             scheduled_at: at,
             due_at: at,
-            execution_id: common::execution::manual_execution_id(job_id, at),
+            execution_id: domain::execution::manual_execution_id(job_id, at),
             trigger: Trigger::Manual,
             target: spec.target.clone(),
             retry: None,
@@ -95,10 +95,10 @@ pub async fn run(args: DeliverArgs) -> anyhow::Result<()> {
             )
             .await?;
     }
-    let mut publisher = common::publisher::Publisher::new(
+    let mut publisher = broker::publisher::Publisher::new(
         args.amqp_url.clone(),
         "cronshard-loadtest".into(),
-        common::amqp::Topology::new(&cluster),
+        broker::amqp::Topology::new(&cluster),
     );
     for chunk in messages.chunks(5000) {
         publisher.publish(chunk).await?;

@@ -96,7 +96,7 @@ fn bodies(prefix: &str, rate: f64, period_ms: u64, url: &str, timeout_ms: u64, t
             json!({
                 "name": format!("{prefix}-{i}"),
                 "schedule": { "kind": "interval", "every_ms": period_ms,
-                              "start_at": common::execution::format_instant(start) },
+                              "start_at": domain::execution::format_instant(start) },
                 "target": { "kind": "http", "url": url, "timeout_ms": timeout_ms },
             })
         })
@@ -126,7 +126,7 @@ pub async fn run(args: DestinationsArgs) -> anyhow::Result<()> {
     let dead = dead_receiver(args.dead).await?;
     let stack = Stack::start("destinations", &args.stack).await?;
 
-    let t0 = common::execution::truncate_ms(Utc::now() + TimeDelta::seconds(8));
+    let t0 = domain::execution::truncate_ms(Utc::now() + TimeDelta::seconds(8));
     let alone_from = t0 + TimeDelta::seconds(args.warmup_secs);
     let beside_from = alone_from + TimeDelta::seconds(args.phase_secs);
     let end = beside_from + TimeDelta::seconds(args.phase_secs);
@@ -141,8 +141,8 @@ pub async fn run(args: DestinationsArgs) -> anyhow::Result<()> {
         "created {} healthy and {} dead jobs; healthy alone from {}, the dead host from {}",
         healthy_jobs.len(),
         dead_jobs.len(),
-        common::execution::format_instant(alone_from),
-        common::execution::format_instant(beside_from)
+        domain::execution::format_instant(alone_from),
+        domain::execution::format_instant(beside_from)
     );
 
     let sampler = crate::procstat::Sampler::start(stack.targets());

@@ -87,12 +87,12 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     let stack = Stack::start("herd", &args.stack).await?;
     let creates_per_second = if args.create_batch > 0 { 2_000 } else { 300 };
     let lead = args.lead_secs.unwrap_or(15 + args.jobs as i64 / creates_per_second);
-    let due = common::execution::truncate_ms(Utc::now() + TimeDelta::seconds(lead));
+    let due = domain::execution::truncate_ms(Utc::now() + TimeDelta::seconds(lead));
     let bodies = (0..args.jobs)
         .map(|i| {
             json!({
                 "name": format!("herd-{i}"),
-                "schedule": { "kind": "once", "at": common::execution::format_instant(due) },
+                "schedule": { "kind": "once", "at": domain::execution::format_instant(due) },
                 "target": { "kind": "http", "url": receiver.hook_url(), "timeout_ms": 10_000 },
                 "jitter_ms": args.jitter_ms,
             })
@@ -107,7 +107,7 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
         Utc::now() < due,
         "creating took {create_secs:.1} s: the herd was due before it was all created (raise --lead-secs)"
     );
-    eprintln!("created {} jobs in {create_secs:.1} s; due at {}", args.jobs, common::execution::format_instant(due));
+    eprintln!("created {} jobs in {create_secs:.1} s; due at {}", args.jobs, domain::execution::format_instant(due));
 
     let sampler = crate::procstat::Sampler::start(stack.targets());
     let postgres_at_start = stack.postgres().await?;
@@ -359,7 +359,7 @@ fn peak_rate(got: &[crate::receiver::Delivery]) -> f64 {
 }
 
 /// Lateness p50, p99 and max (ms) of first deliveries against each slot's
-/// jittered instant (`common::schedule::jitter_offset`).
+/// jittered instant (`domain::schedule::jitter_offset`).
 fn jittered_lateness(got: &[crate::receiver::Delivery], jitter_ms: u64) -> (i64, i64, i64) {
     let mut seen = std::collections::HashSet::new();
     let mut late: Vec<i64> = got
@@ -368,7 +368,7 @@ fn jittered_lateness(got: &[crate::receiver::Delivery], jitter_ms: u64) -> (i64,
         .filter_map(|d| {
             let at = d.scheduled_at?;
             let job: uuid::Uuid = d.execution_id.split('@').next()?.parse().ok()?;
-            Some((d.received_at - (at + common::schedule::jitter_offset(job, at, jitter_ms))).num_milliseconds())
+            Some((d.received_at - (at + domain::schedule::jitter_offset(job, at, jitter_ms))).num_milliseconds())
         })
         .collect();
     late.sort_unstable();

@@ -81,7 +81,7 @@ pub async fn measure(requests: usize, connections: usize) -> anyhow::Result<Http
         .pool_max_idle_per_host(connections)
         .timeout(Duration::from_secs(10))
         .build()?;
-    let scheduled_at = common::execution::format_instant(chrono::Utc::now());
+    let scheduled_at = domain::execution::format_instant(chrono::Utc::now());
     // One request per connection first, all at once, so every connection is
     // open before the clock starts (a worker's pool is warm after its first
     // burst too).

@@ -93,7 +93,7 @@ pub fn tally(jobs: &[CreatedJob], from: DateTime<Utc>, to: DateTime<Utc>, delive
     let mut expected: HashMap<String, (DateTime<Utc>, bool)> = HashMap::new();
     for job in jobs {
         for slot in job.slots(from, to) {
-            expected.insert(common::execution::execution_id(job.id, slot), (slot, false));
+            expected.insert(domain::execution::execution_id(job.id, slot), (slot, false));
         }
     }
     let mut t = Tally { expected: expected.len(), ..Default::default() };
@@ -135,7 +135,7 @@ pub fn tally(jobs: &[CreatedJob], from: DateTime<Utc>, to: DateTime<Utc>, delive
 mod tests {
     use super::*;
     use chrono::TimeDelta;
-    use common::schedule::{CompiledSchedule, Recurrence};
+    use domain::schedule::{CompiledSchedule, Recurrence};
 
     #[test]
     fn counts_misses_duplicates_and_unexpected() {
@@ -155,7 +155,7 @@ mod tests {
             attempt,
             received_at: at(s) + TimeDelta::milliseconds(40),
         };
-        let id = |s| common::execution::execution_id(job.id, at(s));
+        let id = |s| domain::execution::execution_id(job.id, at(s));
         // Window [0, 4): slots 0, 1, 2, 3; slot 2 missed, slot 1 twice, one stray id, slot 9 outside.
         assert_eq!(job.slots(at(0) + TimeDelta::microseconds(1), at(2)), vec![at(1)]);
         let got = vec![

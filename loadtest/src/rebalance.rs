@@ -23,8 +23,8 @@ pub fn run(args: RebalanceArgs) -> anyhow::Result<()> {
     let (mut jobs_moved, mut assignments_moved) = (0usize, 0usize);
     for _ in 0..args.jobs {
         let job = Uuid::new_v4();
-        let old = common::ownership::owners(job, &before, args.replication_factor);
-        let new = common::ownership::owners(job, &after, args.replication_factor);
+        let old = domain::ownership::owners(job, &before, args.replication_factor);
+        let new = domain::ownership::owners(job, &after, args.replication_factor);
         let gained = new.iter().filter(|n| !old.contains(n)).count();
         if gained > 0 {
             jobs_moved += 1;

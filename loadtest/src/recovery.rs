@@ -59,7 +59,7 @@ async fn ledger(
 ) -> anyhow::Result<HashMap<String, (String, String)>> {
     let mut rows = HashMap::new();
     let mut cursor: Option<String> = None;
-    let (f, t) = (common::execution::format_instant(from), common::execution::format_instant(to));
+    let (f, t) = (domain::execution::format_instant(from), domain::execution::format_instant(to));
     loop {
         let mut q = format!("/v1/executions?limit=500&from={f}&to={t}");
         if let Some(c) = &cursor {
@@ -93,11 +93,11 @@ pub async fn run(args: RecoveryArgs) -> anyhow::Result<()> {
     sleep_until(down_at_planned).await;
     let sampler = crate::procstat::Sampler::start(running.stack.targets());
     // Windows at millisecond precision, like every slot and the API's filters.
-    let down_at = common::execution::truncate_ms(Utc::now());
+    let down_at = domain::execution::truncate_ms(Utc::now());
     let names = running.stack.kill_all_schedulers().await?;
     eprintln!("all schedulers killed: {names:?}");
     sleep_until(down_at + TimeDelta::seconds(args.outage_secs)).await;
-    let up_at = common::execution::truncate_ms(Utc::now());
+    let up_at = domain::execution::truncate_ms(Utc::now());
     running.stack.restart_schedulers(&names)?;
     eprintln!("schedulers restarted");
 
@@ -141,7 +141,7 @@ pub async fn run(args: RecoveryArgs) -> anyhow::Result<()> {
     let mut expected_ids = Vec::new();
     for job in &jobs {
         for slot in job.slots(down_at, up_at) {
-            expected_ids.push(common::execution::execution_id(job.id, slot));
+            expected_ids.push(domain::execution::execution_id(job.id, slot));
         }
     }
     let mut by_status: BTreeMap<String, usize> = BTreeMap::new();

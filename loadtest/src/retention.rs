@@ -1,7 +1,7 @@
 //! `retention`: what removing a day's rows that succeeded costs, on two
 //! identical day partitions of N rows (a share failed, the rest succeeded):
 //!
-//! - the compaction partition maintenance does (`common::ledger::partitions::compact`:
+//! - the compaction partition maintenance does (`store::ledger::partitions::compact`:
 //!   copy the rows to keep, swap the copy in under a short lock),
 //! - a plain `DELETE … WHERE status = 'succeeded'` on the other partition,
 //!   then the `VACUUM` that has to follow it (autovacuum would run it), then
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use chrono::{Days, NaiveDate, TimeZone, Utc};
 use serde::Serialize;
 
-use common::ledger::partitions::{self, Retention};
+use store::ledger::partitions::{self, Retention};
 
 use crate::report::{OutArgs, Report, fmt_f, fmt_int};
 
@@ -194,7 +194,7 @@ fn fmt_f3(v: f64) -> String {
 type Measured = (Cost, Cost, i64, Cost, Cost, (i64, i64, i64));
 
 async fn measure(url: &str, args: &RetentionArgs) -> anyhow::Result<Measured> {
-    let mut client = common::db::connect(url).await?;
+    let mut client = store::db::connect(url).await?;
     // Two days past the shorter retention; their partitions (and their
     // neighbours) are created as maintenance would, nothing is removed.
     let today = Utc::now().date_naive();

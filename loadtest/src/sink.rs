@@ -17,7 +17,7 @@ pub struct SinkArgs {
 }
 
 pub async fn run(args: SinkArgs) -> anyhow::Result<()> {
-    let (receiver, server) = Receiver::start(args.listen, args.log, common::shutdown::signal()).await?;
+    let (receiver, server) = Receiver::start(args.listen, args.log, runtime::shutdown::signal()).await?;
     eprintln!("sink listening on {}", receiver.hook_url());
     server.await??;
     Ok(())

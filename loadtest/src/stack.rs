@@ -8,7 +8,7 @@
 //! that [`crate::procstat`] samples.
 //!
 //! The API and the workers get `SECRETS_KEK` (the test key,
-//! [`common::testing::TEST_SECRETS_KEK`]), so jobs may carry secret headers.
+//! [`testing::TEST_SECRETS_KEK`]), so jobs may carry secret headers.
 //!
 //! The services are the machine's own unless `--stack-redis-urls`, `--stack-amqp-url`
 //! and `--admin-database-url` name others (the `chaos` scenario passes its
@@ -28,7 +28,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-use common::schedule::CompiledSchedule;
+use domain::schedule::CompiledSchedule;
 
 use crate::benchdb::{BenchDb, cluster_name};
 use crate::procstat::Targets;
@@ -302,7 +302,7 @@ impl Stack {
         // them with the same key-encryption key (the schedulers never see a value). The
         // test key; `--stack-env SECRETS_KEK=...` (applied below) overrides it.
         if role != Role::Scheduler {
-            c.env("SECRETS_KEK", common::testing::TEST_SECRETS_KEK);
+            c.env("SECRETS_KEK", testing::TEST_SECRETS_KEK);
         }
         if self.args.tuned && role == Role::Scheduler {
             c.env("LOOKAHEAD_MS", self.args.scheduler_lookahead_ms.to_string());
@@ -351,7 +351,7 @@ impl Stack {
             let url = format!("http://{}/metrics", p.metrics_addr);
             let Ok(text) = async { http.get(&url).send().await?.text().await }.await else { continue };
             for (sum, name) in sums.iter_mut().zip(series) {
-                let value = common::metrics::value_in(&text, name).unwrap_or(0.0);
+                let value = runtime::metrics::value_in(&text, name).unwrap_or(0.0);
                 *sum = Some(sum.unwrap_or(0.0) + value);
             }
         }
@@ -520,7 +520,7 @@ impl Stack {
                         let id: Uuid = job["id"].as_str().context("id in a batch item")?.parse()?;
                         let created_at: DateTime<Utc> =
                             job["created_at"].as_str().context("created_at in a batch item")?.parse()?;
-                        let spec = common::job::JobSpec::from_json_with(body, &common::job::Limits::unrestricted())
+                        let spec = domain::job::JobSpec::from_json_with(body, &domain::job::Limits::unrestricted())
                             .map_err(|e| anyhow::anyhow!("a job body the API accepted does not validate: {e:?}"))?;
                         made.push((first + k, CreatedJob { id, schedule: spec.compile(created_at)? }));
                     }
@@ -559,7 +559,7 @@ impl Stack {
                     let id: Uuid = job["id"].as_str().context("id in the create response")?.parse()?;
                     let created_at: DateTime<Utc> =
                         job["created_at"].as_str().context("created_at in the create response")?.parse()?;
-                    let spec = common::job::JobSpec::from_json_with(&bodies[i], &common::job::Limits::unrestricted())
+                    let spec = domain::job::JobSpec::from_json_with(&bodies[i], &domain::job::Limits::unrestricted())
                         .map_err(|e| anyhow::anyhow!("a job body the API accepted does not validate: {e:?}"))?;
                     made.push((i, CreatedJob { id, schedule: spec.compile(created_at)? }));
                 }
@@ -585,7 +585,7 @@ impl Stack {
     /// count is no API call): where the slots that were not delivered are.
     pub async fn ledger_by_status(&self) -> anyhow::Result<Vec<(String, i64)>> {
         let db = self.db.as_ref().context("the stack is shut down")?;
-        let client = common::db::connect(&db.url).await?;
+        let client = store::db::connect(&db.url).await?;
         let rows =
             client.query("SELECT status, count(*) FROM scheduled_jobs GROUP BY status ORDER BY status", &[]).await?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
@@ -604,7 +604,7 @@ impl Stack {
     /// Which worker holds each slot's ledger row: `(job id, worker id)`.
     pub async fn ledger_workers(&self) -> anyhow::Result<Vec<(Uuid, String)>> {
         let db = self.db.as_ref().context("the stack is shut down")?;
-        let client = common::db::connect(&db.url).await?;
+        let client = store::db::connect(&db.url).await?;
         let rows = client.query("SELECT job_id, coalesce(worker_id, '') FROM scheduled_jobs", &[]).await?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
@@ -616,7 +616,7 @@ impl Stack {
         to: DateTime<Utc>,
     ) -> anyhow::Result<Vec<(String, i64)>> {
         let db = self.db.as_ref().context("the stack is shut down")?;
-        let client = common::db::connect(&db.url).await?;
+        let client = store::db::connect(&db.url).await?;
         let rows = client
             .query(
                 "SELECT status, count(*) FROM scheduled_jobs WHERE scheduled_at >= $1 AND scheduled_at < $2
@@ -636,7 +636,7 @@ impl Stack {
         to: DateTime<Utc>,
     ) -> anyhow::Result<std::collections::HashSet<String>> {
         let db = self.db.as_ref().context("the stack is shut down")?;
-        let client = common::db::connect(&db.url).await?;
+        let client = store::db::connect(&db.url).await?;
         let rows = client
             .query(
                 "SELECT execution_id FROM scheduled_jobs WHERE scheduled_at >= $1 AND scheduled_at < $2
@@ -651,7 +651,7 @@ impl Stack {
     /// (`waiting` entries), by status.
     pub async fn waiting_by_status(&self) -> anyhow::Result<Vec<(String, i64)>> {
         let db = self.db.as_ref().context("the stack is shut down")?;
-        let client = common::db::connect(&db.url).await?;
+        let client = store::db::connect(&db.url).await?;
         let rows = client
             .query(
                 "SELECT status, count(*) FROM scheduled_jobs
@@ -671,8 +671,8 @@ impl Stack {
             let _ = p.child.wait().await;
         }
         self.procs.clear();
-        let amqp_url = self.args.stack_amqp_url.clone().unwrap_or_else(common::testing::amqp_url);
-        common::amqp::Topology::new(&self.cluster).delete_at(&amqp_url).await?;
+        let amqp_url = self.args.stack_amqp_url.clone().unwrap_or_else(testing::amqp_url);
+        broker::amqp::Topology::new(&self.cluster).delete_at(&amqp_url).await?;
         if let Some(db) = self.db.take() {
             if self.args.keep_db {
                 eprintln!("kept the database {} (--keep-db)", db.url);

@@ -60,7 +60,7 @@ async fn seed(client: &tokio_postgres::Client, n: usize, cron_share: f64) -> any
             } else {
                 let offset_ms = if i == 0 { 1000 } else { 60_000 + (r >> 8) % 3_540_000 };
                 let anchor = now + TimeDelta::milliseconds(offset_ms as i64);
-                json!({ "kind": "interval", "every_ms": 3_600_000, "start_at": common::execution::format_instant(anchor) })
+                json!({ "kind": "interval", "every_ms": 3_600_000, "start_at": domain::execution::format_instant(anchor) })
             };
             ids.push(Uuid::now_v7());
             names.push(format!("load-{i}"));
@@ -88,7 +88,7 @@ fn rss_bytes(pid: u32) -> Option<u64> {
 
 async fn owned_jobs(metrics_url: &str) -> Option<u64> {
     let text = reqwest::get(metrics_url).await.ok()?.text().await.ok()?;
-    common::metrics::value_in(&text, common::metrics::OWNED_JOBS).map(|v| v as u64)
+    runtime::metrics::value_in(&text, runtime::metrics::OWNED_JOBS).map(|v| v as u64)
 }
 
 pub async fn run(args: StartupArgs) -> anyhow::Result<()> {
@@ -99,13 +99,13 @@ pub async fn run(args: StartupArgs) -> anyhow::Result<()> {
     );
     let db = crate::benchdb::BenchDb::create(&args.admin_database_url).await?;
     let url = db.url.clone();
-    let client = common::db::connect(&url).await?;
+    let client = store::db::connect(&url).await?;
     let t = Instant::now();
     seed(&client, args.jobs, args.cron_share).await?;
     eprintln!("seeded {} jobs in {:.1} s", args.jobs, t.elapsed().as_secs_f64());
     client.batch_execute("VACUUM ANALYZE jobs").await?;
     // The probe job: due 2 s after the node starts (seeding takes a while).
-    let probe_at = common::execution::format_instant(Utc::now() + TimeDelta::seconds(2));
+    let probe_at = domain::execution::format_instant(Utc::now() + TimeDelta::seconds(2));
     client
         .execute(
             "UPDATE jobs SET spec = jsonb_set(spec, '{schedule,start_at}', to_jsonb($1::text)) WHERE name = 'load-0'",

@@ -64,12 +64,12 @@ impl LoadArgs {
                 let schedule = if i < n_cron {
                     // Cron fires on whole seconds; phase = the starting second.
                     json!({ "kind": "cron", "expr": format!("{}/{k} * * * * *", i as u64 % k), "timezone": "UTC",
-                            "start_at": common::execution::format_instant(t0) })
+                            "start_at": domain::execution::format_instant(t0) })
                 } else {
                     let j = (i - n_cron) as u64;
                     let phase = j * self.period_ms / n_interval.max(1) as u64;
                     json!({ "kind": "interval", "every_ms": self.period_ms,
-                            "start_at": common::execution::format_instant(t0 + TimeDelta::milliseconds(phase as i64)) })
+                            "start_at": domain::execution::format_instant(t0 + TimeDelta::milliseconds(phase as i64)) })
                 };
                 let misfire = if self.misfire == "mixed" { policies[i % 3] } else { self.misfire.as_str() };
                 json!({
@@ -152,7 +152,7 @@ impl RateDrop {
         let n = bodies.len();
         let keep = ((self.rate / load.rate) * n as f64).round().clamp(0.0, n as f64) as usize;
         // `end_at` is inclusive: the last slot is strictly before the drop.
-        let end_at = common::execution::format_instant(t0 + self.after - TimeDelta::milliseconds(1));
+        let end_at = domain::execution::format_instant(t0 + self.after - TimeDelta::milliseconds(1));
         for (i, body) in bodies.iter_mut().enumerate() {
             let kept = (i + 1) * keep / n > i * keep / n;
             if !kept {
@@ -172,14 +172,14 @@ pub async fn start_load(
     let receiver = Receiver::loopback().await?;
     let stack = Stack::start(label, stack_args).await?;
     let n = load.jobs();
-    let t0 = common::execution::truncate_ms(Utc::now() + TimeDelta::seconds(8 + n as i64 / 300));
+    let t0 = domain::execution::truncate_ms(Utc::now() + TimeDelta::seconds(8 + n as i64 / 300));
     let mut bodies = load.bodies(&receiver.hook_url(), t0);
     if let Some(drop) = drop {
         drop.apply(load, &mut bodies, t0);
     }
     let (jobs, create_secs) = stack.create_jobs(bodies).await?;
     anyhow::ensure!(Utc::now() < t0, "creating {n} jobs took {create_secs:.1} s, past the start instant");
-    eprintln!("{label}: created {n} jobs in {create_secs:.1} s; firing from {}", common::execution::format_instant(t0));
+    eprintln!("{label}: created {n} jobs in {create_secs:.1} s; firing from {}", domain::execution::format_instant(t0));
     Ok(Running { stack, receiver, jobs, t0, create_secs })
 }
 
@@ -218,7 +218,7 @@ pub async fn run_failover(args: FailoverArgs) -> anyhow::Result<()> {
 /// Rows whose status is not final (pending, running, retrying, or one this
 /// build does not know).
 fn not_final(ledger: &[(String, i64)]) -> i64 {
-    let is_final = |s: &str| common::ledger::Status::ALL.iter().any(|st| st.as_str() == s && st.is_final());
+    let is_final = |s: &str| domain::slot::Status::ALL.iter().any(|st| st.as_str() == s && st.is_final());
     ledger.iter().filter(|(s, _)| !is_final(s)).map(|(_, n)| n).sum()
 }
 
@@ -268,12 +268,12 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
     if let Some((kill_at, add_at)) = failover {
         sleep_until(from + TimeDelta::seconds(kill_at)).await;
         let victim = running.stack.schedulers().first().cloned().unwrap_or_default();
-        let at = common::execution::truncate_ms(Utc::now());
+        let at = domain::execution::truncate_ms(Utc::now());
         running.stack.kill_scheduler(&victim).await?;
         eprintln!("killed {victim}");
         events.push((at, format!("kill -9 {victim}")));
         sleep_until(from + TimeDelta::seconds(add_at)).await;
-        let at = common::execution::truncate_ms(Utc::now());
+        let at = domain::execution::truncate_ms(Utc::now());
         let added = running.stack.add_scheduler()?;
         eprintln!("added {added}");
         events.push((at, format!("add {added}")));
@@ -297,8 +297,11 @@ async fn run(args: SteadyArgs, failover: Option<(i64, i64)>) -> anyhow::Result<(
     let cluster = running.stack.get_json("/v1/cluster").await.ok();
     // Whether the locks kept the two owners of each slot apart: a lost lock
     // race costs nothing, a claim conflict costs the ledger a statement.
-    let races =
-        [common::metrics::LOCK_WINS_TOTAL, common::metrics::LOCK_LOSSES_TOTAL, common::metrics::CLAIM_CONFLICTS_TOTAL];
+    let races = [
+        runtime::metrics::LOCK_WINS_TOTAL,
+        runtime::metrics::LOCK_LOSSES_TOTAL,
+        runtime::metrics::CLAIM_CONFLICTS_TOTAL,
+    ];
     let race_sums = running.stack.scheduler_sums(&races).await;
     let Running { stack, jobs, create_secs, .. } = running;
     stack.shutdown().await?;
@@ -414,6 +417,6 @@ mod tests {
         // Spread: each half (cron, interval) keeps its share.
         assert_eq!(ending[..50].iter().filter(|e| !**e).count(), 10);
         let end_at = bodies.iter().find_map(|b| b["schedule"]["end_at"].as_str()).unwrap();
-        assert_eq!(end_at, common::execution::format_instant(t0 + TimeDelta::milliseconds(29_999)));
+        assert_eq!(end_at, domain::execution::format_instant(t0 + TimeDelta::milliseconds(29_999)));
     }
 }

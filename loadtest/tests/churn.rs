@@ -29,7 +29,7 @@ fn churn_keeps_every_slot() {
         .args(["--settle-seconds", "60"])
         .arg("--bin-dir")
         .arg(&bin_dir)
-        .args(["--admin-database-url", &common::testing::admin_database_url()])
+        .args(["--admin-database-url", &testing::admin_database_url()])
         .arg("--out")
         .arg(&out)
         .args(["--name", "churn-ci"]);

@@ -10,15 +10,15 @@ use std::sync::Arc;
 use chrono::{DateTime, TimeDelta, Utc};
 use uuid::Uuid;
 
-use common::calendar::{self, Calendar};
-use common::ledger::{Status, Trigger};
-use common::ownership;
-use common::schedule::CompiledSchedule;
+use domain::calendar::{self, Calendar};
+use domain::ownership;
+use domain::schedule::CompiledSchedule;
+use domain::slot::{Status, Trigger};
 
 use crate::feed::{self, JobRow};
 use crate::misfire;
 use crate::timer::{Generation, TimerHeap};
-use common::ledger::claim::{Decided, Slot};
+use store::ledger::claim::{Decided, Slot};
 
 /// What the node knows about every live job, owned or not: its version, so
 /// a membership change is recomputed locally and only the jobs this node
@@ -110,7 +110,7 @@ struct Held {
 /// `skipped` with reason `calendar_unavailable:NAME` instead of firing. A
 /// calendar is committed before any job that names it (the API checks), so
 /// only a database the node cannot read for this long leaves one missing.
-pub const CALENDAR_WAIT: TimeDelta = TimeDelta::seconds(common::ledger::reason::CALENDAR_WAIT_SECS);
+pub const CALENDAR_WAIT: TimeDelta = TimeDelta::seconds(domain::slot::reason::CALENDAR_WAIT_SECS);
 
 /// What a job's calendars say about one instant.
 enum CalendarVerdict {
@@ -206,7 +206,7 @@ impl Core {
                 true
             }
             CalendarVerdict::Excluded(name) => {
-                self.records.push(Decided::one(slot, Status::Skipped, common::ledger::reason::calendar(&name)));
+                self.records.push(Decided::one(slot, Status::Skipped, domain::slot::reason::calendar(&name)));
                 false
             }
             CalendarVerdict::Missing(_) => {
@@ -251,13 +251,13 @@ impl Core {
                 CalendarVerdict::Fire => out.push(held.slot),
                 CalendarVerdict::Excluded(name) => {
                     self.unfired(&held);
-                    let reason = common::ledger::reason::calendar(&name);
+                    let reason = domain::slot::reason::calendar(&name);
                     self.records.push(Decided::one(held.slot, Status::Skipped, reason))
                 }
                 CalendarVerdict::Missing(name) if now - held.since >= CALENDAR_WAIT => {
                     tracing::warn!(job.id = %held.slot.job_id, calendar = %name, "calendar still not loaded; slot recorded, not fired");
                     self.unfired(&held);
-                    let reason = common::ledger::reason::calendar_unavailable(&name);
+                    let reason = domain::slot::reason::calendar_unavailable(&name);
                     self.records.push(Decided::one(held.slot, Status::Skipped, reason))
                 }
                 CalendarVerdict::Missing(_) => {
@@ -396,7 +396,7 @@ impl Core {
             generation: 0,
             next_slot: DateTime::<Utc>::MIN_UTC,
             jitter_ms: spec.jitter_ms,
-            calendars: spec.calendars.iter().map(|name| calendar::store::key(&row.namespace, name)).collect(),
+            calendars: spec.calendars.iter().map(|name| calendar::key(&row.namespace, name)).collect(),
         };
         // Load what the job names before its first slot, not at the next poll.
         if owned.calendars.iter().any(|k| !self.calendars.contains_key(k)) {
@@ -619,7 +619,7 @@ impl Owned {
         self.generation = match self.next_after(t) {
             Some(slot) => {
                 self.next_slot = slot;
-                heap.push(id, slot + common::schedule::jitter_offset(id, slot, self.jitter_ms))
+                heap.push(id, slot + domain::schedule::jitter_offset(id, slot, self.jitter_ms))
             }
             None => 0,
         };
@@ -629,7 +629,7 @@ impl Owned {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use common::job::JobSpec;
+    use domain::job::JobSpec;
     use feed::{History, PastVersion};
 
     fn t(s: &str) -> DateTime<Utc> {
@@ -760,7 +760,7 @@ mod tests {
             row.id = Uuid::from_u128(id);
             let mut spec = every_two_seconds(0);
             spec.schedule.max_runs = None;
-            spec.misfire = common::job::MisfirePolicy::FireOnce;
+            spec.misfire = domain::job::MisfirePolicy::FireOnce;
             row.spec = Some(spec);
             row.history.as_mut().unwrap().past.clear();
             state.apply(row, now);
@@ -914,7 +914,7 @@ mod tests {
             policy in 0usize..3,
             cap in 1u32..6,
         ) {
-            use common::job::MisfirePolicy;
+            use domain::job::MisfirePolicy;
             let policy = [MisfirePolicy::FireOnce, MisfirePolicy::Skip, MisfirePolicy::FireAll][policy];
             let last_slot = t("2026-01-01T12:00:06Z");
             let now = last_slot + TimeDelta::milliseconds(down_ms);
@@ -1073,10 +1073,10 @@ mod tests {
                 let jitter_ms = jitter.min(*every - 1);
                 let got: Vec<_> = out.iter().filter(|(s, _)| s.job_id == id).collect();
                 for (slot, taken_at) in &got {
-                    let delivery = slot.scheduled_at + common::schedule::jitter_offset(id, slot.scheduled_at, jitter_ms);
+                    let delivery = slot.scheduled_at + domain::schedule::jitter_offset(id, slot.scheduled_at, jitter_ms);
                     prop_assert!(delivery <= ms(*taken_at) && ms(*taken_at) < delivery + TimeDelta::milliseconds(step));
                 }
-                let delivered_by_end = |at: DateTime<Utc>| at + common::schedule::jitter_offset(id, at, jitter_ms) <= ms(until);
+                let delivered_by_end = |at: DateTime<Utc>| at + domain::schedule::jitter_offset(id, at, jitter_ms) <= ms(until);
                 let expected: Vec<_> = (0..).map(|k| ms(anchor + k * *every as i64)).take_while(|at| delivered_by_end(*at)).collect();
                 prop_assert_eq!(got.iter().map(|(s, _)| s.scheduled_at).collect::<Vec<_>>(), expected);
             }

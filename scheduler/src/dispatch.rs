@@ -26,11 +26,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use common::backoff::Backoff;
-use common::ledger::claim::{self as ledger_claim, Decided, Slot, SlotState};
-use common::message::FireMessage;
-use common::publisher::Publisher;
-use common::redis::Keys;
+use broker::publisher::Publisher;
+use domain::message::FireMessage;
+use runtime::backoff::Backoff;
+use runtime::redis::Keys;
+use store::ledger::claim::{self as ledger_claim, Decided, Slot, SlotState};
 
 use crate::lookahead::DispatchPace;
 
@@ -40,7 +40,7 @@ mod sweeps;
 /// Times one step of the dispatcher: it does one thing at a time, so a slow
 /// step delays every slot behind it.
 async fn timed<T>(stage: &'static str, work: impl std::future::Future<Output = T>) -> T {
-    common::telemetry::timed(common::metrics::DISPATCH_STAGE_SECONDS, stage, work).await
+    runtime::telemetry::timed(runtime::metrics::DISPATCH_STAGE_SECONDS, stage, work).await
 }
 
 /// Slots claimed, published and stamped together. A claimed row waits for
@@ -187,7 +187,7 @@ pub struct Dispatcher {
     /// When the stranded-row sweep last found the queues caught up.
     queues_caught_up_at: Option<DateTime<Utc>>,
     /// Batches whose locks timed out, reported once in a while.
-    lock_timeouts: common::telemetry::EveryInterval,
+    lock_timeouts: runtime::telemetry::EveryInterval,
 }
 
 /// How long after its confirm a published row is stamped. By then a worker
@@ -209,7 +209,7 @@ impl Dispatcher {
             unrecorded: Unrecorded::default(),
             pace: Arc::default(),
             queues_caught_up_at: None,
-            lock_timeouts: common::telemetry::EveryInterval::new(Duration::from_secs(10)),
+            lock_timeouts: runtime::telemetry::EveryInterval::new(Duration::from_secs(10)),
         }
     }
 
@@ -307,8 +307,8 @@ impl Dispatcher {
         }
         let won = timed("lock", self.lock(slots)).await;
         let (mine, lost): (Vec<_>, Vec<_>) = slots.iter().cloned().zip(won).partition(|(_, won)| *won);
-        metrics::counter!(common::metrics::LOCK_WINS_TOTAL).increment(mine.len() as u64);
-        metrics::counter!(common::metrics::LOCK_LOSSES_TOTAL).increment(lost.len() as u64);
+        metrics::counter!(runtime::metrics::LOCK_WINS_TOTAL).increment(mine.len() as u64);
+        metrics::counter!(runtime::metrics::LOCK_LOSSES_TOTAL).increment(lost.len() as u64);
         // A lost slot is checked `verify_after` after the race, ahead of its
         // due instant when it was raced ahead of it. The winner claims right
         // after its lock, so a slot still open then has a winner that cannot
@@ -319,7 +319,7 @@ impl Dispatcher {
         // slow loses nothing: the claim is idempotent, and its own claim then
         // conflicts. A change after the check is not the loser's business:
         // every owner of the version in force re-takes a cancelled slot.
-        let verify_at = common::clock::now() + TimeDelta::from_std(self.config.verify_after).unwrap_or_default();
+        let verify_at = runtime::clock::now() + TimeDelta::from_std(self.config.verify_after).unwrap_or_default();
         for (slot, _) in lost {
             self.verify.push_back((verify_at, slot));
         }
@@ -337,7 +337,7 @@ impl Dispatcher {
                 Ok(c) => break c,
                 Err(e) => {
                     tracing::warn!(error = %format!("{e:#}"), slots = slots.len(), "claiming slots failed; retrying");
-                    metrics::counter!(common::metrics::CLAIM_RETRIES_TOTAL).increment(1);
+                    metrics::counter!(runtime::metrics::CLAIM_RETRIES_TOTAL).increment(1);
                     // On shutdown the other owner (or our restart) covers these.
                     if token.is_cancelled() && backoff.trying_for() > GIVE_UP_ON_STOP_AFTER {
                         return;
@@ -347,7 +347,7 @@ impl Dispatcher {
             }
         };
         let conflicts = slots.len() - claimed.len();
-        metrics::counter!(common::metrics::CLAIM_CONFLICTS_TOTAL).increment(conflicts as u64);
+        metrics::counter!(runtime::metrics::CLAIM_CONFLICTS_TOTAL).increment(conflicts as u64);
         if conflicts > 0 {
             // A row of an older version (armed before an edit, a pause and a
             // resume) is decided by its worker at the due instant; if it is
@@ -365,12 +365,12 @@ impl Dispatcher {
                         .filter(|(_, state)| *state == SlotState::HeldByOlderVersion)
                         .map(|(s, _)| s)
                         .collect();
-                    self.wait_for_older_versions(waiting, common::clock::now());
+                    self.wait_for_older_versions(waiting, runtime::clock::now());
                 }
                 Err(e) => {
                     // Asked again with the lost slots; the claim is idempotent.
                     tracing::warn!(error = %format!("{e:#}"), "checking conflicting slots failed; will retry");
-                    let at = common::clock::now() + RECHECK_EVERY;
+                    let at = runtime::clock::now() + RECHECK_EVERY;
                     self.verify.extend(conflicted.into_iter().map(|s| (at, s)));
                 }
             }
@@ -384,14 +384,14 @@ impl Dispatcher {
         if claimed.is_empty() {
             return;
         }
-        let batch = common::ledger::as_batch(&claimed);
+        let batch = broker::outbox::as_batch(&claimed);
         let mut backoff = Backoff::new(Duration::from_millis(100));
         loop {
             match timed("publish", self.publisher.publish_attempts(&batch)).await {
                 Ok(()) => break,
                 Err(e) => {
                     tracing::warn!(error = %format!("{e:#}"), messages = batch.len(), "publishing failed; retrying");
-                    metrics::counter!(common::metrics::PUBLISH_RETRIES_TOTAL).increment(1);
+                    metrics::counter!(runtime::metrics::PUBLISH_RETRIES_TOTAL).increment(1);
                     // Claimed rows stay pending: the outbox sweep of any node republishes them.
                     if token.is_cancelled() && backoff.trying_for() > GIVE_UP_ON_STOP_AFTER {
                         return;
@@ -401,12 +401,12 @@ impl Dispatcher {
             }
         }
         let messages: Vec<FireMessage> = claimed.into_iter().map(|(m, _)| m).collect();
-        let now = common::clock::now();
+        let now = runtime::clock::now();
         for m in &messages {
             let lateness = (now - m.due_at).num_milliseconds() as f64 / 1000.0;
-            metrics::histogram!(common::metrics::PUBLISH_LEAD_SECONDS).record(-lateness);
+            metrics::histogram!(runtime::metrics::PUBLISH_LEAD_SECONDS).record(-lateness);
         }
-        metrics::counter!(common::metrics::FIRES_TOTAL).increment(messages.len() as u64);
+        metrics::counter!(runtime::metrics::FIRES_TOTAL).increment(messages.len() as u64);
         self.unstamped.push_back((std::time::Instant::now(), messages));
         self.stamp(false).await;
     }
@@ -452,7 +452,7 @@ impl Dispatcher {
     async fn try_record(&self, rows: &[Decided]) -> anyhow::Result<u64> {
         let client = self.pg.get().await?;
         let n = ledger_claim::record_decided(&client, &self.config.node_id, rows).await?;
-        metrics::counter!(common::metrics::MISFIRE_RECORDED_TOTAL).increment(n);
+        metrics::counter!(runtime::metrics::MISFIRE_RECORDED_TOTAL).increment(n);
         Ok(n)
     }
 
@@ -483,7 +483,7 @@ impl Dispatcher {
     async fn mark_published(&self, messages: &[FireMessage]) -> anyhow::Result<()> {
         let client = self.pg.get().await?;
         let messages: Vec<&FireMessage> = messages.iter().collect();
-        common::ledger::stamp_published(&client, &messages).await?;
+        store::ledger::stamp_published(&client, &messages).await?;
         Ok(())
     }
 
@@ -492,7 +492,7 @@ impl Dispatcher {
     /// held by a row of an older version (re-taken here once that row is
     /// cancelled; left alone once it is delivered).
     async fn verify_lost(&mut self) {
-        let now = common::clock::now();
+        let now = runtime::clock::now();
         // Not in order of `at` (lost slots wait longer than re-checks), and
         // at most a few batches long: a scan is enough.
         let (due, waiting): (Vec<_>, Vec<_>) = self.verify.drain(..).partition(|(at, _)| *at <= now);
@@ -520,7 +520,7 @@ impl Dispatcher {
             Ok((claimed, waiting)) => {
                 if !claimed.is_empty() {
                     tracing::warn!(slots = claimed.len(), checked = before, "claimed slots nobody else had");
-                    metrics::counter!(common::metrics::TAKEOVER_CLAIMS_TOTAL).increment(claimed.len() as u64);
+                    metrics::counter!(runtime::metrics::TAKEOVER_CLAIMS_TOTAL).increment(claimed.len() as u64);
                 }
                 self.wait_for_older_versions(waiting, now);
                 self.publish(claimed, &token).await;
@@ -545,7 +545,7 @@ impl Dispatcher {
             return;
         }
         let waiting = self.verify.len();
-        let now = common::clock::now();
+        let now = runtime::clock::now();
         for (at, _) in self.verify.iter_mut() {
             *at = (*at).min(now);
         }
@@ -574,7 +574,7 @@ impl Dispatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use common::ledger::{Status, Trigger};
+    use domain::slot::{Status, Trigger};
 
     fn decided(job: Uuid, k: i64) -> Decided {
         let at = DateTime::<Utc>::UNIX_EPOCH + TimeDelta::seconds(k);

@@ -7,7 +7,7 @@
 //! below that xmin had finished before the previous read and was seen by it,
 //! so no change is skipped even when transactions commit out of order (an
 //! `updated_at > watermark` poll can skip one). A row may be read twice;
-//! consumers compare versions. LISTEN (`common::job_changes`) wakes the poll at once,
+//! consumers compare versions. LISTEN (`store::notify`) wakes the poll at once,
 //! the periodic poll covers lost notifications and LISTEN reconnects.
 
 use std::sync::Arc;
@@ -22,8 +22,8 @@ use tokio_postgres::{AsyncMessage, NoTls, Row};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use common::backoff::Backoff;
-use common::job::JobSpec;
+use domain::job::JobSpec;
+use runtime::backoff::Backoff;
 
 #[derive(Debug, Clone)]
 pub struct JobRow {
@@ -101,7 +101,7 @@ async fn fill_history(
     if ids.is_empty() {
         return Ok(());
     }
-    let since = common::clock::now() - chrono::TimeDelta::from_std(lookback)?;
+    let since = runtime::clock::now() - chrono::TimeDelta::from_std(lookback)?;
     // Each version with the instant the next one replaced it; the live ones
     // that ended inside the lookback.
     let mut past: std::collections::HashMap<Uuid, Vec<PastVersion>> = std::collections::HashMap::new();
@@ -126,7 +126,7 @@ async fn fill_history(
         });
     }
     // Pruned to the partitions inside the lookback.
-    let spans = common::ledger::read::spans(client, &ids, since, GAP_WINDOW).await?;
+    let spans = store::ledger::read::spans(client, &ids, since, GAP_WINDOW).await?;
     for row in rows.iter_mut().filter(|r| !r.deleted) {
         let span = spans.get(&row.id).cloned().unwrap_or_default();
         let first_gap = first_gap(row, &span, since);
@@ -143,7 +143,7 @@ async fn fill_history(
 
 /// The job's first slot in [`GAP_WINDOW`] before its last ledger slot (and
 /// since its last change) that has no row (see `History::first_gap`).
-fn first_gap(row: &JobRow, span: &common::ledger::read::Span, since: DateTime<Utc>) -> Option<DateTime<Utc>> {
+fn first_gap(row: &JobRow, span: &store::ledger::read::Span, since: DateTime<Utc>) -> Option<DateTime<Utc>> {
     let (spec, last) = (row.spec.as_ref()?, span.last_slot?);
     let schedule = spec.compile(row.created_at).ok()?;
     let changed_at = row.created_at.max(row.updated_at);
@@ -206,7 +206,7 @@ async fn count_runs(client: &impl deadpool_postgres::GenericClient, rows: &mut [
     if ids.is_empty() {
         return Ok(());
     }
-    let mut counts = common::ledger::read::runs(client, &ids).await?;
+    let mut counts = store::ledger::read::runs(client, &ids).await?;
     for row in rows.iter_mut() {
         if let Some(runs) = counts.remove(&row.id) {
             row.runs = runs.total;
@@ -340,8 +340,7 @@ async fn listen(
             let (client, mut connection) =
                 tokio_postgres::connect(&database_url, NoTls).await.context("LISTEN connect")?;
             let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-            let statement =
-                format!("LISTEN {}; LISTEN {}", common::job_changes::CHANNEL, common::calendar::store::CHANGES_CHANNEL);
+            let statement = format!("LISTEN {}; LISTEN {}", store::notify::CHANNEL, store::calendars::CHANGES_CHANNEL);
             let listen = client.batch_execute(&statement);
             let mut listen = std::pin::pin!(listen);
             // The connection must be polled for LISTEN itself to complete.
@@ -360,7 +359,7 @@ async fn listen(
                     _ = token.cancelled() => return Ok(()),
                     m = messages.next() => match m {
                         Some(Ok(AsyncMessage::Notification(n))) => {
-                            if n.channel() == common::calendar::store::CHANGES_CHANNEL {
+                            if n.channel() == store::calendars::CHANGES_CHANNEL {
                                 calendars_changed.notify_one();
                             } else {
                                 let _ = wake.try_send(());

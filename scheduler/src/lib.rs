@@ -6,7 +6,7 @@
 //! - **feed**: full load, then LISTEN/NOTIFY plus an xid-watermark poll →
 //!   job changes;
 //! - **core** (`core.rs`, no I/O): ownership by rendezvous hashing (RF 2,
-//!   `common::ownership`) →
+//!   `domain::ownership`) →
 //!   a min-heap of owned jobs → due slots in batches, ahead of time by a
 //!   lookahead that grows for bursts (`lookahead.rs`), and the catch-up of
 //!   misfires and earlier versions;

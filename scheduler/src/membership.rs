@@ -8,7 +8,7 @@
 //! firing; the ledger claim keeps that safe). Clean shutdown deletes the
 //! heartbeat at once so the others take over without waiting for the TTL.
 //!
-//! A node whose clock is out of bounds (`common::clock`) leaves the same
+//! A node whose clock is out of bounds (`runtime::clock`) leaves the same
 //! way and stops counting itself as live, so it owns nothing and its jobs'
 //! other owners fire them; it beats again once its clock is back.
 
@@ -17,12 +17,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::clock::ClockVerdict;
 use deadpool_redis::Pool;
+use runtime::clock::ClockVerdict;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use common::redis::Keys;
+use runtime::redis::Keys;
 
 pub const HEARTBEAT_TTL: Duration = Duration::from_secs(30);
 
@@ -48,10 +48,10 @@ impl Membership {
         let key = self.keys.node(&self.node_id);
         let mut value = serde_json::json!({
             "node_id": self.node_id,
-            "heartbeat_at": common::clock::now(),
+            "heartbeat_at": runtime::clock::now(),
             "owned_jobs": self.owned_jobs.load(Ordering::Relaxed),
         });
-        value[common::ownership::HEARTBEAT_REPLICATION_FACTOR] = self.replication_factor.into();
+        value[domain::ownership::HEARTBEAT_REPLICATION_FACTOR] = self.replication_factor.into();
         let value = value.to_string();
         let mut ok = 0;
         let mut last_err = None;
@@ -87,7 +87,7 @@ impl Membership {
         let mut live = BTreeSet::new();
         let mut answered = false;
         for shard in &self.shards {
-            let result = common::redis::live_nodes(shard, &self.keys).await;
+            let result = runtime::redis::live_nodes(shard, &self.keys).await;
             if let Ok(nodes) = result {
                 answered = true;
                 live.extend(nodes.into_iter().map(|(id, _)| id));
@@ -146,7 +146,7 @@ impl Membership {
                                 false
                             }
                         });
-                        metrics::gauge!(common::metrics::CLUSTER_LIVE_NODES).set(members.borrow().len() as f64);
+                        metrics::gauge!(runtime::metrics::CLUSTER_LIVE_NODES).set(members.borrow().len() as f64);
                     }
                 }
             }
@@ -158,7 +158,7 @@ impl Membership {
     async fn beat_and_report(&self) {
         match self.beat().await {
             Ok(_) => {
-                metrics::gauge!(common::metrics::HEARTBEAT_LAST_SUCCESS).set(common::clock::now().timestamp() as f64)
+                metrics::gauge!(runtime::metrics::HEARTBEAT_LAST_SUCCESS).set(runtime::clock::now().timestamp() as f64)
             }
             Err(e) => {
                 tracing::warn!(node.id = %self.node_id, error = %format!("{e:#}"), "heartbeat failed on every Redis shard")

@@ -15,9 +15,9 @@ use std::collections::VecDeque;
 
 use chrono::{DateTime, Utc};
 
-use common::job::MisfirePolicy;
-use common::ledger::Status;
-use common::schedule::CompiledSchedule;
+use domain::job::MisfirePolicy;
+use domain::schedule::CompiledSchedule;
+use domain::slot::Status;
 
 #[derive(Debug, Default, PartialEq)]
 pub struct Decision {
@@ -42,9 +42,9 @@ impl Run {
     /// The run as the ledger records it; `slot_at` makes the job's slot at an instant.
     pub fn decided(
         self,
-        slot_at: impl FnOnce(DateTime<Utc>) -> common::ledger::claim::Slot,
-    ) -> common::ledger::claim::Decided {
-        common::ledger::claim::Decided {
+        slot_at: impl FnOnce(DateTime<Utc>) -> store::ledger::claim::Slot,
+    ) -> store::ledger::claim::Decided {
+        store::ledger::claim::Decided {
             slot: slot_at(self.first),
             last_at: self.last,
             slots: self.slots,
@@ -91,7 +91,7 @@ pub fn decide(
         MisfirePolicy::FireOnce => match latest.back() {
             Some(fired) => (
                 Status::Skipped,
-                format!("misfire policy fire_once: coalesced into {}", common::execution::format_instant(*fired)),
+                format!("misfire policy fire_once: coalesced into {}", domain::execution::format_instant(*fired)),
             ),
             None => return Decision::default(),
         },
@@ -107,7 +107,7 @@ pub fn decide(
 mod tests {
     use super::*;
     use chrono::TimeDelta;
-    use common::schedule::Recurrence;
+    use domain::schedule::Recurrence;
 
     fn every_10s() -> CompiledSchedule {
         CompiledSchedule {
@@ -126,7 +126,7 @@ mod tests {
     #[test]
     fn each_policy_accounts_for_every_missed_slot_once() {
         let s = every_10s();
-        let mut rng = common::testing::SeededRng::new(0x6d69_7366);
+        let mut rng = testing::SeededRng::new(0x6d69_7366);
         for _ in 0..500 {
             let since = t(rng.below(200) as i64);
             let until = since + TimeDelta::seconds(rng.below(400) as i64);

@@ -19,12 +19,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use common::amqp::{QueueType, Topology};
-use common::backoff::Backoff;
-use common::clock::{ClockConfig, ClockVerdict};
-use common::ledger::partitions::{self, Retention};
-use common::publisher::Publisher;
-use common::redis::Keys;
+use broker::amqp::{QueueType, Topology};
+use broker::publisher::Publisher;
+use runtime::backoff::Backoff;
+use runtime::clock::{ClockConfig, ClockVerdict};
+use runtime::redis::Keys;
+use store::ledger::partitions::{self, Retention};
 
 use crate::core::Core;
 use crate::dispatch::{DispatchConfig, Dispatcher, Work};
@@ -76,12 +76,12 @@ pub struct NodeConfig {
 /// The node's defaults, stated once: [`NodeConfig::new`] and the binary's
 /// flags both read them.
 pub mod defaults {
-    pub const REPLICATION_FACTOR: usize = common::ownership::DEFAULT_REPLICATION_FACTOR;
+    pub const REPLICATION_FACTOR: usize = domain::ownership::DEFAULT_REPLICATION_FACTOR;
     pub const LOOKAHEAD_MS: u64 = 2_000;
     pub const MAX_LOOKAHEAD_MS: u64 = 30_000;
     pub const POLL_INTERVAL_MS: u64 = 5_000;
     pub const HEARTBEAT_INTERVAL_MS: u64 = 10_000;
-    pub const MISFIRE_THRESHOLD_MS: u64 = common::job::MISFIRE_THRESHOLD_DEFAULT_MS;
+    pub const MISFIRE_THRESHOLD_MS: u64 = domain::job::MISFIRE_THRESHOLD_DEFAULT_MS;
     pub const MISFIRE_LOOKBACK_SECS: u64 = 24 * 3600;
     pub const CATCHUP_RATE: u32 = 500;
     pub const STRANDED_AFTER_SECS: u64 = 60;
@@ -140,10 +140,10 @@ impl Node {
         // are judged by the corrected clock, and a node out of bounds does
         // not join at all.
         let (clock_tx, clock_rx) = watch::channel(ClockVerdict::InBounds);
-        common::clock::check_once(&self.pg, &cfg.clock, &clock_tx, CLOCK_FIRST_CHECK_BOUND).await;
+        runtime::clock::check_once(&self.pg, &cfg.clock, &clock_tx, CLOCK_FIRST_CHECK_BOUND).await;
         let clock_token = token.child_token();
         let clock_task =
-            tokio::spawn(common::clock::discipline(self.pg.clone(), cfg.clock, clock_tx, clock_token.clone()));
+            tokio::spawn(runtime::clock::discipline(self.pg.clone(), cfg.clock, clock_tx, clock_token.clone()));
         let membership = Membership {
             node_id: cfg.node_id.clone(),
             shards: self.redis.clone(),
@@ -280,7 +280,7 @@ impl Node {
         // for a handful of rows. A tenth of the lookahead still leaves the
         // pipeline nine tenths of it.
         let hand_over_tick = (lookahead.min / 10).min(TimeDelta::milliseconds(100));
-        let mut handed_over = common::clock::now() - hand_over_tick;
+        let mut handed_over = runtime::clock::now() - hand_over_tick;
         // Slots handed to the dispatcher, against those it has finished.
         let mut handed: u64 = 0;
         let horizon = |state: &Core, handed: u64, now: DateTime<Utc>| {
@@ -295,9 +295,9 @@ impl Node {
         let mut catchup_tick = tokio::time::interval(Duration::from_millis(100));
         catchup_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let now = common::clock::now();
+            let now = runtime::clock::now();
             let plan = horizon(&state, handed, now);
-            metrics::gauge!(common::metrics::SCHEDULER_LOOKAHEAD_SECONDS)
+            metrics::gauge!(runtime::metrics::SCHEDULER_LOOKAHEAD_SECONDS)
                 .set((plan - now).num_milliseconds() as f64 / 1000.0);
             let wait = match state.next_deadline() {
                 // A slot within the maximum is re-planned every tick: its
@@ -337,10 +337,10 @@ impl Node {
                         ));
                     }
                     owned_jobs.store(state.owned_count(), Ordering::Relaxed);
-                    metrics::gauge!(common::metrics::OWNED_JOBS).set(state.owned_count() as f64);
+                    metrics::gauge!(runtime::metrics::OWNED_JOBS).set(state.owned_count() as f64);
                 }
                 Some(rows) = feed_rx.recv() => {
-                    let now = common::clock::now();
+                    let now = runtime::clock::now();
                     let jobs = rows.len();
                     for row in rows {
                         state.apply(row, now);
@@ -358,10 +358,10 @@ impl Node {
                         break;
                     }
                     owned_jobs.store(state.owned_count(), Ordering::Relaxed);
-                    metrics::gauge!(common::metrics::OWNED_JOBS).set(state.owned_count() as f64);
+                    metrics::gauge!(runtime::metrics::OWNED_JOBS).set(state.owned_count() as f64);
                 }
                 _ = tokio::time::sleep(wait) => {
-                    let now = common::clock::now();
+                    let now = runtime::clock::now();
                     handed_over = now;
                     let slots = state.take_due(horizon(&state, handed, now), now, cfg.batch_max);
                     if state.take_calendars_wanted() {
@@ -370,7 +370,7 @@ impl Node {
                     handed += slots.len() as u64;
                     for s in &slots {
                         let late = (now - s.scheduled_at).num_milliseconds().max(0) as f64 / 1000.0;
-                        metrics::histogram!(common::metrics::FIRE_LATENESS_SECONDS).record(late);
+                        metrics::histogram!(runtime::metrics::FIRE_LATENESS_SECONDS).record(late);
                     }
                     if !slots.is_empty() && batch_tx.send(Work::Fire(slots)).await.is_err() {
                         break;
@@ -388,7 +388,7 @@ impl Node {
                     // share is paid back by the next ticks.
                     let per_tick = (cfg.catchup_rate as usize / 10 / state.members().len().max(1)).max(1);
                     catchup_credit = (catchup_credit + per_tick as i64).min(per_tick as i64);
-                    let slots = state.take_catchup(catchup_credit.max(0) as usize, common::clock::now());
+                    let slots = state.take_catchup(catchup_credit.max(0) as usize, runtime::clock::now());
                     catchup_credit -= slots.len() as i64;
                     handed += slots.len() as u64;
                     if !slots.is_empty() && batch_tx.send(Work::Fire(slots)).await.is_err() {
@@ -418,13 +418,13 @@ impl Node {
     }
 }
 
-type Calendars = HashMap<String, Arc<common::calendar::Calendar>>;
+type Calendars = HashMap<String, Arc<domain::calendar::Calendar>>;
 
 /// Hands over the held slots whose calendars are loaded now, records those
 /// excluded or held too long, and asks for a reload while some still wait.
 /// False when the dispatcher is gone.
 async fn release_held(state: &mut Core, batch_tx: &mpsc::Sender<Work>, calendars_check: &Notify) -> bool {
-    let slots = state.take_held(common::clock::now());
+    let slots = state.take_held(runtime::clock::now());
     if state.take_calendars_wanted() {
         calendars_check.notify_one();
     }
@@ -436,7 +436,7 @@ async fn release_held(state: &mut Core, batch_tx: &mpsc::Sender<Work>, calendars
 }
 
 async fn load_calendars(pg: &PgPool) -> anyhow::Result<(String, Calendars)> {
-    common::calendar::store::load_all(&pg.get().await?).await
+    store::calendars::load_all(&pg.get().await?).await
 }
 
 /// Reloads the calendars whenever they change (checked every `every`, a
@@ -461,7 +461,7 @@ async fn watch_calendars(
         }
         let changed = async {
             let client = pg.get().await?;
-            let now = common::calendar::store::fingerprint(&client).await?;
+            let now = store::calendars::fingerprint(&client).await?;
             anyhow::Ok(fingerprint.as_deref() != Some(now.as_str()))
         };
         match changed.await {
@@ -539,7 +539,7 @@ async fn vacuum_ledger(database_url: String, token: CancellationToken) {
     let mut tick = tokio::time::interval(LEDGER_VACUUM_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Every pass fails while Postgres is away: a line a minute says so.
-    let failures = common::telemetry::EveryInterval::new(Duration::from_secs(60));
+    let failures = runtime::telemetry::EveryInterval::new(Duration::from_secs(60));
     let mut memory = partitions::VacuumMemory::default();
     loop {
         tokio::select! {
@@ -547,14 +547,14 @@ async fn vacuum_ledger(database_url: String, token: CancellationToken) {
             _ = tick.tick() => {}
         }
         let result = async {
-            let client = common::db::connect(&database_url).await?;
+            let client = store::db::connect(&database_url).await?;
             partitions::vacuum_churned(&client, &mut memory).await
         }
         .await;
         match result {
             Ok(vacuumed) => {
                 for v in vacuumed {
-                    metrics::counter!(common::metrics::LEDGER_VACUUMS_TOTAL).increment(1);
+                    metrics::counter!(runtime::metrics::LEDGER_VACUUMS_TOTAL).increment(1);
                     tracing::debug!(partition = %v.partition, dead_rows = v.dead_rows, took_ms = v.took.as_millis() as u64, "ledger partition vacuumed");
                 }
             }
@@ -569,8 +569,8 @@ async fn vacuum_ledger(database_url: String, token: CancellationToken) {
 
 async fn maintain_partitions_once(database_url: &str, retention: Retention) {
     let result = async {
-        let mut client = common::db::connect(database_url).await?;
-        partitions::maintain(&mut client, common::clock::now(), retention).await
+        let mut client = store::db::connect(database_url).await?;
+        partitions::maintain(&mut client, runtime::clock::now(), retention).await
     }
     .await;
     if let Err(e) = result {

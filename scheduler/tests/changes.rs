@@ -10,9 +10,9 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{Value, json};
 
-use common::execution::{format_instant, truncate_ms};
-use common::testing::wait_for;
+use domain::execution::{format_instant, truncate_ms};
 use support::{ProcEnv, Sink, Stack, all_succeeded, herd_on, http_target, metrics_text};
+use testing::wait_for;
 
 fn at(t: DateTime<Utc>) -> String {
     format_instant(truncate_ms(t))
@@ -252,7 +252,7 @@ async fn a_stranded_row_is_found_moved_on_and_counted() {
             "INSERT INTO scheduled_jobs (job_id, scheduled_at, fire_id, execution_id, trigger, status, attempts,
                                          scheduler_node, fired_at, published_at, job_version)
              VALUES ($1, $2, $3, $4, 'manual', 'pending', 1, 'lost', $2, $2, $5)",
-            &[&id, &slot, &uuid::Uuid::now_v7(), &common::execution::execution_id(id, slot), &version],
+            &[&id, &slot, &uuid::Uuid::now_v7(), &domain::execution::execution_id(id, slot), &version],
         )
         .await
         .unwrap();
@@ -288,7 +288,7 @@ async fn a_stranded_row_is_found_moved_on_and_counted() {
                 &cancelled_job,
                 &cancelled_slot,
                 &uuid::Uuid::now_v7(),
-                &common::execution::execution_id(cancelled_job, cancelled_slot),
+                &domain::execution::execution_id(cancelled_job, cancelled_slot),
             ],
         )
         .await
@@ -297,7 +297,7 @@ async fn a_stranded_row_is_found_moved_on_and_counted() {
     let (mut scheduler, metrics) = sweeping_scheduler(&env);
     let mut worker = env.worker("worker-a");
 
-    let execution = common::execution::execution_id(id, slot);
+    let execution = domain::execution::execution_id(id, slot);
     wait_for("the stranded slot to be delivered", Duration::from_secs(30), || async {
         sink.received_on("stranded").iter().any(|r| r.execution_id == execution).then_some(())
     })
@@ -322,7 +322,7 @@ async fn a_stranded_row_is_found_moved_on_and_counted() {
     assert!(text.contains("# HELP cronshard_ledger_stranded_total Ledger rows no process"), "{text}");
     assert_eq!(sink.received_on("stranded").len(), 1, "delivered once");
 
-    let retaken = common::execution::execution_id(cancelled_job, cancelled_slot);
+    let retaken = domain::execution::execution_id(cancelled_job, cancelled_slot);
     wait_for("the cancelled slot to be re-taken and delivered", Duration::from_secs(30), || async {
         sink.received_on("unretaken-v2").iter().any(|r| r.execution_id == retaken).then_some(())
     })
@@ -374,7 +374,7 @@ async fn slots_of_versions_replaced_while_no_owner_was_alive_are_caught_up() {
     stack.start_worker(stack.worker_config("worker-a"));
     let job: uuid::Uuid = id.parse().unwrap();
     let expected: Vec<String> =
-        (0..=5).map(|k| common::execution::execution_id(job, t0 + TimeDelta::seconds(k))).collect();
+        (0..=5).map(|k| domain::execution::execution_id(job, t0 + TimeDelta::seconds(k))).collect();
     // Generous: the catch-up runs beside the other tests of the workspace
     // (20 s was once exceeded in CI); a lost slot still fails here.
     wait_for("the slots of both earlier versions", Duration::from_secs(60), || async {
@@ -429,7 +429,7 @@ async fn a_message_behind_a_backlog_is_late_not_stranded() {
     };
     let scrape = || metrics_text(&stack.http, &metrics);
     let sweeps =
-        |text: &str| common::metrics::value_in(text, "cronshard_dispatch_stage_seconds_count{stage=\"stranded\"}");
+        |text: &str| runtime::metrics::value_in(text, "cronshard_dispatch_stage_seconds_count{stage=\"stranded\"}");
 
     // Every row published and waiting, and past the stranded age.
     wait_for("every row published", Duration::from_secs(30), || async {
@@ -452,7 +452,7 @@ async fn a_message_behind_a_backlog_is_late_not_stranded() {
         (sweeps(&text)? >= before + 2.0).then_some(text)
     })
     .await;
-    let ready = common::metrics::value_in(&text, "cronshard_broker_ready_messages").expect("the backlog gauge");
+    let ready = runtime::metrics::value_in(&text, "cronshard_broker_ready_messages").expect("the backlog gauge");
     assert!(ready > 50.0, "the sweep saw the backlog: {ready} ready messages");
     assert_eq!(stranded_rows().await, 0, "a row waiting behind the backlog was moved on as stranded");
 
@@ -463,7 +463,7 @@ async fn a_message_behind_a_backlog_is_late_not_stranded() {
     support::assert_exactly_once(&sink.received(), &expected);
     assert_eq!(stranded_rows().await, 0);
     let text = scrape().await.unwrap();
-    assert_eq!(common::metrics::value_in(&text, "cronshard_ledger_stranded_total").unwrap_or(0.0), 0.0, "{text}");
+    assert_eq!(runtime::metrics::value_in(&text, "cronshard_ledger_stranded_total").unwrap_or(0.0), 0.0, "{text}");
     let _ = worker.kill().await;
     let _ = scheduler.kill().await;
     stack.stop().await;

@@ -8,19 +8,19 @@ use std::time::Duration;
 const SECRET: &str = "Sk-scheduler-3b9f10";
 
 fn scheduler() -> Command {
-    let mut c = common::testing::command_with_secret_env(env!("CARGO_BIN_EXE_cronshard-scheduler"), SECRET);
+    let mut c = testing::command_with_secret_env(env!("CARGO_BIN_EXE_cronshard-scheduler"), SECRET);
     c.env("METRICS_ADDR", "127.0.0.1:0").env("NODE_ID", "cli-test");
     c
 }
 
 fn run(c: &mut Command, limit: Duration) -> (Option<std::process::ExitStatus>, String) {
-    common::testing::output_within(c, limit).expect("running cronshard-scheduler")
+    testing::output_within(c, limit).expect("running cronshard-scheduler")
 }
 
 #[test]
 fn help_shows_which_variables_are_read_but_not_their_secret_values() {
     let (status, out) = run(scheduler().arg("--help"), Duration::from_secs(20));
-    common::testing::assert_help_hides_secrets(status, &out, SECRET, "[env: NODE_ID=cli-test]");
+    testing::assert_help_hides_secrets(status, &out, SECRET, "[env: NODE_ID=cli-test]");
 }
 
 #[test]

@@ -14,9 +14,9 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::Value;
 
-use common::execution::truncate_ms;
-use common::testing::wait_for;
+use domain::execution::truncate_ms;
 use support::{ProcEnv, Sink, Stack, assert_ticks_delivered_once, create_ticking_jobs, free_addr, metric_value};
+use testing::wait_for;
 
 /// How early a delivery may reach the receiver: never. The corrected clock
 /// never runs ahead of the database's, which is this machine's real clock

@@ -11,12 +11,12 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{Value, json};
 
-use common::execution::{format_instant, truncate_ms};
-use common::testing::wait_for;
+use domain::execution::{format_instant, truncate_ms};
 use support::{
     ProcEnv, RedisServer, Sink, Stack, TcpProxy, assert_ticks_delivered_once, create_ticking_jobs, expected_executions,
     free_addr, http_target, kill9, metric_value, metrics_text,
 };
+use testing::wait_for;
 
 async fn live_nodes(stack: &Stack) -> Option<usize> {
     let c: Value = stack.http.get(format!("{}/v1/cluster", stack.api)).send().await.ok()?.json().await.ok()?;
@@ -77,7 +77,7 @@ struct ProxiedRedis {
 async fn one_node_behind_a_redis_proxy(label: &str) -> ProxiedRedis {
     let sink = Sink::start().await;
     let stack = Stack::start(label).await;
-    let redis_addr = common::testing::redis_url().trim_start_matches("redis://").parse().unwrap();
+    let redis_addr = testing::redis_url().trim_start_matches("redis://").parse().unwrap();
     let proxy = TcpProxy::start(redis_addr).await.unwrap();
     let env = stack.proc_env();
     let metrics = free_addr();
@@ -132,7 +132,7 @@ async fn a_node_cut_off_from_redis_neither_misses_nor_duplicates() {
 async fn a_node_with_slow_redis_keeps_its_lead_and_every_slot_arrives_once() {
     let ProxiedRedis { sink, stack, proxy, jobs, start, metrics: slow_metrics, _processes } =
         one_node_behind_a_redis_proxy("slow-redis").await;
-    proxy.set(common::testing::proxy::Mode::Delay(Duration::from_millis(500)));
+    proxy.set(testing::proxy::Mode::Delay(Duration::from_millis(500)));
     // 15 s: well inside the 30 s heartbeat TTL, so the node stays an owner.
     let slow_until = std::time::Instant::now() + Duration::from_secs(15);
     let mut max_lead: f64 = 0.0;
@@ -148,7 +148,7 @@ async fn a_node_with_slow_redis_keeps_its_lead_and_every_slot_arrives_once() {
     // count and the bucket come from one scrape: the node keeps dispatching
     // between two, and a second scrape once counted a step the first had not.
     let scrape = metrics_text(&stack.http, &slow_metrics).await.expect("the slow node's metrics");
-    let lock_stage = |series| common::metrics::value_in(&scrape, series).unwrap_or(0.0);
+    let lock_stage = |series| runtime::metrics::value_in(&scrape, series).unwrap_or(0.0);
     let locks = lock_stage(r#"cronshard_dispatch_stage_seconds_count{stage="lock"}"#);
     let within = lock_stage(r#"cronshard_dispatch_stage_seconds_bucket{stage="lock",le="0.25"}"#);
     assert!(locks > 0.0 && within == locks, "{} of {locks} lock steps took longer than 250 ms", locks - within);
@@ -175,7 +175,7 @@ async fn flushing_redis_mid_run_does_not_execute_a_slot_twice() {
     let _nodes = [env.scheduler("node-0"), env.scheduler("node-1"), env.scheduler("node-2")];
     let _workers = [env.worker("worker-0"), env.worker("worker-1")];
     // The API reads cluster state from the shared Redis; wait on the private one.
-    let pools = common::redis::pools(&[redis.url()]).unwrap();
+    let pools = runtime::redis::pools(&[redis.url()]).unwrap();
     let members = || async {
         let mut conn = pools[0].get().await.ok()?;
         let keys: Vec<String> = redis::AsyncCommands::keys(&mut *conn, format!("{}:node:*", env.cluster)).await.ok()?;
@@ -199,8 +199,8 @@ async fn flushing_redis_mid_run_does_not_execute_a_slot_twice() {
 
 /// How many nodes heartbeat on the Redis server at `url`.
 async fn live_on(url: &str, cluster: &str) -> Option<usize> {
-    let pools = common::redis::pools(&[url.to_owned()]).ok()?;
-    common::redis::live_nodes(&pools[0], &common::redis::Keys::new(cluster)).await.ok().map(|n| n.len())
+    let pools = runtime::redis::pools(&[url.to_owned()]).ok()?;
+    runtime::redis::live_nodes(&pools[0], &runtime::redis::Keys::new(cluster)).await.ok().map(|n| n.len())
 }
 
 /// Once three nodes heartbeat on `shard`: 50 ticking jobs from 5 s on, and
@@ -276,18 +276,18 @@ async fn with_the_first_of_two_redis_shards_hanging_the_second_decides_the_lock_
         let mut heartbeats = Vec::new();
         for addr in &metrics {
             for (sum, name) in sums.iter_mut().zip([
-                common::metrics::FIRES_TOTAL,
-                common::metrics::LOCK_LOSSES_TOTAL,
-                common::metrics::CLAIM_CONFLICTS_TOTAL,
+                runtime::metrics::FIRES_TOTAL,
+                runtime::metrics::LOCK_LOSSES_TOTAL,
+                runtime::metrics::CLAIM_CONFLICTS_TOTAL,
             ]) {
                 *sum += metric_value(&stack.http, addr, name).await.unwrap_or(0.0);
             }
-            heartbeats.push(metric_value(&stack.http, addr, common::metrics::HEARTBEAT_LAST_SUCCESS).await);
+            heartbeats.push(metric_value(&stack.http, addr, runtime::metrics::HEARTBEAT_LAST_SUCCESS).await);
         }
         (sums, heartbeats)
     };
     let (before, _) = totals().await;
-    proxy.set(common::testing::proxy::Mode::Delay(Duration::from_secs(3600)));
+    proxy.set(testing::proxy::Mode::Delay(Duration::from_secs(3600)));
     let hung_at = Utc::now();
     until_delivered_past(&sink, hung_at + TimeDelta::seconds(10), Duration::from_secs(40)).await;
     let (after, heartbeats) = totals().await;
@@ -458,14 +458,14 @@ async fn after_two_minutes_with_every_node_down_missed_slots_follow_each_misfire
         // What fired late reached the receiver once, under the slot's own execution id.
         let received = sink.received_on(policy);
         for t in &fired {
-            let eid = common::execution::execution_id(id.parse().unwrap(), *t);
+            let eid = domain::execution::execution_id(id.parse().unwrap(), *t);
             assert_eq!(received.iter().filter(|r| r.execution_id == eid).count(), 1, "{policy}: {eid}");
         }
         if policy == "fire_all" {
             // Caught up in scheduled order: the receiver saw them oldest first.
             let late: Vec<String> = received
                 .iter()
-                .filter(|r| fired.iter().any(|t| r.scheduled_at == common::execution::format_instant(*t)))
+                .filter(|r| fired.iter().any(|t| r.scheduled_at == domain::execution::format_instant(*t)))
                 .map(|r| r.scheduled_at.clone())
                 .collect();
             let mut in_order = late.clone();
@@ -508,7 +508,7 @@ async fn killing_a_worker_mid_delivery_loses_nothing_and_records_one_execution()
     let _survivor = env.worker("worker-survivor");
 
     let expected: std::collections::BTreeSet<String> =
-        jobs.iter().map(|id| common::execution::execution_id(id.parse().unwrap(), due)).collect();
+        jobs.iter().map(|id| domain::execution::execution_id(id.parse().unwrap(), due)).collect();
     let rows = wait_for("every slot recorded as succeeded", Duration::from_secs(60), || async {
         let mut rows = Vec::new();
         for id in &jobs {
@@ -675,7 +675,7 @@ async fn a_node_cut_off_from_postgres_only_delays_no_slot_by_more_than_a_second(
     let proxy = TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await.unwrap();
     let env = stack.proc_env();
     let cut_env = ProcEnv {
-        database_url: common::testing::with_database(&format!("postgres://postgres@{}", proxy.addr), &stack.db.name),
+        database_url: testing::with_database(&format!("postgres://postgres@{}", proxy.addr), &stack.db.name),
         ..env.clone()
     };
     let _nodes = [env.scheduler("node-0"), env.scheduler("node-1"), cut_env.scheduler("node-cut")];
@@ -735,7 +735,7 @@ async fn outage_delays_but_never_drops(label: &str, upstream: &str) {
         "amqp-outage" => node.env("AMQP_URL", format!("amqp://guest:guest@{}/%2f", proxy.addr)),
         _ => node.env(
             "DATABASE_URL",
-            common::testing::with_database(&format!("postgres://postgres@{}", proxy.addr), &stack.db.name),
+            testing::with_database(&format!("postgres://postgres@{}", proxy.addr), &stack.db.name),
         ),
     };
     let _node = node.spawn().unwrap();

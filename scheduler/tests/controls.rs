@@ -11,9 +11,9 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Timelike, Utc};
 use serde_json::json;
 
-use common::execution::{format_instant, truncate_ms};
-use common::testing::wait_for;
+use domain::execution::{format_instant, truncate_ms};
 use support::{Sink, Stack, http_target};
+use testing::wait_for;
 
 fn at(t: DateTime<Utc>) -> String {
     format_instant(truncate_ms(t))
@@ -84,7 +84,7 @@ async fn jitter_spreads_a_herd_while_slots_and_execution_ids_stay_put() {
     support::assert_exactly_once(&got, &expected);
     for r in &got {
         let id: uuid::Uuid = r.execution_id.split('@').next().unwrap().parse().unwrap();
-        let deliver_at = due + common::schedule::jitter_offset(id, due, JITTER_MS);
+        let deliver_at = due + domain::schedule::jitter_offset(id, due, JITTER_MS);
         assert_eq!(r.scheduled_at, at(due), "the scheduled time header keeps the slot");
         assert!(
             r.received_at >= deliver_at,
@@ -109,7 +109,7 @@ async fn jitter_spreads_a_herd_while_slots_and_execution_ids_stay_put() {
     // Explain shows the jittered delivery instant.
     let id: uuid::Uuid = jobs[7]["id"].as_str().unwrap().parse().unwrap();
     let explained = stack.get(&format!("/v1/jobs/{id}/executions/{}", at(due))).await;
-    let offset = common::schedule::jitter_offset(id, due, JITTER_MS);
+    let offset = domain::schedule::jitter_offset(id, due, JITTER_MS);
     assert_eq!(explained["explanation"]["delivery_at"], at(due + offset).as_str(), "{explained}");
     stack.stop().await;
 }
@@ -407,8 +407,8 @@ async fn messages_lost_with_the_brokers_queues_are_published_again_and_delivered
     // the retrying slot's first attempt, which takes the one 503.
     node.stranded_after = Duration::from_secs(6);
     stack.start_node(node);
-    let topology = common::amqp::Topology::new(&stack.cluster);
-    let connection = common::amqp::connect(&common::testing::amqp_url(), "test broker loss").await.unwrap();
+    let topology = broker::amqp::Topology::new(&stack.cluster);
+    let connection = broker::amqp::connect(&testing::amqp_url(), "test broker loss").await.unwrap();
     let channel = connection.create_channel().await.unwrap();
     let published = |job: String| {
         let pg = stack.pg.clone();
@@ -457,7 +457,7 @@ async fn messages_lost_with_the_brokers_queues_are_published_again_and_delivered
     .await;
     let lost = channel
         .queue_delete(
-            topology.delay_queue(common::amqp::Delayed::Retry, 6000).as_str().into(),
+            topology.delay_queue(broker::amqp::Delayed::Retry, 6000).as_str().into(),
             QueueDeleteOptions::default(),
         )
         .await;
@@ -503,7 +503,7 @@ async fn slots_reaching_a_worker_later_than_the_misfire_threshold_follow_their_j
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| Utc::now().timestamp_nanos_opt().unwrap_or_default() as u64);
     eprintln!("MISFIRE_SEED={seed}");
-    let mut rng = common::testing::SeededRng::new(seed);
+    let mut rng = testing::SeededRng::new(seed);
     let sink = Sink::start().await;
     let mut stack = Stack::start("late").await;
     let mut node = stack.node_config("node-a");
@@ -602,10 +602,10 @@ async fn slots_reaching_a_worker_later_than_the_misfire_threshold_follow_their_j
             job.id,
             job.policy
         );
-        let due = |slot: DateTime<Utc>| slot + common::schedule::jitter_offset(job.id, slot, job.jitter_ms);
+        let due = |slot: DateTime<Utc>| slot + domain::schedule::jitter_offset(job.id, slot, job.jitter_ms);
         for (k, &&(_, slot, ref status, ref reason, started_at, finished_at)) in job_rows.iter().enumerate() {
             let what = format!("job {} ({}) slot {}: {status} {reason:?}", job.id, job.policy, at(slot));
-            let delivered = deliveries.get(&common::execution::execution_id(job.id, slot)).copied().unwrap_or(0);
+            let delivered = deliveries.get(&domain::execution::execution_id(job.id, slot)).copied().unwrap_or(0);
             assert_eq!(delivered, usize::from(status == "succeeded"), "{what}: delivered {delivered} times");
             // The job's other slots that ran, with when they started.
             let runs = || {

@@ -12,11 +12,11 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{Value, json};
 
-use common::execution::{format_instant, truncate_ms};
-use common::testing::wait_for;
+use domain::execution::{format_instant, truncate_ms};
 use support::{
     Sink, Stack, all_succeeded, assert_exactly_once, free_addr, herd_on, http_target, metric_value, metrics_text,
 };
+use testing::wait_for;
 
 /// Jobs per group (baseline healthy, healthy beside the dead host, dead).
 const JOBS: usize = 200;
@@ -334,12 +334,12 @@ async fn a_slot_whose_host_stays_down_past_its_horizon_is_parked_failed_without_
 
     // Published to the failed queue before each row was written: all there now.
     use lapin::options::BasicGetOptions;
-    let connection = common::amqp::connect(&common::testing::amqp_url(), "destinations test").await.unwrap();
+    let connection = broker::amqp::connect(&testing::amqp_url(), "destinations test").await.unwrap();
     let channel = connection.create_channel().await.unwrap();
-    let queue = common::amqp::Topology::new(&stack.cluster).failed_queue;
+    let queue = broker::amqp::Topology::new(&stack.cluster).failed_queue;
     let mut in_failed_queue: BTreeMap<String, usize> = BTreeMap::new();
     while let Some(m) = channel.basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true }).await.unwrap() {
-        for fire in common::message::parse_body(&m.delivery.data).unwrap() {
+        for fire in domain::message::parse_body(&m.delivery.data).unwrap() {
             *in_failed_queue.entry(fire.job_id.to_string()).or_default() += 1;
         }
     }

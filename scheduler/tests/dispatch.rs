@@ -11,10 +11,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use common::ledger::claim::{Decided, Slot};
-use common::ledger::{Status, Trigger};
-use common::testing::{SeededRng, TestDb};
+use domain::slot::{Status, Trigger};
 use scheduler::dispatch::{DispatchConfig, Dispatcher, Work};
+use store::ledger::claim::{Decided, Slot};
+use testing::{SeededRng, TestDb};
 
 struct Rig {
     _db: TestDb,
@@ -26,9 +26,9 @@ struct Rig {
 impl Rig {
     async fn start() -> Rig {
         let db = TestDb::new().await.unwrap();
-        let pg = common::db::pool_with_settings(&db.url, 8, common::db::HOT_PATH_SETTINGS).unwrap();
-        let redis = common::redis::pools(&[common::testing::redis_url()]).unwrap();
-        let cluster = common::testing::unique_cluster("dispatch");
+        let pg = store::db::pool_with_settings(&db.url, 8, store::db::HOT_PATH_SETTINGS).unwrap();
+        let redis = runtime::redis::pools(&[testing::redis_url()]).unwrap();
+        let cluster = testing::unique_cluster("dispatch");
         Rig { _db: db, pg, redis, cluster }
     }
 
@@ -37,7 +37,7 @@ impl Rig {
     }
 
     fn dispatcher_of(&self, node_id: &str) -> Dispatcher {
-        let keys = common::redis::Keys::new(&self.cluster);
+        let keys = runtime::redis::Keys::new(&self.cluster);
         Dispatcher::new(
             DispatchConfig {
                 node_id: node_id.into(),
@@ -49,10 +49,10 @@ impl Rig {
             },
             self.pg.clone(),
             self.redis.clone(),
-            common::publisher::Publisher::new(
-                common::testing::amqp_url(),
+            broker::publisher::Publisher::new(
+                testing::amqp_url(),
                 "dispatch-test".into(),
-                common::amqp::Topology::new(&self.cluster),
+                broker::amqp::Topology::new(&self.cluster),
             ),
         )
     }
@@ -228,7 +228,7 @@ async fn a_slots_lock_keeps_the_other_owner_off_until_it_lost_and_a_later_racer_
     let token = CancellationToken::new();
     first.fire(slots.clone(), &token).await;
 
-    let keys = common::redis::Keys::new(&rig.cluster);
+    let keys = runtime::redis::Keys::new(&rig.cluster);
     let lock_keys: Vec<String> = slots.iter().map(|s| keys.lock(s.job_id, s.job_version, s.scheduled_at)).collect();
     let mut conn = rig.redis[0].get().await.unwrap();
     let hold = TimeDelta::from_std(scheduler::dispatch::lock::LOCK_HOLD_PAST_DUE).unwrap();
@@ -260,7 +260,7 @@ async fn a_slots_lock_keeps_the_other_owner_off_until_it_lost_and_a_later_racer_
 
     second.fire(slots.clone(), &token).await;
     assert_eq!(fire_ids().await, claimed, "the owner that lost the races claimed nothing");
-    common::testing::wait_for("the lost races' locks deleted", Duration::from_secs(10), || async {
+    testing::wait_for("the lost races' locks deleted", Duration::from_secs(10), || async {
         let mut conn = rig.redis[0].get().await.ok()?;
         let left: i64 = redis::cmd("EXISTS").arg(&lock_keys).query_async(&mut *conn).await.ok()?;
         (left == 0).then_some(())
@@ -284,7 +284,7 @@ async fn a_slots_lock_keeps_the_other_owner_off_until_it_lost_and_a_later_racer_
 async fn a_lost_race_whose_winner_never_claims_is_taken_over_soon_after_the_race_ahead_of_the_slot() {
     let rig = Rig::start().await;
     let slots = rig.slots_ahead(&[20, 30, 45]).await;
-    let keys = common::redis::Keys::new(&rig.cluster);
+    let keys = runtime::redis::Keys::new(&rig.cluster);
     let mut conn = rig.redis[0].get().await.unwrap();
     for s in &slots {
         let _: () = redis::cmd("SET")
@@ -304,7 +304,7 @@ async fn a_lost_race_whose_winner_never_claims_is_taken_over_soon_after_the_race
     batches.send(Work::Fire(slots.clone())).await.unwrap();
     let ids: Vec<Uuid> = slots.iter().map(|s| s.job_id).collect();
     let client = rig.pg.get().await.unwrap();
-    let rows = common::testing::wait_for("the lost slots claimed and published", Duration::from_secs(15), || async {
+    let rows = testing::wait_for("the lost slots claimed and published", Duration::from_secs(15), || async {
         let rows = client
             .query(
                 "SELECT job_id, scheduler_node, published_at IS NOT NULL FROM scheduled_jobs WHERE job_id = ANY($1)",

@@ -13,9 +13,9 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
-use common::execution::{format_instant, truncate_ms};
-use common::testing::{TestDb, unique_cluster, wait_for};
+use domain::execution::{format_instant, truncate_ms};
 use support::{ProcEnv, Sink, free_addr, http_target};
+use testing::{TestDb, unique_cluster, wait_for};
 
 struct Env {
     database_url: String,
@@ -27,7 +27,7 @@ impl Env {
         ProcEnv {
             database_url: self.database_url.clone(),
             cluster: self.cluster.clone(),
-            redis_urls: common::testing::redis_url(),
+            redis_urls: testing::redis_url(),
         }
         .command(bin)
     }
@@ -124,7 +124,7 @@ async fn a_job_created_over_rest_calls_back_on_time_through_the_real_binaries() 
             .unwrap();
         assert!(status.success(), "a binary exited with {status} on SIGTERM");
     }
-    let redis = common::redis::pools(&[common::testing::redis_url()]).unwrap();
+    let redis = runtime::redis::pools(&[testing::redis_url()]).unwrap();
     let mut conn = redis[0].get().await.unwrap();
     let heartbeat: Option<String> =
         redis::AsyncCommands::get(&mut *conn, format!("{}:node:e2e-node", env.cluster)).await.unwrap();

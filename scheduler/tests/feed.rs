@@ -1,8 +1,8 @@
 //! The change feed against a real Postgres: a transaction that commits after
 //! a later one is still seen (an `updated_at > watermark` poll would skip it).
 
-use common::testing::TestDb;
 use serde_json::json;
+use testing::TestDb;
 use uuid::Uuid;
 
 fn spec(name: &str) -> serde_json::Value {
@@ -37,18 +37,18 @@ async fn insert(client: &impl tokio_postgres::GenericClient, id: Uuid, name: &st
 #[tokio::test]
 async fn a_transaction_committing_after_a_later_one_is_not_skipped() {
     let db = TestDb::new().await.unwrap();
-    let pool = common::db::pool(&db.url, 4).unwrap();
+    let pool = store::db::pool(&db.url, 4).unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::channel(16);
     let mut since = scheduler::feed::initial_load(&pool, std::time::Duration::from_secs(60), &tx).await.unwrap();
     drop(tx);
     assert!(rx.recv().await.is_none(), "empty database, nothing loaded");
 
     // A starts first (older transaction id) but commits last.
-    let mut slow = common::db::connect(&db.url).await.unwrap();
+    let mut slow = store::db::connect(&db.url).await.unwrap();
     let slow_tx = slow.transaction().await.unwrap();
     let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
     insert(&slow_tx, a, "slow").await;
-    let fast = common::db::connect(&db.url).await.unwrap();
+    let fast = store::db::connect(&db.url).await.unwrap();
     insert(&fast, b, "fast").await;
 
     let (rows, xmin) = scheduler::feed::poll(&pool, since).await.unwrap();
@@ -75,10 +75,10 @@ async fn a_transaction_committing_after_a_later_one_is_not_skipped() {
 #[tokio::test]
 async fn a_load_reports_the_first_slot_without_a_row_before_the_last_one() {
     use chrono::{TimeDelta, Timelike, Utc};
-    use common::ledger::claim::{Decided, Slot};
+    use store::ledger::claim::{Decided, Slot};
 
     let db = TestDb::new().await.unwrap();
-    let pool = common::db::pool(&db.url, 4).unwrap();
+    let pool = store::db::pool(&db.url, 4).unwrap();
     let client = pool.get().await.unwrap();
     let id = Uuid::now_v7();
     let now = Utc::now();
@@ -96,10 +96,10 @@ async fn a_load_reports_the_first_slot_without_a_row_before_the_last_one() {
                         job_id: id,
                         scheduled_at: slot(*s),
                         job_version: version,
-                        trigger: common::ledger::Trigger::Schedule,
+                        trigger: domain::slot::Trigger::Schedule,
                         max_runs: None,
                     },
-                    common::ledger::Status::Skipped,
+                    domain::slot::Status::Skipped,
                     "test".into(),
                 )
             })
@@ -129,21 +129,21 @@ async fn a_load_reports_the_first_slot_without_a_row_before_the_last_one() {
         d
     };
     record_decided_at(&client, &record(&[52])).await;
-    let recorded = common::ledger::claim::record_decided(&client, "test", &[run(56, 60)]).await.unwrap();
+    let recorded = store::ledger::claim::record_decided(&client, "test", &[run(56, 60)]).await.unwrap();
     assert_eq!(recorded, 3, "a run records its slots");
     record_decided_at(&client, &record(&[64])).await;
     let h = loaded_history(&pool, id).await;
     assert_eq!((h.last_slot, h.first_gap), (Some(slot(64)), Some(slot(62))));
-    let recorded = common::ledger::claim::record_decided(&client, "test", &[run(62, 70)]).await.unwrap();
+    let recorded = store::ledger::claim::record_decided(&client, "test", &[run(62, 70)]).await.unwrap();
     assert_eq!(recorded, 5);
     let h = loaded_history(&pool, id).await;
     assert_eq!((h.last_slot, h.first_gap), (Some(slot(70)), None));
     // The same run again (the job's other owner) records nothing.
-    assert_eq!(common::ledger::claim::record_decided(&client, "test", &[run(62, 70)]).await.unwrap(), 0);
+    assert_eq!(store::ledger::claim::record_decided(&client, "test", &[run(62, 70)]).await.unwrap(), 0);
 }
 
-async fn record_decided_at(client: &deadpool_postgres::Object, rows: &[common::ledger::claim::Decided]) {
-    assert_eq!(common::ledger::claim::record_decided(client, "test", rows).await.unwrap(), rows.len() as u64);
+async fn record_decided_at(client: &deadpool_postgres::Object, rows: &[store::ledger::claim::Decided]) {
+    assert_eq!(store::ledger::claim::record_decided(client, "test", rows).await.unwrap(), rows.len() as u64);
 }
 
 /// After an edit, a slot the old version claimed and has not finished is
@@ -153,10 +153,10 @@ async fn record_decided_at(client: &deadpool_postgres::Object, rows: &[common::l
 #[tokio::test]
 async fn a_load_starts_an_edited_job_at_the_old_versions_unfinished_slot() {
     use chrono::{TimeDelta, Timelike, Utc};
-    use common::ledger::claim::Slot;
+    use store::ledger::claim::Slot;
 
     let db = TestDb::new().await.unwrap();
-    let pool = common::db::pool(&db.url, 4).unwrap();
+    let pool = store::db::pool(&db.url, 4).unwrap();
     let mut client = pool.get().await.unwrap();
     let id = Uuid::now_v7();
     let anchor = Utc::now().with_nanosecond(0).unwrap() + TimeDelta::seconds(10);
@@ -167,17 +167,17 @@ async fn a_load_starts_an_edited_job_at_the_old_versions_unfinished_slot() {
         job_id: id,
         scheduled_at: slot(secs),
         job_version: version,
-        trigger: common::ledger::Trigger::Schedule,
+        trigger: domain::slot::Trigger::Schedule,
         max_runs: None,
     };
     // Version 1 claims 0 s and 2 s (pending: not delivered yet) and, after
     // a hole at 4 s, every slot from 6 s to 300 s is decided.
-    let claimed = common::ledger::claim::claim(&mut client, "test", &[claim(0, 1), claim(2, 1)]).await.unwrap();
+    let claimed = store::ledger::claim::claim(&mut client, "test", &[claim(0, 1), claim(2, 1)]).await.unwrap();
     assert_eq!(claimed.len(), 2);
     let later: Vec<_> = (3..=150)
-        .map(|k| common::ledger::claim::Decided::one(claim(k * 2, 1), common::ledger::Status::Skipped, "test".into()))
+        .map(|k| store::ledger::claim::Decided::one(claim(k * 2, 1), domain::slot::Status::Skipped, "test".into()))
         .collect();
-    assert_eq!(common::ledger::claim::record_decided(&client, "test", &later).await.unwrap(), later.len() as u64);
+    assert_eq!(store::ledger::claim::record_decided(&client, "test", &later).await.unwrap(), later.len() as u64);
     let h = loaded_history(&pool, id).await;
     assert_eq!(h.unsettled_from, None, "a job never edited has no slot of an older version");
     assert_eq!(h.last_slot, Some(slot(300)));

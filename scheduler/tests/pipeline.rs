@@ -10,9 +10,9 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::json;
 
-use common::execution::{format_instant, truncate_ms};
-use common::testing::wait_for;
+use domain::execution::{format_instant, truncate_ms};
 use support::{Sink, Stack, http_target};
+use testing::wait_for;
 
 fn at(t: DateTime<Utc>) -> String {
     format_instant(truncate_ms(t))
@@ -25,7 +25,7 @@ async fn interval_job_is_delivered_on_time_with_headers_and_recorded() {
     stack.start_node(stack.node_config("node-a"));
     stack.start_worker(stack.worker_config("worker-a"));
     // The node's maintenance task creates the day partitions at start-up.
-    let today = common::ledger::partitions::partition_name(Utc::now().date_naive());
+    let today = store::ledger::partitions::partition_name(Utc::now().date_naive());
     wait_for("the node to create today's ledger partition", Duration::from_secs(10), || async {
         let client = stack.pg.get().await.ok()?;
         client.query_opt("SELECT 1 FROM pg_class WHERE relname = $1", &[&today]).await.ok()?
@@ -75,7 +75,7 @@ async fn interval_job_is_delivered_on_time_with_headers_and_recorded() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(partition, common::ledger::partitions::partition_name(start.date_naive()));
+    assert_eq!(partition, store::ledger::partitions::partition_name(start.date_naive()));
     stack.stop().await;
 }
 
@@ -139,7 +139,7 @@ async fn deleting_or_pausing_a_job_cancels_its_prearmed_slot() {
 /// over is not this worker's to deliver.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn armed_rows_are_checked_by_their_jobs_changes_while_the_heartbeat_is_fresh_and_row_by_row_otherwise() {
-    use common::ledger::delivery::{self as ledger, Start, StartRequest, VerifyRequest};
+    use store::ledger::delivery::{self as ledger, Start, StartRequest, VerifyRequest};
 
     let sink = Sink::start().await;
     let mut stack = Stack::start("verify").await;
@@ -487,10 +487,10 @@ async fn a_row_stuck_running_with_its_message_lost_is_delivered_again_under_the_
     // The same sweep that recovered the lost row left the live worker's alone.
     let kept = stack.ledger(&id.to_string(), held).await.unwrap();
     assert_eq!((kept["status"].as_str(), kept["attempts"].as_i64()), (Some("running"), Some(1)), "{kept}");
-    assert!(sink.received_on("stuck").iter().all(|r| r.execution_id != common::execution::execution_id(id, held)));
+    assert!(sink.received_on("stuck").iter().all(|r| r.execution_id != domain::execution::execution_id(id, held)));
     let got = sink.received_on("stuck");
     assert_eq!(got.len(), 1);
-    assert_eq!(got[0].execution_id, common::execution::execution_id(id, slot));
+    assert_eq!(got[0].execution_id, domain::execution::execution_id(id, slot));
     assert_eq!(got[0].attempt, 2);
     stack.stop().await;
 }
@@ -513,7 +513,7 @@ async fn a_redelivery_waits_while_a_live_worker_holds_its_attempt_and_is_deliver
 
     // Take the message off the queue as another worker would, and hold its
     // row `running` under that worker with a fresh heartbeat.
-    let connection = common::amqp::connect(&common::testing::amqp_url(), "test other-worker").await.unwrap();
+    let connection = broker::amqp::connect(&testing::amqp_url(), "test other-worker").await.unwrap();
     let (channel, mut consumer) = main_queue_consumer(&connection, &stack.cluster, "other-worker").await;
     let delivery = tokio::time::timeout(Duration::from_secs(10), consumer.next()).await.unwrap().unwrap().unwrap();
     let client = stack.pg.get().await.unwrap();
@@ -563,21 +563,21 @@ async fn a_requeued_bundle_delivers_each_of_its_slots_once() {
 
     // Take both single messages off the queue and publish them again as one
     // bundle, as a scheduler does with slots due together.
-    let connection = common::amqp::connect(&common::testing::amqp_url(), "test bundler").await.unwrap();
+    let connection = broker::amqp::connect(&testing::amqp_url(), "test bundler").await.unwrap();
     let messages = take_off_the_main_queue(&connection, &stack.cluster, 2).await;
 
     // The `held` slot's row is `running` under another worker that is alive.
     let (held_id, _) = &triggered[0];
     let client = stack.pg.get().await.unwrap();
     hold_under_live_other_worker(&client, *held_id).await;
-    let topology = common::amqp::Topology::new(&stack.cluster);
-    let mut publisher = common::publisher::Publisher::new(common::testing::amqp_url(), "test bundler".into(), topology);
+    let topology = broker::amqp::Topology::new(&stack.cluster);
+    let mut publisher = broker::publisher::Publisher::new(testing::amqp_url(), "test bundler".into(), topology);
     publisher.publish(&messages).await.unwrap();
     // The bundle comes back to the queue (redelivered), as the holder's copy
     // would after its batch failed: a fresh copy would be a duplicate publish.
     let (channel, mut consumer) = main_queue_consumer(&connection, &stack.cluster, "holder").await;
     let delivery = tokio::time::timeout(Duration::from_secs(10), consumer.next()).await.unwrap().unwrap().unwrap();
-    assert_eq!(common::message::parse_body(&delivery.data).unwrap().len(), 2, "one AMQP message carries both slots");
+    assert_eq!(domain::message::parse_body(&delivery.data).unwrap().len(), 2, "one AMQP message carries both slots");
     delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await.unwrap();
     channel.close(200, "done".into()).await.unwrap();
     stack.start_worker(stack.worker_config("worker-a"));
@@ -622,10 +622,10 @@ async fn a_bundles_delivered_slot_is_recorded_while_a_slow_one_is_still_being_de
         triggered.push((id, stack.post(&format!("/v1/jobs/{id}/trigger")).await));
     }
     // Both single messages off the queue, published again as one bundle.
-    let connection = common::amqp::connect(&common::testing::amqp_url(), "test bundler").await.unwrap();
+    let connection = broker::amqp::connect(&testing::amqp_url(), "test bundler").await.unwrap();
     let messages = take_off_the_main_queue(&connection, &stack.cluster, 2).await;
-    let topology = common::amqp::Topology::new(&stack.cluster);
-    let mut publisher = common::publisher::Publisher::new(common::testing::amqp_url(), "test bundler".into(), topology);
+    let topology = broker::amqp::Topology::new(&stack.cluster);
+    let mut publisher = broker::publisher::Publisher::new(testing::amqp_url(), "test bundler".into(), topology);
     publisher.publish(&messages).await.unwrap();
     stack.start_worker(stack.worker_config("worker-a"));
 
@@ -712,7 +712,7 @@ async fn take_off_the_main_queue(
     connection: &lapin::Connection,
     cluster: &str,
     n: usize,
-) -> Vec<common::message::FireMessage> {
+) -> Vec<domain::message::FireMessage> {
     use futures::StreamExt;
     use lapin::options::BasicAckOptions;
 
@@ -720,7 +720,7 @@ async fn take_off_the_main_queue(
     let mut messages = Vec::new();
     while messages.len() < n {
         let delivery = tokio::time::timeout(Duration::from_secs(10), consumer.next()).await.unwrap().unwrap().unwrap();
-        messages.extend(common::message::parse_body(&delivery.data).unwrap());
+        messages.extend(domain::message::parse_body(&delivery.data).unwrap());
         delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
     }
     channel.close(200, "done".into()).await.unwrap();
@@ -735,7 +735,7 @@ async fn main_queue_consumer(
     tag: &str,
 ) -> (lapin::Channel, lapin::Consumer) {
     let channel = connection.create_channel().await.unwrap();
-    let queue = common::amqp::Topology::new(cluster).main_queue;
+    let queue = broker::amqp::Topology::new(cluster).main_queue;
     let consumer =
         channel.basic_consume(queue.as_str().into(), tag.into(), Default::default(), Default::default()).await.unwrap();
     (channel, consumer)
@@ -816,7 +816,7 @@ async fn a_row_left_running_under_a_restarted_workers_id_is_given_back_and_deliv
         sink.received_on("orphan").into_iter().next()
     })
     .await;
-    assert_eq!((got.execution_id, got.attempt), (common::execution::execution_id(id, slot), 1));
+    assert_eq!((got.execution_id, got.attempt), (domain::execution::execution_id(id, slot), 1));
     let row = wait_for("the outcome", Duration::from_secs(10), || async {
         stack.ledger(&id.to_string(), slot).await.filter(|r| r["status"] == "succeeded")
     })
@@ -847,7 +847,7 @@ async fn insert_running_row(
             "INSERT INTO scheduled_jobs (job_id, scheduled_at, fire_id, execution_id, status, attempts, worker_id,
                                          started_at, published_at, fired_at, job_version)
              VALUES ($1, $2, $3, $4, 'running', 1, $5, now() - $6::text::interval, now(), now(), 1)",
-            &[&id, &slot, &uuid::Uuid::now_v7(), &common::execution::execution_id(id, slot), &worker, &started_ago],
+            &[&id, &slot, &uuid::Uuid::now_v7(), &domain::execution::execution_id(id, slot), &worker, &started_ago],
         )
         .await
         .unwrap();
@@ -858,10 +858,10 @@ async fn insert_running_row(
 /// claimed waited on (and deadlocked with) the workers writing those rows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checking_lost_slots_reads_without_waiting_on_row_locks_and_finds_only_claimable_ones() {
-    use common::ledger::claim::{Slot, SlotState, check_slots};
-    let db = common::testing::TestDb::new().await.unwrap();
-    let pool = common::db::pool(&db.url, 2).unwrap();
-    let client = common::db::connect(&db.url).await.unwrap();
+    use store::ledger::claim::{Slot, SlotState, check_slots};
+    let db = testing::TestDb::new().await.unwrap();
+    let pool = store::db::pool(&db.url, 2).unwrap();
+    let client = store::db::connect(&db.url).await.unwrap();
     let job = uuid::Uuid::now_v7();
     client.execute("INSERT INTO jobs (id, name, spec, version) VALUES ($1, 'lost', '{}', 2)", &[&job]).await.unwrap();
     let t0 = truncate_ms(Utc::now());
@@ -869,7 +869,7 @@ async fn checking_lost_slots_reads_without_waiting_on_row_locks_and_finds_only_c
         job_id: job,
         scheduled_at: t0 + TimeDelta::seconds(secs),
         job_version: 2,
-        trigger: common::ledger::Trigger::Schedule,
+        trigger: domain::slot::Trigger::Schedule,
         max_runs: None,
     };
     // 0: claimed by the winner and being delivered; 1: nobody claimed it;
@@ -887,7 +887,7 @@ async fn checking_lost_slots_reads_without_waiting_on_row_locks_and_finds_only_c
                     &job,
                     &at,
                     &uuid::Uuid::now_v7(),
-                    &common::execution::execution_id(job, at),
+                    &domain::execution::execution_id(job, at),
                     &status,
                     &reason,
                     &version,
@@ -897,7 +897,7 @@ async fn checking_lost_slots_reads_without_waiting_on_row_locks_and_finds_only_c
             .unwrap();
     }
     // A worker's write in progress on slot 0's row.
-    let mut holder = common::db::connect(&db.url).await.unwrap();
+    let mut holder = store::db::connect(&db.url).await.unwrap();
     let tx = holder.transaction().await.unwrap();
     tx.execute("SELECT 1 FROM scheduled_jobs WHERE job_id = $1 AND scheduled_at = $2 FOR UPDATE", &[&job, &t0])
         .await

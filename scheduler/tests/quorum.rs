@@ -12,10 +12,10 @@ use chrono::{TimeDelta, Utc};
 use lapin::options::BasicGetOptions;
 use serde_json::json;
 
-use common::amqp::{Delayed, QueueType, Topology};
-use common::execution::{format_instant, truncate_ms};
-use common::testing::wait_for;
+use broker::amqp::{Delayed, QueueType, Topology};
+use domain::execution::{format_instant, truncate_ms};
 use support::{Sink, Stack, assert_ticks_delivered_once, create_ticking_jobs, http_target};
+use testing::wait_for;
 
 /// Whether the cluster's queues (and the retry queue of `retry_ms`) exist
 /// as quorum queues: declaring them as such is accepted (equivalent), and
@@ -60,7 +60,7 @@ async fn with_quorum_queues_slots_retries_and_failures_travel_as_with_classic_on
     let flaky = stack.create_job(once("flaky", &flaky_sink, 3)).await["id"].as_str().unwrap().to_owned();
     let broken = stack.create_job(once("broken", &broken_sink, 1)).await["id"].as_str().unwrap().to_owned();
 
-    let connection = common::amqp::connect(&common::testing::amqp_url(), "quorum test").await.unwrap();
+    let connection = broker::amqp::connect(&testing::amqp_url(), "quorum test").await.unwrap();
     let topology = Topology::new(&stack.cluster);
     assert!(are_quorum(&connection, &stack.cluster, None).await, "the main and failed queues are not quorum queues");
 
@@ -89,7 +89,7 @@ async fn with_quorum_queues_slots_retries_and_failures_travel_as_with_classic_on
             .basic_get(topology.failed_queue.as_str().into(), BasicGetOptions { no_ack: true })
             .await
             .unwrap()
-            .map(|m| common::message::parse_body(&m.delivery.data).unwrap())
+            .map(|m| domain::message::parse_body(&m.delivery.data).unwrap())
     })
     .await;
     assert_eq!(parked[0].job_id.to_string(), broken);

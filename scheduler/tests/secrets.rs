@@ -27,9 +27,9 @@ use std::time::Duration;
 use chrono::{TimeDelta, Utc};
 use serde_json::{Value, json};
 
-use common::execution::{format_instant, truncate_ms};
-use common::testing::{TestDb, unique_cluster, wait_for};
+use domain::execution::{format_instant, truncate_ms};
 use support::free_addr;
+use testing::{TestDb, unique_cluster, wait_for};
 
 const TOKEN: &str = "tok-SECRET-a1b2c3d4";
 const DB_PASSWORD: &str = "dbpw-SECRET-e5f6a7";
@@ -130,12 +130,12 @@ async fn no_secret_reaches_a_log_an_error_or_the_ledger() {
         env: vec![
             ("DATABASE_URL", with_password(&db.url, DB_PASSWORD)),
             ("REDIS_URLS", format!("redis://:{REDIS_PASSWORD}@{redis_addr}")),
-            ("AMQP_URL", common::testing::amqp_url()),
+            ("AMQP_URL", testing::amqp_url()),
             ("CLUSTER_NAME", cluster.clone()),
             ("RUST_LOG", std::env::var("TEST_SECRETS_LOG").unwrap_or_else(|_| LOG_FILTER.to_owned())),
             ("CALLBACK_ALLOW_CIDRS", "127.0.0.0/8".to_owned()),
             ("METRICS_ADDR", free_addr()),
-            ("SECRETS_KEK", common::testing::TEST_SECRETS_KEK.to_owned()),
+            ("SECRETS_KEK", testing::TEST_SECRETS_KEK.to_owned()),
         ],
     };
     let api_addr = free_addr();
@@ -249,7 +249,7 @@ async fn no_secret_reaches_a_log_an_error_or_the_ledger() {
     assert!(error.contains("api_key=***&page=***"), "the recorded error lost its URL: {error}");
 
     // What the ledger holds, read directly.
-    let client = common::db::connect(&db.url).await.unwrap();
+    let client = store::db::connect(&db.url).await.unwrap();
     for r in client.query("SELECT coalesce(error, ''), history::text FROM scheduled_jobs", &[]).await.unwrap() {
         answers.push_str(&r.get::<_, String>(0));
         answers.push_str(&r.get::<_, String>(1));
@@ -279,16 +279,16 @@ async fn no_secret_reaches_a_log_an_error_or_the_ledger() {
     assert!(worker_log.contains("api_key=***"), "the worker did not log the failing callback:\n{worker_log}");
     assert!(leaks.is_empty(), "secrets leaked (logs in {}):\n{}", dir.display(), leaks.join("\n"));
     let _ = std::fs::remove_dir_all(&dir);
-    let _ = common::amqp::Topology::new(&cluster).delete_at(&common::testing::amqp_url()).await;
+    let _ = broker::amqp::Topology::new(&cluster).delete_at(&testing::amqp_url()).await;
 }
 
 /// The `x-cronshard-failure-reason` of every message in the cluster's failed
 /// queue.
 async fn failure_reasons(cluster: &str) -> Vec<String> {
     use lapin::options::BasicGetOptions;
-    let connection = common::amqp::connect(&common::testing::amqp_url(), "secrets test").await.unwrap();
+    let connection = broker::amqp::connect(&testing::amqp_url(), "secrets test").await.unwrap();
     let channel = connection.create_channel().await.unwrap();
-    let queue = common::amqp::Topology::new(cluster).failed_queue;
+    let queue = broker::amqp::Topology::new(cluster).failed_queue;
     let mut out = Vec::new();
     while let Some(message) = channel.basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true }).await.unwrap()
     {

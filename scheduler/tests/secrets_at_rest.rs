@@ -16,9 +16,9 @@ use chrono::{TimeDelta, Utc};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use common::execution::{format_instant, truncate_ms};
-use common::testing::wait_for;
+use domain::execution::{format_instant, truncate_ms};
 use support::Stack;
+use testing::wait_for;
 
 const SECRET: &str = "Bearer sealed-SECRET-5a6b7c";
 /// A second key-encryption key: id k2, 32 bytes of 0x07.
@@ -60,7 +60,7 @@ async fn a_sealed_secret_opens_only_for_its_request_and_survives_a_key_rotation(
     stack.start_node(stack.node_config("node-a"));
     // The only worker has only the new key: the data key is sealed by test-1.
     let mut worker = stack.worker_config("worker-k2");
-    worker.keyring = common::secrets::Keyring::parse(K2).unwrap();
+    worker.keyring = store::secrets::Keyring::parse(K2).unwrap();
     stack.start_worker(worker);
 
     let due = truncate_ms(Utc::now() + TimeDelta::seconds(2));
@@ -86,7 +86,7 @@ async fn a_sealed_secret_opens_only_for_its_request_and_survives_a_key_rotation(
     let parked = parked_messages(&stack.cluster).await;
     assert_eq!(parked.len(), 1, "{parked:?}");
     let (body, expiration) = &parked[0];
-    assert!(!body.contains("sealed-SECRET") && !body.contains(common::secrets::SEALED_PREFIX), "{body}");
+    assert!(!body.contains("sealed-SECRET") && !body.contains(store::secrets::SEALED_PREFIX), "{body}");
     assert_eq!(expiration.as_deref(), Some(worker::defaults::FAILED_QUEUE_TTL.as_millis().to_string().as_str()));
 
     // A rotation whose keys cannot open the data key changes nothing.
@@ -95,7 +95,7 @@ async fn a_sealed_secret_opens_only_for_its_request_and_survives_a_key_rotation(
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("\"test-1\""), "{stderr}");
     // The new key first, the old one after it: the data key is re-sealed.
-    let out = rotate(&stack, &format!("{K2},{}", common::testing::TEST_SECRETS_KEK)).await;
+    let out = rotate(&stack, &format!("{K2},{}", testing::TEST_SECRETS_KEK)).await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 data key(s) re-sealed with key-encryption key k2"));
     let kek: String =
@@ -132,9 +132,9 @@ async fn rotate(stack: &Stack, kek: &str) -> std::process::Output {
 /// Bodies and `expiration`s of the messages in the cluster's failed queue.
 async fn parked_messages(cluster: &str) -> Vec<(String, Option<String>)> {
     use lapin::options::BasicGetOptions;
-    let connection = common::amqp::connect(&common::testing::amqp_url(), "secrets test").await.unwrap();
+    let connection = broker::amqp::connect(&testing::amqp_url(), "secrets test").await.unwrap();
     let channel = connection.create_channel().await.unwrap();
-    let queue = common::amqp::Topology::new(cluster).failed_queue;
+    let queue = broker::amqp::Topology::new(cluster).failed_queue;
     let mut out = Vec::new();
     while let Some(m) = channel.basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true }).await.unwrap() {
         let expiration = m.properties.expiration().as_ref().map(|e| e.to_string());

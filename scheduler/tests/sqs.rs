@@ -14,9 +14,9 @@ use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{Value, json};
 
-use common::execution::{format_instant, truncate_ms};
-use common::testing::wait_for;
+use domain::execution::{format_instant, truncate_ms};
 use support::{Sink, Stack, free_addr, http_target};
+use testing::wait_for;
 
 fn at(t: DateTime<Utc>) -> String {
     format_instant(truncate_ms(t))

@@ -53,7 +53,7 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
                 tokio::spawn(async move {
                     let (inputs, replies): (Vec<T>, Vec<Reply<R>>) = items.into_iter().unzip();
                     let expected = inputs.len();
-                    metrics::histogram!(common::metrics::WORKER_BATCH_SIZE).record(expected as f64);
+                    metrics::histogram!(runtime::metrics::WORKER_BATCH_SIZE).record(expected as f64);
                     match run(inputs).await {
                         Ok(results) if results.len() == expected => {
                             for (reply, result) in replies.into_iter().zip(results) {

@@ -13,8 +13,8 @@ pub const EXECUTION_ID_NAME: &str = "X-Cronshard-Execution-Id";
 pub const SCHEDULED_AT_NAME: &str = "X-Cronshard-Scheduled-At";
 pub const ATTEMPT_NAME: &str = "X-Cronshard-Attempt";
 
-use common::job::Target;
-use common::message::FireMessage;
+use domain::job::Target;
+use domain::message::FireMessage;
 
 use self::http::HttpDelivery;
 use self::sqs::SqsDelivery;
@@ -90,7 +90,7 @@ pub enum DeliveryError {
     /// worker (no or another key-encryption key, the data key unreadable);
     /// the text names the keys by id.
     #[error("secret headers could not be opened: {0}")]
-    SecretUnavailable(common::secrets::SecretError),
+    SecretUnavailable(store::secrets::SecretError),
 }
 
 impl DeliveryError {
@@ -198,7 +198,7 @@ pub(crate) struct Deliverers {
     sqs: SqsDelivery,
     pub(crate) destinations: std::sync::Arc<Destinations>,
     /// Opens sealed secret header values right before a request.
-    vault: common::secrets::Vault,
+    vault: store::secrets::Vault,
     pg: deadpool_postgres::Pool,
 }
 
@@ -210,7 +210,7 @@ impl Deliverers {
             http: HttpDelivery::new(SsrfGuard::new(config.allow_cidrs.clone()), config.max_in_flight)?,
             sqs: SqsDelivery::new(config.aws.clone()),
             destinations: Destinations::new(destinations),
-            vault: common::secrets::Vault::new(config.keyring.clone()),
+            vault: store::secrets::Vault::new(config.keyring.clone()),
             pg,
         })
     }
@@ -227,7 +227,7 @@ impl Deliverers {
         match &m.target {
             Target::Http(target) => {
                 let url = http_url.unwrap_or_else(|| reqwest::Url::parse(&target.url));
-                if target.secret_headers.values().any(|v| common::secrets::is_sealed(v)) {
+                if target.secret_headers.values().any(|v| store::secrets::is_sealed(v)) {
                     // Opened only here, for this request: the message, the
                     // ledger and the logs keep the sealed form.
                     let mut opened = target.clone();
@@ -276,7 +276,7 @@ mod tests {
             (DeliveryError::SqsUnbuildable("missing queue url".into()), false),
             (DeliveryError::SqsTransport("dispatch failure".into()), true),
             (DeliveryError::SqsNoMessageId, true),
-            (DeliveryError::SecretUnavailable(common::secrets::SecretError::NoKek), true),
+            (DeliveryError::SecretUnavailable(store::secrets::SecretError::NoKek), true),
         ]
     }
 

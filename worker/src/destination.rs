@@ -36,7 +36,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use common::job::{RetryPolicy, Target};
+use domain::job::{RetryPolicy, Target};
 
 use self::breaker::{Admission, Breaker, BreakerConfig, Call, CircuitState, Ticket, Transition};
 use self::limit::{AdaptiveLimit, LimitConfig};
@@ -250,8 +250,8 @@ pub enum WaitReason {
 impl WaitReason {
     pub fn as_str(self) -> &'static str {
         match self {
-            WaitReason::CircuitOpen => common::ledger::delivery::WAITING_CIRCUIT_OPEN,
-            WaitReason::Concurrency => common::ledger::delivery::WAITING_CONCURRENCY,
+            WaitReason::CircuitOpen => store::ledger::delivery::WAITING_CIRCUIT_OPEN,
+            WaitReason::Concurrency => store::ledger::delivery::WAITING_CONCURRENCY,
         }
     }
 
@@ -390,9 +390,9 @@ impl Destinations {
             waiting: AtomicUsize::new(0),
             held: AtomicUsize::new(0),
             gauges: HostGauges {
-                limit: metrics::gauge!(common::metrics::WORKER_DESTINATION_LIMIT, "host" => key.to_owned()),
-                state: metrics::gauge!(common::metrics::WORKER_CIRCUIT_STATE, "host" => key.to_owned()),
-                waiting: metrics::gauge!(common::metrics::WORKER_DESTINATION_WAITING, "host" => key.to_owned()),
+                limit: metrics::gauge!(runtime::metrics::WORKER_DESTINATION_LIMIT, "host" => key.to_owned()),
+                state: metrics::gauge!(runtime::metrics::WORKER_CIRCUIT_STATE, "host" => key.to_owned()),
+                waiting: metrics::gauge!(runtime::metrics::WORKER_DESTINATION_WAITING, "host" => key.to_owned()),
             },
         });
         hosts.insert(key.to_owned(), host.clone());
@@ -415,7 +415,7 @@ impl Destinations {
             (Instant::from_std(state.breaker.open_until(now.into_std())?), state.outage_since?)
         };
         let left = until - now;
-        if left <= self.config.hold_max || common::clock::now() + left >= horizon {
+        if left <= self.config.hold_max || runtime::clock::now() + left >= horizon {
             return None;
         }
         Some((release_delay(left), Waiting { destination: key, reason: WaitReason::CircuitOpen, since }))
@@ -455,7 +455,7 @@ impl Destinations {
         let _waiting = host.waiting();
         let mut due = Some(due);
         let hold_until = Instant::now() + HOLD_LIMIT;
-        let queued_since = common::clock::now();
+        let queued_since = runtime::clock::now();
         let mut noted: Option<DateTime<Utc>> = None;
         let mut probes_out_since: Option<Instant> = None;
         let mut held: Option<HeldGuard> = None;
@@ -472,7 +472,7 @@ impl Destinations {
             let circuit_waiting = |since: Option<DateTime<Utc>>| Waiting {
                 destination: key.to_owned(),
                 reason: WaitReason::CircuitOpen,
-                since: since.unwrap_or_else(common::clock::now),
+                since: since.unwrap_or_else(runtime::clock::now),
             };
             if let Some(until) = open_until.map(Instant::from_std) {
                 // Not a delivery queueing in a burst: outcome writes need
@@ -480,7 +480,7 @@ impl Destinations {
                 due = None;
                 let waiting = circuit_waiting(outage);
                 // Still open at the horizon: it cannot go before then.
-                if common::clock::now() + (until - now) >= horizon {
+                if runtime::clock::now() + (until - now) >= horizon {
                     return Gate::GiveUp(waiting);
                 }
                 if until - now > self.config.hold_max || until > hold_until || !host.hold(&mut held, &self.config) {
@@ -521,7 +521,7 @@ impl Destinations {
                     drop(permit);
                     due = None;
                     let waiting = circuit_waiting(host.lock().outage_since);
-                    if common::clock::now() >= horizon {
+                    if runtime::clock::now() >= horizon {
                         return Gate::GiveUp(waiting);
                     }
                     // A probe may take its whole timeout (minutes): past the
@@ -547,7 +547,7 @@ impl Destinations {
 
     /// Counts a slot handed back without an attempt.
     pub(crate) fn released(&self, waiting: &Waiting) {
-        metrics::counter!(common::metrics::WORKER_DESTINATION_RELEASED_TOTAL, "reason" => waiting.reason.metric_label())
+        metrics::counter!(runtime::metrics::WORKER_DESTINATION_RELEASED_TOTAL, "reason" => waiting.reason.metric_label())
             .increment(1);
     }
 
@@ -573,7 +573,7 @@ impl Destinations {
         }
         // Gauges the exporter would otherwise forget on an idle worker (the
         // slots record into a handle on this one: kept in the registry so).
-        metrics::gauge!(common::metrics::WORKER_IN_FLIGHT).increment(0.0);
+        metrics::gauge!(runtime::metrics::WORKER_IN_FLIGHT).increment(0.0);
     }
 }
 
@@ -687,11 +687,11 @@ impl Host {
                 if reopened {
                     tracing::warn!(destination = %self.key, cool_down_ms, "destination circuit re-opened: every probe of the round failed");
                 } else {
-                    state.outage_since = Some(common::clock::now());
+                    state.outage_since = Some(runtime::clock::now());
                     tracing::warn!(destination = %self.key, cool_down_ms, "destination circuit opened: deliveries to it wait");
                 }
                 let from = if reopened { CircuitState::HalfOpen } else { CircuitState::Closed };
-                metrics::counter!(common::metrics::WORKER_CIRCUIT_OPENS_TOTAL, "from" => from.as_str()).increment(1);
+                metrics::counter!(runtime::metrics::WORKER_CIRCUIT_OPENS_TOTAL, "from" => from.as_str()).increment(1);
                 self.publish_state(CircuitState::Open);
             }
             Transition::Closed => {

@@ -9,7 +9,7 @@ use std::time::Instant;
 use deadpool_postgres::Pool;
 use tokio_util::sync::CancellationToken;
 
-use common::ledger::delivery::{self as ledger, HeldSlot};
+use store::ledger::delivery::{self as ledger, HeldSlot};
 
 /// Heartbeats between two orphan checks (a scan of this worker's `running`
 /// rows): 30 s.
@@ -35,7 +35,7 @@ impl LastBeat {
     /// session it went out on is open (once Postgres ends it, the others
     /// presume this worker gone at once).
     pub(crate) fn fresh(&self) -> bool {
-        let recent = common::ledger::WORKER_GONE_AFTER - common::ledger::WORKER_HEARTBEAT_EVERY;
+        let recent = store::ledger::WORKER_GONE_AFTER - store::ledger::WORKER_HEARTBEAT_EVERY;
         self.0
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -107,7 +107,7 @@ pub(crate) async fn run(
                 Ok(0) => {}
                 Ok(rows) => {
                     tracing::warn!(rows, "gave back rows running under this worker with no task on them");
-                    metrics::counter!(common::metrics::WORKER_ORPHANS_RELEASED_TOTAL).increment(rows);
+                    metrics::counter!(runtime::metrics::WORKER_ORPHANS_RELEASED_TOTAL).increment(rows);
                 }
                 Err(e) => tracing::warn!(error = %format!("{e:#}"), "releasing orphaned rows failed"),
             }
@@ -137,7 +137,7 @@ pub(crate) async fn run(
             }
             Err(e) => tracing::warn!(error = %format!("{e:#}"), "worker heartbeat failed"),
         }
-        let next_beat = tokio::time::sleep(common::ledger::WORKER_HEARTBEAT_EVERY);
+        let next_beat = tokio::time::sleep(store::ledger::WORKER_HEARTBEAT_EVERY);
         tokio::pin!(next_beat);
         // A lost session is replaced at once, not at the next beat.
         loop {
@@ -191,12 +191,12 @@ mod tests {
         assert!(!last_beat.fresh(), "no beat yet");
         last_beat.record(Instant::now(), Box::new(|| true));
         assert!(last_beat.fresh());
-        let margin = common::ledger::WORKER_HEARTBEAT_EVERY;
+        let margin = store::ledger::WORKER_HEARTBEAT_EVERY;
         let ago = |d: Duration| Instant::now().checked_sub(d).expect("uptime");
         last_beat
-            .record(ago(common::ledger::WORKER_GONE_AFTER - margin - Duration::from_millis(100)), Box::new(|| true));
+            .record(ago(store::ledger::WORKER_GONE_AFTER - margin - Duration::from_millis(100)), Box::new(|| true));
         assert!(last_beat.fresh());
-        last_beat.record(ago(common::ledger::WORKER_GONE_AFTER - margin), Box::new(|| true));
+        last_beat.record(ago(store::ledger::WORKER_GONE_AFTER - margin), Box::new(|| true));
         assert!(!last_beat.fresh(), "within one beat of being presumed gone");
     }
 

@@ -109,8 +109,8 @@ impl HeldBytes {
     pub(crate) fn new(cap: usize) -> Arc<Self> {
         let cap = cap.max(1);
         Arc::new(Self {
-            held: Budget::new(cap, common::metrics::WORKER_HELD_BYTES),
-            armed: Budget::new(cap.saturating_mul(ARMED_CAP_PER_CAP), common::metrics::WORKER_ARMED_BYTES),
+            held: Budget::new(cap, runtime::metrics::WORKER_HELD_BYTES),
+            armed: Budget::new(cap.saturating_mul(ARMED_CAP_PER_CAP), runtime::metrics::WORKER_ARMED_BYTES),
             freed: Notify::new(),
             room_for_due: Notify::new(),
         })

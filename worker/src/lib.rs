@@ -68,7 +68,7 @@ pub use self::deliver::{DeliveryError, Outcome};
 pub use self::destination::{DestinationArgs, DestinationConfig};
 pub use self::session::run;
 
-use common::job::RetryPolicy;
+use domain::job::RetryPolicy;
 
 /// A worker's settings; `run` takes them with the ledger's pool.
 #[derive(Debug, Clone)]
@@ -77,7 +77,7 @@ pub struct WorkerConfig {
     pub cluster: String,
     pub amqp_url: String,
     /// The type of the cluster's RabbitMQ queues.
-    pub queue_type: common::amqp::QueueType,
+    pub queue_type: broker::amqp::QueueType,
     /// Unacked messages the broker may hand this worker (includes pre-armed
     /// messages waiting for their due time).
     pub prefetch: u16,
@@ -100,10 +100,10 @@ pub struct WorkerConfig {
     pub aws: Option<aws_config::SdkConfig>,
     /// Clock checks against the database (the limit only raises the alert
     /// for a worker).
-    pub clock: common::clock::ClockConfig,
+    pub clock: runtime::clock::ClockConfig,
     /// How long a failed outcome write is tried again before the message is
     /// handed back (`defaults::OUTCOME_RETRY_FOR`; no flag: tests shorten it).
     pub outcome_retry_for: std::time::Duration,
     /// Opens the secret header values sealed at rest (`SECRETS_KEK`).
-    pub keyring: common::secrets::Keyring,
+    pub keyring: store::secrets::Keyring,
 }

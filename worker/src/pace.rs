@@ -165,7 +165,7 @@ impl WaitingPace {
                     queueing: queueing(),
                 };
                 pace.end_window(now, live);
-                metrics::gauge!(common::metrics::WORKER_WAITING_PACE).set(pace.rate());
+                metrics::gauge!(runtime::metrics::WORKER_WAITING_PACE).set(pace.rate());
             }
             pace.admit(now)
         };

@@ -15,20 +15,19 @@ use futures::stream::FuturesUnordered;
 use lapin::Acker;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions};
-use lapin::types::AMQPValue;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use common::backoff::Backoff;
-use common::job::MisfirePolicy;
-use common::ledger::Status;
-use common::ledger::Trigger;
-use common::ledger::delivery::{
+use domain::job::MisfirePolicy;
+use domain::message::FireMessage;
+use domain::slot::Status;
+use domain::slot::Trigger;
+use runtime::backoff::Backoff;
+use runtime::telemetry::timed_into;
+use store::ledger::delivery::{
     self as ledger, FinishRequest, HeldSlot, JobsSeen, LateDecision, LateSlot, OverlapDecision, Start, StartRequest,
     VerifyRequest,
 };
-use common::message::{ATTEMPT_HEADER, FireMessage};
-use common::telemetry::timed_into;
 
 use super::WorkerConfig;
 use super::backpressure::DueBacklog;
@@ -96,7 +95,7 @@ impl LateRuns {
     fn of(&self, job_id: uuid::Uuid) -> LastLateRun {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if inner.jobs.len() >= inner.sweep_at {
-            let kept_after = common::clock::now() - LATE_RUNS_KEPT;
+            let kept_after = runtime::clock::now() - LATE_RUNS_KEPT;
             // A locked entry is being decided: kept.
             inner.jobs.retain(|_, run| run.try_lock().map_or(true, |run| run.is_some_and(|(_, at)| at > kept_after)));
             inner.sweep_at = LATE_RUNS_SWEEP_AT.max(2 * inner.jobs.len());
@@ -113,7 +112,7 @@ pub(crate) struct Shared {
     retry: RetryPublisher,
     starts: Batcher<StartRequest, (Start, JobsSeen)>,
     late_skips: Batcher<LateSlot, LateDecision>,
-    late_skip_report: common::telemetry::EveryInterval,
+    late_skip_report: runtime::telemetry::EveryInterval,
     late_runs: LateRuns,
     verifies: Batcher<VerifyRequest, Start>,
     finishes: Batcher<FinishRequest, bool>,
@@ -159,7 +158,7 @@ impl Shared {
                     async move { ledger::skip_late_batch(&pg, &worker_id, slots).await }
                 })
             },
-            late_skip_report: common::telemetry::EveryInterval::new(LATE_SKIP_REPORT_EVERY),
+            late_skip_report: runtime::telemetry::EveryInterval::new(LATE_SKIP_REPORT_EVERY),
             late_runs: LateRuns::default(),
             verifies: {
                 let (pg, worker_id) = (pg.clone(), config.worker_id.clone());
@@ -217,7 +216,7 @@ where
 /// Times one stage of a message's way through the worker that is not on
 /// every slot's way (those have their handles in `SlotMetrics`).
 async fn timed<T>(stage: &'static str, work: impl std::future::Future<Output = T>) -> T {
-    common::telemetry::timed(common::metrics::WORKER_STAGE_SECONDS, stage, work).await
+    runtime::telemetry::timed(runtime::metrics::WORKER_STAGE_SECONDS, stage, work).await
 }
 
 /// The metrics every slot records, looked up once per session: through the
@@ -239,7 +238,7 @@ struct SlotMetrics {
 
 impl SlotMetrics {
     fn new() -> Self {
-        use common::metrics as m;
+        use runtime::metrics as m;
         let stage = |stage: &'static str| metrics::histogram!(m::WORKER_STAGE_SECONDS, "stage" => stage);
         SlotMetrics {
             lateness: metrics::histogram!(m::WORKER_LATENESS_SECONDS),
@@ -253,42 +252,6 @@ impl SlotMetrics {
             stage_ack: stage("ack"),
         }
     }
-}
-
-fn attempt_of(delivery: &Delivery) -> u32 {
-    delivery
-        .properties
-        .headers()
-        .as_ref()
-        .and_then(|h| h.inner().get(ATTEMPT_HEADER))
-        .and_then(|v| match v {
-            AMQPValue::LongInt(n) => Some(*n as i64),
-            AMQPValue::LongLongInt(n) => Some(*n),
-            AMQPValue::ShortInt(n) => Some(*n as i64),
-            AMQPValue::LongUInt(n) => Some(*n as i64),
-            _ => None,
-        })
-        .filter(|n| *n >= 1)
-        .map(|n| n as u32)
-        .unwrap_or(1)
-}
-
-/// Times the message went through retry queues, by RabbitMQ's own `x-death`
-/// count. Only a cross-check: RabbitMQ 3.13+ no longer trusts an `x-death`
-/// a client republished, so the attempt header is what the worker goes by.
-fn retries_by_x_death(delivery: &Delivery) -> Option<u32> {
-    let headers = delivery.properties.headers().as_ref()?;
-    let AMQPValue::FieldArray(deaths) = headers.inner().get("x-death")? else { return None };
-    let mut total = 0;
-    for death in deaths.as_slice() {
-        let AMQPValue::FieldTable(t) = death else { continue };
-        let expired_in_retry_queue =
-            matches!(t.inner().get("reason"), Some(AMQPValue::LongString(r)) if r.to_string() == "expired");
-        if let (true, Some(AMQPValue::LongLongInt(n))) = (expired_in_retry_queue, t.inner().get("count")) {
-            total += *n as u32;
-        }
-    }
-    Some(total)
 }
 
 /// What a message's task keeps of its AMQP delivery: how to settle it and
@@ -306,17 +269,17 @@ pub(crate) struct Received {
 impl Received {
     pub(crate) fn of(delivery: Delivery) -> Self {
         Received {
-            attempt: attempt_of(&delivery),
+            attempt: broker::properties::attempt_of(&delivery.properties),
             redelivered: delivery.redelivered,
             waited: retry::is_wait(&delivery),
-            retries_by_x_death: retries_by_x_death(&delivery),
+            retries_by_x_death: broker::properties::retries_by_x_death(&delivery.properties),
             acker: delivery.acker,
         }
     }
 }
 
 /// Handles one AMQP message: a single fire message or a bundle of them
-/// (`message::BUNDLE_CONTENT_TYPE`), each slot on its own way to its due
+/// (`broker::properties::BUNDLE_CONTENT_TYPE`), each slot on its own way to its due
 /// instant. The message is acked once every slot in it is decided, or
 /// requeued whole when one cannot be yet: the slots already decided come
 /// back as duplicates, which the ledger drops.
@@ -346,7 +309,7 @@ pub(crate) async fn handle(
         && !received.waited
     {
         tracing::debug!(execution.id = %messages[0].execution_id, attempt = received.attempt, x_death_retries = retries, "x-death disagrees with the attempt header; going by the header");
-        metrics::counter!(common::metrics::WORKER_X_DEATH_MISMATCHES_TOTAL).increment(1);
+        metrics::counter!(runtime::metrics::WORKER_X_DEATH_MISMATCHES_TOTAL).increment(1);
     }
     // Boxed, so that this task keeps only what recording the outcomes
     // needs: the messages and every slot's steps are freed once the last
@@ -503,7 +466,7 @@ async fn handle_slot<'a>(
         // Stopping: the message goes back for another worker.
         Ok(Processed::Stopping) => Settle::Requeue(Duration::ZERO),
         Ok(Processed::Busy(wait)) => {
-            metrics::counter!(common::metrics::WORKER_BUSY_REQUEUES_TOTAL).increment(1);
+            metrics::counter!(runtime::metrics::WORKER_BUSY_REQUEUES_TOTAL).increment(1);
             Settle::Requeue(wait)
         }
         Err(e) => {
@@ -549,12 +512,12 @@ fn go_on(m: &FireMessage, attempt: u32, start: Start) -> bool {
         Start::Go => true,
         Start::Duplicate => {
             tracing::debug!(execution.id = %m.execution_id, attempt, "duplicate message dropped");
-            metrics::counter!(common::metrics::WORKER_DUPLICATES_TOTAL).increment(1);
+            metrics::counter!(runtime::metrics::WORKER_DUPLICATES_TOTAL).increment(1);
             false
         }
         Start::Cancelled(reason) => {
             tracing::info!(execution.id = %m.execution_id, reason, "slot cancelled before delivery");
-            metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Skipped.as_str())
+            metrics::counter!(runtime::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Skipped.as_str())
                 .increment(1);
             false
         }
@@ -627,13 +590,13 @@ async fn process(
         return Ok(Processed::Done);
     }
     *took_row = true;
-    let armed_early = common::clock::now() < m.due_at;
+    let armed_early = runtime::clock::now() < m.due_at;
     // Kept until the slot is decided.
     let charge = if armed_early {
         // Armed: charged as such until the due instant (`holdings`), never
         // delivered earlier.
         let armed = charge.arm();
-        let wait = (m.due_at - common::clock::now()).to_std().unwrap_or(Duration::ZERO);
+        let wait = (m.due_at - runtime::clock::now()).to_std().unwrap_or(Duration::ZERO);
         tokio::select! {
             _ = token.cancelled() => return Ok(Processed::Stopping),
             _ = tokio::time::sleep(wait) => {}
@@ -666,7 +629,7 @@ struct DueSlot {
     jobs_seen: JobsSeen,
     /// Its row was started before the due instant: verified at it.
     armed_early: bool,
-    policy: common::job::RetryPolicy,
+    policy: domain::job::RetryPolicy,
     budget_attempt: u32,
     horizon: chrono::DateTime<chrono::Utc>,
 }
@@ -737,7 +700,7 @@ async fn deliver_due(
         }
     };
     let permit = in_flight.acquire().await?;
-    let started = common::clock::now();
+    let started = runtime::clock::now();
     if attempt == 1 {
         let lateness = ledger::lateness_seconds(started, m.due_at).max(0.0);
         shared.metrics.lateness.record(lateness);
@@ -748,7 +711,7 @@ async fn deliver_due(
     shared.metrics.in_flight.increment(1.0);
     let (outcome, sqs_message_id) = Box::pin(shared.deliverers.deliver(m, attempt, address.http_url.clone())).await;
     shared.metrics.in_flight.decrement(1.0);
-    shared.metrics.delivery_seconds.record((common::clock::now() - started).num_milliseconds() as f64 / 1000.0);
+    shared.metrics.delivery_seconds.record((runtime::clock::now() - started).num_milliseconds() as f64 / 1000.0);
     shared.metrics.attempt.record(f64::from(attempt));
     drop(permit);
     pass.record(destination_health(&outcome));
@@ -769,14 +732,14 @@ async fn deliver_due(
         Outcome::Failure { error, excerpt } => {
             // The text may quote the target's URL: its credentials stay out
             // of the ledger, the failed queue's header and the logs.
-            let error_text = common::redact::text(&error.to_string());
+            let error_text = domain::redact::text(&error.to_string());
             let mut next_attempt_at = None;
             // The follow-up is published (and confirmed) before the outcome
             // is recorded and the message acked: a crash in between
             // redelivers the attempt rather than losing the retry.
             let status = match retry::next_delay(&policy, budget_attempt, error.retryable()) {
                 Some(delay) => {
-                    next_attempt_at = Some(common::clock::now() + chrono::TimeDelta::milliseconds(delay as i64));
+                    next_attempt_at = Some(runtime::clock::now() + chrono::TimeDelta::milliseconds(delay as i64));
                     Box::pin(shared.retry.publish_retry(m, attempt + 1, delay)).await?;
                     tracing::warn!(execution.id = %m.execution_id, attempt, error = %error_text, retry_in_ms = delay, "delivery failed; retry scheduled");
                     Status::Retrying
@@ -787,7 +750,7 @@ async fn deliver_due(
                     Status::Failed
                 }
             };
-            metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => status.as_str()).increment(1);
+            metrics::counter!(runtime::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => status.as_str()).increment(1);
             Ok(AfterDue::Record(FinishRequest {
                 http_status: error.http_status().map(i32::from),
                 error: Some(error_text),
@@ -806,7 +769,7 @@ impl Shared {
     /// every slot, so it is never asked.
     fn late_slot(&self, m: &FireMessage) -> Option<LateSlot> {
         let Some(policy @ (MisfirePolicy::Skip | MisfirePolicy::FireOnce)) = m.misfire else { return None };
-        let late = common::clock::now() - m.due_at;
+        let late = runtime::clock::now() - m.due_at;
         let threshold = chrono::TimeDelta::from_std(self.config.misfire_threshold).unwrap_or(chrono::TimeDelta::MAX);
         (m.retry_from == 0 && late > threshold).then(|| LateSlot {
             job_id: m.job_id,
@@ -840,7 +803,7 @@ impl Shared {
         match timed("late_skip", self.late_skips.call(late)).await? {
             LateDecision::Deliver => {
                 if let Some(last_run) = last_run.as_deref_mut() {
-                    *last_run = Some((m.scheduled_at, common::clock::now()));
+                    *last_run = Some((m.scheduled_at, runtime::clock::now()));
                 }
                 return Ok(false);
             }
@@ -854,7 +817,7 @@ impl Shared {
         }
         drop(last_run);
         tracing::debug!(execution.id = %m.execution_id, late_ms, policy = policy.as_str(), "slot reached the worker past the misfire threshold; skipped by its job's misfire policy");
-        metrics::counter!(common::metrics::WORKER_LATE_SKIPPED_TOTAL, "policy" => policy.as_str()).increment(1);
+        metrics::counter!(runtime::metrics::WORKER_LATE_SKIPPED_TOTAL, "policy" => policy.as_str()).increment(1);
         if let Some(skipped) = self.late_skip_report.add() {
             tracing::warn!(
                 skipped,
@@ -862,7 +825,8 @@ impl Shared {
                 "scheduled slots reached this worker later than the misfire threshold and were skipped by their jobs' misfire policy (the workers are behind)"
             );
         }
-        metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Skipped.as_str()).increment(1);
+        metrics::counter!(runtime::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Skipped.as_str())
+            .increment(1);
         Ok(true)
     }
 
@@ -901,7 +865,7 @@ impl Shared {
         waiting: Waiting,
     ) -> anyhow::Result<Processed> {
         let slot: HeldSlot = (m.job_id, m.scheduled_at, attempt as i32);
-        let back_at = common::clock::now() + chrono::TimeDelta::from_std(delay)?;
+        let back_at = runtime::clock::now() + chrono::TimeDelta::from_std(delay)?;
         let hand_back = ledger::HandBack { wait: Self::destination_wait(slot, m, &waiting), back_at };
         if !timed("hand_back", self.hand_backs.call(hand_back)).await? {
             // Taken over meanwhile (this worker was presumed gone): not ours to hand back.
@@ -933,14 +897,14 @@ impl Shared {
             return Ok(false);
         };
         let slot: HeldSlot = (m.job_id, m.scheduled_at, attempt as i32);
-        let back_at = common::clock::now() + chrono::TimeDelta::from_std(delay)?;
+        let back_at = runtime::clock::now() + chrono::TimeDelta::from_std(delay)?;
         let again = ledger::HandBack { wait: Self::destination_wait(slot, m, &waiting), back_at };
         if !timed("wait_again", self.waits_again.call(again)).await? {
             return Ok(false);
         }
         self.retry.publish_wait(m, attempt, delay.as_millis() as u64).await?;
         self.deliverers.destinations.released(&waiting);
-        metrics::counter!(common::metrics::WORKER_WAITED_AGAIN_TOTAL).increment(1);
+        metrics::counter!(runtime::metrics::WORKER_WAITED_AGAIN_TOTAL).increment(1);
         tracing::debug!(execution.id = %m.execution_id, attempt, destination = %waiting.destination, back_in_ms = delay.as_millis() as u64, "back while its destination's circuit is still open; waits again");
         Ok(true)
     }
@@ -954,12 +918,12 @@ impl Shared {
             "not delivered: {} ({}) since {}, and still at the slot's retry horizon; attempt {attempt} was not made",
             waiting.reason.as_str(),
             waiting.destination,
-            common::execution::format_instant(waiting.since)
+            domain::execution::format_instant(waiting.since)
         );
         self.retry.publish_failed(m, attempt - 1, &error).await?;
         let give_up = ledger::GiveUp { wait: Self::destination_wait(slot, m, &waiting), error: error.clone() };
         if timed("give_up", self.give_ups.call(give_up)).await? {
-            metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Failed.as_str())
+            metrics::counter!(runtime::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Failed.as_str())
                 .increment(1);
             tracing::error!(execution.id = %m.execution_id, attempt, error, "delivery given up");
         }
@@ -975,14 +939,14 @@ impl Shared {
             OverlapDecision::Run { replaced } => {
                 if !replaced.is_empty() {
                     tracing::info!(execution.id = %m.execution_id, replaced = ?replaced, "older executions' remaining retries cancelled (overlap policy replace)");
-                    metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Skipped.as_str())
+                    metrics::counter!(runtime::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Skipped.as_str())
                         .increment(replaced.len() as u64);
                 }
                 Ok(true)
             }
             OverlapDecision::Skipped { reason, because_of } => {
                 tracing::info!(execution.id = %m.execution_id, reason, because_of = %because_of, "slot skipped by the job's overlap policy");
-                metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Skipped.as_str())
+                metrics::counter!(runtime::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => Status::Skipped.as_str())
                     .increment(1);
                 Ok(false)
             }
@@ -1025,7 +989,7 @@ impl Shared {
                 return Settle::Requeue(Duration::from_secs(1));
             }
             tracing::warn!(execution.id = %failed[0].execution_id, slots = failed.len(), error = %format!("{error:#}"), "recording the outcome failed; trying again");
-            metrics::counter!(common::metrics::WORKER_OUTCOME_RETRIES_TOTAL).increment(failed.len() as u64);
+            metrics::counter!(runtime::metrics::WORKER_OUTCOME_RETRIES_TOTAL).increment(failed.len() as u64);
             backoff.wait().await;
             for slot in &mut failed {
                 slot.written = self.finishes.submit(slot.outcome.clone());
@@ -1051,7 +1015,7 @@ mod tests {
     #[tokio::test]
     async fn late_runs_forget_old_jobs_only_when_the_map_grows_and_keep_recent_ones() {
         let runs = LateRuns::default();
-        let now = common::clock::now();
+        let now = runtime::clock::now();
         let old = now - LATE_RUNS_KEPT - chrono::TimeDelta::seconds(1);
         let recent_job = uuid::Uuid::now_v7();
         *runs.of(recent_job).lock().await = Some((now, now));

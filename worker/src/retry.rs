@@ -8,14 +8,14 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use lapin::Channel;
 use lapin::options::BasicPublishOptions;
-use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel};
 use tokio::sync::Mutex;
 
-use common::amqp::{Delayed, Topology};
-use common::job::RetryPolicy;
-use common::message::{ATTEMPT_HEADER, FireMessage};
+use broker::amqp::{Delayed, Topology};
+use broker::properties::{self, Headers};
+use domain::job::RetryPolicy;
+use domain::message::FireMessage;
 
 /// The delay before attempt `attempt + 1`, or None when `attempt` was the
 /// last: the failure cannot be helped by a retry, or the policy's retries
@@ -25,19 +25,9 @@ pub(crate) fn next_delay(policy: &RetryPolicy, attempt: u32, retryable: bool) ->
     (retryable && retries_used < policy.max_retries).then(|| policy.delay_ms(attempt))
 }
 
-/// Marks a message handed back to wait for its destination: it went
-/// through a delay queue without an attempt, so its broker death count
-/// says nothing about its attempt.
-const WAIT_HEADER: &str = "x-cronshard-wait";
-
 /// Whether the message was handed back to wait for its destination.
 pub(crate) fn is_wait(delivery: &lapin::message::Delivery) -> bool {
-    delivery
-        .properties
-        .headers()
-        .as_ref()
-        .and_then(|h| h.inner().get(WAIT_HEADER))
-        .is_some_and(|v| matches!(v, AMQPValue::Boolean(true)))
+    properties::is_wait(&delivery.properties)
 }
 
 /// Publishes follow-up messages on a confirm-mode channel of its own: the
@@ -55,26 +45,8 @@ impl RetryPublisher {
         Self { topology, channel, declared_delay_queues: Mutex::new(HashMap::new()) }
     }
 
-    async fn publish_to(&self, queue: &str, m: &FireMessage, headers: FieldTable) -> anyhow::Result<()> {
-        self.publish_with(queue, m, headers, None).await
-    }
-
-    async fn publish_with(
-        &self,
-        queue: &str,
-        m: &FireMessage,
-        headers: FieldTable,
-        expiration: Option<std::time::Duration>,
-    ) -> anyhow::Result<()> {
-        let payload = serde_json::to_vec(m)?;
-        let mut props = BasicProperties::default()
-            .with_delivery_mode(2)
-            .with_content_type("application/json".into())
-            .with_message_id(m.execution_id.as_str().into())
-            .with_headers(headers);
-        if let Some(ttl) = expiration {
-            props = props.with_expiration(ttl.as_millis().to_string().into());
-        }
+    async fn publish_to(&self, queue: &str, m: &FireMessage, headers: Headers) -> anyhow::Result<()> {
+        let (payload, props) = properties::encode(&[m], &headers)?;
         let confirm = self
             .channel
             .basic_publish(
@@ -98,7 +70,7 @@ impl RetryPublisher {
     pub(crate) async fn publish_retry(&self, m: &FireMessage, next_attempt: u32, delay_ms: u64) -> anyhow::Result<()> {
         // The message is due again only after its delay.
         let mut retry = m.clone();
-        retry.due_at = common::clock::now();
+        retry.due_at = runtime::clock::now();
         self.publish_delayed(&retry, next_attempt, delay_ms, Delayed::Retry).await
     }
 
@@ -123,11 +95,7 @@ impl RetryPublisher {
                 declared.insert((kind, delay_ms), Instant::now());
             }
         }
-        let mut headers = FieldTable::default();
-        headers.insert(ATTEMPT_HEADER.into(), AMQPValue::LongInt(attempt as i32));
-        if kind == Delayed::Wait {
-            headers.insert(WAIT_HEADER.into(), AMQPValue::Boolean(true));
-        }
+        let headers = Headers { wait: kind == Delayed::Wait, ..Headers::attempt(attempt) };
         let result = self.publish_to(&self.topology.delay_queue(kind, delay_ms), m, headers).await;
         if result.is_err() {
             // The queue may have expired since we declared it.
@@ -138,20 +106,18 @@ impl RetryPublisher {
 
     /// To the failed queue, where an operator can see it, with when and why.
     pub(crate) async fn publish_failed(&self, m: &FireMessage, attempts: u32, reason: &str) -> anyhow::Result<()> {
-        let mut headers = FieldTable::default();
-        headers.insert(ATTEMPT_HEADER.into(), AMQPValue::LongInt(attempts as i32));
-        headers.insert(
-            "x-cronshard-failed-at".into(),
-            AMQPValue::LongString(common::execution::format_instant(common::clock::now()).into()),
-        );
-        headers.insert("x-cronshard-failure-reason".into(), AMQPValue::LongString(reason.into()));
+        let headers = Headers {
+            failed: Some((runtime::clock::now(), reason.to_owned())),
+            expiration: Some(crate::defaults::FAILED_QUEUE_TTL),
+            ..Headers::attempt(attempts)
+        };
         // A parked message is for an operator to look at (a replay works from
         // the ledger and the job): it keeps no secret header, not even sealed.
         let mut parked = m.clone();
-        if let common::job::Target::Http(http) = &mut parked.target {
+        if let domain::job::Target::Http(http) = &mut parked.target {
             http.secret_headers.clear();
         }
-        self.publish_with(&self.topology.failed_queue, &parked, headers, Some(crate::defaults::FAILED_QUEUE_TTL)).await
+        self.publish_to(&self.topology.failed_queue, &parked, headers).await
     }
 }
 
@@ -174,7 +140,7 @@ mod tests {
         let at = chrono::DateTime::parse_from_rfc3339("2026-12-15T15:00:00Z").unwrap().to_utc()
             + chrono::TimeDelta::seconds(i as i64);
         let target = serde_json::json!({ "url": "http://127.0.0.1:9/hook", "method": "POST", "timeout_ms": 1000 });
-        common::testing::fire_message(common::job::Target::Http(serde_json::from_value(target).unwrap()), at)
+        testing::fire_message(domain::job::Target::Http(serde_json::from_value(target).unwrap()), at)
     }
 
     /// The bug: a delay queue declared once and then only published to
@@ -187,10 +153,11 @@ mod tests {
     async fn a_delay_queue_kept_in_use_never_expires_with_messages_in_it() {
         use futures::StreamExt;
         use lapin::options::{BasicConsumeOptions, QueueDeleteOptions};
-        let cluster = common::testing::unique_cluster("delay-expiry");
+        use lapin::types::FieldTable;
+        let cluster = testing::unique_cluster("delay-expiry");
         let topology = Topology::new(&cluster).with_delay_queue_idle_expiry(std::time::Duration::from_secs(2));
-        let connection = common::amqp::connect(&common::testing::amqp_url(), "delay expiry test").await.unwrap();
-        let channel = common::amqp::confirm_channel(&connection).await.unwrap();
+        let connection = broker::amqp::connect(&testing::amqp_url(), "delay expiry test").await.unwrap();
+        let channel = broker::amqp::confirm_channel(&connection).await.unwrap();
         topology.declare(&channel).await.unwrap();
         let consume = connection.create_channel().await.unwrap();
         let mut consumer = consume

@@ -16,8 +16,8 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use common::amqp::{self, Topology};
-use common::backoff::Backoff;
+use broker::amqp::{self, Topology};
+use runtime::backoff::Backoff;
 
 use super::WorkerConfig;
 use super::deliver::Deliverers;
@@ -42,10 +42,10 @@ pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> an
     // The clock before the first message: a pre-armed message is held until
     // its due instant by the corrected clock. A worker never stops over its
     // clock (it would strand what it holds); it corrects and reports.
-    let (clock_tx, _) = tokio::sync::watch::channel(common::clock::ClockVerdict::InBounds);
-    common::clock::check_once(&pg, &config.clock, &clock_tx, CLOCK_FIRST_CHECK_BOUND).await;
+    let (clock_tx, _) = tokio::sync::watch::channel(runtime::clock::ClockVerdict::InBounds);
+    runtime::clock::check_once(&pg, &config.clock, &clock_tx, CLOCK_FIRST_CHECK_BOUND).await;
     let clock_stop = CancellationToken::new();
-    let clock = tokio::spawn(common::clock::discipline(pg.clone(), config.clock, clock_tx, clock_stop.clone()));
+    let clock = tokio::spawn(runtime::clock::discipline(pg.clone(), config.clock, clock_tx, clock_stop.clone()));
     let deliverers = Arc::new(Deliverers::new(&config, pg.clone())?);
     let holding = Arc::new(Holding::default());
     // Shared by the sessions: a lost session's tasks hold theirs until they end.
@@ -159,7 +159,7 @@ async fn consume(
                     // message is taken; the raw body is not kept (the slots
                     // carry what they need).
                     let body = std::mem::take(&mut delivery.data);
-                    let messages = common::message::parse_body(&body);
+                    let messages = domain::message::parse_body(&body);
                     let charges = held.charge_message(body.len(), messages.as_ref().map_or(0, Vec::len));
                     drop(body);
                     let shared = shared.clone();

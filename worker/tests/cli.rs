@@ -8,30 +8,24 @@ use std::time::Duration;
 const SECRET: &str = "Sk-worker-8e05aa";
 
 fn worker() -> Command {
-    let mut c = common::testing::command_with_secret_env(env!("CARGO_BIN_EXE_cronshard-worker"), SECRET);
+    let mut c = testing::command_with_secret_env(env!("CARGO_BIN_EXE_cronshard-worker"), SECRET);
     c.env("METRICS_ADDR", "127.0.0.1:0");
     c
 }
 
 fn run(c: &mut Command, limit: Duration) -> (Option<std::process::ExitStatus>, String) {
-    common::testing::output_within(c, limit).expect("running cronshard-worker")
+    testing::output_within(c, limit).expect("running cronshard-worker")
 }
 
 #[test]
 fn help_shows_which_variables_are_read_but_not_their_secret_values() {
     let (status, out) = run(worker().arg("--help"), Duration::from_secs(20));
-    common::testing::assert_help_hides_secrets(status, &out, SECRET, "[env: METRICS_ADDR=127.0.0.1:0]");
+    testing::assert_help_hides_secrets(status, &out, SECRET, "[env: METRICS_ADDR=127.0.0.1:0]");
     // The key-encryption keys are named, never shown.
     let (status, out) =
-        run(worker().env("SECRETS_KEK", common::testing::TEST_SECRETS_KEK).arg("--help"), Duration::from_secs(20));
-    let key = common::testing::TEST_SECRETS_KEK.split_once(':').unwrap().1;
-    common::testing::assert_help_hides_secret_values(
-        status,
-        &out,
-        key,
-        &["SECRETS_KEK"],
-        "[env: METRICS_ADDR=127.0.0.1:0]",
-    );
+        run(worker().env("SECRETS_KEK", testing::TEST_SECRETS_KEK).arg("--help"), Duration::from_secs(20));
+    let key = testing::TEST_SECRETS_KEK.split_once(':').unwrap().1;
+    testing::assert_help_hides_secret_values(status, &out, key, &["SECRETS_KEK"], "[env: METRICS_ADDR=127.0.0.1:0]");
 }
 
 #[test]

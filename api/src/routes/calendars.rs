@@ -8,8 +8,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
 
-use common::calendar::CalendarSpec;
-use common::calendar::store::{self, Delete, Put};
+use domain::calendar::CalendarSpec;
+use store::calendars::{self, Delete, Put};
 
 use crate::AppState;
 use crate::auth::{Caller, Role};
@@ -42,7 +42,7 @@ fn no_calendar(namespace: &str, name: &str) -> ApiError {
 
 /// The namespace and name a request names, checked.
 fn address(caller: &Caller, namespace: Option<&str>, name: &str) -> ApiResult<String> {
-    common::labels::check_name(name).map_err(|why| field("name", why))?;
+    domain::labels::check_name(name).map_err(|why| field("name", why))?;
     caller.namespace_for_new_job(namespace)
 }
 
@@ -74,7 +74,7 @@ pub async fn put(
     let namespace = address(&caller, query.namespace.as_deref(), &name)?;
     let spec = CalendarSpec::from_json(&body).map_err(ApiError::Validation)?;
     let client = state.pg.get().await?;
-    Ok(match store::put(&client, &namespace, &name, &spec).await? {
+    Ok(match calendars::put(&client, &namespace, &name, &spec).await? {
         Put::Created(s) => {
             tracing::info!(calendar = %name, namespace = %namespace, "calendar created");
             (StatusCode::CREATED, Json(s.into()))
@@ -109,7 +109,7 @@ pub async fn get(
 ) -> ApiResult<Json<Calendar>> {
     let namespace = address(&caller, query.namespace.as_deref(), &name)?;
     let client = state.pg.get().await?;
-    let stored = store::get(&client, &namespace, &name).await?.ok_or_else(|| no_calendar(&namespace, &name))?;
+    let stored = calendars::get(&client, &namespace, &name).await?.ok_or_else(|| no_calendar(&namespace, &name))?;
     Ok(Json(stored.into()))
 }
 
@@ -144,10 +144,10 @@ pub async fn list(
         Some(c) => Some(c.split_once('/').ok_or_else(|| field("cursor", "is not a cursor returned by this endpoint"))?),
     };
     let client = state.pg.get().await?;
-    let mut rows = store::list(&client, namespaces.as_deref(), after, limit + 1).await?;
+    let mut rows = calendars::list(&client, namespaces.as_deref(), after, limit + 1).await?;
     let has_more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
-    let next_cursor = has_more.then(|| rows.last().map(|c| store::key(&c.namespace, &c.name))).flatten();
+    let next_cursor = has_more.then(|| rows.last().map(|c| domain::calendar::key(&c.namespace, &c.name))).flatten();
     Ok(Json(CalendarPage { items: rows.into_iter().map(Calendar::from).collect(), next_cursor }))
 }
 
@@ -178,7 +178,7 @@ pub async fn delete(
     let namespace = address(&caller, query.namespace.as_deref(), &name)?;
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
-    match store::delete(&tx, &namespace, &name).await? {
+    match calendars::delete(&tx, &namespace, &name).await? {
         Delete::Deleted => {
             tx.commit().await?;
             tracing::info!(calendar = %name, namespace = %namespace, "calendar deleted");

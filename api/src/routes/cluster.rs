@@ -21,7 +21,7 @@ async fn heartbeats(state: &AppState) -> ApiResult<(BTreeMap<String, Value>, u64
     let mut nodes: BTreeMap<String, Value> = BTreeMap::new();
     let mut shards_up = 0;
     for shard in &state.redis {
-        let result = common::redis::live_nodes(shard, &state.keys).await;
+        let result = runtime::redis::live_nodes(shard, &state.keys).await;
         if let Ok(entries) = result {
             shards_up += 1;
             for (id, value) in entries {
@@ -90,19 +90,19 @@ pub async fn owners(
 ) -> ApiResult<Json<JobOwners>> {
     let client = state.pg.get().await?;
     // A deleted job is owned by nobody: the nodes drop it.
-    let live = common::jobs::namespace_of(&client, id, caller.scope.sql().as_deref()).await?;
+    let live = store::jobs::namespace_of(&client, id, caller.scope.sql().as_deref()).await?;
     if live.is_none() {
         return Err(not_found(id));
     }
     let (nodes, _) = heartbeats(&state).await?;
     let members: Vec<(String, usize)> =
-        nodes.iter().map(|(id, beat)| (id.clone(), common::ownership::heartbeat_replication_factor(beat))).collect();
+        nodes.iter().map(|(id, beat)| (id.clone(), domain::ownership::heartbeat_replication_factor(beat))).collect();
     let replication_factor =
-        members.iter().map(|(_, rf)| *rf).max().unwrap_or(common::ownership::DEFAULT_REPLICATION_FACTOR);
+        members.iter().map(|(_, rf)| *rf).max().unwrap_or(domain::ownership::DEFAULT_REPLICATION_FACTOR);
     Ok(Json(JobOwners {
         job_id: id,
         replication_factor: replication_factor as u64,
-        owners: common::ownership::owners_by_own_factor(id, &members),
+        owners: domain::ownership::owners_by_own_factor(id, &members),
         live_nodes: nodes.into_keys().collect(),
     }))
 }

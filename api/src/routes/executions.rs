@@ -7,10 +7,11 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::Value;
 
-use common::execution::format_instant;
-use common::ledger::changes::{self, ReplaySelection};
-use common::ledger::read::{self, Filter};
-use common::ledger::{Execution, Status, Trigger};
+use domain::execution::format_instant;
+use domain::slot::{Status, Trigger};
+use store::ledger::Execution;
+use store::ledger::changes::{self, ReplaySelection};
+use store::ledger::read::{self, Filter};
 
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiResult, field};
@@ -258,7 +259,7 @@ fn retry_policy(obj: &serde_json::Map<String, Value>) -> ApiResult<Option<Value>
             if let Some(obj) = checked.as_object_mut() {
                 obj.entry("max_retries").or_insert(0.into());
             }
-            common::job::RetryPolicy::from_json(&checked).map_err(ApiError::Validation)?;
+            domain::job::RetryPolicy::from_json(&checked).map_err(ApiError::Validation)?;
             Ok(Some(v.clone()))
         }
     }

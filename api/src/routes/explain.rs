@@ -6,7 +6,7 @@ use axum::Json;
 use axum::extract::State;
 use chrono::Utc;
 
-use common::execution::format_instant;
+use domain::execution::format_instant;
 
 use crate::auth::Caller;
 use crate::error::ApiResult;
@@ -45,19 +45,19 @@ pub async fn explain(
         return Err(not_found(job_id));
     }
     // Deleted jobs included: their slots stay explainable.
-    let job = common::jobs::get_any(&client, job_id).await?.map(JobFacts::of).transpose()?;
-    let mut row = common::ledger::read::get(&client, job_id, at).await?;
+    let job = store::jobs::get_any(&client, job_id).await?.map(JobFacts::of).transpose()?;
+    let mut row = store::ledger::read::get(&client, job_id, at).await?;
     // A slot of a decided run (an outage's misfires) has no row of its own.
     let is_slot = |job: &JobFacts| job.schedule.next_after(at - chrono::TimeDelta::microseconds(1)) == Some(at);
     if row.is_none() && job.as_ref().is_some_and(is_slot) {
-        row = common::ledger::read::decided_run_at(&client, job_id, at).await?;
+        row = store::ledger::read::decided_run_at(&client, job_id, at).await?;
     }
     let now = Utc::now();
     let mut explanation = match (&row, &job) {
         (Some(row), _) => of_row(row, now),
         (None, Some(job)) => {
             let runs_before = match job.spec.schedule.max_runs {
-                Some(_) => Some(common::ledger::read::runs_before(&client, job_id, at).await?),
+                Some(_) => Some(store::ledger::read::runs_before(&client, job_id, at).await?),
                 None => None,
             };
             absent(job, at, now, runs_before, state.retention)
@@ -68,7 +68,7 @@ pub async fn explain(
         explanation.previous_fire_at = job.schedule.prev_before(at).map(format_instant);
         explanation.next_fire_at = job.schedule.next_after(at).map(format_instant);
         if job.spec.jitter_ms > 0 {
-            let offset = common::schedule::jitter_offset(job_id, at, job.spec.jitter_ms);
+            let offset = domain::schedule::jitter_offset(job_id, at, job.spec.jitter_ms);
             explanation.delivery_at = Some(format_instant(at + offset));
             explanation.details.push(format!(
                 "The job has jitter_ms {}: this slot is delivered {} ms after its scheduled time, at {} \

@@ -19,9 +19,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
 
-use common::job::{JobSpec, Target};
-use common::jobs::{self, StoredJob};
-use common::ledger::{self, Execution, changes::Cancel};
+use domain::job::{JobSpec, Target};
+use store::jobs::{self, StoredJob};
+use store::ledger::{self, Execution, changes::Cancel};
 
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiResult, field};
@@ -90,7 +90,7 @@ fn versioned(status: StatusCode, version: i64, body: impl serde::Serialize) -> R
 }
 
 /// Validates a definition and checks it can ever fire.
-fn validated(body: &Value, limits: &common::job::Limits) -> ApiResult<(JobSpec, Option<String>)> {
+fn validated(body: &Value, limits: &domain::job::Limits) -> ApiResult<(JobSpec, Option<String>)> {
     let (spec, namespace) = parsed(body, limits)?;
     fires_ever(&spec)?;
     Ok((spec, namespace))
@@ -98,11 +98,11 @@ fn validated(body: &Value, limits: &common::job::Limits) -> ApiResult<(JobSpec, 
 
 /// Validates a definition's fields; returns it with the `namespace` it
 /// names, if any (a property of the job, not of its definition).
-fn parsed(body: &Value, limits: &common::job::Limits) -> ApiResult<(JobSpec, Option<String>)> {
+fn parsed(body: &Value, limits: &domain::job::Limits) -> ApiResult<(JobSpec, Option<String>)> {
     let mut nul = Vec::new();
     find_nul("", body, &mut nul);
     if !nul.is_empty() {
-        return Err(ApiError::Validation(common::job::cap_field_errors(nul)));
+        return Err(ApiError::Validation(domain::job::cap_field_errors(nul)));
     }
     let mut definition = body.clone();
     // `pause` is state the API shows beside the definition (who paused the
@@ -127,7 +127,7 @@ fn fires_ever(spec: &JobSpec) -> ApiResult<()> {
     let schedule = spec.compile(now).map_err(|e| field(&format!("schedule.{}", e.field), e.message))?;
     if schedule.next_after(now).is_none() {
         return Err(match spec.schedule.kind {
-            common::job::ScheduleKind::Once { .. } => {
+            domain::job::ScheduleKind::Once { .. } => {
                 field("schedule.at", "is in the past; a one-time job must be due in the future")
             }
             _ => field("schedule.end_at", "the schedule has no fire time before its end"),
@@ -138,11 +138,11 @@ fn fires_ever(spec: &JobSpec) -> ApiResult<()> {
 
 /// Postgres cannot store a NUL character in `jsonb` or `text`: such strings
 /// (values or keys, anywhere in the body) are refused up front.
-fn find_nul(path: &str, value: &Value, out: &mut Vec<common::job::FieldError>) {
+fn find_nul(path: &str, value: &Value, out: &mut Vec<domain::job::FieldError>) {
     let join = |k: &str| if path.is_empty() { k.to_owned() } else { format!("{path}.{k}") };
     match value {
         Value::String(s) if s.contains('\0') => {
-            out.push(common::job::FieldError::new(path, "must not contain a NUL character"))
+            out.push(domain::job::FieldError::new(path, "must not contain a NUL character"))
         }
         Value::Array(items) => {
             for (i, v) in items.iter().enumerate() {
@@ -152,7 +152,7 @@ fn find_nul(path: &str, value: &Value, out: &mut Vec<common::job::FieldError>) {
         Value::Object(map) => {
             for (k, v) in map {
                 if k.contains('\0') {
-                    out.push(common::job::FieldError::new(
+                    out.push(domain::job::FieldError::new(
                         join(&k.replace('\0', "\\0")),
                         "must not contain a NUL character",
                     ));
@@ -176,7 +176,7 @@ fn find_nul(path: &str, value: &Value, out: &mut Vec<common::job::FieldError>) {
                         of creating a second job; the same key with another definition is a 422. Keys are scoped \
                         to the bearer token. 1 to 255 visible ASCII characters, e.g. a UUID."),
     ),
-    request_body(content = common::job::JobSpec, content_type = "application/json"),
+    request_body(content = domain::job::JobSpec, content_type = "application/json"),
     responses(
         (status = 201, description = "The job was created (or, for a repeated `Idempotency-Key`, the first response \
                                       again, with `Idempotent-Replayed: true`); `Location` names it, `ETag` is its \
@@ -222,7 +222,7 @@ pub async fn create(
         // The namespace has a quota, or is not there: the checks below say which.
     }
     let tx = client.transaction().await?;
-    tx.batch_execute(common::job_changes::DEFER_TO_AFTER_COMMIT).await?;
+    tx.batch_execute(store::notify::DEFER_TO_AFTER_COMMIT).await?;
     let counted = if spec.paused { 0.0 } else { peak };
     quota::check(&tx, &namespace, quota::Demand { new_jobs: 1, peak: counted, peak_before: 0.0 }).await?;
     crate::tenancy::check_references(&tx, &namespace, &spec.calendars).await?;
@@ -524,7 +524,7 @@ pub(crate) async fn seal_secrets(
     };
     let client = state.pg.get().await?;
     state.vault.seal_headers(&client, namespace, id, &mut http.secret_headers, stored).await.map_err(|e| match e {
-        common::secrets::SecretError::NoKek => field("target.secret_headers", e.to_string()),
+        store::secrets::SecretError::NoKek => field("target.secret_headers", e.to_string()),
         e => ApiError::Unavailable(format!("secret header values cannot be sealed: {e}")),
     })
 }
@@ -569,7 +569,7 @@ async fn settle_change(
         ("id" = uuid::Uuid, Path, description = "The job id"),
         ("If-Match" = Option<String>, Header, description = "The version the change is based on, e.g. \"3\"; `*` or absent: any"),
     ),
-    request_body(content = common::job::JobSpec, content_type = "application/json"),
+    request_body(content = domain::job::JobSpec, content_type = "application/json"),
     responses(
         (status = 200, description = "The replaced job", body = crate::model::Job),
         crate::model::BadRequest,
@@ -754,8 +754,8 @@ pub(crate) fn check_pause_note(note: Option<&str>) -> ApiResult<()> {
     if note.chars().count() > PAUSE_NOTE_MAX {
         return Err(field("note", format!("must be at most {PAUSE_NOTE_MAX} characters")));
     }
-    if let Some(c) = common::text::first_hidden(note) {
-        return Err(field("note", common::text::hidden_problem(c)));
+    if let Some(c) = domain::text::first_hidden(note) {
+        return Err(field("note", domain::text::hidden_problem(c)));
     }
     Ok(())
 }
@@ -947,7 +947,7 @@ async fn trigger_job(
     tx: &impl deadpool_postgres::GenericClient,
     caller: &Caller,
     id: Uuid,
-) -> ApiResult<(Execution, Vec<(common::message::FireMessage, u32)>)> {
+) -> ApiResult<(Execution, Vec<(domain::message::FireMessage, u32)>)> {
     let version = jobs::version_for_fire(tx, id, caller.scope.sql().as_deref()).await?.ok_or_else(|| not_found(id))?;
     Ok(ledger::changes::insert_manual(tx, id, version).await?)
 }

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use common::job::{FieldError, JobSpec, cap_field_errors};
+use domain::job::{FieldError, JobSpec, cap_field_errors};
 
 use crate::AppState;
 use crate::auth::Caller;
@@ -38,7 +38,7 @@ struct Preview {
 /// jitter are checked by the job validator itself, on a job that has them
 /// (its name and target are placeholders that pass), so a preview accepts
 /// exactly the schedules a create does, reported under the same field names.
-fn parse(body: &Value, limits: &common::job::Limits) -> ApiResult<Preview> {
+fn parse(body: &Value, limits: &domain::job::Limits) -> ApiResult<Preview> {
     let mut problems = Vec::new();
     let map = body_object(body, &FIELDS, &mut problems);
     let get = |key: &str| map.and_then(|m| m.get(key)).filter(|v| !v.is_null());

@@ -2,7 +2,7 @@
 //! minute (`/v1/stats/lateness`), failures grouped by error
 //! (`/v1/executions/failures`) and each job's outcomes
 //! (`/v1/jobs/outcomes`). Each is confined to the caller's namespaces and
-//! bounded in what it reads (`common::ledger::stats`).
+//! bounded in what it reads (`store::ledger::stats`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -12,7 +12,7 @@ use chrono::{TimeDelta, Utc};
 use serde::Deserialize;
 use uuid::Uuid;
 
-use common::ledger::stats;
+use store::ledger::stats;
 
 use crate::AppState;
 use crate::auth::Caller;
@@ -203,7 +203,7 @@ pub async fn outcomes(
         }
         let id = part
             .parse::<Uuid>()
-            .map_err(|_| field("ids", format!("{} is not a job id (UUID)", common::text::quoted(part))))?;
+            .map_err(|_| field("ids", format!("{} is not a job id (UUID)", domain::text::quoted(part))))?;
         ids.insert(id);
     }
     if ids.is_empty() {
@@ -214,7 +214,7 @@ pub async fn outcomes(
     let ids: Vec<Uuid> = ids.into_iter().collect();
     let client = state.pg.get().await?;
     // Deleted jobs included, as their executions stay readable.
-    let visible = common::jobs::existing(&client, &ids, caller.scope.sql().as_deref()).await?;
+    let visible = store::jobs::existing(&client, &ids, caller.scope.sql().as_deref()).await?;
     let read = stats::outcomes(&client, &visible, from, to).await?;
     let items: BTreeMap<Uuid, JobOutcomes> =
         visible.iter().map(|id| (*id, read.get(id).map(JobOutcomes::from).unwrap_or_default())).collect();

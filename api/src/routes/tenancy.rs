@@ -245,7 +245,7 @@ pub async fn create_token(
     let name = obj
         .get("name")
         .and_then(Value::as_str)
-        .filter(|n| (1..=200).contains(&n.chars().count()) && common::text::first_hidden(n).is_none())
+        .filter(|n| (1..=200).contains(&n.chars().count()) && domain::text::first_hidden(n).is_none())
         .ok_or_else(|| field("name", "is required: 1-200 characters, no control, bidi or zero-width characters"))?
         .to_owned();
     let role = obj

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 
-use common::testing::{TestDb, redis_url, unique_cluster};
+use testing::{TestDb, redis_url, unique_cluster};
 
 /// A response, fully read.
 pub struct Resp {
@@ -56,9 +56,9 @@ pub struct Options {
     pub header_read_timeout: Option<std::time::Duration>,
     /// What job definitions may be (`MIN_INTERVAL_MS`, `CALLBACK_ALLOW_CIDRS`);
     /// the API's defaults unless given.
-    pub job_limits: common::job::Limits,
+    pub job_limits: domain::job::Limits,
     /// The API's key-encryption keys (`SECRETS_KEK`); the test key unless given.
-    pub keyring: Option<common::secrets::Keyring>,
+    pub keyring: Option<store::secrets::Keyring>,
 }
 
 impl TestApp {
@@ -69,21 +69,21 @@ impl TestApp {
     pub async fn start_with(label: &str, opts: Options) -> Self {
         let db = TestDb::new().await.expect("creating the test database");
         let cluster = unique_cluster(label);
-        let redis = common::redis::pools(&[redis_url()]).expect("Redis pool");
-        let pg = common::db::pool(opts.pg_url.as_deref().unwrap_or(&db.url), 4).expect("Postgres pool");
+        let redis = runtime::redis::pools(&[redis_url()]).expect("Redis pool");
+        let pg = store::db::pool(opts.pg_url.as_deref().unwrap_or(&db.url), 4).expect("Postgres pool");
         let state = api::AppState {
-            job_changes: common::job_changes::Announcer::start(pg.clone()),
-            vault: common::secrets::Vault::new(opts.keyring.unwrap_or_else(common::testing::test_keyring)),
+            job_changes: store::notify::Announcer::start(pg.clone()),
+            vault: store::secrets::Vault::new(opts.keyring.unwrap_or_else(testing::test_keyring)),
             pg,
             redis: match &opts.redis_url {
-                Some(url) => common::redis::pools(std::slice::from_ref(url)).expect("Redis pool"),
+                Some(url) => runtime::redis::pools(std::slice::from_ref(url)).expect("Redis pool"),
                 None => redis.clone(),
             },
-            keys: common::redis::Keys::new(&cluster),
+            keys: runtime::redis::Keys::new(&cluster),
             cluster: cluster.clone(),
             tokens: Arc::new(opts.tokens),
             token_cache: Default::default(),
-            publisher: api::AppState::publisher(&common::testing::amqp_url(), common::amqp::Topology::new(&cluster)),
+            publisher: api::AppState::publisher(&testing::amqp_url(), broker::amqp::Topology::new(&cluster)),
             retention: Default::default(),
             limits: Arc::new(opts.job_limits),
         };
@@ -165,7 +165,7 @@ impl TestApp {
     }
 
     pub async fn sql(&self) -> tokio_postgres::Client {
-        common::db::connect(&self.db.url).await.expect("connecting to the test database")
+        store::db::connect(&self.db.url).await.expect("connecting to the test database")
     }
 
     /// A connection LISTENing where the schedulers do (it listens while the
@@ -186,7 +186,7 @@ impl TestApp {
                 }
             }
         });
-        client.batch_execute(&format!("LISTEN {}", common::job_changes::CHANNEL)).await.expect("LISTEN");
+        client.batch_execute(&format!("LISTEN {}", store::notify::CHANNEL)).await.expect("LISTEN");
         (client, rx)
     }
 

@@ -3,7 +3,7 @@
 //! include it: the binary's path is known to them alone.
 #![allow(dead_code)] // each test binary uses only part of it
 
-use common::testing::{TestDb, redis_url, unique_cluster};
+use testing::{TestDb, redis_url, unique_cluster};
 
 /// A `cronshard-api` binary on a fresh database, its log read line by line
 /// (colours stripped) until it says where it listens.
@@ -26,7 +26,7 @@ impl ApiProcess {
         command
             .env("DATABASE_URL", &db.url)
             .env("REDIS_URLS", redis_url())
-            .env("AMQP_URL", common::testing::amqp_url())
+            .env("AMQP_URL", testing::amqp_url())
             .env("CLUSTER_NAME", unique_cluster(label))
             .env("LISTEN_ADDR", "127.0.0.1:0")
             .env("LOG_FORMAT", "text")

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use common::config::{ClockArgs, LedgerArgs, LogArgs, ServiceArgs};
+use runtime::config::{ClockArgs, LogArgs, ServiceArgs};
 use scheduler::node::{Node, NodeConfig, defaults};
+use store::ledger::partitions::LedgerArgs;
 
 #[derive(Parser, Debug)]
 #[command(version, about = "A cronshard scheduler node")]
@@ -62,7 +63,7 @@ struct Args {
 
 fn main() -> std::process::ExitCode {
     // A failure's text may quote a connection string: printed redacted.
-    common::redact::exit_code(run())
+    domain::redact::exit_code(run())
 }
 
 #[tokio::main]
@@ -70,9 +71,9 @@ async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     // Before anything connects: a bad retention stops the node at once.
     let retention = args.ledger.retention()?;
-    common::telemetry::init(args.log.log_format);
-    common::metrics::install_exporter(args.metrics_addr)?;
-    let node_id = args.node_id.clone().unwrap_or_else(|| common::config::host_name("cronshard-scheduler"));
+    runtime::telemetry::init(args.log.log_format);
+    runtime::metrics::install_exporter(args.metrics_addr)?;
+    let node_id = args.node_id.clone().unwrap_or_else(|| runtime::config::host_name("cronshard-scheduler"));
     let mut config = NodeConfig::new(
         node_id,
         args.service.cluster_name.clone(),
@@ -93,14 +94,14 @@ async fn run() -> anyhow::Result<()> {
     config.queue_type = args.service.amqp_queue_type;
     let node = Node {
         config,
-        pg: common::db::pool_with_settings(
+        pg: store::db::pool_with_settings(
             &args.service.database_url,
             args.service.database_pool_size,
-            common::db::HOT_PATH_SETTINGS,
+            store::db::HOT_PATH_SETTINGS,
         )?,
-        redis: common::redis::pools(&args.service.redis_urls)?,
+        redis: runtime::redis::pools(&args.service.redis_urls)?,
     };
-    let token = common::shutdown::token_on_signal();
+    let token = runtime::shutdown::token_on_signal();
     node.run(token).await
 }
 
@@ -111,6 +112,6 @@ mod tests {
     /// clap's consistency checks, and `--help` shows no secret env value.
     #[test]
     fn cli_is_well_formed() {
-        common::config::assert_cli_well_formed(super::Args::command());
+        runtime::config::assert_cli_well_formed(super::Args::command());
     }
 }

@@ -50,7 +50,7 @@ impl Dispatcher {
     /// slot, which this node then claims.
     pub(super) async fn lock(&self, slots: &[Slot]) -> Vec<bool> {
         let share = LOCK_BOUND / self.redis.len().max(1) as u32;
-        let now = common::clock::now();
+        let now = runtime::clock::now();
         let mut timed_out = 0;
         let mut won = None;
         for shard in &self.redis {
@@ -67,7 +67,7 @@ impl Dispatcher {
         }
         if timed_out > 0 {
             if won.is_none() {
-                metrics::counter!(common::metrics::SCHEDULER_LOCKS_TIMED_OUT_TOTAL).increment(1);
+                metrics::counter!(runtime::metrics::SCHEDULER_LOCKS_TIMED_OUT_TOTAL).increment(1);
             }
             // A slow link makes every batch say so: once in a while.
             if let Some(batches) = self.lock_timeouts.add() {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use chrono::TimeDelta;
 use tokio_util::sync::CancellationToken;
 
-use common::job::JobSpec;
-use common::ledger::sweep;
+use domain::job::JobSpec;
+use store::ledger::sweep;
 
 use super::{Dispatcher, UNRETAKEN_GRACE, UNRETAKEN_LOOKBACK};
 
@@ -26,20 +26,22 @@ const CAUGHT_UP_MARGIN: Duration = Duration::from_secs(10);
 impl Dispatcher {
     /// Republishes claimed rows whose publish was never confirmed.
     pub async fn sweep_outbox(&mut self) -> anyhow::Result<usize> {
-        let messages = sweep::republish_unconfirmed(&self.pg, &mut self.publisher, self.config.outbox_grace).await?;
+        let messages =
+            broker::outbox::republish_unconfirmed(&self.pg, &mut self.publisher, self.config.outbox_grace).await?;
         if !messages.is_empty() {
             tracing::warn!(messages = messages.len(), "republished claimed rows that had no confirmed publish");
-            metrics::counter!(common::metrics::OUTBOX_REPUBLISHED_TOTAL).increment(messages.len() as u64);
+            metrics::counter!(runtime::metrics::OUTBOX_REPUBLISHED_TOTAL).increment(messages.len() as u64);
         }
         Ok(messages.len())
     }
 
     /// Delivers again rows left `running` by a worker that is gone.
     pub async fn recover_running(&mut self) -> anyhow::Result<usize> {
-        let messages = sweep::recover_running(&self.pg, &mut self.publisher, self.config.running_grace).await?;
+        let messages =
+            broker::outbox::recover_running(&self.pg, &mut self.publisher, self.config.running_grace).await?;
         if !messages.is_empty() {
             tracing::warn!(rows = messages.len(), "recovered rows stuck in running");
-            metrics::counter!(common::metrics::RUNNING_RECOVERED_TOTAL).increment(messages.len() as u64);
+            metrics::counter!(runtime::metrics::RUNNING_RECOVERED_TOTAL).increment(messages.len() as u64);
         }
         Ok(messages.len())
     }
@@ -60,10 +62,10 @@ impl Dispatcher {
     /// once the queues catch up, whichever is later. Until the first count
     /// (a node just started, the broker unreachable) nothing is judged.
     pub async fn sweep_stranded(&mut self) -> anyhow::Result<usize> {
-        let counted_at = common::clock::now();
+        let counted_at = runtime::clock::now();
         match self.publisher.ready_messages().await {
             Ok(ready) => {
-                metrics::gauge!(common::metrics::BROKER_READY_MESSAGES).set(ready as f64);
+                metrics::gauge!(runtime::metrics::BROKER_READY_MESSAGES).set(ready as f64);
                 if ready <= CAUGHT_UP_READY {
                     self.queues_caught_up_at = Some(counted_at);
                 }
@@ -73,9 +75,9 @@ impl Dispatcher {
         let Some(caught_up_at) = self.queues_caught_up_at else { return Ok(0) };
         let cutoff = (counted_at - TimeDelta::from_std(self.config.stranded_after)?)
             .min(caught_up_at - TimeDelta::from_std(CAUGHT_UP_MARGIN)?);
-        let moved = sweep::move_on_stranded(&self.pg, &mut self.publisher, cutoff).await?;
+        let moved = broker::outbox::move_on_stranded(&self.pg, &mut self.publisher, cutoff).await?;
         for (status, _) in &moved {
-            metrics::counter!(common::metrics::LEDGER_STRANDED_TOTAL, "status" => status.as_str()).increment(1);
+            metrics::counter!(runtime::metrics::LEDGER_STRANDED_TOTAL, "status" => status.as_str()).increment(1);
         }
         if !moved.is_empty() {
             let examples: Vec<&str> = moved.iter().take(5).map(|(_, m)| m.execution_id.as_str()).collect();
@@ -110,7 +112,7 @@ impl Dispatcher {
         drop(client);
         let claimed = self.claim(&slots).await?;
         if !claimed.is_empty() {
-            metrics::counter!(common::metrics::LEDGER_STRANDED_TOTAL, "status" => common::ledger::Status::Skipped.as_str())
+            metrics::counter!(runtime::metrics::LEDGER_STRANDED_TOTAL, "status" => domain::slot::Status::Skipped.as_str())
                 .increment(claimed.len() as u64);
             let examples: Vec<&str> = claimed.iter().take(5).map(|(m, _)| m.execution_id.as_str()).collect();
             tracing::warn!(slots = claimed.len(), ?examples, "re-took slots a change had cancelled and nobody re-took");

@@ -15,8 +15,8 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use common::testing::{TestDb, unique_cluster};
 use scheduler::node::{Node, NodeConfig};
+use testing::{TestDb, unique_cluster};
 use worker::WorkerConfig;
 
 #[derive(Debug, Clone)]
@@ -159,34 +159,30 @@ impl Stack {
     /// What the stack's own processes (spawned binaries) need to join it,
     /// on the machine's Redis.
     pub fn proc_env(&self) -> ProcEnv {
-        ProcEnv {
-            database_url: self.db.url.clone(),
-            cluster: self.cluster.clone(),
-            redis_urls: common::testing::redis_url(),
-        }
+        ProcEnv { database_url: self.db.url.clone(), cluster: self.cluster.clone(), redis_urls: testing::redis_url() }
     }
 
     pub async fn start(label: &str) -> Stack {
         if std::env::var("TEST_LOG").is_ok() {
-            common::telemetry::init(common::config::LogFormat::Text);
+            runtime::telemetry::init(runtime::config::LogFormat::Text);
         }
         let db = TestDb::new().await.expect("test database");
         let cluster = unique_cluster(label);
-        let pg = common::db::pool(&db.url, 8).unwrap();
+        let pg = store::db::pool(&db.url, 8).unwrap();
         let state = api::AppState {
-            job_changes: common::job_changes::Announcer::start(pg.clone()),
-            vault: common::secrets::Vault::new(common::testing::test_keyring()),
+            job_changes: store::notify::Announcer::start(pg.clone()),
+            vault: store::secrets::Vault::new(testing::test_keyring()),
             pg: pg.clone(),
-            redis: common::redis::pools(&[common::testing::redis_url()]).unwrap(),
-            keys: common::redis::Keys::new(&cluster),
+            redis: runtime::redis::pools(&[testing::redis_url()]).unwrap(),
+            keys: runtime::redis::Keys::new(&cluster),
             cluster: cluster.clone(),
             tokens: Arc::new(vec![]),
             token_cache: Default::default(),
-            publisher: api::AppState::publisher(&common::testing::amqp_url(), common::amqp::Topology::new(&cluster)),
+            publisher: api::AppState::publisher(&testing::amqp_url(), broker::amqp::Topology::new(&cluster)),
             retention: Default::default(),
             // As the workers (`worker_config`): callbacks go to loopback sinks,
             // and some tests run sub-second intervals.
-            limits: Arc::new(common::job::Limits {
+            limits: Arc::new(domain::job::Limits {
                 min_interval_ms: 1,
                 allow_cidrs: vec!["127.0.0.0/8".parse().unwrap()],
             }),
@@ -202,8 +198,7 @@ impl Stack {
     }
 
     pub fn node_config(&self, node_id: &str) -> NodeConfig {
-        let mut cfg =
-            NodeConfig::new(node_id.into(), self.cluster.clone(), self.db.url.clone(), common::testing::amqp_url());
+        let mut cfg = NodeConfig::new(node_id.into(), self.cluster.clone(), self.db.url.clone(), testing::amqp_url());
         cfg.poll_interval = Duration::from_millis(500);
         cfg.heartbeat_interval = Duration::from_secs(1);
         cfg.membership_refresh = Duration::from_millis(300);
@@ -214,8 +209,8 @@ impl Stack {
     pub fn start_node(&mut self, config: NodeConfig) {
         let node = Node {
             config,
-            pg: common::db::pool(&self.db.url, 8).unwrap(),
-            redis: common::redis::pools(&[common::testing::redis_url()]).unwrap(),
+            pg: store::db::pool(&self.db.url, 8).unwrap(),
+            redis: runtime::redis::pools(&[testing::redis_url()]).unwrap(),
         };
         let token = self.token.clone();
         self.tasks.push(tokio::spawn(async move {
@@ -227,13 +222,13 @@ impl Stack {
         WorkerConfig {
             worker_id: worker_id.into(),
             cluster: self.cluster.clone(),
-            amqp_url: common::testing::amqp_url(),
+            amqp_url: testing::amqp_url(),
             queue_type: Default::default(),
             prefetch: 500,
             max_in_flight: 64,
             max_held_bytes: worker::defaults::MAX_HELD_MB << 20,
             destinations: Default::default(),
-            retry_defaults: common::job::RetryPolicy {
+            retry_defaults: domain::job::RetryPolicy {
                 max_retries: 3,
                 base_delay_ms: 1000,
                 multiplier: 2.0,
@@ -241,10 +236,10 @@ impl Stack {
             },
             allow_cidrs: vec!["127.0.0.0/8".parse().unwrap()],
             aws: None,
-            misfire_threshold: Duration::from_millis(common::job::MISFIRE_THRESHOLD_DEFAULT_MS),
+            misfire_threshold: Duration::from_millis(domain::job::MISFIRE_THRESHOLD_DEFAULT_MS),
             clock: Default::default(),
             outcome_retry_for: worker::defaults::OUTCOME_RETRY_FOR,
-            keyring: common::testing::test_keyring(),
+            keyring: testing::test_keyring(),
         }
     }
 
@@ -315,7 +310,7 @@ impl Stack {
             let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
         }
         // The broker is shared by every run: leave nothing behind.
-        let _ = common::amqp::Topology::new(&self.cluster).delete_at(&common::testing::amqp_url()).await;
+        let _ = broker::amqp::Topology::new(&self.cluster).delete_at(&testing::amqp_url()).await;
     }
 }
 
@@ -336,7 +331,7 @@ pub fn binary(name: &str) -> std::path::PathBuf {
 /// The value of the series `name` on a process's `/metrics`: a metric's
 /// name alone, or with its labels as the exporter writes them.
 pub async fn metric_value(http: &reqwest::Client, addr: &str, name: &str) -> Option<f64> {
-    common::metrics::value_in(&metrics_text(http, addr).await?, name)
+    runtime::metrics::value_in(&metrics_text(http, addr).await?, name)
 }
 
 /// One scrape of a process's `/metrics`. Series compared with each other
@@ -365,8 +360,8 @@ impl ProcEnv {
         c.env("DATABASE_URL", &self.database_url)
             .env("CLUSTER_NAME", &self.cluster)
             .env("REDIS_URLS", &self.redis_urls)
-            .env("AMQP_URL", common::testing::amqp_url())
-            .env("SECRETS_KEK", common::testing::TEST_SECRETS_KEK)
+            .env("AMQP_URL", testing::amqp_url())
+            .env("SECRETS_KEK", testing::TEST_SECRETS_KEK)
             .env("RUST_LOG", std::env::var("TEST_CHILD_LOG").unwrap_or_else(|_| "warn".into()))
             .env("METRICS_ADDR", free_addr())
             .stdin(std::process::Stdio::null())
@@ -409,7 +404,7 @@ pub fn kill9(child: &tokio::process::Child) {
 
 // Each test binary uses a different part of this file.
 #[allow(unused_imports)]
-pub use common::testing::proxy::TcpProxy;
+pub use testing::proxy::TcpProxy;
 
 /// A private redis-server for tests that must flush or break Redis.
 pub struct RedisServer {
@@ -426,7 +421,7 @@ impl RedisServer {
             .kill_on_drop(true)
             .spawn()
             .expect("redis-server is installed (deploy/scripts/services.sh installs it)");
-        common::testing::wait_for("the private redis-server", Duration::from_secs(10), || async {
+        testing::wait_for("the private redis-server", Duration::from_secs(10), || async {
             tokio::net::TcpStream::connect(addr).await.ok().map(|_| ())
         })
         .await;
@@ -448,7 +443,7 @@ pub async fn herd_on(stack: &Stack, sink: &Sink, path: &str, n: usize, at: DateT
             .map(|i| {
                 json!({
                     "name": format!("{path}-{i}"),
-                    "schedule": { "kind": "once", "at": common::execution::format_instant(at) },
+                    "schedule": { "kind": "once", "at": domain::execution::format_instant(at) },
                     "target": http_target(&sink.url(path)),
                 })
             })
@@ -466,7 +461,7 @@ pub async fn herd_on(stack: &Stack, sink: &Sink, path: &str, n: usize, at: DateT
 pub async fn all_succeeded(stack: &Stack, jobs: impl Iterator<Item = &String>) -> std::collections::BTreeSet<String> {
     let client = stack.pg.get().await.unwrap();
     let ids: Vec<uuid::Uuid> = jobs.map(|id| id.parse().unwrap()).collect();
-    common::testing::wait_for("every row succeeded", Duration::from_secs(30), || async {
+    testing::wait_for("every row succeeded", Duration::from_secs(30), || async {
         let rows = client
             .query("SELECT execution_id FROM scheduled_jobs WHERE job_id = ANY($1) AND status = 'succeeded'", &[&ids])
             .await
@@ -486,7 +481,7 @@ pub async fn create_ticking_jobs(stack: &Stack, sink: &Sink, n: usize, start: Da
         let job = stack
             .create_job(json!({
                 "name": format!("job-{i}"),
-                "schedule": { "kind": "interval", "every_ms": TICK_MS, "start_at": common::execution::format_instant(start) },
+                "schedule": { "kind": "interval", "every_ms": TICK_MS, "start_at": domain::execution::format_instant(start) },
                 "target": http_target(&sink.url("tick")),
             }))
             .await;
@@ -506,14 +501,10 @@ pub async fn assert_ticks_delivered_once(
 ) -> Vec<Received> {
     let expected = expected_executions(jobs, start, TICK_MS, window_end);
     // A slot whose lock a dead node held is taken over after the verify delay.
-    common::testing::wait_for(
-        &format!("all {} expected executions", expected.len()),
-        Duration::from_secs(60),
-        || async {
-            let got: std::collections::BTreeSet<String> = sink.received().into_iter().map(|r| r.execution_id).collect();
-            expected.is_subset(&got).then_some(())
-        },
-    )
+    testing::wait_for(&format!("all {} expected executions", expected.len()), Duration::from_secs(60), || async {
+        let got: std::collections::BTreeSet<String> = sink.received().into_iter().map(|r| r.execution_id).collect();
+        expected.is_subset(&got).then_some(())
+    })
     .await;
     let in_window: Vec<_> = sink.received().into_iter().filter(|r| expected.contains(&r.execution_id)).collect();
     assert_exactly_once(&in_window, &expected);
@@ -532,7 +523,7 @@ pub fn expected_executions(
     for id in jobs {
         let mut t = start;
         while t <= until {
-            out.insert(common::execution::execution_id(id.parse().unwrap(), t));
+            out.insert(domain::execution::execution_id(id.parse().unwrap(), t));
             t += chrono::TimeDelta::milliseconds(every_ms);
         }
     }

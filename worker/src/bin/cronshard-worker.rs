@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use clap::Parser;
 
-use common::config::{ClockArgs, LogArgs, RetryDefaults, ServiceArgs};
+use runtime::config::{ClockArgs, LogArgs, RetryDefaults, ServiceArgs};
 use worker::{DestinationArgs, WorkerConfig, deliver::ssrf::SsrfGuard};
 
 /// mimalloc, not glibc's malloc: each slot allocates and frees its steps,
@@ -48,7 +48,7 @@ struct Args {
     /// time follows its job's misfire policy (skip, fire_once: recorded
     /// skipped instead of delivered; fire_all: delivered). The same
     /// setting as the scheduler's.
-    #[arg(long, env = "MISFIRE_THRESHOLD_MS", default_value_t = common::job::MISFIRE_THRESHOLD_DEFAULT_MS)]
+    #[arg(long, env = "MISFIRE_THRESHOLD_MS", default_value_t = domain::job::MISFIRE_THRESHOLD_DEFAULT_MS)]
     misfire_threshold_ms: u64,
     /// Private/loopback ranges callbacks may reach anyway, e.g. `127.0.0.0/8`.
     #[arg(long, env = "CALLBACK_ALLOW_CIDRS", default_value = "")]
@@ -58,7 +58,7 @@ struct Args {
     #[command(flatten)]
     clock: ClockArgs,
     #[command(flatten)]
-    secrets: common::secrets::SecretsArgs,
+    secrets: store::secrets::SecretsArgs,
     /// Threads that run the worker's deliveries; 0 = one per core. Scale
     /// workers by running more of them: each is one more consumer of the
     /// queue (why one thread: docs/decisions.md).
@@ -70,7 +70,7 @@ fn main() -> std::process::ExitCode {
     disable_transparent_huge_pages();
     let args = Args::parse();
     // A failure's text may quote a connection string: printed redacted.
-    common::redact::exit_code(runtime(args.threads).and_then(|runtime| runtime.block_on(run(args))))
+    domain::redact::exit_code(runtime(args.threads).and_then(|runtime| runtime.block_on(run(args))))
 }
 
 /// No transparent huge pages for this process. mimalloc asks for them on
@@ -96,13 +96,13 @@ fn runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    common::telemetry::init(args.log.log_format);
+    runtime::telemetry::init(args.log.log_format);
     // Per-host gauges of hosts no longer tracked leave /metrics.
-    common::metrics::install_exporter_forgetting_gauges(
+    runtime::metrics::install_exporter_forgetting_gauges(
         args.metrics_addr,
         Some(worker::destination::GAUGES_FORGOTTEN_AFTER),
     )?;
-    let host = common::config::host_name("cronshard-worker");
+    let host = runtime::config::host_name("cronshard-worker");
     let config = WorkerConfig {
         worker_id: args.worker_id.unwrap_or_else(|| format!("{host}-{}", std::process::id())),
         cluster: args.service.cluster_name.clone(),
@@ -127,12 +127,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
             "SECRETS_KEK is empty: secret header values sealed at rest cannot be opened, so their deliveries fail"
         );
     }
-    let pg = common::db::pool_with_settings(
+    let pg = store::db::pool_with_settings(
         &args.service.database_url,
         args.service.database_pool_size,
-        common::db::HOT_PATH_SETTINGS,
+        store::db::HOT_PATH_SETTINGS,
     )?;
-    let token = common::shutdown::token_on_signal();
+    let token = runtime::shutdown::token_on_signal();
     worker::run(config, pg, token).await
 }
 
@@ -143,7 +143,7 @@ mod tests {
     /// clap's consistency checks, and `--help` shows no secret env value.
     #[test]
     fn cli_is_well_formed() {
-        common::config::assert_cli_well_formed(super::Args::command());
+        runtime::config::assert_cli_well_formed(super::Args::command());
     }
 
     #[test]

@@ -23,9 +23,9 @@ use reqwest::redirect::Policy;
 use reqwest::{Client, Method, StatusCode, Url};
 use tokio::time::Instant;
 
-use common::execution::format_instant;
-use common::job::HttpTarget;
-use common::message::FireMessage;
+use domain::execution::format_instant;
+use domain::job::HttpTarget;
+use domain::message::FireMessage;
 
 use super::ssrf::{CallbackRefused, GuardedResolver, SsrfGuard};
 use super::{ATTEMPT_NAME, DeliveryError, EXECUTION_ID_NAME, Outcome, SCHEDULED_AT_NAME};
@@ -240,7 +240,7 @@ fn hop_headers(
 /// refuses them; a definition stored before it did may hold one), nor the
 /// body's own headers once a redirect dropped the body.
 fn sendable(name: &str, body_dropped: bool) -> bool {
-    common::job::reserved_header(name).is_none()
+    domain::job::reserved_header(name).is_none()
         && !(body_dropped
             && (name.eq_ignore_ascii_case("content-type") || name.eq_ignore_ascii_case("content-encoding")))
 }
@@ -279,8 +279,8 @@ fn request_error(e: &reqwest::Error, timeout_ms: u64) -> DeliveryError {
 
 /// The guard's refusal of a URL's IP literal host (a name is checked by the
 /// resolver when it is looked up).
-fn literal_refusal(guard: &SsrfGuard, url: &Url) -> Option<common::netguard::Refusal> {
-    guard.refusal(common::netguard::literal_host(url)?)
+fn literal_refusal(guard: &SsrfGuard, url: &Url) -> Option<domain::netguard::Refusal> {
+    guard.refusal(domain::netguard::literal_host(url)?)
 }
 
 /// Whether the SSRF guard refused the callback's address somewhere in the
@@ -300,7 +300,7 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
         out.push_str(&s.to_string());
         source = s.source();
     }
-    common::redact::text(&out)
+    domain::redact::text(&out)
 }
 
 #[cfg(test)]
@@ -422,7 +422,7 @@ mod tests {
 
     fn message(target: &HttpTarget) -> FireMessage {
         let at = chrono::DateTime::parse_from_rfc3339("2026-12-15T15:00:00Z").unwrap().to_utc();
-        common::testing::fire_message(common::job::Target::Http(target.clone()), at)
+        testing::fire_message(domain::job::Target::Http(target.clone()), at)
     }
 
     fn loopback_allowed() -> HttpDelivery {

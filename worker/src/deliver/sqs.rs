@@ -26,7 +26,7 @@
 //!   of such a name (in any case), and one stored before it did is replaced.
 //!   SQS allows 10 attributes per message, so a target may name at most 7;
 //!   names must be SQS names (letters, digits, `-`, `_`, `.`). The API checks
-//!   all of this when a job is created (`common::job`); the checks here are
+//!   all of this when a job is created (`domain::job`); the checks here are
 //!   for definitions stored before it did.
 //! - FIFO queues (URL ends in `.fifo`): `MessageGroupId` from the target
 //!   (required), `MessageDeduplicationId` from the target or else the
@@ -52,9 +52,9 @@ use aws_sdk_sqs::operation::send_message::SendMessageError;
 use aws_sdk_sqs::types::MessageAttributeValue;
 use tokio::sync::OnceCell;
 
-use common::execution::format_instant;
-use common::job::{SqsTarget, check_sqs_attribute_name, is_sqs_char as sqs_char};
-use common::message::FireMessage;
+use domain::execution::format_instant;
+use domain::job::{SqsTarget, check_sqs_attribute_name, is_sqs_char as sqs_char};
+use domain::message::FireMessage;
 
 use super::{ATTEMPT_NAME, DeliveryError, EXECUTION_ID_NAME, Outcome, SCHEDULED_AT_NAME, SqsFault};
 
@@ -266,7 +266,7 @@ mod tests {
     fn execution_ids_are_valid_deduplication_ids() {
         let job = uuid::Uuid::new_v4();
         let at = chrono::DateTime::parse_from_rfc3339("2026-12-15T15:00:00.123Z").unwrap().to_utc();
-        for id in [common::execution::execution_id(job, at), common::execution::manual_execution_id(job, at)] {
+        for id in [domain::execution::execution_id(job, at), domain::execution::manual_execution_id(job, at)] {
             assert!(id.len() <= 128, "{id}");
             assert!(id.bytes().all(|b| b.is_ascii_alphanumeric() || b.is_ascii_punctuation()), "{id}");
         }

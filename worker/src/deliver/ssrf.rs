@@ -1,7 +1,7 @@
 //! The SSRF guard: callbacks may not reach loopback, private, link-local,
 //! cloud-metadata or other special addresses (IPv6 forms that carry such an
 //! IPv4 address included) unless the operator allows the range in
-//! `CALLBACK_ALLOW_CIDRS`. The rules are `common::netguard`'s, which the API
+//! `CALLBACK_ALLOW_CIDRS`. The rules are `domain::netguard`'s, which the API
 //! also applies to IP literals when a job is created. Enforced here on the
 //! resolved addresses (a DNS resolver wrapper), so a public name pointing at
 //! 10.0.0.5 is refused too, and on IP literals and redirect targets, which
@@ -10,7 +10,7 @@
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
-use common::netguard::{self, Refusal};
+use domain::netguard::{self, Refusal};
 use ipnet::IpNet;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 

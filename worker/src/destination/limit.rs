@@ -183,7 +183,7 @@ impl AdaptiveLimit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use common::testing::SeededRng;
+    use testing::SeededRng;
 
     const MS: Duration = Duration::from_millis(1);
 

@@ -17,7 +17,7 @@ use chrono::Utc;
 use serde_json::Value;
 use uuid::Uuid;
 
-use common::job::{FieldError, JobSpec};
+use domain::job::{FieldError, JobSpec};
 
 use super::{job_of, new_job, validated};
 use crate::auth::{Caller, Role};
@@ -137,7 +137,7 @@ pub async fn batch(
     }
 
     let tx = client.transaction().await?;
-    tx.batch_execute(common::job_changes::DEFER_TO_AFTER_COMMIT).await?;
+    tx.batch_execute(store::notify::DEFER_TO_AFTER_COMMIT).await?;
     // Per namespace: its quota for all its new jobs at once, and the
     // calendars they name (locked until commit, as for a single create).
     let mut by_namespace: BTreeMap<String, Vec<usize>> = BTreeMap::new();
@@ -197,7 +197,7 @@ pub async fn batch(
     if !valid.is_empty() {
         let mut specs: Vec<Value> = Vec::with_capacity(valid.len());
         for v in &valid {
-            if matches!(&v.spec.target, common::job::Target::Http(h) if !h.secret_headers.is_empty()) {
+            if matches!(&v.spec.target, domain::job::Target::Http(h) if !h.secret_headers.is_empty()) {
                 let mut sealed = v.spec.clone();
                 super::seal_secrets(&state, &v.namespace, v.id, &mut sealed, None).await?;
                 specs.push(serde_json::to_value(&sealed)?);
@@ -207,7 +207,7 @@ pub async fn batch(
         }
         let new: Vec<_> =
             valid.iter().zip(&specs).map(|(v, spec)| new_job(v.id, &v.spec, spec, &v.namespace, v.peak)).collect();
-        let rows = common::jobs::create(&tx, &new, caller.actor.author()).await?;
+        let rows = store::jobs::create(&tx, &new, caller.actor.author()).await?;
         let now = Utc::now();
         for row in &rows {
             let job = job_of(row, now)?;
@@ -258,7 +258,7 @@ fn refuse_all_if_any(outcomes: &[Outcome]) -> ApiResult<()> {
         })
         .flatten()
         .collect();
-    if errors.is_empty() { Ok(()) } else { Err(ApiError::Validation(common::job::cap_field_errors(errors))) }
+    if errors.is_empty() { Ok(()) } else { Err(ApiError::Validation(domain::job::cap_field_errors(errors))) }
 }
 
 fn prefix(index: usize, e: &FieldError) -> FieldError {

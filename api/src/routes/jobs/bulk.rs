@@ -15,8 +15,8 @@ use futures::{StreamExt, TryStreamExt};
 use serde_json::Value;
 use uuid::Uuid;
 
-use common::job::cap_field_errors;
-use common::labels::Selector;
+use domain::job::cap_field_errors;
+use domain::labels::Selector;
 
 use super::{delete_job, pause_or_resume, trigger_job};
 use crate::AppState;
@@ -26,7 +26,7 @@ use crate::extract::JsonBody;
 use crate::model::{BulkAction, BulkResult};
 use crate::params::{body_object, namespace_name};
 use crate::selector;
-use common::jobs::{self, BulkLock};
+use store::jobs::{self, BulkLock};
 
 /// Most jobs one call changes. A call is one transaction holding a row lock
 /// per job, and must end well within the request timeout (30 s): each job
@@ -46,7 +46,7 @@ struct BulkRequest {
 
 /// The body, every problem named at once (422).
 fn parse(body: &Value) -> ApiResult<BulkRequest> {
-    use common::job::FieldError;
+    use domain::job::FieldError;
     let mut problems = Vec::new();
     let map = body_object(body, &["action", "selector", "namespace"], &mut problems);
     let get = |key: &str| map.and_then(|m| m.get(key)).filter(|v| !v.is_null());
@@ -210,7 +210,7 @@ pub async fn bulk(
 }
 
 /// A message of a manual fire, and the attempt it is.
-type Message = (common::message::FireMessage, u32);
+type Message = (domain::message::FireMessage, u32);
 
 /// One job's step of the action: the single-job route's own.
 async fn step(
