@@ -13,8 +13,29 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use domain::job::FieldError;
+use serde::Serialize;
+use utoipa::ToSchema;
 
-use crate::model::Problem;
+/// The media type of a JSON Merge Patch (RFC 7396): the one patch format
+/// accepted, named by a 415's `Accept-Patch`.
+pub const MERGE_PATCH: &str = "application/merge-patch+json";
+
+/// An error (RFC 9457), sent as `application/problem+json`.
+#[derive(Serialize, ToSchema)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    #[schema(example = "about:blank")]
+    pub kind: String,
+    #[schema(example = "Invalid request")]
+    pub title: String,
+    #[schema(example = 422)]
+    pub status: u16,
+    pub detail: String,
+    /// Present on validation errors (422): one entry per bad field.
+    #[schema(required = false)]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<FieldError>,
+}
 
 #[derive(Debug)]
 pub enum ApiError {
@@ -155,7 +176,7 @@ impl IntoResponse for ApiError {
         }
         if status == StatusCode::UNSUPPORTED_MEDIA_TYPE {
             // RFC 5789 §2.2: say which patch formats are accepted.
-            response.headers_mut().insert("accept-patch", HeaderValue::from_static(crate::extract::MERGE_PATCH));
+            response.headers_mut().insert("accept-patch", HeaderValue::from_static(MERGE_PATCH));
         }
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

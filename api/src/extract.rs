@@ -6,7 +6,7 @@ use axum::http::request::Parts;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, MERGE_PATCH};
 
 /// A JSON body: any syntax error, duplicate object key, content type other
 /// than JSON or oversize body becomes a clear 4xx.
@@ -23,9 +23,6 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
         read_json(req, state).await.map(JsonBody)
     }
 }
-
-/// The media type of a JSON Merge Patch (RFC 7396).
-pub const MERGE_PATCH: &str = "application/merge-patch+json";
 
 /// A JSON Merge Patch body (`PATCH`): `application/merge-patch+json`, or
 /// `application/json`, read as a merge patch too (clients that know only

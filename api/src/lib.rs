@@ -5,6 +5,7 @@
 //! `/docs`; docs/decisions.md records the choices behind it.
 
 pub mod auth;
+pub mod caller;
 pub mod error;
 pub mod explain;
 pub mod extract;

@@ -12,6 +12,8 @@ use chrono::{DateTime, Utc};
 use domain::execution::{serialize_instant, serialize_opt_instant};
 use domain::job::{FieldError, JobSpec};
 
+use crate::error::Problem;
+
 /// A stored job: its definition plus server-assigned fields.
 #[derive(Serialize, ToSchema)]
 pub struct Job {
@@ -86,7 +88,7 @@ pub struct NamespaceList {
 pub struct TokenInfo {
     pub id: Uuid,
     pub name: String,
-    pub role: crate::auth::Role,
+    pub role: crate::caller::Role,
     /// The namespaces it acts in; `["*"]` = every namespace.
     pub namespaces: Vec<String>,
     #[serde(serialize_with = "serialize_instant")]
@@ -369,23 +371,6 @@ pub struct Cluster {
 pub struct ProbeStatus {
     #[schema(example = "ok")]
     pub status: String,
-}
-
-/// An error (RFC 9457), sent as `application/problem+json`.
-#[derive(Serialize, ToSchema)]
-pub struct Problem {
-    #[serde(rename = "type")]
-    #[schema(example = "about:blank")]
-    pub kind: String,
-    #[schema(example = "Invalid request")]
-    pub title: String,
-    #[schema(example = 422)]
-    pub status: u16,
-    pub detail: String,
-    /// Present on validation errors (422): one entry per bad field.
-    #[schema(required = false)]
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub errors: Vec<FieldError>,
 }
 
 /// The problem+json error responses shared by many operations, declared once.

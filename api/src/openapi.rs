@@ -10,6 +10,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::{Discriminator, RefOr, Schema};
 use utoipa::{Modify, OpenApi};
 
+use crate::error::Problem;
 use crate::model::*;
 
 /// Path of the generated document.
@@ -173,7 +174,7 @@ impl Modify for Tweaks {
         TokenInfo,
         NewToken,
         TokenList,
-        crate::auth::Role,
+        crate::caller::Role,
         domain::job::Overlap,
         Calendar,
         CalendarPage,

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
-use crate::auth::{Caller, Role, Scope};
+use crate::caller::{Caller, Role, Scope};
 use crate::model::{Namespace, TokenInfo};
 
 /// The caller of a stored token, unless it is unknown or revoked.
@@ -18,7 +18,7 @@ pub async fn token_caller(client: &impl GenericClient, hash: &[u8]) -> Result<Op
         .await?;
     Ok(row.and_then(|r| {
         let role = Role::parse(r.get(0))?;
-        let actor = crate::auth::Actor { token_id: Some(r.get(2)), name: r.get(3) };
+        let actor = crate::caller::Actor { token_id: Some(r.get(2)), name: r.get(3) };
         Some(Caller { role, scope: Scope::from_list(r.get(1)), actor })
     }))
 }

@@ -137,7 +137,7 @@ pub async fn index(headers: HeaderMap) -> Response {
     responses(
         (status = 200, description = "The file, with its content type", body = String, content_type = "text/javascript"),
         (status = 304, description = "Not modified (`If-None-Match` names the current `ETag`)"),
-        (status = 404, description = "No such console file", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such console file", body = crate::error::Problem, content_type = "application/problem+json"),
     ),
 )]
 pub async fn asset(Path(name): Path<String>, headers: HeaderMap) -> Response {

@@ -12,7 +12,7 @@ use domain::calendar::CalendarSpec;
 use store::calendars::{self, Delete, Put};
 
 use crate::AppState;
-use crate::auth::{Caller, Role};
+use crate::caller::{Caller, Role};
 use crate::error::{ApiError, ApiResult, field};
 use crate::extract::{JsonBody, PathParams, QueryParams};
 use crate::model::{Calendar, CalendarPage};
@@ -95,7 +95,7 @@ pub async fn put(
         (status = 200, description = "The calendar", body = Calendar),
         crate::model::BadRequest,
         crate::model::Unauthorized,
-        (status = 404, description = "No such calendar in that namespace", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such calendar in that namespace", body = crate::error::Problem, content_type = "application/problem+json"),
         crate::model::ValidationFailed,
         crate::model::InternalError,
     ),
@@ -161,8 +161,8 @@ pub async fn list(
         crate::model::BadRequest,
         crate::model::Unauthorized,
         crate::model::Forbidden,
-        (status = 404, description = "No such calendar in that namespace", body = crate::model::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Live jobs reference the calendar (the first ones are named)", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such calendar in that namespace", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Live jobs reference the calendar (the first ones are named)", body = crate::error::Problem, content_type = "application/problem+json"),
         crate::model::ValidationFailed,
         crate::model::InternalError,
     ),

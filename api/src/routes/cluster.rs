@@ -9,7 +9,7 @@ use axum::extract::State;
 use serde_json::Value;
 
 use crate::AppState;
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{JobIdPath, QueryParams};
 use crate::model::{Cluster, ClusterNode, JobOwners, Worker, WorkerList};
@@ -42,7 +42,7 @@ async fn heartbeats(state: &AppState) -> ApiResult<(BTreeMap<String, Value>, u64
     responses(
         (status = 200, description = "Live scheduler nodes and the jobs each owns", body = crate::model::Cluster),
         crate::model::Unauthorized,
-        (status = 503, description = "No Redis shard is reachable", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No Redis shard is reachable", body = crate::error::Problem, content_type = "application/problem+json"),
         crate::model::InternalError,
     ),
     security(("bearer" = [])),
@@ -77,7 +77,7 @@ pub async fn status(State(state): State<AppState>) -> ApiResult<Json<Cluster>> {
         crate::model::BadRequest,
         crate::model::Unauthorized,
         crate::model::JobNotFound,
-        (status = 503, description = "No Redis shard is reachable", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No Redis shard is reachable", body = crate::error::Problem, content_type = "application/problem+json"),
         crate::model::InternalError,
     ),
     security(("bearer" = [])),

@@ -13,7 +13,7 @@ use store::ledger::Execution;
 use store::ledger::changes::{self, ReplaySelection};
 use store::ledger::read::{self, Filter};
 
-use crate::auth::{Caller, Role};
+use crate::caller::{Caller, Role};
 use crate::error::{ApiError, ApiResult, field};
 use crate::extract::{JobIdPath, JsonBody, OptionalJsonBody, PathParams, QueryParams};
 use crate::model::{ExecutionPage, ExecutionSearchPage, ReplayResult};
@@ -184,9 +184,9 @@ async fn replay_where(state: &AppState, selection: ReplaySelection) -> ApiResult
         (status = 202, description = "The execution, back to pending under a new fire id, with a fresh retry budget", body = crate::model::Execution),
         crate::model::BadRequest,
         crate::model::Unauthorized,
-        (status = 404, description = "No such execution", body = crate::model::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The execution is held by a process (running on a live worker, pending before its slot) or already succeeded or decided, or its job is deleted; or its namespace's `max_fires_per_second` is 0", body = crate::model::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "Over a namespace's `max_fires_per_second`, which replays count against; nothing was replayed. `Retry-After` says when they fit", body = crate::model::Problem, content_type = "application/problem+json",
+        (status = 404, description = "No such execution", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The execution is held by a process (running on a live worker, pending before its slot) or already succeeded or decided, or its job is deleted; or its namespace's `max_fires_per_second` is 0", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Over a namespace's `max_fires_per_second`, which replays count against; nothing was replayed. `Retry-After` says when they fit", body = crate::error::Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds until the namespaces' budgets have room"))),
         crate::model::ValidationFailed,
         crate::model::InternalError,
@@ -282,8 +282,8 @@ const ERROR_FILTER_MAX_CHARS: usize = 500;
         (status = 202, description = "The failed executions moved back to pending", body = crate::model::ReplayResult),
         crate::model::BadRequest,
         crate::model::Unauthorized,
-        (status = 409, description = "The replay would make more fires at once in a namespace than its `max_fires_per_second` ever allows (a smaller `limit` fits)", body = crate::model::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "Over a namespace's `max_fires_per_second`, which replays count against; nothing was replayed. `Retry-After` says when they fit", body = crate::model::Problem, content_type = "application/problem+json",
+        (status = 409, description = "The replay would make more fires at once in a namespace than its `max_fires_per_second` ever allows (a smaller `limit` fits)", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Over a namespace's `max_fires_per_second`, which replays count against; nothing was replayed. `Retry-After` says when they fit", body = crate::error::Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds until the namespaces' budgets have room"))),
 
         crate::model::PayloadTooLarge,

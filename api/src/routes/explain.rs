@@ -8,7 +8,7 @@ use chrono::Utc;
 
 use domain::execution::format_instant;
 
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::error::ApiResult;
 use crate::explain::{JobFacts, absent, of_row, show};
 use crate::extract::PathParams;
@@ -28,7 +28,7 @@ use crate::{AppState, tenancy};
         (status = 200, description = "The slot's ledger row (null when there is none) with its history, and why it did or did not fire", body = crate::model::SlotExplanation),
         crate::model::BadRequest,
         crate::model::Unauthorized,
-        (status = 404, description = "No job with this id ever existed", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No job with this id ever existed", body = crate::error::Problem, content_type = "application/problem+json"),
         crate::model::ValidationFailed,
         crate::model::InternalError,
     ),

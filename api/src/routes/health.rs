@@ -25,7 +25,7 @@ pub async fn healthz() -> Json<ProbeStatus> {
     tag = "operations",
     responses(
         (status = 200, description = "Postgres answers", body = crate::model::ProbeStatus),
-        (status = 503, description = "Postgres does not answer", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Postgres does not answer", body = crate::error::Problem, content_type = "application/problem+json"),
     ),
 )]
 pub async fn readyz(State(state): State<AppState>) -> ApiResult<Json<ProbeStatus>> {

@@ -23,7 +23,7 @@ use domain::job::{JobSpec, Target};
 use store::jobs::{self, StoredJob};
 use store::ledger::{self, Execution, changes::Cancel};
 
-use crate::auth::{Caller, Role};
+use crate::caller::{Caller, Role};
 use crate::error::{ApiError, ApiResult, field};
 use crate::extract::{JobIdPath, JsonBody, OptionalJsonBody, QueryParams};
 use crate::model::{Job, JobPage, NextFires};
@@ -183,7 +183,7 @@ fn find_nul(path: &str, value: &Value, out: &mut Vec<domain::job::FieldError>) {
                                       version", body = crate::model::Job),
         crate::model::BadRequest,
         crate::model::Unauthorized,
-        (status = 409, description = "The `Idempotency-Key` expired while this request waited for it; retry", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The `Idempotency-Key` expired while this request waited for it; retry", body = crate::error::Problem, content_type = "application/problem+json"),
         crate::model::PayloadTooLarge,
         crate::model::ValidationFailed,
         crate::model::InternalError,
@@ -575,7 +575,7 @@ async fn settle_change(
         crate::model::BadRequest,
         crate::model::Unauthorized,
         crate::model::JobNotFound,
-        (status = 412, description = "`If-Match` names a version other than the current one", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 412, description = "`If-Match` names a version other than the current one", body = crate::error::Problem, content_type = "application/problem+json"),
         crate::model::PayloadTooLarge,
         crate::model::ValidationFailed,
         crate::model::InternalError,
@@ -913,8 +913,8 @@ pub async fn next(
         crate::model::BadRequest,
         crate::model::Unauthorized,
         crate::model::JobNotFound,
-        (status = 409, description = "The namespace's `max_fires_per_second` is 0: it makes no fire on request", body = crate::model::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "Over the namespace's `max_fires_per_second`, which fires made on request count against; nothing was fired. `Retry-After` says when one fits", body = crate::model::Problem, content_type = "application/problem+json",
+        (status = 409, description = "The namespace's `max_fires_per_second` is 0: it makes no fire on request", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Over the namespace's `max_fires_per_second`, which fires made on request count against; nothing was fired. `Retry-After` says when one fits", body = crate::error::Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds until the namespace's budget has room"))),
         crate::model::InternalError,
     ),

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use domain::job::{FieldError, JobSpec, cap_field_errors};
 
 use crate::AppState;
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::JsonBody;
 use crate::fires::{self, Jitter};

@@ -15,7 +15,7 @@ use uuid::Uuid;
 use store::ledger::stats;
 
 use crate::AppState;
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::error::{ApiResult, field};
 use crate::extract::QueryParams;
 use crate::model::{

@@ -10,7 +10,8 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::AppState;
-use crate::auth::{Caller, EVERY_NAMESPACE, Role, Scope, new_token, token_hash};
+use crate::auth::{new_token, token_hash};
+use crate::caller::{Caller, EVERY_NAMESPACE, Role, Scope};
 use crate::error::{ApiError, ApiResult, field};
 use crate::extract::{JsonBody, PathParams};
 use crate::model::{Namespace, NamespaceList, NewToken, TokenInfo, TokenList};
@@ -75,7 +76,7 @@ fn namespace_path(name: &str) -> ApiResult<()> {
         crate::model::BadRequest,
         crate::model::Unauthorized,
         crate::model::Forbidden,
-        (status = 409, description = "The name is taken", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The name is taken", body = crate::error::Problem, content_type = "application/problem+json"),
         crate::model::ValidationFailed,
         crate::model::InternalError,
     ),
@@ -125,7 +126,7 @@ pub async fn list_namespaces(State(state): State<AppState>, caller: Caller) -> A
     responses(
         (status = 200, description = "The namespace", body = Namespace),
         crate::model::Unauthorized,
-        (status = 404, description = "No such namespace for this token", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such namespace for this token", body = crate::error::Problem, content_type = "application/problem+json"),
         crate::model::InternalError,
     ),
     security(("bearer" = [])),
@@ -157,7 +158,7 @@ pub async fn get_namespace(
         crate::model::BadRequest,
         crate::model::Unauthorized,
         crate::model::Forbidden,
-        (status = 404, description = "No such namespace", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such namespace", body = crate::error::Problem, content_type = "application/problem+json"),
         crate::model::ValidationFailed,
         crate::model::InternalError,
     ),
@@ -192,8 +193,8 @@ pub async fn update_namespace(
         (status = 204, description = "Deleted"),
         crate::model::Unauthorized,
         crate::model::Forbidden,
-        (status = 404, description = "No such namespace", body = crate::model::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The namespace has jobs, or is `default`", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such namespace", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The namespace has jobs, or is `default`", body = crate::error::Problem, content_type = "application/problem+json"),
         crate::model::InternalError,
     ),
     security(("bearer" = [])),
@@ -324,7 +325,7 @@ pub async fn list_tokens(State(state): State<AppState>, caller: Caller) -> ApiRe
         (status = 204, description = "Revoked"),
         crate::model::Unauthorized,
         crate::model::Forbidden,
-        (status = 404, description = "No such token within this token's namespaces", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such token within this token's namespaces", body = crate::error::Problem, content_type = "application/problem+json"),
         crate::model::InternalError,
     ),
     security(("bearer" = [])),

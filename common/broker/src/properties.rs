@@ -142,7 +142,8 @@ mod tests {
         serde_json::from_value(serde_json::json!({
             "v": 1, "fire_id": "00000000-0000-0000-0000-000000000001", "job_id": "00000000-0000-0000-0000-000000000002",
             "scheduled_at": "2026-12-15T15:00:00.000Z", "due_at": "2026-12-15T15:00:00.000Z",
-            "execution_id": "x", "trigger": "schedule", "target": {"type": "http", "url": "http://127.0.0.1:9/"},
+            "execution_id": "x", "trigger": "schedule",
+            "target": {"kind": "http", "url": "http://127.0.0.1:9/", "method": "POST", "timeout_ms": 1000, "headers": {}},
             "retry": null
         }))
         .unwrap()

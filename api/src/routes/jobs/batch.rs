@@ -20,7 +20,7 @@ use uuid::Uuid;
 use domain::job::{FieldError, JobSpec};
 
 use super::{job_of, new_job, validated};
-use crate::auth::{Caller, Role};
+use crate::caller::{Caller, Role};
 use crate::error::{ApiError, ApiResult, field};
 use crate::extract::JsonBody;
 use crate::model::{BatchItem, BatchResult};
@@ -75,8 +75,8 @@ fn refusal(index: usize, e: ApiError) -> ApiResult<Outcome> {
         crate::model::Unauthorized,
         crate::model::Forbidden,
         crate::model::PayloadTooLarge,
-        (status = 409, description = "Atomic: a job does not fit its namespace's quota; nothing was created", body = crate::model::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "The request is malformed, or (atomic) a job is invalid: each error names `jobs[i].field`; nothing was created", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Atomic: a job does not fit its namespace's quota; nothing was created", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The request is malformed, or (atomic) a job is invalid: each error names `jobs[i].field`; nothing was created", body = crate::error::Problem, content_type = "application/problem+json"),
         crate::model::InternalError,
     ),
     security(("bearer" = [])),

@@ -20,7 +20,7 @@ use domain::labels::Selector;
 
 use super::{delete_job, pause_or_resume, trigger_job};
 use crate::AppState;
-use crate::auth::{Caller, Role};
+use crate::caller::{Caller, Role};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::JsonBody;
 use crate::model::{BulkAction, BulkResult};
@@ -122,8 +122,8 @@ fn parse(body: &Value) -> ApiResult<BulkRequest> {
         crate::model::BadRequest,
         crate::model::Unauthorized,
         crate::model::Forbidden,
-        (status = 409, description = "A resume would take a namespace over its quota, or a trigger would make more fires at once than a namespace's `max_fires_per_second` ever allows; no job was changed", body = crate::model::Problem, content_type = "application/problem+json"),
-        (status = 429, description = "A trigger: over a namespace's `max_fires_per_second`, which fires made on request count against; nothing was fired. `Retry-After` says when they fit", body = crate::model::Problem, content_type = "application/problem+json",
+        (status = 409, description = "A resume would take a namespace over its quota, or a trigger would make more fires at once than a namespace's `max_fires_per_second` ever allows; no job was changed", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "A trigger: over a namespace's `max_fires_per_second`, which fires made on request count against; nothing was fired. `Retry-After` says when they fit", body = crate::error::Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds until the namespaces' budgets have room"))),
         crate::model::PayloadTooLarge,
         crate::model::ValidationFailed,

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 
 use super::{check_version, if_match, job_of, lock_for_change, parsed, update_job, with_etag};
 use crate::AppState;
-use crate::auth::{Caller, Role};
+use crate::caller::{Caller, Role};
 use crate::error::ApiResult;
 use crate::extract::{JobIdPath, MergePatchBody};
 
@@ -65,13 +65,13 @@ pub fn merge(target: &mut Value, patch: &Value) {
         crate::model::Unauthorized,
         crate::model::Forbidden,
         crate::model::JobNotFound,
-        (status = 409, description = "The change would take the namespace over its quota", body = crate::model::Problem, content_type = "application/problem+json"),
-        (status = 412, description = "`If-Match` names a version other than the current one", body = crate::model::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The change would take the namespace over its quota", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 412, description = "`If-Match` names a version other than the current one", body = crate::error::Problem, content_type = "application/problem+json"),
         crate::model::PayloadTooLarge,
         (status = 415, description = "The body is neither application/merge-patch+json nor application/json \
-                                      (`Accept-Patch` names the patch format)", body = crate::model::Problem, content_type = "application/problem+json"),
+                                      (`Accept-Patch` names the patch format)", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 422, description = "The patched definition is not valid (as a create's body would not be); \
-                                      `errors` names each bad field", body = crate::model::Problem, content_type = "application/problem+json"),
+                                      `errors` names each bad field", body = crate::error::Problem, content_type = "application/problem+json"),
         crate::model::InternalError,
     ),
     security(("bearer" = [])),
