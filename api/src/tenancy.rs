@@ -88,10 +88,10 @@ pub async fn revoke_token(client: &impl GenericClient, id: Uuid) -> Result<(), t
     Ok(())
 }
 
-const NAMESPACE_COLUMNS: &str = "n.name, n.max_jobs, n.max_fires_per_second, n.created_at,
-    (SELECT count(*) FROM jobs j WHERE j.namespace = n.name AND j.deleted_at IS NULL) AS jobs,
-    (SELECT coalesce(sum(j.peak_fires_per_second), 0) FROM jobs j
-     WHERE j.namespace = n.name AND j.deleted_at IS NULL AND NOT j.paused) AS peak_fires_per_second";
+/// A namespace's own columns, then what the jobs store counts of it.
+fn namespace_columns() -> String {
+    format!("n.name, n.max_jobs, n.max_fires_per_second, n.created_at, {}", store::jobs::NAMESPACE_USAGE_COLUMNS)
+}
 
 fn namespace_of_row(r: &tokio_postgres::Row) -> Namespace {
     Namespace {
@@ -109,8 +109,9 @@ pub async fn namespaces(client: &impl GenericClient, scope: &Scope) -> Result<Ve
     let rows = client
         .query(
             &format!(
-                "SELECT {NAMESPACE_COLUMNS} FROM namespaces n
-                 WHERE $1::text[] IS NULL OR n.name = ANY($1) ORDER BY n.name"
+                "SELECT {} FROM namespaces n
+                 WHERE $1::text[] IS NULL OR n.name = ANY($1) ORDER BY n.name",
+                namespace_columns()
             ),
             &[&scope.sql()],
         )
@@ -129,8 +130,9 @@ pub async fn namespace(
     if for_update {
         client.execute("SELECT 1 FROM namespaces WHERE name = $1 FOR UPDATE", &[&name]).await?;
     }
-    let row =
-        client.query_opt(&format!("SELECT {NAMESPACE_COLUMNS} FROM namespaces n WHERE n.name = $1"), &[&name]).await?;
+    let row = client
+        .query_opt(&format!("SELECT {} FROM namespaces n WHERE n.name = $1", namespace_columns()), &[&name])
+        .await?;
     Ok(row.as_ref().map(namespace_of_row))
 }
 

@@ -87,3 +87,49 @@ fn the_tables_and_migrations_in_the_architecture_doc_are_the_migrations() {
     let expected: String = files.iter().map(|f| format!("| `{f}` | ... |\n")).collect();
     assert_eq!(listed, files, "docs/architecture.md's migrations should be:\n{expected}");
 }
+
+/// Every `.rs` file under `dir`, as a path relative to the repository.
+fn source_files(root: &std::path::Path, dir: &std::path::Path, out: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).unwrap().map(|e| e.unwrap()) {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if path.is_dir() && !matches!(name.as_str(), "target" | "vendor" | "node_modules" | ".git") {
+            source_files(root, &path, out);
+        } else if name.ends_with(".rs") {
+            out.push(path.strip_prefix(root).unwrap().to_string_lossy().into_owned());
+        }
+    }
+}
+
+/// The code map and the prose name source files (`feed.rs`,
+/// `dispatch/lock.rs`, `common/store/src/jobs.rs`): each must still exist,
+/// so that a file renamed or moved takes the documentation with it.
+#[test]
+fn every_source_file_the_architecture_doc_names_exists() {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let mut files = Vec::new();
+    source_files(root, root, &mut files);
+    let doc = doc();
+    let named: BTreeSet<&str> = doc
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| s.ends_with(".rs") && s.chars().all(|c| c.is_ascii_alphanumeric() || "_./-".contains(c)))
+        .collect();
+    assert!(named.len() > 50, "the doc names {} files: the pattern no longer reads it", named.len());
+    let missing: Vec<&str> =
+        named.into_iter().filter(|n| !files.iter().any(|f| f == n || f.ends_with(&format!("/{n}")))).collect();
+    assert!(missing.is_empty(), "docs/architecture.md names files that do not exist: {missing:?}");
+}
+
+/// Each crate of the workspace is described in the code map.
+#[test]
+fn every_crate_of_the_workspace_is_in_the_code_map() {
+    let manifest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml")).unwrap();
+    let members = manifest.split("members = [").nth(1).and_then(|m| m.split(']').next()).unwrap();
+    let doc = doc();
+    let code_map = doc.split("## Code map").nth(1).expect("a code map section");
+    for member in members.split(',').map(|m| m.trim().trim_matches('"')).filter(|m| !m.is_empty()) {
+        assert!(code_map.contains(&format!("**`{member}")), "the code map does not describe the crate {member}");
+    }
+}

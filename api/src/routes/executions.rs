@@ -152,15 +152,7 @@ async fn replay_where(state: &AppState, selection: ReplaySelection) -> ApiResult
     let (replayed, messages) = changes::replay(&tx, &selection).await?;
     if !replayed.is_empty() {
         let ids: Vec<uuid::Uuid> = replayed.iter().map(|e| e.job_id).collect();
-        let fires: std::collections::BTreeMap<String, u64> = tx
-            .query(
-                "SELECT j.namespace, count(*) FROM unnest($1::uuid[]) AS r(id) JOIN jobs j ON j.id = r.id GROUP BY 1",
-                &[&ids],
-            )
-            .await?
-            .iter()
-            .map(|r| (r.get(0), r.get::<_, i64>(1) as u64))
-            .collect();
+        let fires = store::jobs::count_by_namespace(&tx, &ids).await?;
         crate::quota::spend_manual_fires(state, &tx, &fires).await?;
     }
     tx.commit().await?;

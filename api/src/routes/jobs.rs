@@ -435,21 +435,7 @@ async fn record_paused_period(
     created_at: DateTime<Utc>,
     paused_version: i64,
 ) -> ApiResult<u64> {
-    // The run of paused versions that ends at `paused_version`: the version
-    // this change makes is already in `job_changes` (its trigger wrote it),
-    // so only the versions up to the paused one are looked at.
-    let period = tx
-        .query_one(
-            "SELECT (SELECT c.valid_from FROM job_changes c
-                     WHERE c.job_id = $1 AND c.version <= $2 AND c.version > coalesce(
-                         (SELECT max(p.version) FROM job_changes p
-                          WHERE p.job_id = $1 AND p.version <= $2 AND p.state <> 'paused'), 0)
-                     ORDER BY c.version LIMIT 1),
-                    (SELECT updated_at FROM jobs WHERE id = $1)",
-            &[&id, &paused_version],
-        )
-        .await?;
-    let (Some(from), until): (Option<DateTime<Utc>>, DateTime<Utc>) = (period.get(0), period.get(1)) else {
+    let Some((from, until)) = store::jobs::paused_period(tx, id, paused_version).await? else {
         return Ok(0);
     };
     let Ok(schedule) = before.compile(created_at) else { return Ok(0) };

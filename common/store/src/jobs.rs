@@ -443,6 +443,55 @@ pub async fn rewrite_definition_in_place(
     Ok(())
 }
 
+/// SQL columns on a `namespaces` row aliased `n`: its live jobs (`jobs`)
+/// and the sum of their peak fire rates while not paused
+/// (`peak_fires_per_second`), what its quotas are checked against.
+pub const NAMESPACE_USAGE_COLUMNS: &str =
+    "(SELECT count(*) FROM jobs j WHERE j.namespace = n.name AND j.deleted_at IS NULL) AS jobs,
+    (SELECT coalesce(sum(j.peak_fires_per_second), 0) FROM jobs j
+     WHERE j.namespace = n.name AND j.deleted_at IS NULL AND NOT j.paused) AS peak_fires_per_second";
+
+/// How many of `ids` (repeats counted) belong to each namespace.
+pub async fn count_by_namespace(
+    client: &impl GenericClient,
+    ids: &[Uuid],
+) -> Result<std::collections::BTreeMap<String, u64>, tokio_postgres::Error> {
+    Ok(client
+        .query(
+            "SELECT j.namespace, count(*) FROM unnest($1::uuid[]) AS r(id) JOIN jobs j ON j.id = r.id GROUP BY 1",
+            &[&ids],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get::<_, i64>(1) as u64))
+        .collect())
+}
+
+/// The paused period of job `id` that ends with version `paused_version`:
+/// from the instant its first paused version came into force, until the
+/// job's last change (the resume being made). `None` when that version was
+/// not paused. The version the current change makes is already in
+/// `job_changes` (its trigger wrote it), so only the versions up to
+/// `paused_version` are looked at.
+pub async fn paused_period(
+    client: &impl GenericClient,
+    id: Uuid,
+    paused_version: i64,
+) -> Result<Option<(DateTime<Utc>, DateTime<Utc>)>, tokio_postgres::Error> {
+    let period = client
+        .query_one(
+            "SELECT (SELECT c.valid_from FROM job_changes c
+                     WHERE c.job_id = $1 AND c.version <= $2 AND c.version > coalesce(
+                         (SELECT max(p.version) FROM job_changes p
+                          WHERE p.job_id = $1 AND p.version <= $2 AND p.state <> 'paused'), 0)
+                     ORDER BY c.version LIMIT 1),
+                    (SELECT updated_at FROM jobs WHERE id = $1)",
+            &[&id, &paused_version],
+        )
+        .await?;
+    Ok(period.get::<_, Option<DateTime<Utc>>>(0).map(|from| (from, period.get(1))))
+}
+
 /// Jobs of a namespace, deleted ones included (their history stays under it).
 pub async fn count_in_namespace(client: &impl GenericClient, namespace: &str) -> Result<i64, tokio_postgres::Error> {
     Ok(client.query_one("SELECT count(*) FROM jobs WHERE namespace = $1", &[&namespace]).await?.get(0))
