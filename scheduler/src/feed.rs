@@ -18,12 +18,13 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use futures::StreamExt;
 use tokio::sync::{Notify, mpsc};
-use tokio_postgres::{AsyncMessage, NoTls, Row};
+use tokio_postgres::{AsyncMessage, NoTls};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use domain::job::JobSpec;
 use runtime::backoff::Backoff;
+use store::jobs::feed::{self, FeedJob};
 
 #[derive(Debug, Clone)]
 pub struct JobRow {
@@ -105,23 +106,12 @@ async fn fill_history(
     // Each version with the instant the next one replaced it; the live ones
     // that ended inside the lookback.
     let mut past: std::collections::HashMap<Uuid, Vec<PastVersion>> = std::collections::HashMap::new();
-    for r in client
-        .query(
-            "SELECT job_id, version, valid_from, until, spec FROM (
-                 SELECT c.job_id, c.version, c.valid_from, c.state, c.spec,
-                        lead(c.valid_from) OVER (PARTITION BY c.job_id ORDER BY c.version) AS until
-                 FROM job_changes c WHERE c.job_id = ANY($1)) v
-             WHERE v.state = 'live' AND v.until IS NOT NULL AND v.until > $2
-             ORDER BY job_id, version",
-            &[&ids, &since],
-        )
-        .await?
-    {
-        let Ok(spec) = serde_json::from_value::<JobSpec>(r.get(4)) else { continue };
-        past.entry(r.get(0)).or_default().push(PastVersion {
-            version: r.get(1),
-            valid_from: r.get(2),
-            until: r.get(3),
+    for v in store::jobs::feed::live_versions_ended_since(client, &ids, since).await? {
+        let Ok(spec) = serde_json::from_value::<JobSpec>(v.spec) else { continue };
+        past.entry(v.job_id).or_default().push(PastVersion {
+            version: v.version,
+            valid_from: v.valid_from,
+            until: v.until,
             spec,
         });
     }
@@ -159,34 +149,29 @@ fn first_gap(row: &JobRow, span: &store::ledger::read::Span, since: DateTime<Utc
 /// window (the fire rate times the window, for a whole cluster's load).
 const GAP_WINDOW: chrono::TimeDelta = chrono::TimeDelta::seconds(120);
 
-const SELECT: &str =
-    "SELECT id, version, created_at, spec, paused, deleted_at IS NOT NULL, updated_at, namespace FROM jobs";
 const PAGE: i64 = 10_000;
 
-fn parse(row: &Row) -> JobRow {
-    let id: Uuid = row.get(0);
-    let paused: bool = row.get(4);
-    let deleted: bool = row.get(5);
-    let spec = if paused || deleted {
+fn parse(job: FeedJob) -> JobRow {
+    let spec = if job.paused || job.deleted {
         None
     } else {
-        match serde_json::from_value::<JobSpec>(row.get(3)) {
+        match serde_json::from_value::<JobSpec>(job.spec) {
             Ok(spec) => Some(spec),
             Err(e) => {
                 // Only the API writes specs, after validation; never crash a node over one row.
-                tracing::error!(job.id = %id, error = %format!("{e:#}"), "stored job spec does not parse; ignoring job");
+                tracing::error!(job.id = %job.id, error = %format!("{e:#}"), "stored job spec does not parse; ignoring job");
                 None
             }
         }
     };
     JobRow {
-        id,
-        version: row.get(1),
-        created_at: row.get(2),
-        updated_at: row.get::<_, Option<DateTime<Utc>>>(6).unwrap_or_default(),
-        namespace: row.get(7),
+        id: job.id,
+        version: job.version,
+        created_at: job.created_at,
+        updated_at: job.updated_at.unwrap_or_default(),
+        namespace: job.namespace,
         spec,
-        deleted,
+        deleted: job.deleted,
         runs: 0,
         runs_since_change: Vec::new(),
         history: None,
@@ -220,8 +205,7 @@ async fn count_runs(client: &impl deadpool_postgres::GenericClient, rows: &mut [
 pub async fn fetch(pool: &Pool, ids: &[Uuid], lookback: Duration) -> anyhow::Result<Vec<JobRow>> {
     let client = pool.get().await?;
     let ids = ids.to_vec();
-    let mut rows: Vec<JobRow> =
-        client.query(&format!("{SELECT} WHERE id = ANY($1)"), &[&ids]).await?.iter().map(parse).collect();
+    let mut rows: Vec<JobRow> = feed::by_ids(&client, &ids).await?.into_iter().map(parse).collect();
     fill_history(&client, &mut rows, lookback).await?;
     count_runs(&client, &mut rows).await?;
     Ok(rows)
@@ -238,18 +222,17 @@ pub async fn initial_load(pool: &Pool, lookback: Duration, out: &mpsc::Sender<Ve
         .start()
         .await?;
     let started = std::time::Instant::now();
-    let xmin: i64 = tx.query_one("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint", &[]).await?.get(0);
+    let xmin = feed::snapshot_xmin(&tx).await?;
     let mut after = Uuid::nil();
     let mut jobs = 0;
     // Paused jobs too: a node must know them to own them (a version before
     // the pause may have slots to catch up) and to notice a resume.
-    let query = format!("{SELECT} WHERE deleted_at IS NULL AND id > $1 ORDER BY id LIMIT $2");
     loop {
-        let rows = tx.query(&query, &[&after, &PAGE]).await?;
-        let Some(last) = rows.last() else { break };
-        after = last.get(0);
-        let full = rows.len() as i64 == PAGE;
-        let mut page: Vec<JobRow> = rows.iter().map(parse).collect();
+        let jobs_read = feed::live_page(&tx, after, PAGE).await?;
+        let Some(last) = jobs_read.last() else { break };
+        after = last.id;
+        let full = jobs_read.len() as i64 == PAGE;
+        let mut page: Vec<JobRow> = jobs_read.into_iter().map(parse).collect();
         let page_started = std::time::Instant::now();
         fill_history(&tx, &mut page, lookback).await?;
         let history_ms = page_started.elapsed().as_millis() as u64;
@@ -278,17 +261,8 @@ pub async fn initial_load(pool: &Pool, lookback: Duration, out: &mpsc::Sender<Ve
 /// Rows changed since the snapshot whose xmin is `since`, and the new xmin.
 pub async fn poll(pool: &Pool, since: i64) -> anyhow::Result<(Vec<JobRow>, i64)> {
     let client = pool.get().await?;
-    let rows = client
-        .query(
-            "WITH snap AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin)
-             SELECT j.id, j.version, j.created_at, j.spec, j.paused, j.deleted_at IS NOT NULL, j.updated_at,
-                    j.namespace, snap.xmin
-             FROM snap LEFT JOIN jobs j ON j.change_xid >= $1",
-            &[&since],
-        )
-        .await?;
-    let xmin = rows.first().map(|r| r.get::<_, i64>(8)).unwrap_or(since);
-    let mut changed: Vec<JobRow> = rows.iter().filter(|r| r.get::<_, Option<Uuid>>(0).is_some()).map(parse).collect();
+    let (jobs, xmin) = feed::changed_since(&client, since).await?;
+    let mut changed: Vec<JobRow> = jobs.into_iter().map(parse).collect();
     count_runs(&client, &mut changed).await?;
     Ok((changed, xmin))
 }

@@ -16,6 +16,8 @@ use serde_json::Value;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
+pub mod feed;
+
 /// The columns of a [`StoredJob`], without the run count.
 macro_rules! job_columns {
     () => {
