@@ -74,10 +74,28 @@ pub fn job_of(job: &StoredJob, now: DateTime<Utc>) -> ApiResult<Job> {
     })
 }
 
-/// A job's response, with its version as the `ETag`.
-fn with_etag(status: StatusCode, job: Job) -> Response {
-    let version = job.version;
-    versioned(status, version, job)
+/// A job as a response (200), with its version as the `ETag`.
+pub struct VersionedJob(pub Job);
+
+impl IntoResponse for VersionedJob {
+    fn into_response(self) -> Response {
+        let version = self.0.version;
+        versioned(StatusCode::OK, version, self.0)
+    }
+}
+
+/// A create's answer: the job as first answered (the stored body, when
+/// replayed for an idempotency key), with `ETag` and `Location`.
+pub struct Created {
+    pub status: u16,
+    pub body: Value,
+    pub replayed: bool,
+}
+
+impl IntoResponse for Created {
+    fn into_response(self) -> Response {
+        created(self.status, self.body, self.replayed)
+    }
 }
 
 /// A response with `version` as its `ETag`.
@@ -195,7 +213,7 @@ pub async fn create(
     caller: Caller,
     headers: HeaderMap,
     JsonBody(body): JsonBody,
-) -> ApiResult<Response> {
+) -> ApiResult<Created> {
     caller.require(Role::Write)?;
     let (spec, named) = parsed(&body, &state.limits)?;
     let namespace = caller.namespace_for_new_job(named.as_deref())?;
@@ -206,7 +224,7 @@ pub async fn create(
     if let Some(key) = &key
         && let Some(first) = key.replay(&client).await?
     {
-        return Ok(created(first.status, first.body, true));
+        return Ok(Created { status: first.status, body: first.body, replayed: true });
     }
     fires_ever(&spec)?;
     let id = Uuid::now_v7();
@@ -245,7 +263,7 @@ pub async fn create(
         // and answer with its response.
         tx.rollback().await?;
         let first = key.replay(&client).await?.ok_or_else(idempotency::vanished)?;
-        return Ok(created(first.status, first.body, true));
+        return Ok(Created { status: first.status, body: first.body, replayed: true });
     }
     tx.commit().await?;
     let response = committed_create(&state, &spec, &namespace, body);
@@ -269,10 +287,10 @@ pub(crate) fn new_job<'a>(
 
 /// After a create committed: the schedulers are told, the log says so, and
 /// the response is the new job's.
-fn committed_create(state: &AppState, spec: &JobSpec, namespace: &str, body: Value) -> Response {
+fn committed_create(state: &AppState, spec: &JobSpec, namespace: &str, body: Value) -> Created {
     state.job_changes.changed();
     tracing::info!(job.id = %body["id"].as_str().unwrap_or_default(), job.name = %spec.name, job.namespace = %namespace, "job created");
-    created(StatusCode::CREATED.as_u16(), body, false)
+    Created { status: StatusCode::CREATED.as_u16(), body, replayed: false }
 }
 
 /// A create's response: the job (as first answered, when replayed for an
@@ -306,10 +324,10 @@ fn created(status: u16, body: Value, replayed: bool) -> Response {
     ),
     security(("bearer" = [])),
 )]
-pub async fn get(State(state): State<AppState>, caller: Caller, JobIdPath(id): JobIdPath) -> ApiResult<Response> {
+pub async fn get(State(state): State<AppState>, caller: Caller, JobIdPath(id): JobIdPath) -> ApiResult<VersionedJob> {
     let client = state.pg.get().await?;
     let stored = jobs::get(&client, id, caller.scope.sql().as_deref()).await?.ok_or_else(|| not_found(id))?;
-    Ok(with_etag(StatusCode::OK, job_of(&stored, Utc::now())?))
+    Ok(VersionedJob(job_of(&stored, Utc::now())?))
 }
 
 /// An unknown parameter is a 400 naming it, not silently ignored.
@@ -574,7 +592,7 @@ pub async fn replace(
     JobIdPath(id): JobIdPath,
     headers: HeaderMap,
     JsonBody(body): JsonBody,
-) -> ApiResult<Response> {
+) -> ApiResult<VersionedJob> {
     caller.require(Role::Write)?;
     let expected = if_match(&headers)?;
     let (mut spec, named) = parsed(&body, &state.limits)?;
@@ -594,7 +612,7 @@ pub async fn replace(
     }
     let stored = update_job(&state, &tx, id, &before, spec, named).await?;
     tx.commit().await?;
-    Ok(with_etag(StatusCode::OK, job_of(&stored, Utc::now())?))
+    Ok(VersionedJob(job_of(&stored, Utc::now())?))
 }
 
 /// 412 unless the job is at the version `If-Match` asked for (`None`: any).
@@ -694,13 +712,13 @@ async fn set_paused(
     id: Uuid,
     paused: bool,
     note: Option<&str>,
-) -> ApiResult<Response> {
+) -> ApiResult<VersionedJob> {
     caller.require(Role::Write)?;
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
     let stored = pause_or_resume(&tx, caller, id, paused, note).await?;
     tx.commit().await?;
-    Ok(with_etag(StatusCode::OK, job_of(&stored, Utc::now())?))
+    Ok(VersionedJob(job_of(&stored, Utc::now())?))
 }
 
 /// Pauses (or resumes) a live job of the caller's namespaces: a new
@@ -773,7 +791,7 @@ pub async fn pause(
     caller: Caller,
     JobIdPath(id): JobIdPath,
     OptionalJsonBody(body): OptionalJsonBody,
-) -> ApiResult<Response> {
+) -> ApiResult<VersionedJob> {
     let note = pause_note(body)?;
     set_paused(&state, &caller, id, true, note.as_deref()).await
 }
@@ -826,7 +844,7 @@ pub async fn resume(
     caller: Caller,
     JobIdPath(id): JobIdPath,
     OptionalJsonBody(body): OptionalJsonBody,
-) -> ApiResult<Response> {
+) -> ApiResult<VersionedJob> {
     body_fields(body, &[])?;
     set_paused(&state, &caller, id, false, None).await
 }

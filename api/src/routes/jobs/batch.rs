@@ -86,7 +86,7 @@ pub async fn batch(
     caller: Caller,
     headers: HeaderMap,
     JsonBody(body): JsonBody,
-) -> ApiResult<Response> {
+) -> ApiResult<BatchAnswer> {
     caller.require(Role::Write)?;
     let obj = body.as_object().ok_or_else(|| field("", "the request body must be a JSON object"))?;
     if let Some(key) = obj.keys().find(|k| !["jobs", "atomic"].contains(&k.as_str())) {
@@ -278,10 +278,25 @@ fn ids_first(result: &BatchResult) -> Uuid {
     result.items.iter().find_map(|i| i.job.as_ref().map(|j| j.id)).unwrap_or_default()
 }
 
-fn answer(status: u16, body: Value, replayed: bool) -> Response {
-    let mut response = (StatusCode::from_u16(status).unwrap_or(StatusCode::OK), Json(body)).into_response();
-    if replayed {
-        response.headers_mut().insert(idempotency::REPLAYED_HEADER, HeaderValue::from_static("true"));
+/// A batch's answer: per index, as first answered (the stored body, when
+/// replayed for an idempotency key).
+pub struct BatchAnswer {
+    status: u16,
+    body: Value,
+    replayed: bool,
+}
+
+impl IntoResponse for BatchAnswer {
+    fn into_response(self) -> Response {
+        let mut response =
+            (StatusCode::from_u16(self.status).unwrap_or(StatusCode::OK), Json(self.body)).into_response();
+        if self.replayed {
+            response.headers_mut().insert(idempotency::REPLAYED_HEADER, HeaderValue::from_static("true"));
+        }
+        response
     }
-    response
+}
+
+fn answer(status: u16, body: Value, replayed: bool) -> BatchAnswer {
+    BatchAnswer { status, body, replayed }
 }

@@ -6,12 +6,11 @@
 //! definition the server computed.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::http::HeaderMap;
 use chrono::Utc;
 use serde_json::{Map, Value};
 
-use super::{check_version, if_match, job_of, lock_for_change, parsed, update_job, with_etag};
+use super::{VersionedJob, check_version, if_match, job_of, lock_for_change, parsed, update_job};
 use crate::AppState;
 use crate::caller::{Caller, Role};
 use crate::error::ApiResult;
@@ -82,7 +81,7 @@ pub async fn patch(
     JobIdPath(id): JobIdPath,
     headers: HeaderMap,
     MergePatchBody(patch): MergePatchBody,
-) -> ApiResult<Response> {
+) -> ApiResult<VersionedJob> {
     caller.require(Role::Write)?;
     let expected = if_match(&headers)?;
     let mut client = state.pg.get().await?;
@@ -96,7 +95,7 @@ pub async fn patch(
     let (spec, named) = parsed(&definition, &state.limits)?;
     let stored = update_job(&state, &tx, id, &before, spec, named).await?;
     tx.commit().await?;
-    Ok(with_etag(StatusCode::OK, job_of(&stored, Utc::now())?))
+    Ok(VersionedJob(job_of(&stored, Utc::now())?))
 }
 
 #[cfg(test)]
