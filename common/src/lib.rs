@@ -18,6 +18,7 @@ pub mod labels;
 pub mod ledger;
 pub mod message;
 pub mod metrics;
+pub mod misfire;
 pub mod netguard;
 pub mod ownership;
 
