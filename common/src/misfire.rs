@@ -125,10 +125,7 @@ pub fn decide(
         cursor = slot;
     }
     let verdict = unfired_of_series(policy);
-    Decision {
-        fire: latest.into(),
-        unfired: older.map(|(first, last, slots)| Unfired { first, last, slots, verdict }),
-    }
+    Decision { fire: latest.into(), unfired: older.map(|(first, last, slots)| Unfired { first, last, slots, verdict }) }
 }
 
 #[cfg(test)]

@@ -107,7 +107,10 @@ impl Settle {
 pub(crate) enum GateAnswer {
     Open,
     /// Hand the slot back for `delay` without an attempt.
-    Release { delay: Duration, waiting: Waiting },
+    Release {
+        delay: Duration,
+        waiting: Waiting,
+    },
     /// The circuit is open past the slot's horizon.
     GiveUp(Waiting),
 }
@@ -133,14 +136,15 @@ pub(crate) enum Event {
     Gate(GateAnswer),
     /// The follow-up message (retry, wait or failed queue) is confirmed.
     Published,
-    /// The give-up's row write: whether it was recorded.
-    GaveUp(bool),
+    /// The give-up's row write answered (recorded, or the row moved on).
+    GaveUp,
     Delivered {
         outcome: Outcome,
         sqs_message_id: Option<String>,
     },
-    /// The outcome write: whether it was recorded (false: the row moved on).
-    Recorded(bool),
+    /// The outcome write answered: recorded, or the row moved on (another
+    /// delivery of this attempt took it back; its outcome stands).
+    Recorded,
     /// The outcome write failed, tried for this long; the next try would
     /// be after `next_try_in`.
     RecordFailed {
@@ -160,13 +164,22 @@ pub(crate) enum Command {
     /// Ask the ledger to skip the late slot by its job's misfire policy.
     SkipLate(LateSlot),
     /// Is the destination's circuit still open past `horizon`?
-    CheckStillOpen { horizon: DateTime<Utc> },
+    CheckStillOpen {
+        horizon: DateTime<Utc>,
+    },
     /// Record the hand-back on the row: `again` for a slot back from
     /// waiting sent straight back (`wait_again_batch`), else a first one
     /// (`wait_for_destination_batch`).
-    HandBack { hand_back: HandBack, again: bool },
+    HandBack {
+        hand_back: HandBack,
+        again: bool,
+    },
     /// Publish the same attempt to the waiting queue after `delay`.
-    PublishWait { delay: Duration, waiting: Waiting, again: bool },
+    PublishWait {
+        delay: Duration,
+        waiting: Waiting,
+        again: bool,
+    },
     /// Wait for the waiting queue's pace.
     Pace,
     Start(StartRequest),
@@ -175,17 +188,28 @@ pub(crate) enum Command {
     Verify(VerifyRequest),
     ApplyOverlap(StartRequest),
     /// Pass the destination's gate, waiting at most until `horizon`.
-    PassGate { horizon: DateTime<Utc> },
+    PassGate {
+        horizon: DateTime<Utc>,
+    },
     /// Deliver the attempt now.
     Deliver,
-    PublishRetry { next_attempt: u32, delay_ms: u64 },
+    PublishRetry {
+        next_attempt: u32,
+        delay_ms: u64,
+    },
     /// Park the message in the failed queue, `attempts` made.
-    PublishFailed { attempts: u32, error: String },
+    PublishFailed {
+        attempts: u32,
+        error: String,
+    },
     GiveUp(GiveUp),
     /// Record the outcome (the driver then follows [`Recording`]).
     Finish(FinishRequest),
     /// Give the `running` row back.
-    Release { slot: HeldSlot, fire_id: uuid::Uuid },
+    Release {
+        slot: HeldSlot,
+        fire_id: uuid::Uuid,
+    },
     Settle(Settle),
 }
 
@@ -194,7 +218,11 @@ enum Stage {
     Arrived,
     AskedLate,
     AskedStillOpen,
-    HandingBack { delay: Duration, waiting: Waiting, again: bool },
+    HandingBack {
+        delay: Duration,
+        waiting: Waiting,
+        again: bool,
+    },
     PublishingWait,
     Pacing,
     Starting,
@@ -255,12 +283,6 @@ impl<'m> Lifecycle<'m> {
     /// The slot and attempt this lifecycle handles.
     pub(crate) fn slot(&self) -> HeldSlot {
         (self.m.job_id, self.m.scheduled_at, self.arrival.attempt as i32)
-    }
-
-    /// Whether the row is this worker's `running` attempt (given back if
-    /// the slot is not finished).
-    pub(crate) fn took_row(&self) -> bool {
-        self.took_row
     }
 
     /// The next command, given `event` at `now`.
@@ -330,7 +352,7 @@ impl<'m> Lifecycle<'m> {
             }
             (Stage::AtGate, Event::Gate(GateAnswer::GiveUp(waiting))) => self.give_up(waiting),
             (Stage::PublishingGiveUp(give_up), Event::Published) => self.to(Stage::GivingUp, Command::GiveUp(give_up)),
-            (Stage::GivingUp, Event::GaveUp(_)) => self.settle(Settle::Ack),
+            (Stage::GivingUp, Event::GaveUp) => self.settle(Settle::Ack),
             (Stage::Delivering, Event::Delivered { outcome, sqs_message_id }) => {
                 self.delivered(outcome, sqs_message_id, now)
             }
@@ -576,10 +598,8 @@ impl Recording {
             return Command::Settle(Settle::Requeue(REQUEUE_AFTER_FAILURE));
         }
         match event {
-            // Written, or the row moved on (another delivery of this attempt
-            // took the row back as this one was presumed dead; its outcome
-            // stands): either way nothing is left for this message.
-            Event::Recorded(_) if !self.releasing => self.settle(Settle::Ack),
+            // Either way nothing is left for this message.
+            Event::Recorded if !self.releasing => self.settle(Settle::Ack),
             Event::RecordFailed { tried_for, next_try_in } if !self.releasing => {
                 if tried_for + next_try_in >= self.retry_for {
                     self.releasing = true;
@@ -649,7 +669,6 @@ pub(crate) fn late_run_after(
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -698,26 +717,42 @@ mod tests {
             -20_000i64..90_000,
             proptest::collection::vec(any::<u8>(), 40),
         )
-            .prop_map(|((attempt, waited, redelivered, trigger), (misfire, retry_from, forbid, max_retries), arrives_ms, answers)| {
-                Scenario {
-                    attempt,
-                    waited,
-                    redelivered,
-                    trigger: [Trigger::Schedule, Trigger::Misfire, Trigger::Manual][trigger as usize],
-                    misfire: [None, Some(MisfirePolicy::Skip), Some(MisfirePolicy::FireOnce), Some(MisfirePolicy::FireAll)]
-                        [misfire as usize],
-                    retry_from: retry_from.min(attempt - 1),
-                    forbid_overlap: forbid,
-                    max_retries,
+            .prop_map(
+                |(
+                    (attempt, waited, redelivered, trigger),
+                    (misfire, retry_from, forbid, max_retries),
                     arrives_ms,
                     answers,
-                }
-            })
+                )| {
+                    Scenario {
+                        attempt,
+                        waited,
+                        redelivered,
+                        trigger: [Trigger::Schedule, Trigger::Misfire, Trigger::Manual][trigger as usize],
+                        misfire: [
+                            None,
+                            Some(MisfirePolicy::Skip),
+                            Some(MisfirePolicy::FireOnce),
+                            Some(MisfirePolicy::FireAll),
+                        ][misfire as usize],
+                        retry_from: retry_from.min(attempt - 1),
+                        forbid_overlap: forbid,
+                        max_retries,
+                        arrives_ms,
+                        answers,
+                    }
+                },
+            )
+    }
+
+    fn target() -> Target {
+        let target =
+            serde_json::json!({"kind": "http", "url": "http://127.0.0.1:9/", "method": "POST", "timeout_ms": 1000});
+        serde_json::from_value(target).unwrap()
     }
 
     fn message(s: &Scenario) -> FireMessage {
-        let target = Target::Http(serde_json::from_value(serde_json::json!({"url": "http://127.0.0.1:9/"})).unwrap());
-        let mut m = common::testing::fire_message(target, t0());
+        let mut m = common::testing::fire_message(target(), t0());
         m.trigger = s.trigger;
         m.misfire = s.misfire;
         m.retry_from = s.retry_from;
@@ -769,6 +804,7 @@ mod tests {
         let mut trace = Trace::default();
         let mut event = Event::Arrived;
         let mut tried_for = Duration::ZERO;
+        let mut woken_early = false;
         for _ in 0..200 {
             let command = match &mut recording {
                 Some(r) => r.next(event),
@@ -800,7 +836,13 @@ mod tests {
                         Event::HandedBack(true)
                     }
                 },
-                Command::PublishWait { .. } => if pick(2) == 0 { Event::Failed } else { Event::Published },
+                Command::PublishWait { .. } => {
+                    if pick(2) == 0 {
+                        Event::Failed
+                    } else {
+                        Event::Published
+                    }
+                }
                 Command::Pace => match pick(5) {
                     0 => Event::Stopping,
                     _ => Event::Paced,
@@ -827,8 +869,12 @@ mod tests {
                     assert_eq!(at, m.due_at);
                     match pick(6) {
                         0 => Event::Stopping,
-                        // Woken early (a timer's coarseness): still not delivered before it.
-                        1 => Event::Due,
+                        // Woken early (a timer's coarseness), once: still
+                        // not delivered before it.
+                        1 if !woken_early => {
+                            woken_early = true;
+                            Event::Due
+                        }
                         _ => {
                             now = now.max(at);
                             Event::Due
@@ -908,7 +954,7 @@ mod tests {
                         0 => Event::Failed,
                         _ => {
                             trace.terminal += 1;
-                            Event::GaveUp(true)
+                            Event::GaveUp
                         }
                     }
                 }
@@ -924,9 +970,9 @@ mod tests {
                             tried_for += next_try_in;
                             Event::RecordFailed { tried_for, next_try_in }
                         }
-                        answer => {
+                        _ => {
                             trace.recorded = true;
-                            Event::Recorded(answer == 1)
+                            Event::Recorded
                         }
                     }
                 }
@@ -971,7 +1017,8 @@ mod tests {
             // At most one ledger transition ends the attempt here, and a
             // retried outcome write is the same outcome.
             prop_assert!(trace.terminal <= 1, "{:?}", trace);
-            prop_assert!(trace.finishes.windows(2).all(|w| format!("{:?}", w[0]) == format!("{:?}", w[1])));
+            let same_outcome = trace.finishes.windows(2).all(|w| format!("{:?}", w[0]) == format!("{:?}", w[1]));
+            prop_assert!(same_outcome, "{:?}", trace.finishes);
 
             // Delivered at most once, never before its due instant, and
             // only with every answer on the way saying so.
@@ -1063,12 +1110,11 @@ mod tests {
 
     #[test]
     fn a_jobs_catch_up_slots_form_one_run_in_order() {
-        let target = Target::Http(serde_json::from_value(serde_json::json!({"url": "http://127.0.0.1:9/"})).unwrap());
-        let mut a1 = common::testing::fire_message(target.clone(), t0());
+        let mut a1 = common::testing::fire_message(target(), t0());
         a1.trigger = Trigger::Misfire;
         let mut a2 = a1.clone();
         a2.scheduled_at += TimeDelta::seconds(1);
-        let b = common::testing::fire_message(target.clone(), t0());
+        let b = common::testing::fire_message(target(), t0());
         let mut a_live = a1.clone();
         a_live.trigger = Trigger::Schedule;
         assert_eq!(runs(&[a1, b, a2, a_live]), vec![vec![0, 2], vec![1], vec![3]]);

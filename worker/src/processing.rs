@@ -22,6 +22,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use common::backoff::Backoff;
+use common::ledger::Status;
 use common::ledger::delivery as ledger;
 use common::message::FireMessage;
 use common::telemetry::timed_into;
@@ -260,7 +261,11 @@ async fn handle_slot<'a>(
             // instant should be.
             Command::Verify(request) => {
                 due_guard.get_or_insert_with(|| shared.due_backlog.enter());
-                failed_or(m, timed_into(&shared.metrics.stage_verify, shared.verifies.call(request)).await, Event::Verified)
+                failed_or(
+                    m,
+                    timed_into(&shared.metrics.stage_verify, shared.verifies.call(request)).await,
+                    Event::Verified,
+                )
             }
             Command::ApplyOverlap(request) => {
                 due_guard.get_or_insert_with(|| shared.due_backlog.enter());
@@ -336,7 +341,7 @@ async fn handle_slot<'a>(
                         .increment(1);
                     tracing::error!(execution.id = %m.execution_id, attempt, error, "delivery given up");
                 }
-                failed_or(m, recorded, Event::GaveUp)
+                failed_or(m, recorded, |_| Event::GaveUp)
             }
             Command::Finish(outcome) => {
                 let Charge::Held(charge) = charge else { unreachable!("delivered past its due instant") };
@@ -347,7 +352,13 @@ async fn handle_slot<'a>(
                 let written = shared.finishes.submit(outcome.clone());
                 let recording = Recording::new(outcome, &shared.rules);
                 let execution_id = m.execution_id.clone();
-                return SlotEnd::Delivered(Delivered { recording, written, execution_id, _hold: hold, _charge: charge });
+                return SlotEnd::Delivered(Delivered {
+                    recording,
+                    written,
+                    execution_id,
+                    _hold: hold,
+                    _charge: charge,
+                });
             }
             Command::Release { slot, fire_id } => {
                 shared.give_back(slot, fire_id, &m.execution_id).await;
@@ -401,7 +412,7 @@ impl Shared {
                         if !recorded {
                             tracing::debug!(execution.id = %slot.execution_id, "outcome not recorded: the row moved on")
                         }
-                        Event::Recorded(recorded)
+                        Event::Recorded
                     }
                     Err(e) => {
                         error = Some(e);
@@ -418,7 +429,9 @@ impl Shared {
                 match command {
                     Command::Settle(s) => settle = settle.and(s),
                     Command::Finish(_) => failed.push(slot),
-                    command => unreachable!("an outcome's recording asks only to settle, write or release: {command:?}"),
+                    command => {
+                        unreachable!("an outcome's recording asks only to settle, write or release: {command:?}")
+                    }
                 }
             }
             let (Some(error), false) = (error, failed.is_empty()) else { return settle };

@@ -35,7 +35,10 @@ struct Received {
 
 async fn receive(State(r): State<Received>, headers: HeaderMap) -> StatusCode {
     let header = |name| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-    r.calls.lock().unwrap().push((header("x-cronshard-execution-id"), header("x-cronshard-attempt").parse().unwrap_or(0)));
+    r.calls
+        .lock()
+        .unwrap()
+        .push((header("x-cronshard-execution-id"), header("x-cronshard-attempt").parse().unwrap_or(0)));
     let mut fail = r.fail_first.lock().unwrap();
     if fail.0 > 0 {
         fail.0 -= 1;
@@ -117,7 +120,7 @@ impl Bench {
         };
         let client = self.pg.get().await.unwrap();
         let author = common::jobs::Author { name: "test", token_id: None };
-        let stored = common::jobs::create_unlimited(&*client, &job, author).await.unwrap().expect("created");
+        let stored = common::jobs::create_unlimited(&client, &job, author).await.unwrap().expect("created");
         (stored.id, stored.version)
     }
 
@@ -126,7 +129,7 @@ impl Bench {
     async fn fire(&mut self, (job_id, version): (Uuid, i64), at: DateTime<Utc>) -> FireMessage {
         let slot = Slot { job_id, scheduled_at: at, job_version: version, trigger: Trigger::Schedule, max_runs: None };
         let mut client = self.pg.get().await.unwrap();
-        let mut claimed = claim::claim(&mut *client, "test-node", &[slot]).await.unwrap();
+        let mut claimed = claim::claim(&mut client, "test-node", &[slot]).await.unwrap();
         assert_eq!(claimed.len(), 1, "claimed");
         let (message, attempt) = claimed.remove(0);
         self.publisher.publish_attempts(&[(&message, attempt)]).await.unwrap();

@@ -8,7 +8,9 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 
 use common::ledger::Status;
-use common::ledger::delivery::{self as ledger, FinishRequest, JobsSeen, LateDecision, LateSlot, Start, StartRequest, VerifyRequest};
+use common::ledger::delivery::{
+    self as ledger, FinishRequest, JobsSeen, LateDecision, LateSlot, Start, StartRequest, VerifyRequest,
+};
 
 use crate::WorkerConfig;
 use crate::backpressure::DueBacklog;

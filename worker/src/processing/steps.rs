@@ -108,7 +108,6 @@ impl Shared {
         }
     }
 
-
     /// Gives a `running` row of this worker back at once, so the message's
     /// next worker need not wait until this one is presumed gone (the
     /// orphan check covers a failure here).
@@ -116,4 +115,5 @@ impl Shared {
         if let Err(e) = Box::pin(ledger::release(&self.pg, &self.config.worker_id, slot, fire_id)).await {
             tracing::warn!(execution.id = %execution_id, error = %format!("{e:#}"), "giving the row back failed; the orphan check will")
         }
-    }}
+    }
+}
