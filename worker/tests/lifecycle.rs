@@ -121,6 +121,12 @@ impl Bench {
         let client = self.pg.get().await.unwrap();
         let author = common::jobs::Author { name: "test", token_id: None };
         let stored = common::jobs::create_unlimited(&client, &job, author).await.unwrap().expect("created");
+        // In force for an hour already, so its slots due before now (late
+        // ones) are its own.
+        client
+            .execute("UPDATE job_changes SET valid_from = valid_from - interval '1 hour' WHERE job_id = $1", &[&id])
+            .await
+            .unwrap();
         (stored.id, stored.version)
     }
 
