@@ -18,7 +18,8 @@
 //! connection, consumers, reconnecting; `run`), `processing` (one message
 //! from parse to ack, performing what `lifecycle` decides for each of its
 //! slots; `holdings` caps what the held messages cost, `pace` how fast
-//! slots back from waiting go on, `late_runs` a job's last late run), `backpressure` (outcome writes wait out a burst),
+//! slots back from waiting go on, `late_runs` a job's last late run),
+//! `backpressure` (outcome writes wait out a burst),
 //! `destination` (per host: a concurrency limit and a circuit breaker; a
 //! slot waits here, without an attempt, while its host is down), `deliver`
 //! (HTTP and SQS, and why a delivery failed), `retry` (the next attempt, or

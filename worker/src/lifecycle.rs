@@ -230,12 +230,14 @@ enum Stage {
     Verifying,
     Overlap,
     AtGate,
-    PublishingGiveUp(GiveUp),
+    // Boxed, as is the outcome below: the stage is part of every waiting
+    // slot's future, and these are its largest.
+    PublishingGiveUp(Box<GiveUp>),
     GivingUp,
     Delivering,
     /// The outcome to record once the follow-up is confirmed, and the
     /// retry's delay.
-    PublishingFollowUp(FinishRequest, Option<u64>),
+    PublishingFollowUp(Box<FinishRequest>, Option<u64>),
     /// Handed to [`Recording`].
     Finished,
     Releasing(Settle),
@@ -351,7 +353,7 @@ impl<'m> Lifecycle<'m> {
                 self.hand_back(delay, waiting, false, now)
             }
             (Stage::AtGate, Event::Gate(GateAnswer::GiveUp(waiting))) => self.give_up(waiting),
-            (Stage::PublishingGiveUp(give_up), Event::Published) => self.to(Stage::GivingUp, Command::GiveUp(give_up)),
+            (Stage::PublishingGiveUp(give_up), Event::Published) => self.to(Stage::GivingUp, Command::GiveUp(*give_up)),
             (Stage::GivingUp, Event::GaveUp) => self.settle(Settle::Ack),
             (Stage::Delivering, Event::Delivered { outcome, sqs_message_id }) => {
                 self.delivered(outcome, sqs_message_id, now)
@@ -369,7 +371,7 @@ impl<'m> Lifecycle<'m> {
                 }
                 metrics::counter!(common::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => outcome.status.as_str())
                     .increment(1);
-                self.to(Stage::Finished, Command::Finish(outcome))
+                self.to(Stage::Finished, Command::Finish(*outcome))
             }
             (stage, event) => {
                 tracing::error!(execution.id = %self.m.execution_id, ?stage, ?event, "unexpected slot event");
@@ -488,7 +490,7 @@ impl<'m> Lifecycle<'m> {
             common::execution::format_instant(waiting.since)
         );
         let give_up = GiveUp { wait: self.destination_wait(&waiting), error: error.clone() };
-        self.to(Stage::PublishingGiveUp(give_up), Command::PublishFailed { attempts: attempt - 1, error })
+        self.to(Stage::PublishingGiveUp(Box::new(give_up)), Command::PublishFailed { attempts: attempt - 1, error })
     }
 
     fn delivered(&mut self, outcome: Outcome, sqs_message_id: Option<String>, now: DateTime<Utc>) -> Command {
@@ -528,7 +530,7 @@ impl<'m> Lifecycle<'m> {
                     }
                     None => Command::PublishFailed { attempts: attempt, error: error_text },
                 };
-                self.to(Stage::PublishingFollowUp(outcome, retry_in_ms), publish)
+                self.to(Stage::PublishingFollowUp(Box::new(outcome), retry_in_ms), publish)
             }
         }
     }
