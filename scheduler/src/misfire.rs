@@ -1,6 +1,8 @@
-//! What to do with slots nobody fired while a job had no live owner. Pure:
-//! the node calls `decide` when it loads or gains a job whose oldest missed
+//! What to do with slots nobody fired while a job had no live owner: the
+//! node calls `decide` when it loads or gains a job whose oldest missed
 //! slot is older than the misfire threshold, over every slot it missed.
+//! The rule itself is `domain::misfire`'s, shared with the worker; this
+//! names what the ledger records for the slots it does not fire.
 //!
 //! - `fire_once`: the latest missed slot fires (late); the others are
 //!   recorded `skipped`, coalesced into it.
@@ -11,11 +13,10 @@
 //! The slots recorded without firing are always one run of consecutive
 //! slots, written as one ledger record however long the outage was.
 
-use std::collections::VecDeque;
-
 use chrono::{DateTime, Utc};
 
 use domain::job::MisfirePolicy;
+use domain::misfire::Verdict;
 use domain::schedule::CompiledSchedule;
 use domain::slot::Status;
 
@@ -54,9 +55,8 @@ impl Run {
     }
 }
 
-/// Decides the missed slots in `(since, until]`. Only the slots the policy
-/// fires are kept while the schedule is walked, so a long outage of a
-/// frequent job costs time, not memory.
+/// Decides the missed slots in `(since, until]` (`domain::misfire::decide`)
+/// and names how the ledger records the ones not fired.
 pub fn decide(
     schedule: &CompiledSchedule,
     policy: MisfirePolicy,
@@ -64,43 +64,24 @@ pub fn decide(
     since: DateTime<Utc>,
     until: DateTime<Utc>,
 ) -> Decision {
-    let keep = match policy {
-        MisfirePolicy::Skip => 0,
-        MisfirePolicy::FireOnce => 1,
-        MisfirePolicy::FireAll => cap as usize,
-    };
-    let mut latest: VecDeque<DateTime<Utc>> = VecDeque::with_capacity(keep.min(1024) + 1);
-    let mut older: Option<(DateTime<Utc>, DateTime<Utc>, u64)> = None;
-    let mut cursor = since;
-    while let Some(slot) = schedule.next_after(cursor) {
-        if slot > until {
-            break;
-        }
-        latest.push_back(slot);
-        if latest.len() > keep
-            && let Some(oldest) = latest.pop_front()
-        {
-            let run = older.get_or_insert((oldest, oldest, 0));
-            run.1 = oldest;
-            run.2 += 1;
-        }
-        cursor = slot;
-    }
-    let (status, reason) = match policy {
-        MisfirePolicy::Skip => (Status::Skipped, "misfire policy skip".to_owned()),
-        MisfirePolicy::FireOnce => match latest.back() {
-            Some(fired) => (
-                Status::Skipped,
-                format!("misfire policy fire_once: coalesced into {}", domain::execution::format_instant(*fired)),
-            ),
-            None => return Decision::default(),
-        },
-        MisfirePolicy::FireAll => (Status::Missed, format!("misfire policy fire_all: beyond misfire_cap {cap}")),
-    };
-    Decision {
-        fire: latest.into(),
-        record: older.map(|(first, last, slots)| Run { first, last, slots, status, reason }),
-    }
+    let decided = domain::misfire::decide(schedule, policy, cap, since, until);
+    let record = decided.unfired.map(|unfired| {
+        let (status, reason) = match unfired.verdict {
+            Verdict::Skip => (Status::Skipped, "misfire policy skip".to_owned()),
+            Verdict::Coalesce => {
+                // Coalesced only into a fired slot: `fire_once` keeps the latest.
+                let into = decided.fire.last().copied().unwrap_or(unfired.last);
+                (
+                    Status::Skipped,
+                    format!("misfire policy fire_once: coalesced into {}", domain::execution::format_instant(into)),
+                )
+            }
+            Verdict::Miss => (Status::Missed, format!("misfire policy fire_all: beyond misfire_cap {cap}")),
+            Verdict::Fire => unreachable!("the unfired slots of a series are never fired"),
+        };
+        Run { first: unfired.first, last: unfired.last, slots: unfired.slots, status, reason }
+    });
+    Decision { fire: decided.fire, record }
 }
 
 #[cfg(test)]

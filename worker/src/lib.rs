@@ -16,8 +16,10 @@
 //!
 //! Modules, in the order a message meets them: `session` (broker
 //! connection, consumers, reconnecting; `run`), `processing` (one message
-//! from parse to ack; `holdings` caps what the held messages cost, `pace`
-//! how fast slots back from waiting go on), `backpressure` (outcome writes wait out a burst),
+//! from parse to ack, performing what `lifecycle` decides for each of its
+//! slots; `holdings` caps what the held messages cost, `pace` how fast
+//! slots back from waiting go on, `late_runs` a job's last late run),
+//! `backpressure` (outcome writes wait out a burst),
 //! `destination` (per host: a concurrency limit and a circuit breaker; a
 //! slot waits here, without an attempt, while its host is down), `deliver`
 //! (HTTP and SQS, and why a delivery failed), `retry` (the next attempt, or
@@ -30,6 +32,8 @@ pub mod deliver;
 pub mod destination;
 mod heartbeat;
 mod holdings;
+mod late_runs;
+mod lifecycle;
 mod pace;
 mod processing;
 mod retry;

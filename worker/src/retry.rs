@@ -25,11 +25,6 @@ pub(crate) fn next_delay(policy: &RetryPolicy, attempt: u32, retryable: bool) ->
     (retryable && retries_used < policy.max_retries).then(|| policy.delay_ms(attempt))
 }
 
-/// Whether the message was handed back to wait for its destination.
-pub(crate) fn is_wait(delivery: &lapin::message::Delivery) -> bool {
-    properties::is_wait(&delivery.properties)
-}
-
 /// Publishes follow-up messages on a confirm-mode channel of its own: the
 /// message that failed is acked only once its follow-up is confirmed.
 pub(crate) struct RetryPublisher {

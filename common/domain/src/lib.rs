@@ -9,6 +9,7 @@ pub mod execution;
 pub mod job;
 pub mod labels;
 pub mod message;
+pub mod misfire;
 pub mod netguard;
 pub mod ownership;
 pub mod redact;
