@@ -120,13 +120,7 @@ pub(crate) async fn run(
                 // as the beats say it does.
                 _ => Arc::new(deadpool_postgres::Object::take(pg.get().await?)),
             };
-            client
-                .execute(
-                    "INSERT INTO worker_heartbeats (worker_id, seen_at, session_pid) VALUES ($1, now(), pg_backend_pid())
-                     ON CONFLICT (worker_id) DO UPDATE SET seen_at = now(), session_pid = pg_backend_pid()",
-                    &[&worker_id],
-                )
-                .await?;
+            store::heartbeats::beat(&client, &worker_id).await?;
             anyhow::Ok(client)
         };
         match beat.await {
@@ -153,7 +147,7 @@ pub(crate) async fn run(
         }
     }
     if let Ok(client) = pg.get().await {
-        let _ = client.execute("DELETE FROM worker_heartbeats WHERE worker_id = $1", &[&worker_id]).await;
+        let _ = store::heartbeats::forget(&client, &worker_id).await;
     }
 }
 

@@ -125,16 +125,10 @@ pub async fn workers(
     QueryParams(_none): QueryParams<NoQuery>,
 ) -> ApiResult<Json<WorkerList>> {
     let client = state.pg.get().await?;
-    let rows = client
-        .query(
-            "SELECT worker_id, seen_at, (extract(epoch FROM now() - seen_at) * 1000)::bigint AS age_ms
-             FROM worker_heartbeats ORDER BY seen_at DESC, worker_id",
-            &[],
-        )
-        .await?;
-    let items = rows
-        .iter()
-        .map(|r| Worker { worker_id: r.get("worker_id"), seen_at: r.get("seen_at"), age_ms: r.get("age_ms") })
+    let items = store::heartbeats::seen(&client)
+        .await?
+        .into_iter()
+        .map(|w| Worker { worker_id: w.worker_id, seen_at: w.seen_at, age_ms: w.age_ms })
         .collect();
     Ok(Json(WorkerList { items }))
 }

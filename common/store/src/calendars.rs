@@ -142,7 +142,7 @@ pub async fn lock_referenced(
     Ok(names.iter().filter(|n| !found.contains(n)).cloned().collect())
 }
 
-/// Every calendar, compiled, keyed by `namespace/name` ([`key`]), with a
+/// Every calendar, compiled, keyed by `namespace/name` ([`key`](domain::calendar::key)), with a
 /// fingerprint of what was read: the schedulers reload when it changes.
 pub async fn load_all(client: &impl GenericClient) -> anyhow::Result<(String, HashMap<String, Arc<Calendar>>)> {
     // The fingerprint first: a change between the two reads is then loaded

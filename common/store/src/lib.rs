@@ -7,6 +7,7 @@
 
 pub mod calendars;
 pub mod db;
+pub mod heartbeats;
 pub mod jobs;
 pub mod ledger;
 pub mod notify;
