@@ -21,6 +21,13 @@ use crate::error::{ApiError, ApiResult, field};
 pub const HEADER: &str = "Idempotency-Key";
 /// The response header set on a replayed response.
 pub const REPLAYED_HEADER: &str = "Idempotent-Replayed";
+
+/// Says on `response` that it is the first answer to its key, replayed.
+pub fn mark_replayed(response: &mut axum::response::Response, replayed: bool) {
+    if replayed {
+        response.headers_mut().insert(REPLAYED_HEADER, axum::http::HeaderValue::from_static("true"));
+    }
+}
 /// Longest accepted key.
 pub const KEY_MAX_BYTES: usize = 255;
 /// How long a key is remembered.

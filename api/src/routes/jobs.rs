@@ -94,7 +94,15 @@ pub struct Created {
 
 impl IntoResponse for Created {
     fn into_response(self) -> Response {
-        created(self.status, self.body, self.replayed)
+        let location = format!("/v1/jobs/{}", self.body["id"].as_str().unwrap_or_default());
+        let version = self.body["version"].as_i64().unwrap_or_default();
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::CREATED);
+        let mut response = versioned(status, version, self.body);
+        if let Ok(v) = HeaderValue::from_str(&location) {
+            response.headers_mut().insert(header::LOCATION, v);
+        }
+        idempotency::mark_replayed(&mut response, self.replayed);
+        response
     }
 }
 
@@ -291,21 +299,6 @@ fn committed_create(state: &AppState, spec: &JobSpec, namespace: &str, body: Val
     state.job_changes.changed();
     tracing::info!(job.id = %body["id"].as_str().unwrap_or_default(), job.name = %spec.name, job.namespace = %namespace, "job created");
     Created { status: StatusCode::CREATED.as_u16(), body, replayed: false }
-}
-
-/// A create's response: the job (as first answered, when replayed for an
-/// idempotency key) with `ETag` and `Location`.
-fn created(status: u16, body: Value, replayed: bool) -> Response {
-    let location = format!("/v1/jobs/{}", body["id"].as_str().unwrap_or_default());
-    let version = body["version"].as_i64().unwrap_or_default();
-    let mut response = versioned(StatusCode::from_u16(status).unwrap_or(StatusCode::CREATED), version, body);
-    if let Ok(v) = HeaderValue::from_str(&location) {
-        response.headers_mut().insert(header::LOCATION, v);
-    }
-    if replayed {
-        response.headers_mut().insert(idempotency::REPLAYED_HEADER, HeaderValue::from_static("true"));
-    }
-    response
 }
 
 #[utoipa::path(

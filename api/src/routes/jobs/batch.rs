@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use serde_json::Value;
@@ -133,7 +133,7 @@ pub async fn batch(
     if let Some(key) = &key
         && let Some(first) = key.replay(&client).await?
     {
-        return Ok(answer(first.status, first.body, true));
+        return Ok(BatchAnswer { status: first.status, body: first.body, replayed: true });
     }
 
     let tx = client.transaction().await?;
@@ -235,7 +235,7 @@ pub async fn batch(
     {
         tx.rollback().await?;
         let first = key.replay(&client).await?.ok_or_else(idempotency::vanished)?;
-        return Ok(answer(first.status, first.body, true));
+        return Ok(BatchAnswer { status: first.status, body: first.body, replayed: true });
     }
     tx.commit().await?;
     if result.created > 0 {
@@ -245,7 +245,7 @@ pub async fn batch(
     if key.is_some() {
         idempotency::purge_expired(&client).await;
     }
-    Ok(answer(status.as_u16(), body, false))
+    Ok(BatchAnswer { status: status.as_u16(), body, replayed: false })
 }
 
 /// An atomic batch with an invalid job is one 422 naming each job's fields.
@@ -290,13 +290,7 @@ impl IntoResponse for BatchAnswer {
     fn into_response(self) -> Response {
         let mut response =
             (StatusCode::from_u16(self.status).unwrap_or(StatusCode::OK), Json(self.body)).into_response();
-        if self.replayed {
-            response.headers_mut().insert(idempotency::REPLAYED_HEADER, HeaderValue::from_static("true"));
-        }
+        idempotency::mark_replayed(&mut response, self.replayed);
         response
     }
-}
-
-fn answer(status: u16, body: Value, replayed: bool) -> BatchAnswer {
-    BatchAnswer { status, body, replayed }
 }
