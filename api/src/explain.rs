@@ -739,6 +739,7 @@ mod tests {
                 http_status: None,
                 sqs_message_id: None,
                 response_excerpt: None,
+                response_headers: None,
                 error: None,
                 reason: None,
                 next_attempt_at: None,

@@ -80,6 +80,7 @@ pub fn sample_message() -> anyhow::Result<FireMessage> {
         v: FIRE_MESSAGE_VERSION,
         fire_id: Uuid::now_v7(),
         job_id,
+        namespace: "default".to_owned(),
         scheduled_at: at,
         due_at: at,
         execution_id: domain::execution::execution_id(job_id, at),
@@ -105,6 +106,7 @@ pub async fn measure(args: &CeilingArgs) -> anyhow::Result<Ceiling> {
             FireMessage {
                 fire_id: Uuid::now_v7(),
                 job_id,
+                namespace: "default".to_owned(),
                 execution_id: domain::execution::execution_id(job_id, template.scheduled_at),
                 ..template.clone()
             }

@@ -72,6 +72,7 @@ pub async fn run(args: DeliverArgs) -> anyhow::Result<()> {
             v: FIRE_MESSAGE_VERSION,
             fire_id: Uuid::now_v7(),
             job_id,
+            namespace: "default".to_owned(),
             scheduled_at: at,
             due_at: at,
             execution_id: domain::execution::manual_execution_id(job_id, at),

@@ -26,14 +26,43 @@ use super::destination::breaker::Call;
 /// What one delivery attempt came to.
 #[derive(Debug)]
 pub enum Outcome {
-    Success { http_status: Option<u16>, excerpt: String },
-    Failure { error: DeliveryError, excerpt: String },
+    Success { http_status: Option<u16>, answer: Answer },
+    Failure { error: DeliveryError, answer: Answer },
 }
 
 impl Outcome {
-    /// A failure without a response body to keep.
+    /// A failure without an answer to keep.
     pub fn failure(error: DeliveryError) -> Self {
-        Outcome::Failure { error, excerpt: String::new() }
+        Outcome::Failure { error, answer: Answer::default() }
+    }
+
+    pub fn answer(&self) -> &Answer {
+        match self {
+            Outcome::Success { answer, .. } | Outcome::Failure { answer, .. } => answer,
+        }
+    }
+}
+
+/// What the receiver said, as much as is kept: the first bytes of the body
+/// (secrets masked), the chosen headers (`domain::contract::KEPT_RESPONSE_HEADERS`),
+/// the wait a `Retry-After` asked for, and the contract's rule that decided
+/// the outcome, in words.
+#[derive(Debug, Default)]
+pub struct Answer {
+    pub excerpt: String,
+    pub headers: Vec<(String, String)>,
+    pub retry_after: Option<std::time::Duration>,
+    pub rule: Option<String>,
+}
+
+impl Answer {
+    /// The kept headers as a JSON object, or `None` when there are none.
+    pub fn headers_json(&self) -> Option<serde_json::Value> {
+        (!self.headers.is_empty()).then(|| {
+            serde_json::Value::Object(
+                self.headers.iter().map(|(n, v)| (n.clone(), serde_json::Value::String(v.clone()))).collect(),
+            )
+        })
     }
 }
 
@@ -59,9 +88,14 @@ pub enum DeliveryError {
     /// causes.
     #[error("{0}")]
     Connection(String),
-    /// The receiver answered with a status other than 2xx.
-    #[error("HTTP {0}")]
-    HttpStatus(reqwest::StatusCode),
+    /// The receiver answered with a status that is not a success by the
+    /// target's contract; `retryable` says whether the contract retries it.
+    #[error("HTTP {status}")]
+    HttpStatus { status: reqwest::StatusCode, retryable: bool },
+    /// The status was a success, but the body does not meet the target's
+    /// success condition (`success.body_contains` or `body_matches`).
+    #[error("HTTP {status} with a body that does not meet the success condition")]
+    UnexpectedBody { status: reqwest::StatusCode, retryable: bool },
     /// This worker has no AWS region, so it cannot reach SQS at all.
     #[error("no AWS region is configured for SQS delivery on this worker (set AWS_REGION)")]
     NoAwsRegion,
@@ -103,9 +137,8 @@ impl DeliveryError {
             | DeliveryError::InvalidTarget(_)
             | DeliveryError::SqsRejected(_)
             | DeliveryError::SqsUnbuildable(_) => false,
-            // Every status other than 2xx, 4xx as well as 5xx: the job's
-            // retry policy bounds the attempts.
-            DeliveryError::HttpStatus(_) => true,
+            // As the target's contract decided (`domain::contract::judge`).
+            DeliveryError::HttpStatus { retryable, .. } | DeliveryError::UnexpectedBody { retryable, .. } => *retryable,
             DeliveryError::TimedOut { .. }
             | DeliveryError::Connection(_)
             | DeliveryError::SqsTimedOut(_)
@@ -134,7 +167,9 @@ impl DeliveryError {
             | DeliveryError::Connection(_)
             | DeliveryError::SqsTimedOut(_)
             | DeliveryError::SqsTransport(_) => Call::Unhealthy,
-            DeliveryError::HttpStatus(status) => status_health(status.as_u16()),
+            DeliveryError::HttpStatus { status, .. } => status_health(status.as_u16()),
+            // It answered as asked, just not with what the job expects.
+            DeliveryError::UnexpectedBody { .. } => Call::Healthy,
             // SQS's own answers: throttling or a fault on its side.
             DeliveryError::SqsService(fault) => {
                 if fault.code.contains("Throttl") {
@@ -152,7 +187,9 @@ impl DeliveryError {
     /// answer has one (an SQS error's status is in the text).
     pub fn http_status(&self) -> Option<u16> {
         match self {
-            DeliveryError::HttpStatus(status) => Some(status.as_u16()),
+            DeliveryError::HttpStatus { status, .. } | DeliveryError::UnexpectedBody { status, .. } => {
+                Some(status.as_u16())
+            }
             _ => None,
         }
     }
@@ -268,7 +305,8 @@ mod tests {
             (DeliveryError::InvalidTarget("invalid URL: relative URL without a base".into()), false),
             (DeliveryError::TimedOut { timeout_ms: 1500 }, true),
             (DeliveryError::Connection("error sending request: connection refused".into()), true),
-            (DeliveryError::HttpStatus(StatusCode::INTERNAL_SERVER_ERROR), true),
+            (DeliveryError::HttpStatus { status: StatusCode::INTERNAL_SERVER_ERROR, retryable: true }, true),
+            (DeliveryError::UnexpectedBody { status: StatusCode::OK, retryable: true }, true),
             (DeliveryError::NoAwsRegion, true),
             (DeliveryError::SqsRejected(fault(true)), false),
             (DeliveryError::SqsService(SqsFault { code: "ThrottlingException".into(), ..fault(false) }), true),
@@ -288,7 +326,8 @@ mod tests {
             DeliveryError::InvalidTarget(_) => "InvalidTarget",
             DeliveryError::TimedOut { .. } => "TimedOut",
             DeliveryError::Connection(_) => "Connection",
-            DeliveryError::HttpStatus(_) => "HttpStatus",
+            DeliveryError::HttpStatus { .. } => "HttpStatus",
+            DeliveryError::UnexpectedBody { .. } => "UnexpectedBody",
             DeliveryError::NoAwsRegion => "NoAwsRegion",
             DeliveryError::SqsRejected(_) => "SqsRejected",
             DeliveryError::SqsService(_) => "SqsService",
@@ -304,7 +343,7 @@ mod tests {
     fn retryable_decides_every_variant() {
         let cases = one_of_each();
         let covered: std::collections::HashSet<_> = cases.iter().map(|(e, _)| variant(e)).collect();
-        assert_eq!(covered.len(), 13, "one case per variant: {covered:?}");
+        assert_eq!(covered.len(), 14, "one case per variant: {covered:?}");
         for (error, retryable) in cases {
             assert_eq!(error.retryable(), retryable, "{}: {error}", variant(&error));
         }
@@ -321,7 +360,7 @@ mod tests {
             "HttpStatus" => Call::Unhealthy,
             // ThrottlingException in `one_of_each`.
             "SqsService" => Call::Unhealthy,
-            "SqsRejected" | "SqsNoMessageId" => Call::Healthy,
+            "SqsRejected" | "SqsNoMessageId" | "UnexpectedBody" => Call::Healthy,
             other => panic!("no expectation for {other}"),
         };
         for (error, _) in one_of_each() {
@@ -332,11 +371,11 @@ mod tests {
     #[test]
     fn only_5xx_and_429_count_against_a_host() {
         for code in [500, 502, 503, 504, 599, 429] {
-            let error = DeliveryError::HttpStatus(StatusCode::from_u16(code).unwrap());
+            let error = DeliveryError::HttpStatus { status: StatusCode::from_u16(code).unwrap(), retryable: true };
             assert_eq!(error.destination_health(), Call::Unhealthy, "{code}");
         }
         for code in [300, 400, 401, 403, 404, 409, 410, 422] {
-            let error = DeliveryError::HttpStatus(StatusCode::from_u16(code).unwrap());
+            let error = DeliveryError::HttpStatus { status: StatusCode::from_u16(code).unwrap(), retryable: false };
             assert_eq!(error.destination_health(), Call::Healthy, "{code}");
         }
         let sqs = |status: u16, code: &str| {
@@ -348,25 +387,31 @@ mod tests {
         assert_eq!(sqs(503, "ServiceUnavailable"), Call::Unhealthy);
         assert_eq!(sqs(403, "AccessDenied"), Call::Healthy, "credentials: the operator's to fix, SQS is up");
         assert_eq!(
-            destination_health(&Outcome::Success { http_status: Some(200), excerpt: String::new() }),
+            destination_health(&Outcome::Success { http_status: Some(200), answer: Answer::default() }),
             Call::Healthy
         );
         assert_eq!(destination_health(&Outcome::failure(DeliveryError::TimedOut { timeout_ms: 1 })), Call::Unhealthy);
     }
 
     #[test]
-    fn every_http_status_is_retried_client_errors_too() {
-        for code in [400, 401, 403, 404, 409, 410, 422, 429, 500, 502, 503, 504, 599] {
-            let error = DeliveryError::HttpStatus(StatusCode::from_u16(code).unwrap());
-            assert!(error.retryable(), "{code}");
-            assert_eq!(error.http_status(), Some(code));
+    fn an_http_answer_is_retried_as_the_contract_decided() {
+        for code in [400, 404, 429, 503] {
+            for retryable in [true, false] {
+                let error = DeliveryError::HttpStatus { status: StatusCode::from_u16(code).unwrap(), retryable };
+                assert_eq!(error.retryable(), retryable, "{code}");
+                assert_eq!(error.http_status(), Some(code));
+            }
         }
     }
 
     #[test]
     fn only_an_http_answer_has_a_status() {
         for (error, _) in one_of_each() {
-            let expected = matches!(error, DeliveryError::HttpStatus(_)).then_some(500);
+            let expected = match error {
+                DeliveryError::HttpStatus { .. } => Some(500),
+                DeliveryError::UnexpectedBody { .. } => Some(200),
+                _ => None,
+            };
             assert_eq!(error.http_status(), expected, "{error}");
         }
     }
@@ -375,11 +420,11 @@ mod tests {
     fn the_texts_are_those_the_ledger_has_always_recorded() {
         let text = |e: DeliveryError| e.to_string();
         assert_eq!(
-            text(DeliveryError::HttpStatus(StatusCode::INTERNAL_SERVER_ERROR)),
+            text(DeliveryError::HttpStatus { status: StatusCode::INTERNAL_SERVER_ERROR, retryable: true }),
             "HTTP 500 Internal Server Error"
         );
         assert_eq!(
-            text(DeliveryError::HttpStatus(StatusCode::from_u16(599).unwrap())),
+            text(DeliveryError::HttpStatus { status: StatusCode::from_u16(599).unwrap(), retryable: true }),
             "HTTP 599 <unknown status code>"
         );
         assert_eq!(text(DeliveryError::TimedOut { timeout_ms: 1500 }), "timed out after 1500 ms");

@@ -31,7 +31,7 @@ use store::ledger::delivery::{
     VerifyRequest,
 };
 
-use super::deliver::Outcome;
+use super::deliver::{Answer, Outcome};
 use super::destination::{self, Waiting};
 use super::retry;
 
@@ -495,9 +495,13 @@ impl<'m> Lifecycle<'m> {
 
     fn delivered(&mut self, outcome: Outcome, sqs_message_id: Option<String>, now: DateTime<Utc>) -> Command {
         let (m, attempt) = (self.m, self.arrival.attempt);
-        let done = |status, excerpt| FinishRequest::new(m, attempt, self.arrival.redelivered, status, excerpt);
+        let done = |status, answer: Answer| FinishRequest {
+            response_headers: answer.headers_json(),
+            rule: answer.rule,
+            ..FinishRequest::new(m, attempt, self.arrival.redelivered, status, answer.excerpt)
+        };
         match outcome {
-            Outcome::Success { http_status, excerpt } => {
+            Outcome::Success { http_status, answer } => {
                 // Debug, not info: the ledger records every occurrence, and a
                 // line per success at thousands of fires a second is a log
                 // pipeline's load, not an operator's signal. Failures stay warn.
@@ -505,30 +509,54 @@ impl<'m> Lifecycle<'m> {
                 let outcome = FinishRequest {
                     http_status: http_status.map(i32::from),
                     sqs_message_id,
-                    ..done(Status::Succeeded, excerpt)
+                    ..done(Status::Succeeded, answer)
                 };
                 self.to(Stage::Finished, Command::Finish(outcome))
             }
-            Outcome::Failure { error, excerpt } => {
+            Outcome::Failure { error, answer } => {
                 // The text may quote the target's URL: its credentials stay out
                 // of the ledger, the failed queue's header and the logs.
                 let error_text = domain::redact::text(&error.to_string());
+                let retry_after = answer.retry_after;
                 let mut outcome = FinishRequest {
                     http_status: error.http_status().map(i32::from),
                     error: Some(error_text.clone()),
-                    ..done(Status::Failed, excerpt)
+                    ..done(Status::Failed, answer)
                 };
                 // The follow-up is published (and confirmed) before the outcome
                 // is recorded and the message acked: a crash in between
                 // redelivers the attempt rather than losing the retry.
-                let retry_in_ms = retry::next_delay(&self.policy, self.budget_attempt, error.retryable());
-                let publish = match retry_in_ms {
-                    Some(delay_ms) => {
+                let next = retry::next_delay(
+                    &self.policy,
+                    self.budget_attempt,
+                    error.retryable(),
+                    retry_after,
+                    &m.execution_id,
+                );
+                let retry_in_ms = next.as_ref().map(|n| n.delay_ms);
+                let publish = match next {
+                    Some(next) => {
                         outcome.status = Status::Retrying;
-                        outcome.next_attempt_at = Some(now + TimeDelta::milliseconds(delay_ms as i64));
-                        Command::PublishRetry { next_attempt: attempt + 1, delay_ms }
+                        outcome.next_attempt_at = Some(now + TimeDelta::milliseconds(next.delay_ms as i64));
+                        outcome.rule = Some(match outcome.rule.take() {
+                            Some(rule) => format!("{rule}; {}", next.why),
+                            None => next.why,
+                        });
+                        Command::PublishRetry { next_attempt: attempt + 1, delay_ms: next.delay_ms }
                     }
-                    None => Command::PublishFailed { attempts: attempt, error: error_text },
+                    None => {
+                        let why = if !error.retryable() {
+                            "not retried: another attempt cannot help"
+                        } else {
+                            "not retried: the retry policy's attempts are used up"
+                        };
+                        outcome.rule = Some(match outcome.rule.take() {
+                            Some(rule) if !error.retryable() => rule,
+                            Some(rule) => format!("{rule}; {why}"),
+                            None => why.to_owned(),
+                        });
+                        Command::PublishFailed { attempts: attempt, error: error_text }
+                    }
                 };
                 self.to(Stage::PublishingFollowUp(Box::new(outcome), retry_in_ms), publish)
             }
@@ -685,7 +713,7 @@ mod tests {
     fn rules() -> Rules {
         Rules {
             misfire_threshold: TimeDelta::seconds(THRESHOLD_SECS),
-            retry_defaults: RetryPolicy { max_retries: 3, base_delay_ms: 1000, multiplier: 2.0, max_delay_ms: 60_000 },
+            retry_defaults: RetryPolicy { max_retries: 3, base_delay_ms: 1000, multiplier: 2.0, max_delay_ms: 60_000, jitter: Default::default() },
             open_max: Duration::from_secs(60),
             outcome_retry_for: Duration::from_secs(30),
         }
@@ -917,12 +945,13 @@ mod tests {
                     trace.delivered_at.push(now);
                     match pick(3) {
                         0 => Event::Delivered {
-                            outcome: Outcome::Success { http_status: Some(200), excerpt: "ok".into() },
+                            outcome: Outcome::Success { http_status: Some(200), answer: Answer { excerpt: "ok".into(), ..Default::default() } },
                             sqs_message_id: None,
                         },
                         1 => {
                             trace.failure_retryable = Some(true);
-                            let error = DeliveryError::HttpStatus(reqwest::StatusCode::BAD_GATEWAY);
+                            let error =
+                                DeliveryError::HttpStatus { status: reqwest::StatusCode::BAD_GATEWAY, retryable: true };
                             Event::Delivered { outcome: Outcome::failure(error), sqs_message_id: None }
                         }
                         _ => {

@@ -17,12 +17,65 @@ use broker::properties::{self, Headers};
 use domain::job::RetryPolicy;
 use domain::message::FireMessage;
 
-/// The delay before attempt `attempt + 1`, or None when `attempt` was the
-/// last: the failure cannot be helped by a retry, or the policy's retries
-/// are used up.
-pub(crate) fn next_delay(policy: &RetryPolicy, attempt: u32, retryable: bool) -> Option<u64> {
+/// The wait before the next attempt, and how it was chosen in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NextAttempt {
+    pub delay_ms: u64,
+    pub why: String,
+}
+
+/// The wait before attempt `attempt + 1` (`attempt` counted within the
+/// retry budget), or None when `attempt` was the last: the failure cannot
+/// be helped by a retry, or the policy's retries are used up. The wait is
+/// the policy's backoff spread by its jitter (drawn from `execution_id`
+/// and the attempt), or as long as the receiver's `Retry-After` asked when
+/// that is longer, up to the policy's `max_delay_ms`: a receiver cannot
+/// park a retry for longer than the job allows, nor make it come sooner
+/// than the backoff.
+pub(crate) fn next_delay(
+    policy: &RetryPolicy,
+    attempt: u32,
+    retryable: bool,
+    retry_after: Option<std::time::Duration>,
+    execution_id: &str,
+) -> Option<NextAttempt> {
     let retries_used = attempt - 1;
-    (retryable && retries_used < policy.max_retries).then(|| policy.delay_ms(attempt))
+    if !retryable || retries_used >= policy.max_retries {
+        return None;
+    }
+    let backoff = policy.jittered_delay_ms(attempt, execution_id);
+    let asked = retry_after.map(|d| (d.as_millis().min(u128::from(u64::MAX)) as u64).min(policy.max_delay_ms));
+    Some(match asked {
+        Some(asked) if asked > backoff => {
+            let capped = if retry_after.is_some_and(|d| d.as_millis() > u128::from(policy.max_delay_ms)) {
+                " (capped at retry.max_delay_ms)"
+            } else {
+                ""
+            };
+            NextAttempt { delay_ms: asked, why: format!("next attempt in {asked} ms, as Retry-After asked{capped}") }
+        }
+        _ => NextAttempt {
+            delay_ms: backoff,
+            why: format!(
+                "next attempt in {backoff} ms (backoff {} ms, {} jitter)",
+                policy.delay_ms(attempt),
+                policy.jitter.as_str()
+            ),
+        },
+    })
+}
+
+/// The delay queue a retry waits in: its delay rounded down to the top
+/// four bits (eight rungs per doubling), so jittered retries share a few
+/// dozen delay queues instead of one per millisecond. The message comes
+/// back at most an eighth of its delay early, and the worker holds it the
+/// rest of the way to its `due_at`.
+pub(crate) fn retry_queue_delay_ms(delay_ms: u64) -> u64 {
+    if delay_ms < 16 {
+        return delay_ms;
+    }
+    let shift = 63 - delay_ms.leading_zeros() - 3;
+    (delay_ms >> shift) << shift
 }
 
 /// Publishes follow-up messages on a confirm-mode channel of its own: the
@@ -60,13 +113,12 @@ impl RetryPublisher {
         Ok(())
     }
 
-    /// To the retry queue of `delay_ms`, which dead-letters it back to the
-    /// main queue once the delay has passed.
+    /// Through the retry queue of about `delay_ms` (`retry_queue_delay_ms`),
+    /// which dead-letters it back to the main queue, due `delay_ms` from now.
     pub(crate) async fn publish_retry(&self, m: &FireMessage, next_attempt: u32, delay_ms: u64) -> anyhow::Result<()> {
-        // The message is due again only after its delay.
         let mut retry = m.clone();
-        retry.due_at = runtime::clock::now();
-        self.publish_delayed(&retry, next_attempt, delay_ms, Delayed::Retry).await
+        retry.due_at = runtime::clock::now() + chrono::TimeDelta::milliseconds(delay_ms as i64);
+        self.publish_delayed(&retry, next_attempt, retry_queue_delay_ms(delay_ms), Delayed::Retry).await
     }
 
     /// The same attempt again after `delay_ms`, through the waiting queue
@@ -120,15 +172,92 @@ impl RetryPublisher {
 mod tests {
     use super::*;
 
+    use std::time::Duration;
+
+    use domain::job::Jitter;
+
+    fn delay(policy: &RetryPolicy, attempt: u32, retryable: bool, retry_after: Option<Duration>) -> Option<u64> {
+        next_delay(policy, attempt, retryable, retry_after, "job@2026-12-07T08:00:00Z").map(|n| n.delay_ms)
+    }
+
     #[test]
     fn a_retryable_failure_is_retried_until_the_policy_is_used_up() {
-        let policy = RetryPolicy { max_retries: 2, base_delay_ms: 1000, multiplier: 2.0, max_delay_ms: 60_000 };
-        assert_eq!(next_delay(&policy, 1, true), Some(1000));
-        assert_eq!(next_delay(&policy, 2, true), Some(2000));
-        assert_eq!(next_delay(&policy, 3, true), None, "two retries used");
-        assert_eq!(next_delay(&policy, 1, false), None, "a retry cannot help");
+        let policy = RetryPolicy {
+            max_retries: 2,
+            base_delay_ms: 1000,
+            multiplier: 2.0,
+            max_delay_ms: 60_000,
+            jitter: Jitter::None,
+        };
+        assert_eq!(delay(&policy, 1, true, None), Some(1000));
+        assert_eq!(delay(&policy, 2, true, None), Some(2000));
+        assert_eq!(delay(&policy, 3, true, None), None, "two retries used");
+        assert_eq!(delay(&policy, 1, false, None), None, "a retry cannot help");
         let none = RetryPolicy { max_retries: 0, ..policy };
-        assert_eq!(next_delay(&none, 1, true), None);
+        assert_eq!(delay(&none, 1, true, None), None);
+    }
+
+    #[test]
+    fn retry_after_lengthens_the_wait_within_the_cap_and_never_shortens_it() {
+        let policy = RetryPolicy {
+            max_retries: 5,
+            base_delay_ms: 1000,
+            multiplier: 2.0,
+            max_delay_ms: 60_000,
+            jitter: Jitter::None,
+        };
+        assert_eq!(delay(&policy, 1, true, Some(Duration::from_secs(20))), Some(20_000));
+        assert_eq!(delay(&policy, 3, true, Some(Duration::from_millis(100))), Some(4_000), "the backoff is longer");
+        let capped = next_delay(&policy, 1, true, Some(Duration::from_secs(3600)), "e").unwrap();
+        assert_eq!(capped.delay_ms, 60_000);
+        assert!(capped.why.contains("capped at retry.max_delay_ms"), "{}", capped.why);
+        assert_eq!(delay(&policy, 6, true, Some(Duration::from_secs(5))), None, "not past the budget");
+    }
+
+    proptest::proptest! {
+        /// Jitter stays within its bounds, is the same for the same
+        /// attempt of the same execution, and spreads executions apart.
+        #[test]
+        fn jitter_stays_in_its_bounds_and_is_stable_per_attempt(
+            base in 1u64..100_000, attempt in 1u32..8, jitter in 0usize..3, n in 0u64..1_000_000,
+        ) {
+            let jitter = [Jitter::Equal, Jitter::Full, Jitter::None][jitter];
+            let policy = RetryPolicy { max_retries: 10, base_delay_ms: base, multiplier: 2.0, max_delay_ms: 3_600_000, jitter };
+            let backoff = policy.delay_ms(attempt);
+            let id = format!("job-{n}@2026-12-07T08:00:00Z");
+            let d = policy.jittered_delay_ms(attempt, &id);
+            let low = match jitter { Jitter::Equal => backoff / 2, Jitter::Full => 0, Jitter::None => backoff };
+            proptest::prop_assert!((low..=backoff).contains(&d), "{d} not in {low}..={backoff}");
+            proptest::prop_assert_eq!(d, policy.jittered_delay_ms(attempt, &id));
+        }
+
+        /// A retry's delay queue is at most its delay and at least seven
+        /// eighths of it, and the queues are few.
+        #[test]
+        fn a_retry_queue_is_within_an_eighth_below_its_delay(delay_ms in 0u64..(7 * 24 * 3_600_000)) {
+            let queue = retry_queue_delay_ms(delay_ms);
+            proptest::prop_assert!(queue <= delay_ms);
+            proptest::prop_assert!(delay_ms - queue <= delay_ms / 8, "{delay_ms} -> {queue}");
+        }
+    }
+
+    #[test]
+    fn jittered_retries_of_a_herd_spread_out_over_few_queues() {
+        let policy = RetryPolicy {
+            max_retries: 3,
+            base_delay_ms: 30_000,
+            multiplier: 2.0,
+            max_delay_ms: 3_600_000,
+            jitter: Jitter::Equal,
+        };
+        let delays: Vec<u64> = (0..10_000).map(|i| policy.jittered_delay_ms(1, &format!("job-{i}@t"))).collect();
+        let distinct: std::collections::HashSet<_> = delays.iter().collect();
+        // 10,000 draws from 15,001 values: about 7,300 distinct if uniform.
+        assert!(distinct.len() > 6_500, "10,000 executions spread over {} delays", distinct.len());
+        let (low, high) = (delays.iter().min().unwrap(), delays.iter().max().unwrap());
+        assert!(*low < 16_000 && *high > 29_000, "spread over {low}..{high} of 15,000..30,000");
+        let queues: std::collections::HashSet<_> = delays.iter().map(|d| retry_queue_delay_ms(*d)).collect();
+        assert!(queues.len() <= 9, "{} delay queues", queues.len());
     }
 
     fn message(i: usize) -> FireMessage {

@@ -87,6 +87,7 @@ impl Bench {
                 base_delay_ms: 200,
                 multiplier: 2.0,
                 max_delay_ms: 1000,
+                jitter: domain::job::Jitter::default(),
             },
             allow_cidrs: vec!["127.0.0.0/8".parse().unwrap()],
             misfire_threshold: Duration::from_secs(5),

@@ -17,6 +17,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::contract::{StatusPattern, SuccessRule};
 use crate::schedule::{CompiledSchedule, CronSchedule, Recurrence, ScheduleError};
 use crate::text::{excerpt, first_hidden, hidden_problem, quoted};
 
@@ -274,6 +275,17 @@ pub struct HttpTarget {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(required = false, default = false))]
     pub forward_headers_on_redirect: bool,
+    /// What counts as a successful delivery; absent: any 2xx.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(required = false))]
+    pub success: Option<SuccessRule>,
+    /// The statuses a failed delivery is retried on (within the retry
+    /// policy); any other status that is not a success fails at once, its
+    /// reason recorded. Absent: 408, 425, 429 and 5xx. Network errors and
+    /// timeouts are always retried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(required = false, max_items = 32, example = json!([429, "5xx"])))]
+    pub retry_statuses: Option<Vec<StatusPattern>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -300,7 +312,7 @@ pub struct SqsTarget {
     pub message_attributes: BTreeMap<String, String>,
 }
 
-/// Retries of a failed delivery, with exponential backoff.
+/// Retries of a failed delivery, with exponential backoff and jitter.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RetryPolicy {
@@ -312,6 +324,44 @@ pub struct RetryPolicy {
     pub multiplier: f64,
     #[cfg_attr(feature = "openapi", schema(required = false, minimum = 1, maximum = 604_800_000, default = 3_600_000))]
     pub max_delay_ms: u64,
+    /// How each delay is spread: `equal` (the default) waits half the
+    /// backoff plus a random share of the other half, `full` a random share
+    /// of all of it, `none` exactly the backoff.
+    #[serde(default, skip_serializing_if = "Jitter::is_default")]
+    #[cfg_attr(feature = "openapi", schema(required = false))]
+    pub jitter: Jitter,
+}
+
+/// How a retry's delay is spread, so that deliveries that failed together
+/// (a receiver's outage) do not all come back at the same instant. The
+/// share is drawn from the execution id and the attempt, not a random
+/// generator: the same attempt always waits the same, whichever worker
+/// decides it or however often it is decided again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Jitter {
+    /// backoff / 2 + a share of backoff / 2: never less than half.
+    #[default]
+    Equal,
+    /// A share of the whole backoff, from 0.
+    Full,
+    /// Exactly the backoff.
+    None,
+}
+
+impl Jitter {
+    fn is_default(&self) -> bool {
+        *self == Jitter::Equal
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Jitter::Equal => "equal",
+            Jitter::Full => "full",
+            Jitter::None => "none",
+        }
+    }
 }
 
 impl RetryPolicy {
@@ -326,11 +376,30 @@ impl RetryPolicy {
         }
     }
 
-    /// Delay before retry `n` (1-based): base × multiplier^(n−1), capped.
+    /// The backoff before retry `n` (1-based): base × multiplier^(n−1),
+    /// capped at `max_delay_ms`, before jitter.
     pub fn delay_ms(&self, retry: u32) -> u64 {
         let exp = retry.saturating_sub(1) as i32;
         let raw = self.base_delay_ms as f64 * self.multiplier.powi(exp);
         if raw.is_finite() { (raw as u64).min(self.max_delay_ms) } else { self.max_delay_ms }
+    }
+
+    /// The delay before retry `n` of execution `execution_id`: the backoff
+    /// spread by the policy's jitter, with a share drawn from the two.
+    pub fn jittered_delay_ms(&self, retry: u32, execution_id: &str) -> u64 {
+        let backoff = self.delay_ms(retry);
+        let draw = {
+            use std::hash::Hasher;
+            let mut h = siphasher::sip::SipHasher13::new_with_keys(0x6a69_7474_6572, 0x6372_6f6e_7368_6172);
+            h.write(execution_id.as_bytes());
+            h.write_u32(retry);
+            h.finish()
+        };
+        match self.jitter {
+            Jitter::None => backoff,
+            Jitter::Full => draw % (backoff + 1),
+            Jitter::Equal => backoff / 2 + draw % (backoff - backoff / 2 + 1),
+        }
     }
 }
 
@@ -864,6 +933,8 @@ impl Validator<'_> {
                     "timeout_ms",
                     "follow_redirects",
                     "forward_headers_on_redirect",
+                    "success",
+                    "retry_statuses",
                 ];
                 let map = self.object(value, p, &allowed)?;
                 let url = self.required(map, p, "url").and_then(|v| self.string(v, "target.url"));
@@ -896,6 +967,9 @@ impl Validator<'_> {
                 };
                 let follow_redirects = self.flag(map, "target", "follow_redirects");
                 let forward_headers_on_redirect = self.flag(map, "target", "forward_headers_on_redirect");
+                let success = Self::field(map, "success").and_then(|v| self.success_rule(v));
+                let retry_statuses =
+                    Self::field(map, "retry_statuses").and_then(|v| self.status_patterns(v, "target.retry_statuses"));
                 Some(Target::Http(HttpTarget {
                     url: url?,
                     method: method?,
@@ -905,6 +979,8 @@ impl Validator<'_> {
                     timeout_ms: timeout_ms?,
                     follow_redirects,
                     forward_headers_on_redirect,
+                    success,
+                    retry_statuses,
                 }))
             }
             Some("sqs") => {
@@ -1017,9 +1093,60 @@ impl Validator<'_> {
         }
     }
 
+    /// `target.success`: statuses and at most one body condition.
+    fn success_rule(&mut self, value: &Value) -> Option<SuccessRule> {
+        let p = "target.success";
+        let map = self.object(value, p, &["status", "body_contains", "body_matches"])?;
+        let status = match Self::field(map, "status") {
+            Some(v) => self.status_patterns(v, "target.success.status").unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let mut condition = |key: &str| -> Option<String> {
+            let field = format!("{p}.{key}");
+            let text = self.string(Self::field(map, key)?, &field)?;
+            if text.is_empty() || text.len() > crate::contract::BODY_CONDITION_MAX_BYTES {
+                self.err(field, format!("must be 1 to {} bytes", crate::contract::BODY_CONDITION_MAX_BYTES));
+                return None;
+            }
+            Some(text)
+        };
+        let body_contains = condition("body_contains");
+        let body_matches = condition("body_matches");
+        if let Some(pattern) = &body_matches
+            && let Err(e) = crate::contract::compile_body_regex(pattern)
+        {
+            self.err(format!("{p}.body_matches"), e);
+        }
+        if body_contains.is_some() && body_matches.is_some() {
+            self.err(p, "name at most one of body_contains and body_matches");
+        }
+        Some(SuccessRule { status, body_contains, body_matches })
+    }
+
+    /// A list of statuses (`404`, `"404"`) and classes (`"5xx"`).
+    fn status_patterns(&mut self, value: &Value, field: &str) -> Option<Vec<StatusPattern>> {
+        let Some(items) = value.as_array() else {
+            self.err(field, "must be an array of statuses (404) and classes (\"5xx\")");
+            return None;
+        };
+        if items.len() > crate::contract::STATUS_PATTERNS_MAX {
+            self.err(field, format!("must have at most {} entries", crate::contract::STATUS_PATTERNS_MAX));
+            return None;
+        }
+        let mut patterns = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            match StatusPattern::parse(item) {
+                Ok(pattern) if !patterns.contains(&pattern) => patterns.push(pattern),
+                Ok(pattern) => self.err(format!("{field}[{i}]"), format!("repeats {pattern}")),
+                Err(e) => self.err(format!("{field}[{i}]"), e),
+            }
+        }
+        Some(patterns)
+    }
+
     fn retry(&mut self, value: &Value) -> Option<RetryPolicy> {
         let p = "retry";
-        let map = self.object(value, p, &["max_retries", "base_delay_ms", "multiplier", "max_delay_ms"])?;
+        let map = self.object(value, p, &["max_retries", "base_delay_ms", "multiplier", "max_delay_ms", "jitter"])?;
         let max_retries = self
             .required(map, p, "max_retries")
             .and_then(|v| self.uint(v, "retry.max_retries", 0, limits::MAX_RETRIES_MAX.into()));
@@ -1046,11 +1173,24 @@ impl Validator<'_> {
         {
             self.err("retry.max_delay_ms", "must not be less than retry.base_delay_ms");
         }
+        let jitter = match Self::field(map, "jitter") {
+            Some(v) => match v.as_str() {
+                Some("equal") => Some(Jitter::Equal),
+                Some("full") => Some(Jitter::Full),
+                Some("none") => Some(Jitter::None),
+                _ => {
+                    self.err("retry.jitter", "must be one of equal, full, none");
+                    None
+                }
+            },
+            None => Some(Jitter::Equal),
+        };
         Some(RetryPolicy {
             max_retries: max_retries? as u32,
             base_delay_ms: base_delay_ms?,
             multiplier: multiplier?,
             max_delay_ms: max_delay_ms?,
+            jitter: jitter?,
         })
     }
 }
@@ -1192,6 +1332,8 @@ mod tests {
             timeout_ms: 2500,
             follow_redirects: true,
             forward_headers_on_redirect: false,
+            success: None,
+            retry_statuses: None,
         });
         let written = serde_json::to_string(&http).unwrap();
         assert!(written.starts_with(r#"{"kind":"http""#), "{written}");
@@ -1677,7 +1819,7 @@ mod tests {
 
     #[test]
     fn backoff_grows_and_is_capped() {
-        let p = RetryPolicy { max_retries: 5, base_delay_ms: 30_000, multiplier: 2.0, max_delay_ms: 100_000 };
+        let p = RetryPolicy { max_retries: 5, base_delay_ms: 30_000, multiplier: 2.0, max_delay_ms: 100_000, jitter: Jitter::None };
         assert_eq!([1, 2, 3, 4].map(|n| p.delay_ms(n)), [30_000, 60_000, 100_000, 100_000]);
     }
 }

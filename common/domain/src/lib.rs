@@ -5,6 +5,7 @@
 //! here connects, sleeps or reads a clock it was not given.
 
 pub mod calendar;
+pub mod contract;
 pub mod execution;
 pub mod job;
 pub mod labels;

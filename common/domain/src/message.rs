@@ -81,6 +81,10 @@ pub struct FireMessage {
     pub v: u8,
     pub fire_id: Uuid,
     pub job_id: Uuid,
+    /// The job's namespace: whose signing keys sign the delivery. Empty in
+    /// a message of a version before signing (the worker looks it up).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
     #[serde(deserialize_with = "crate::execution::deserialize_instant")]
     pub scheduled_at: DateTime<Utc>,
     /// When the worker may deliver: the scheduled time for a pre-armed slot,
@@ -125,8 +129,17 @@ impl FireMessage {
     /// A scheduled slot of a job with jitter is not due before its
     /// jittered instant, whoever publishes it (claim or sweep).
     pub fn next_for_row(row: RowToPublish, spec: JobSpec, due_at: DateTime<Utc>) -> (Self, u32) {
-        let RowToPublish { job_id, scheduled_at, fire_id, execution_id, trigger, attempts, retry_from, retry_policy } =
-            row;
+        let RowToPublish {
+            job_id,
+            namespace,
+            scheduled_at,
+            fire_id,
+            execution_id,
+            trigger,
+            attempts,
+            retry_from,
+            retry_policy,
+        } = row;
         let due_at = match trigger {
             Trigger::Schedule => due_at.max(scheduled_at + jitter_offset(job_id, scheduled_at, spec.jitter_ms)),
             Trigger::Manual | Trigger::Misfire => due_at,
@@ -135,6 +148,7 @@ impl FireMessage {
             v: FIRE_MESSAGE_VERSION,
             fire_id,
             job_id,
+            namespace,
             scheduled_at,
             due_at,
             execution_id,
@@ -155,6 +169,8 @@ impl FireMessage {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RowToPublish {
     pub job_id: Uuid,
+    /// The job's (read beside its spec).
+    pub namespace: String,
     pub scheduled_at: DateTime<Utc>,
     pub fire_id: Uuid,
     pub execution_id: String,
@@ -179,6 +195,7 @@ mod tests {
             v: FIRE_MESSAGE_VERSION,
             fire_id: Uuid::now_v7(),
             job_id,
+            namespace: "default".to_owned(),
             scheduled_at: due_at,
             due_at,
             execution_id: crate::execution::execution_id(job_id, due_at),
@@ -192,6 +209,8 @@ mod tests {
                 timeout_ms: 1_000,
                 follow_redirects: false,
                 forward_headers_on_redirect: false,
+                success: None,
+                retry_statuses: None,
             }),
             retry: None,
             overlap: Default::default(),

@@ -46,6 +46,29 @@ pub fn text(s: &str) -> String {
     out
 }
 
+/// What a field name holds when its value is a secret.
+const SECRET_NAME: &str = r"(?:token|secret|passw|api[_-]?key|authorization|credential|session|cookie|private[_-]?key|signature)";
+
+/// The first bytes of a receiver's answer as the ledger keeps them: as
+/// [`text()`], and the value of every JSON member (`"access_token": "..."`)
+/// or form field (`api_key=...`) whose name says it holds a secret becomes
+/// `***`. A receiver that echoes a credential back does not put it in the
+/// ledger, the console or the CLI's output.
+pub fn response_body(s: &str) -> String {
+    use std::sync::LazyLock;
+    static JSON_MEMBER: LazyLock<regex::Regex> = LazyLock::new(|| {
+        regex::Regex::new(&format!(r#"(?i)("[^"]*{SECRET_NAME}[^"]*"\s*:\s*)"(?:[^"\\]|\\.)*"?"#))
+            .expect("a valid expression")
+    });
+    static FORM_FIELD: LazyLock<regex::Regex> = LazyLock::new(|| {
+        regex::Regex::new(&format!(r#"(?i)([A-Za-z0-9_.\-]*{SECRET_NAME}[A-Za-z0-9_.\-]*=)[^&\s"]+"#))
+            .expect("a valid expression")
+    });
+    let s = text(s);
+    let s = JSON_MEMBER.replace_all(&s, format!("${{1}}\"{MASK}\"").as_str());
+    FORM_FIELD.replace_all(&s, format!("${{1}}{MASK}").as_str()).into_owned()
+}
+
 /// Whether `text` could change `s`: a quick test that lets most log lines
 /// through untouched.
 pub fn might_hold_secret(s: &str) -> bool {
@@ -402,4 +425,18 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn a_response_body_keeps_its_shape_and_loses_its_secrets() {
+        assert_eq!(
+            response_body(r#"{"ok":true,"access_token":"abc\"def","user":"ann","Client_Secret": "s3"}"#),
+            r#"{"ok":true,"access_token":"***","user":"ann","Client_Secret": "***"}"#
+        );
+        assert_eq!(response_body("id=7&api_key=k1&sessionId=zz&n=1"), "id=7&api_key=***&sessionId=***&n=1");
+        assert_eq!(response_body("see https://u:pw@h/x?sig=1"), "see https://u:***@h/x?sig=***");
+        assert_eq!(response_body("plain words, no secret"), "plain words, no secret");
+        // Cut off by the excerpt's size: the open value is masked too.
+        assert_eq!(response_body(r#"{"token":"abcdef"#), r#"{"token":"***""#);
+    }
+
 }

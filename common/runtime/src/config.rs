@@ -205,6 +205,8 @@ impl RetryDefaults {
             base_delay_ms: self.cron_retry_delay_ms,
             multiplier: self.cron_retry_delay_multiplier,
             max_delay_ms: self.cron_retry_max_delay_ms,
+            // Equal jitter, as for a job that names no jitter.
+            jitter: domain::job::Jitter::default(),
         }
     }
 }

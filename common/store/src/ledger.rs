@@ -239,6 +239,8 @@ pub async fn stamp_published(
 fn row_to_publish(row: &tokio_postgres::Row) -> RowToPublish {
     RowToPublish {
         job_id: row.get("job_id"),
+        // Read beside the job's spec by every statement that publishes.
+        namespace: row.try_get("namespace").unwrap_or_default(),
         scheduled_at: row.get("scheduled_at"),
         fire_id: row.get("fire_id"),
         execution_id: row.get("execution_id"),

@@ -222,6 +222,7 @@ pub fn fire_message(target: domain::job::Target, at: chrono::DateTime<chrono::Ut
         v: domain::message::FIRE_MESSAGE_VERSION,
         fire_id: Uuid::now_v7(),
         job_id,
+        namespace: "default".to_owned(),
         scheduled_at: at,
         due_at: at,
         execution_id: domain::execution::execution_id(job_id, at),

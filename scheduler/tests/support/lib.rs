@@ -233,6 +233,7 @@ impl Stack {
                 base_delay_ms: 1000,
                 multiplier: 2.0,
                 max_delay_ms: 60_000,
+                jitter: domain::job::Jitter::default(),
             },
             allow_cidrs: vec!["127.0.0.0/8".parse().unwrap()],
             aws: None,

@@ -23,12 +23,13 @@ use reqwest::redirect::Policy;
 use reqwest::{Client, Method, StatusCode, Url};
 use tokio::time::Instant;
 
+use domain::contract::{self, Judgement};
 use domain::execution::format_instant;
 use domain::job::HttpTarget;
 use domain::message::FireMessage;
 
 use super::ssrf::{CallbackRefused, GuardedResolver, SsrfGuard};
-use super::{ATTEMPT_NAME, DeliveryError, EXECUTION_ID_NAME, Outcome, SCHEDULED_AT_NAME};
+use super::{ATTEMPT_NAME, Answer, DeliveryError, EXECUTION_ID_NAME, Outcome, SCHEDULED_AT_NAME};
 
 const EXCERPT_BYTES: usize = 1024;
 /// The `X-Cronshard-*` names as header names, built once: given as text,
@@ -43,6 +44,7 @@ pub const MAX_REDIRECTS: usize = 5;
 pub struct HttpDelivery {
     client: Client,
     guard: Arc<SsrfGuard>,
+    body_matcher: contract::BodyMatcher,
 }
 
 impl HttpDelivery {
@@ -59,7 +61,48 @@ impl HttpDelivery {
             .dns_resolver(Arc::new(GuardedResolver { guard: guard.clone() }))
             .redirect(Policy::none())
             .build()?;
-        Ok(Self { client, guard })
+        Ok(Self { client, guard, body_matcher: contract::BodyMatcher::default() })
+    }
+
+    /// The answer judged by the target's contract (`domain::contract`):
+    /// its status, as much of its body as a body condition needs (else the
+    /// excerpt's worth), its `Retry-After` and the headers kept.
+    async fn judge(&self, target: &HttpTarget, mut response: reqwest::Response) -> Outcome {
+        let status = response.status();
+        let success = target.success.as_ref();
+        let wanted = if success.is_some_and(|s| s.body_contains.is_some() || s.body_matches.is_some()) { contract::BODY_CHECKED_BYTES } else { EXCERPT_BYTES };
+        let mut body = Vec::new();
+        while body.len() < wanted {
+            match response.chunk().await {
+                Ok(Some(chunk)) => body.extend_from_slice(&chunk[..chunk.len().min(wanted - body.len())]),
+                _ => break,
+            }
+        }
+        let body = String::from_utf8_lossy(&body);
+        let headers = kept_headers(response.headers());
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| contract::retry_after(v, runtime::clock::now()));
+        let judgement =
+            contract::judge(success, target.retry_statuses.as_deref(), status.as_u16(), &body, &self.body_matcher);
+        let excerpt_end = body.floor_char_boundary(EXCERPT_BYTES);
+        let excerpt = domain::redact::response_body(&body[..excerpt_end]);
+        match judgement {
+            Judgement::Success { rule } => Outcome::Success {
+                http_status: Some(status.as_u16()),
+                answer: Answer { excerpt, headers, retry_after, rule: Some(rule) },
+            },
+            Judgement::Failure { retryable, unexpected_body, rule } => {
+                let error = if unexpected_body {
+                    DeliveryError::UnexpectedBody { status, retryable }
+                } else {
+                    DeliveryError::HttpStatus { status, retryable }
+                };
+                Outcome::Failure { error, answer: Answer { excerpt, headers, retry_after, rule: Some(rule) } }
+            }
+        }
     }
 
     pub async fn deliver(&self, target: &HttpTarget, message: &FireMessage, attempt: u32) -> Outcome {
@@ -118,7 +161,7 @@ impl HttpDelivery {
             }
             let body = if target.follow_redirects { hop.body.clone() } else { hop.body.take() };
             *request.body_mut() = body.map(reqwest::Body::from);
-            let mut response = match self.client.execute(request).await {
+            let response = match self.client.execute(request).await {
                 Ok(r) => r,
                 Err(e) => return Outcome::failure(request_error(&e, target.timeout_ms)),
             };
@@ -155,21 +198,7 @@ impl HttpDelivery {
                 redirects += 1;
                 continue;
             }
-            let mut excerpt = Vec::new();
-            while excerpt.len() < EXCERPT_BYTES {
-                match response.chunk().await {
-                    Ok(Some(chunk)) => {
-                        excerpt.extend_from_slice(&chunk[..chunk.len().min(EXCERPT_BYTES - excerpt.len())])
-                    }
-                    _ => break,
-                }
-            }
-            let excerpt = String::from_utf8_lossy(&excerpt).into_owned();
-            return if status.is_success() {
-                Outcome::Success { http_status: Some(status.as_u16()), excerpt }
-            } else {
-                Outcome::Failure { error: DeliveryError::HttpStatus(status), excerpt }
-            };
+            return self.judge(target, response).await;
         }
     }
 }
@@ -243,6 +272,20 @@ fn sendable(name: &str, body_dropped: bool) -> bool {
     domain::job::reserved_header(name).is_none()
         && !(body_dropped
             && (name.eq_ignore_ascii_case("content-type") || name.eq_ignore_ascii_case("content-encoding")))
+}
+
+/// The response headers kept with the outcome, values cut to
+/// `KEPT_HEADER_VALUE_MAX_BYTES` and redacted as text (a `Location` may
+/// carry a token in its query).
+fn kept_headers(headers: &HeaderMap) -> Vec<(String, String)> {
+    contract::KEPT_RESPONSE_HEADERS
+        .iter()
+        .filter_map(|name| {
+            let value = String::from_utf8_lossy(headers.get(*name)?.as_bytes()).into_owned();
+            let cut = value.floor_char_boundary(contract::KEPT_HEADER_VALUE_MAX_BYTES);
+            Some(((*name).to_owned(), domain::redact::text(&value[..cut])))
+        })
+        .collect()
 }
 
 /// The `Location` of a redirect that is followed (301, 302, 303, 307, 308).
@@ -417,6 +460,8 @@ mod tests {
             timeout_ms: 5_000,
             follow_redirects: true,
             forward_headers_on_redirect: false,
+            success: None,
+            retry_statuses: None,
         }
     }
 
@@ -517,7 +562,10 @@ mod tests {
         let first = Receiver::start(move |_| (302, Some(landing.clone()))).await;
         let target = HttpTarget { follow_redirects: false, ..target(&first.url("/start")) };
         match deliver(&loopback_allowed(), &target).await {
-            Outcome::Failure { error: DeliveryError::HttpStatus(s), .. } => assert_eq!(s, StatusCode::FOUND),
+            Outcome::Failure { error: DeliveryError::HttpStatus { status, retryable }, .. } => {
+                assert_eq!(status, StatusCode::FOUND);
+                assert!(!retryable, "a 3xx is not retried by default");
+            }
             other => panic!("{other:?}"),
         }
         assert!(second.seen().is_empty());

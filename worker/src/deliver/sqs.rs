@@ -161,7 +161,7 @@ impl SqsDelivery {
                     return (Outcome::failure(DeliveryError::SqsNoMessageId), None);
                 };
                 let excerpt = out.sequence_number.map(|n| format!("SequenceNumber {n}")).unwrap_or_default();
-                (Outcome::Success { http_status: None, excerpt }, Some(id))
+                (Outcome::Success { http_status: None, answer: super::Answer { excerpt, ..Default::default() } }, Some(id))
             }
             Err(e) => (Outcome::failure(describe(&e)), None),
         }

@@ -12,7 +12,7 @@ use super::read::Execution;
 use super::{Status, WORKER_PRESUMED_GONE, history_entry};
 use domain::execution::{execution_id, manual_execution_id, truncate_ms};
 use domain::job::JobSpec;
-use domain::message::FireMessage;
+use domain::message::{FireMessage, RowToPublish};
 
 /// Why a change cancels a job's claimed rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,18 +199,20 @@ async fn due_now(
     rows: &[tokio_postgres::Row],
 ) -> Result<Vec<(FireMessage, u32)>, tokio_postgres::Error> {
     let job_ids: Vec<Uuid> = rows.iter().map(|r| r.get("job_id")).collect();
-    let specs: HashMap<Uuid, serde_json::Value> = client
-        .query("SELECT id, spec FROM jobs WHERE id = ANY($1)", &[&job_ids])
+    let jobs: HashMap<Uuid, (serde_json::Value, String)> = client
+        .query("SELECT id, spec, namespace FROM jobs WHERE id = ANY($1)", &[&job_ids])
         .await?
         .iter()
-        .map(|r| (r.get(0), r.get(1)))
+        .map(|r| (r.get(0), (r.get(1), r.get(2))))
         .collect();
     let now = Utc::now();
     Ok(rows
         .iter()
         .filter_map(|row| {
-            let spec = serde_json::from_value::<JobSpec>(specs.get(&row.get("job_id"))?.clone()).ok()?;
-            Some(FireMessage::next_for_row(super::row_to_publish(row), spec, now))
+            let (spec, namespace) = jobs.get(&row.get("job_id"))?;
+            let spec = serde_json::from_value::<JobSpec>(spec.clone()).ok()?;
+            let row_to_publish = RowToPublish { namespace: namespace.clone(), ..super::row_to_publish(row) };
+            Some(FireMessage::next_for_row(row_to_publish, spec, now))
         })
         .collect())
 }

@@ -91,7 +91,7 @@ macro_rules! claim_sql {
             "
     RETURNING l.job_id, l.scheduled_at, l.fire_id, l.execution_id, l.trigger, l.attempts
 )
-SELECT c.job_id, c.scheduled_at, c.fire_id, c.execution_id, c.trigger, c.attempts, j.spec
+SELECT c.job_id, c.scheduled_at, c.fire_id, c.execution_id, c.trigger, c.attempts, j.spec, j.namespace
 FROM claimed c JOIN jobs j ON j.id = c.job_id"
         )
     };

@@ -535,7 +535,12 @@ pub struct FinishRequest {
     pub http_status: Option<i32>,
     pub sqs_message_id: Option<String>,
     pub excerpt: Option<String>,
+    /// The receiver's kept response headers, as a JSON object.
+    pub response_headers: Option<serde_json::Value>,
     pub error: Option<String>,
+    /// Which rule of the delivery contract decided the outcome, and for a
+    /// retry how its delay was chosen, in words (the history's `rule`).
+    pub rule: Option<String>,
     pub redelivered: bool,
     /// For `retrying`: when the next attempt is due (the retry's delay).
     pub next_attempt_at: Option<DateTime<Utc>>,
@@ -562,7 +567,9 @@ impl FinishRequest {
             http_status: None,
             sqs_message_id: None,
             excerpt: (!excerpt.is_empty()).then_some(excerpt),
+            response_headers: None,
             error: None,
+            rule: None,
             redelivered,
             next_attempt_at: None,
         }
@@ -592,16 +599,21 @@ async fn finish_rows(
         .prepare_cached(
             "UPDATE scheduled_jobs l SET status = b.status, finished_at = now(), http_status = b.http_status,
                     sqs_message_id = coalesce(b.sqs_message_id, l.sqs_message_id),
-                    response_excerpt = b.excerpt, error = b.error, next_attempt_at = b.next_attempt_at,
+                    response_excerpt = b.excerpt, response_headers = b.response_headers, error = b.error,
+                    next_attempt_at = b.next_attempt_at,
                     history = l.history || jsonb_build_array(jsonb_build_object(
                         'event', 'attempt', 'attempt', b.attempt, 'worker_id', l.worker_id,
                         'started_at', cronshard_instant(l.started_at), 'finished_at', cronshard_instant(now()),
                         'outcome', b.status, 'http_status', b.http_status, 'sqs_message_id', b.sqs_message_id,
-                        'error', b.error, 'redelivered', b.redelivered))
+                        'error', b.error, 'redelivered', b.redelivered)
+                      -- Only when present: entries of older versions have none.
+                      || jsonb_strip_nulls(jsonb_build_object('rule', b.rule, 'response_headers', b.response_headers,
+                             'next_attempt_at', cronshard_instant(b.next_attempt_at))))
              FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[], $4::int[], $5::text[], $6::int[],
-                         $7::text[], $8::text[], $9::text[], $10::bool[], $11::timestamptz[])
+                         $7::text[], $8::text[], $9::text[], $10::bool[], $11::timestamptz[], $12::jsonb[],
+                         $13::text[])
                   AS b(job_id, scheduled_at, fire_id, attempt, status, http_status, sqs_message_id, excerpt,
-                       error, redelivered, next_attempt_at)
+                       error, redelivered, next_attempt_at, response_headers, rule)
              WHERE l.job_id = b.job_id AND l.scheduled_at = b.scheduled_at
                -- `IS TRUE`: see SLOT_KEY_ONLY.
                AND (l.fire_id = b.fire_id AND l.attempts = b.attempt AND l.status = 'running') IS TRUE
@@ -613,6 +625,9 @@ async fn finish_rows(
     let col =
         |f: fn(&FinishRequest) -> Option<String>| -> Vec<Option<String>> { sorted.iter().map(|r| f(r)).collect() };
     let next_attempts: Vec<Option<DateTime<Utc>>> = sorted.iter().map(|r| r.next_attempt_at).collect();
+    let response_headers: Vec<Option<&serde_json::Value>> =
+        sorted.iter().map(|r| r.response_headers.as_ref()).collect();
+    let rules = col(|r| r.rule.clone());
     let (job_ids, times, fire_ids, attempts, statuses, http_statuses, sqs_ids, excerpts, errors, redelivered) = (
         sorted.iter().map(|r| r.job_id).collect::<Vec<_>>(),
         sorted.iter().map(|r| r.scheduled_at).collect::<Vec<_>>(),
@@ -625,7 +640,7 @@ async fn finish_rows(
         col(|r| r.error.clone()),
         sorted.iter().map(|r| r.redelivered).collect::<Vec<_>>(),
     );
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 13] = [
         &job_ids,
         &times,
         &fire_ids,
@@ -637,6 +652,8 @@ async fn finish_rows(
         &errors,
         &redelivered,
         &next_attempts,
+        &response_headers,
+        &rules,
     ];
     Ok(crate::db::retry_deadlock(|| client.query(&stmt, &params))
         .await?

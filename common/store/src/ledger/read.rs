@@ -40,7 +40,14 @@ pub struct Execution {
     pub finished_at: Option<DateTime<Utc>>,
     pub http_status: Option<i32>,
     pub sqs_message_id: Option<String>,
+    /// The first bytes of the latest answer's body, secrets masked.
     pub response_excerpt: Option<String>,
+    /// The latest answer's kept headers (`content-type`, `location`,
+    /// `retry-after`, request and trace ids), when it had any. Only on a
+    /// single execution, not in listings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub response_headers: Option<Value>,
     pub error: Option<String>,
     /// Why the slot was skipped or missed (paused, deleted, superseded, the
     /// misfire policy), or `replay`.
@@ -115,6 +122,7 @@ impl Execution {
             http_status: r.get("http_status"),
             sqs_message_id: r.get("sqs_message_id"),
             response_excerpt: r.get("response_excerpt"),
+            response_headers: r.try_get("response_headers").ok().flatten(),
             // Redacted again on the way out: rows written before the worker
             // redacted its errors may hold a callback's credentials.
             error: r.get::<_, Option<String>>("error").map(|e| domain::redact::text(&e)),
@@ -260,6 +268,7 @@ pub async fn decided_run_at(
                 http_status: None,
                 sqs_message_id: None,
                 response_excerpt: None,
+                response_headers: None,
                 error: None,
                 reason: r.get("reason"),
                 next_attempt_at: None,

@@ -37,7 +37,8 @@ pub async fn lease_unconfirmed(pg: &Pool, grace: Duration) -> anyhow::Result<Vec
              UPDATE scheduled_jobs s SET fired_at = now()
              FROM unconfirmed u WHERE s.job_id = u.job_id AND s.scheduled_at = u.scheduled_at
              RETURNING s.job_id, s.scheduled_at, s.fire_id, s.execution_id, s.trigger, s.attempts, s.retry_from, s.retry_policy,
-                       (SELECT spec FROM jobs WHERE id = s.job_id) AS spec",
+                       (SELECT spec FROM jobs WHERE id = s.job_id) AS spec,
+                       (SELECT namespace FROM jobs WHERE id = s.job_id) AS namespace",
             &[&(Utc::now() - grace), &SWEEP_BATCH],
         )
         .await?;
@@ -79,7 +80,8 @@ pub async fn recover_running(pg: &Pool, grace: Duration) -> anyhow::Result<Vec<(
                             'worker_id', l.worker_id, 'started_at', cronshard_instant(l.started_at)))
                  FROM stuck WHERE l.job_id = stuck.job_id AND l.scheduled_at = stuck.scheduled_at
                  RETURNING l.job_id, l.scheduled_at, l.fire_id, l.execution_id, l.trigger, l.attempts, l.retry_from, l.retry_policy,
-                           (SELECT spec FROM jobs WHERE id = l.job_id) AS spec"
+                           (SELECT spec FROM jobs WHERE id = l.job_id) AS spec,
+                       (SELECT namespace FROM jobs WHERE id = l.job_id) AS namespace"
             ),
             &[&grace],
         )
@@ -126,7 +128,8 @@ pub async fn move_on_stranded(pg: &Pool, cutoff: DateTime<Utc>) -> anyhow::Resul
                         'attempts', l.attempts))
              FROM stranded WHERE l.job_id = stranded.job_id AND l.scheduled_at = stranded.scheduled_at
              RETURNING l.job_id, l.scheduled_at, l.fire_id, l.execution_id, l.trigger, l.attempts, l.retry_from, l.retry_policy, l.status,
-                       (SELECT spec FROM jobs WHERE id = l.job_id) AS spec",
+                       (SELECT spec FROM jobs WHERE id = l.job_id) AS spec,
+                       (SELECT namespace FROM jobs WHERE id = l.job_id) AS namespace",
             &[&cutoff, &SWEEP_BATCH],
         )
         .await?;
