@@ -28,7 +28,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use deadpool_postgres::Pool as PgPool;
 use deadpool_redis::Pool as RedisPool;
 use tower_http::timeout::TimeoutLayer;
@@ -130,6 +130,9 @@ pub fn router(state: AppState) -> Router {
             "/calendars/{name}",
             get(routes::calendars::get).put(routes::calendars::put).delete(routes::calendars::delete),
         )
+        .route("/signing-keys", get(routes::signing_keys::list).post(routes::signing_keys::create))
+        .route("/signing-keys/rotate", post(routes::signing_keys::rotate))
+        .route("/signing-keys/{id}", delete(routes::signing_keys::revoke))
         .route("/cluster", get(routes::cluster::status))
         .route("/workers", get(routes::cluster::workers))
         .route("/stats/lateness", get(routes::stats::lateness))

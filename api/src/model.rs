@@ -388,6 +388,8 @@ problem_response!(BadRequest, 400, "Malformed request: body not JSON, wrong Cont
 problem_response!(Unauthorized, 401, "No or a wrong bearer token (only when API_TOKENS is set)");
 problem_response!(Forbidden, 403, "The token's role does not allow the operation");
 problem_response!(JobNotFound, 404, "No such job (or the id is not a UUID)");
+problem_response!(SigningKeyNotFound, 404, "No such signing key in the namespace");
+problem_response!(SigningKeysFull, 409, "The namespace has 5 signing keys in use already; revoke one first");
 problem_response!(PayloadTooLarge, 413, "The request body exceeds 256 KiB");
 problem_response!(ValidationFailed, 422, "Validation failed; `errors` names each bad field");
 problem_response!(InternalError, 500, "Internal error (details only in the server log)");

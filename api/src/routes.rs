@@ -7,5 +7,6 @@ pub mod explain;
 pub mod health;
 pub mod jobs;
 pub mod schedules;
+pub mod signing_keys;
 pub mod stats;
 pub mod tenancy;

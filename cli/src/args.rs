@@ -70,7 +70,7 @@ pub struct Global {
     pub output: Format,
 
     /// Namespace of new jobs and calendars, and the one `jobs list`, `jobs
-    /// bulk` and `calendars` act in (default: the token's only namespace,
+    /// bulk`, `calendars` and `signing-keys` act in (default: the token's only namespace,
     /// or `default`).
     #[arg(long, global = true, help_heading = GLOBAL, env = "CRONSHARD_NAMESPACE")]
     pub namespace: Option<String>,
@@ -104,6 +104,16 @@ pub enum Command {
   $ cronshard calendars list"
     )]
     Calendars(Calendars),
+    /// Make, rotate, list and revoke the keys that sign a namespace's deliveries.
+    #[command(
+        subcommand,
+        name = "signing-keys",
+        after_help = "Examples:
+  $ cronshard signing-keys create
+  $ cronshard signing-keys rotate --overlap-seconds 3600
+  $ cronshard signing-keys list"
+    )]
+    SigningKeys(SigningKeys),
     /// Show the live scheduler nodes and the Redis shards.
     #[command(after_help = "Examples:
   $ cronshard cluster
@@ -480,6 +490,41 @@ Examples:
     Delete {
         /// The calendar's name.
         name: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SigningKeys {
+    /// Make a key that signs from now on, beside the namespace's others.
+    #[command(after_help = "The secret (whsec_...) is printed once: give it to the receiver's
+Standard Webhooks verifier.
+
+Examples:
+  $ cronshard signing-keys create
+  $ cronshard signing-keys create -o json | jq -r .secret")]
+    Create,
+    /// Make a new key; the keys signing now stop after the overlap.
+    #[command(after_help = "Both sign during the overlap, so receivers can move to the new secret.
+
+Examples:
+  $ cronshard signing-keys rotate
+  $ cronshard signing-keys rotate --overlap-seconds 3600")]
+    Rotate {
+        /// How long the keys signing now go on signing, in seconds (0 to 2592000).
+        #[arg(long, default_value_t = 86_400)]
+        overlap_seconds: u64,
+    },
+    /// List the namespace's keys (never their secrets).
+    #[command(after_help = "Examples:
+  $ cronshard signing-keys list
+  $ cronshard signing-keys list -o json")]
+    List,
+    /// Revoke a key: it stops signing within 10 seconds.
+    #[command(after_help = "Examples:
+  $ cronshard signing-keys revoke 0193a0c2-...")]
+    Revoke {
+        /// The key's id.
+        id: String,
     },
 }
 

@@ -4,6 +4,7 @@
 mod calendars;
 mod executions;
 mod jobs;
+mod signing_keys;
 
 use reqwest::Method;
 use serde_json::{Map, Value, json};
@@ -85,6 +86,7 @@ pub async fn run(ctx: &Ctx, command: Command) -> Result<String> {
         Command::Jobs(c) => jobs::run(ctx, c).await,
         Command::Executions(c) => executions::run(ctx, c).await,
         Command::Calendars(c) => calendars::run(ctx, c).await,
+        Command::SigningKeys(c) => signing_keys::run(ctx, c).await,
         Command::Cluster => cluster(ctx).await,
         Command::Preview(p) => preview(ctx, p).await,
         Command::Completions { .. } => unreachable!("completions need no API and are printed by main"),

@@ -444,7 +444,7 @@ async fn messages_lost_with_the_brokers_queues_are_published_again_and_delivered
     let retrying = stack
         .create_job(json!({
             "name": "retrying", "schedule": { "kind": "once", "at": at(due2) },
-            "retry": { "max_retries": 2, "base_delay_ms": 6000, "multiplier": 1.0, "max_delay_ms": 6000 },
+            "retry": { "max_retries": 2, "base_delay_ms": 6000, "multiplier": 1.0, "max_delay_ms": 6000, "jitter": "none" },
             "target": http_target(&sink.url("retrying")),
         }))
         .await["id"]
@@ -457,7 +457,10 @@ async fn messages_lost_with_the_brokers_queues_are_published_again_and_delivered
     .await;
     let lost = channel
         .queue_delete(
-            topology.delay_queue(broker::amqp::Delayed::Retry, 6000).as_str().into(),
+            topology
+                .delay_queue(broker::amqp::Delayed::Retry, broker::amqp::retry_queue_delay_ms(6000))
+                .as_str()
+                .into(),
             QueueDeleteOptions::default(),
         )
         .await;

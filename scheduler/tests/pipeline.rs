@@ -227,7 +227,8 @@ async fn a_callback_failing_three_times_is_retried_after_1_2_and_4_seconds_then_
             "name": "flaky",
             "schedule": { "kind": "once", "at": at(due) },
             "target": http_target(&sink.url("flaky")),
-            "retry": { "max_retries": 3, "base_delay_ms": 1000, "multiplier": 2.0 },
+            // Without jitter, to see the backoff itself (jitter: docs/schedules.md).
+            "retry": { "max_retries": 3, "base_delay_ms": 1000, "multiplier": 2.0, "jitter": "none" },
         }))
         .await;
     let id = job["id"].as_str().unwrap().to_owned();

@@ -4,6 +4,7 @@
 //! attempt may help; the job's retry policy decides whether one is made.
 
 pub mod http;
+pub mod signing;
 pub mod sqs;
 pub mod ssrf;
 
@@ -236,6 +237,8 @@ pub(crate) struct Deliverers {
     pub(crate) destinations: std::sync::Arc<Destinations>,
     /// Opens sealed secret header values right before a request.
     vault: store::secrets::Vault,
+    /// The namespaces' signing keys.
+    signer: signing::Signer,
     pg: deadpool_postgres::Pool,
 }
 
@@ -248,6 +251,7 @@ impl Deliverers {
             sqs: SqsDelivery::new(config.aws.clone()),
             destinations: Destinations::new(destinations),
             vault: store::secrets::Vault::new(config.keyring.clone()),
+            signer: signing::Signer::new(pg.clone(), store::secrets::Vault::new(config.keyring.clone())),
             pg,
         })
     }
@@ -261,6 +265,10 @@ impl Deliverers {
         attempt: u32,
         http_url: Option<Result<reqwest::Url, url::ParseError>>,
     ) -> (Outcome, Option<String>) {
+        let signing = match self.signer.signing(m).await {
+            Ok(signing) => signing,
+            Err(e) => return (Outcome::failure(DeliveryError::SecretUnavailable(e)), None),
+        };
         match &m.target {
             Target::Http(target) => {
                 let url = http_url.unwrap_or_else(|| reqwest::Url::parse(&target.url));
@@ -271,14 +279,14 @@ impl Deliverers {
                     if let Err(e) = self.vault.open_headers(&self.pg, m.job_id, &mut opened.secret_headers).await {
                         return (Outcome::failure(DeliveryError::SecretUnavailable(e)), None);
                     }
-                    return (self.http.deliver_to(&opened, url, m, attempt).await, None);
+                    return (self.http.deliver_to(&opened, url, m, attempt, &signing).await, None);
                 }
-                (self.http.deliver_to(target, url, m, attempt).await, None)
+                (self.http.deliver_to(target, url, m, attempt, &signing).await, None)
             }
             // Boxed apart: the SDK's future (with the client's first
             // set-up) is about 11.6 KB, and inline it would size every
             // HTTP delivery's future too, allocated and copied per delivery.
-            Target::Sqs(target) => Box::pin(self.sqs.deliver(target, m, attempt)).await,
+            Target::Sqs(target) => Box::pin(self.sqs.deliver(target, m, attempt, &signing)).await,
         }
     }
 }

@@ -814,7 +814,13 @@ mod tests {
 
     #[test]
     fn a_slot_waits_as_long_as_its_remaining_retries_would_have_and_at_least_the_longest_cool_down() {
-        let policy = RetryPolicy { max_retries: 3, base_delay_ms: 30_000, multiplier: 2.0, max_delay_ms: 3_600_000, jitter: Default::default() };
+        let policy = RetryPolicy {
+            max_retries: 3,
+            base_delay_ms: 30_000,
+            multiplier: 2.0,
+            max_delay_ms: 3_600_000,
+            jitter: Default::default(),
+        };
         let due = DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z").unwrap().to_utc();
         let at = |secs: i64| due + chrono::TimeDelta::seconds(secs);
         let short = Duration::from_secs(60);

@@ -713,7 +713,13 @@ mod tests {
     fn rules() -> Rules {
         Rules {
             misfire_threshold: TimeDelta::seconds(THRESHOLD_SECS),
-            retry_defaults: RetryPolicy { max_retries: 3, base_delay_ms: 1000, multiplier: 2.0, max_delay_ms: 60_000, jitter: Default::default() },
+            retry_defaults: RetryPolicy {
+                max_retries: 3,
+                base_delay_ms: 1000,
+                multiplier: 2.0,
+                max_delay_ms: 60_000,
+                jitter: Default::default(),
+            },
             open_max: Duration::from_secs(60),
             outcome_retry_for: Duration::from_secs(30),
         }
@@ -945,7 +951,10 @@ mod tests {
                     trace.delivered_at.push(now);
                     match pick(3) {
                         0 => Event::Delivered {
-                            outcome: Outcome::Success { http_status: Some(200), answer: Answer { excerpt: "ok".into(), ..Default::default() } },
+                            outcome: Outcome::Success {
+                                http_status: Some(200),
+                                answer: Answer { excerpt: "ok".into(), ..Default::default() },
+                            },
                             sqs_message_id: None,
                         },
                         1 => {

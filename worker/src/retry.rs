@@ -65,19 +65,6 @@ pub(crate) fn next_delay(
     })
 }
 
-/// The delay queue a retry waits in: its delay rounded down to the top
-/// four bits (eight rungs per doubling), so jittered retries share a few
-/// dozen delay queues instead of one per millisecond. The message comes
-/// back at most an eighth of its delay early, and the worker holds it the
-/// rest of the way to its `due_at`.
-pub(crate) fn retry_queue_delay_ms(delay_ms: u64) -> u64 {
-    if delay_ms < 16 {
-        return delay_ms;
-    }
-    let shift = 63 - delay_ms.leading_zeros() - 3;
-    (delay_ms >> shift) << shift
-}
-
 /// Publishes follow-up messages on a confirm-mode channel of its own: the
 /// message that failed is acked only once its follow-up is confirmed.
 pub(crate) struct RetryPublisher {
@@ -113,12 +100,12 @@ impl RetryPublisher {
         Ok(())
     }
 
-    /// Through the retry queue of about `delay_ms` (`retry_queue_delay_ms`),
+    /// Through the retry queue of about `delay_ms` (`broker::amqp::retry_queue_delay_ms`),
     /// which dead-letters it back to the main queue, due `delay_ms` from now.
     pub(crate) async fn publish_retry(&self, m: &FireMessage, next_attempt: u32, delay_ms: u64) -> anyhow::Result<()> {
         let mut retry = m.clone();
         retry.due_at = runtime::clock::now() + chrono::TimeDelta::milliseconds(delay_ms as i64);
-        self.publish_delayed(&retry, next_attempt, retry_queue_delay_ms(delay_ms), Delayed::Retry).await
+        self.publish_delayed(&retry, next_attempt, broker::amqp::retry_queue_delay_ms(delay_ms), Delayed::Retry).await
     }
 
     /// The same attempt again after `delay_ms`, through the waiting queue
@@ -235,7 +222,7 @@ mod tests {
         /// eighths of it, and the queues are few.
         #[test]
         fn a_retry_queue_is_within_an_eighth_below_its_delay(delay_ms in 0u64..(7 * 24 * 3_600_000)) {
-            let queue = retry_queue_delay_ms(delay_ms);
+            let queue = broker::amqp::retry_queue_delay_ms(delay_ms);
             proptest::prop_assert!(queue <= delay_ms);
             proptest::prop_assert!(delay_ms - queue <= delay_ms / 8, "{delay_ms} -> {queue}");
         }
@@ -256,7 +243,8 @@ mod tests {
         assert!(distinct.len() > 6_500, "10,000 executions spread over {} delays", distinct.len());
         let (low, high) = (delays.iter().min().unwrap(), delays.iter().max().unwrap());
         assert!(*low < 16_000 && *high > 29_000, "spread over {low}..{high} of 15,000..30,000");
-        let queues: std::collections::HashSet<_> = delays.iter().map(|d| retry_queue_delay_ms(*d)).collect();
+        let queues: std::collections::HashSet<_> =
+            delays.iter().map(|d| broker::amqp::retry_queue_delay_ms(*d)).collect();
         assert!(queues.len() <= 9, "{} delay queues", queues.len());
     }
 

@@ -245,6 +245,19 @@ pub async fn confirm_channel(connection: &Connection) -> lapin::Result<Channel> 
     Ok(channel)
 }
 
+/// The delay queue a retry waits in: its delay rounded down to the top
+/// four bits (eight rungs per doubling), so jittered retries share a few
+/// dozen delay queues instead of one per millisecond. The message comes
+/// back at most an eighth of its delay early, and the worker holds it the
+/// rest of the way to its `due_at`.
+pub fn retry_queue_delay_ms(delay_ms: u64) -> u64 {
+    if delay_ms < 16 {
+        return delay_ms;
+    }
+    let shift = 63 - delay_ms.leading_zeros() - 3;
+    (delay_ms >> shift) << shift
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -124,7 +124,10 @@ pub struct SuccessRule {
     /// The body (its first 64 KiB) must match this regular expression
     /// (Rust `regex` syntax: no backreferences or lookaround, linear time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(required = false, max_length = 1024, example = "\"state\":\\s*\"(done|queued)\""))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = false, max_length = 1024, example = "\"state\":\\s*\"(done|queued)\"")
+    )]
     pub body_matches: Option<String>,
 }
 
@@ -171,10 +174,16 @@ impl BodyMatcher {
 /// What an answer came to, and the rule that decided it, in words.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Judgement {
-    Success { rule: String },
+    Success {
+        rule: String,
+    },
     /// `unexpected_body`: the status was a success, the body condition
     /// did not hold.
-    Failure { retryable: bool, unexpected_body: bool, rule: String },
+    Failure {
+        retryable: bool,
+        unexpected_body: bool,
+        rule: String,
+    },
 }
 
 /// Judges an HTTP answer by the target's rules (`None`: the defaults).
@@ -218,7 +227,11 @@ pub fn judge(
                 }
             }
         }
-        let body_rule = if rule.body_contains.is_some() || rule.body_matches.is_some() { " and the body condition holds" } else { "" };
+        let body_rule = if rule.body_contains.is_some() || rule.body_matches.is_some() {
+            " and the body condition holds"
+        } else {
+            ""
+        };
         return Judgement::Success { rule: format!("HTTP {status} is a success status ({success_list}){body_rule}") };
     }
     let retried_on = retry_statuses.unwrap_or(&DEFAULT_RETRY_STATUSES);

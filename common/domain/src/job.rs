@@ -37,8 +37,9 @@ pub mod limits {
     pub const MISFIRE_CAP_MAX: u32 = 10_000;
     /// SQS's own limit on `MessageGroupId` and `MessageDeduplicationId`.
     pub const SQS_ID_MAX_CHARS: usize = 128;
-    /// SQS allows 10 message attributes and the worker adds 3 (`X-Cronshard-*`).
-    pub const SQS_ATTRIBUTES_MAX: usize = 7;
+    /// SQS allows 10 message attributes and the worker adds 6 (the three
+    /// `X-Cronshard-*` and the three `webhook-*` of a signed delivery).
+    pub const SQS_ATTRIBUTES_MAX: usize = 4;
     /// SQS's limit on an attribute name.
     pub const SQS_ATTRIBUTE_NAME_MAX_CHARS: usize = 256;
     /// Field errors one validation reports; the last one says how many more there were.
@@ -302,11 +303,12 @@ pub struct SqsTarget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
     pub message_deduplication_id: Option<String>,
-    /// String attributes of the message: at most 7 (SQS allows 10 and
-    /// cronshard adds `X-Cronshard-Execution-Id`, `-Scheduled-At` and
-    /// `-Attempt`); names 1–256 of `A-Za-z0-9_.-` without a leading, trailing
-    /// or doubled period, an `AWS.`/`Amazon.` prefix or an `X-Cronshard-`
-    /// prefix; values non-empty, of the characters SQS accepts.
+    /// String attributes of the message: at most 4 (SQS allows 10 and
+    /// cronshard adds `X-Cronshard-Execution-Id`, `-Scheduled-At`,
+    /// `-Attempt`, `webhook-id`, `webhook-timestamp` and `webhook-signature`);
+    /// names 1–256 of `A-Za-z0-9_.-` without a leading, trailing or doubled
+    /// period, an `AWS.`/`Amazon.` prefix, an `X-Cronshard-` prefix or a
+    /// `webhook-` prefix; values non-empty, of the characters SQS accepts.
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(required = false))]
     pub message_attributes: BTreeMap<String, String>,
@@ -883,7 +885,8 @@ impl Validator<'_> {
             self.err(
                 path,
                 format!(
-                    "at most {} entries are allowed: SQS takes 10 attributes and cronshard adds 3 (X-Cronshard-*)",
+                    "at most {} entries are allowed: SQS takes 10 attributes and cronshard adds 6 (X-Cronshard-* and \
+                     webhook-*)",
                     limits::SQS_ATTRIBUTES_MAX
                 ),
             );
@@ -898,6 +901,8 @@ impl Validator<'_> {
                 self.err(&field, format!("is not a valid SQS attribute name: {why}"));
             } else if folded_header(k).starts_with("x-cronshard-") {
                 self.err(&field, format!("{k} is reserved: cronshard sets the X-Cronshard-* attributes"));
+            } else if folded_header(k).starts_with("webhook-") {
+                self.err(&field, format!("{k} is reserved: cronshard sets the webhook-* attributes (signatures)"));
             }
             if s.is_empty() {
                 self.err(&field, "must not be empty: SQS needs a value");
@@ -1218,6 +1223,9 @@ pub fn reserved_header(name: &str) -> Option<&'static str> {
     let lower = folded_header(name);
     if lower.starts_with("x-cronshard-") {
         return Some("cronshard sets the X-Cronshard-* headers");
+    }
+    if lower.starts_with("webhook-") {
+        return Some("cronshard sets the webhook-* headers (Standard Webhooks signatures)");
     }
     match lower.as_str() {
         "host" => Some("the HTTP client sets it from the URL"),
@@ -1819,7 +1827,13 @@ mod tests {
 
     #[test]
     fn backoff_grows_and_is_capped() {
-        let p = RetryPolicy { max_retries: 5, base_delay_ms: 30_000, multiplier: 2.0, max_delay_ms: 100_000, jitter: Jitter::None };
+        let p = RetryPolicy {
+            max_retries: 5,
+            base_delay_ms: 30_000,
+            multiplier: 2.0,
+            max_delay_ms: 100_000,
+            jitter: Jitter::None,
+        };
         assert_eq!([1, 2, 3, 4].map(|n| p.delay_ms(n)), [30_000, 60_000, 100_000, 100_000]);
     }
 }

@@ -47,7 +47,8 @@ pub fn text(s: &str) -> String {
 }
 
 /// What a field name holds when its value is a secret.
-const SECRET_NAME: &str = r"(?:token|secret|passw|api[_-]?key|authorization|credential|session|cookie|private[_-]?key|signature)";
+const SECRET_NAME: &str =
+    r"(?:token|secret|passw|api[_-]?key|authorization|credential|session|cookie|private[_-]?key|signature)";
 
 /// The first bytes of a receiver's answer as the ledger keeps them: as
 /// [`text()`], and the value of every JSON member (`"access_token": "..."`)
@@ -438,5 +439,4 @@ mod tests {
         // Cut off by the excerpt's size: the open value is masked too.
         assert_eq!(response_body(r#"{"token":"abcdef"#), r#"{"token":"***""#);
     }
-
 }

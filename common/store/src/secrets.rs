@@ -206,6 +206,11 @@ pub fn is_sealed(value: &str) -> bool {
     value.starts_with(SEALED_PREFIX)
 }
 
+/// `cs1:{data key id}:{base64url(nonce ‖ ciphertext ‖ tag)}`.
+fn sealed_form(dek_id: Uuid, key: &Key, aad: &[u8], plain: &[u8]) -> String {
+    format!("{SEALED_PREFIX}{dek_id}:{}", URL_SAFE_NO_PAD.encode(key.seal(aad, plain)))
+}
+
 /// The data key id of a sealed value.
 fn sealed_parts(value: &str) -> Result<(Uuid, Vec<u8>), SecretError> {
     let rest = value.strip_prefix(SEALED_PREFIX).ok_or(SecretError::Malformed)?;
@@ -324,10 +329,29 @@ impl Vault {
             if stored.get(name) == Some(value) && is_sealed(value) {
                 continue;
             }
-            let sealed = key.seal(&value_aad(job_id, name), value.as_bytes());
-            *value = format!("{SEALED_PREFIX}{dek_id}:{}", URL_SAFE_NO_PAD.encode(sealed));
+            *value = sealed_form(dek_id, &key, &value_aad(job_id, name), value.as_bytes());
         }
         Ok(())
+    }
+
+    /// Seals `plain` with `namespace`'s data key, bound to `aad` (what the
+    /// value is and whose: it opens only with the same `aad`).
+    pub async fn seal(
+        &self,
+        client: &impl GenericClient,
+        namespace: &str,
+        aad: &[u8],
+        plain: &[u8],
+    ) -> Result<String, SecretError> {
+        let (dek_id, key) = self.data_key(client, namespace).await?;
+        Ok(sealed_form(dek_id, &key, aad, plain))
+    }
+
+    /// Opens a value [`Vault::seal`] sealed with the same `aad`.
+    pub async fn open(&self, pool: &deadpool_postgres::Pool, aad: &[u8], sealed: &str) -> Result<Vec<u8>, SecretError> {
+        let (dek_id, body) = sealed_parts(sealed)?;
+        let key = self.data_key_by_id(pool, dek_id).await?;
+        key.open(aad, &body).ok_or(SecretError::Corrupt(dek_id))
     }
 
     /// Opens every sealed value of `headers` (of job `job_id`) in place; a
@@ -342,10 +366,8 @@ impl Vault {
             if !is_sealed(value) {
                 continue;
             }
-            let (dek_id, body) = sealed_parts(value)?;
-            let key = self.data_key_by_id(pool, dek_id).await?;
-            let plain = key.open(&value_aad(job_id, name), &body).ok_or(SecretError::Corrupt(dek_id))?;
-            *value = String::from_utf8(plain).map_err(|_| SecretError::Corrupt(dek_id))?;
+            let plain = self.open(pool, &value_aad(job_id, name), value).await?;
+            *value = String::from_utf8(plain).map_err(|_| SecretError::Malformed)?;
         }
         Ok(())
     }

@@ -28,6 +28,7 @@ use domain::execution::format_instant;
 use domain::job::HttpTarget;
 use domain::message::FireMessage;
 
+use super::signing::{Signing, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP};
 use super::ssrf::{CallbackRefused, GuardedResolver, SsrfGuard};
 use super::{ATTEMPT_NAME, Answer, DeliveryError, EXECUTION_ID_NAME, Outcome, SCHEDULED_AT_NAME};
 
@@ -38,6 +39,8 @@ static CRONSHARD_HEADERS: LazyLock<[HeaderName; 3]> = LazyLock::new(|| {
     [EXECUTION_ID_NAME, SCHEDULED_AT_NAME, ATTEMPT_NAME]
         .map(|name| HeaderName::from_bytes(name.as_bytes()).expect("the X-Cronshard-* names are valid header names"))
 });
+static WEBHOOK_HEADERS: LazyLock<[HeaderName; 3]> =
+    LazyLock::new(|| [WEBHOOK_ID, WEBHOOK_TIMESTAMP, WEBHOOK_SIGNATURE].map(HeaderName::from_static));
 /// Most redirects followed for one attempt.
 pub const MAX_REDIRECTS: usize = 5;
 
@@ -70,7 +73,11 @@ impl HttpDelivery {
     async fn judge(&self, target: &HttpTarget, mut response: reqwest::Response) -> Outcome {
         let status = response.status();
         let success = target.success.as_ref();
-        let wanted = if success.is_some_and(|s| s.body_contains.is_some() || s.body_matches.is_some()) { contract::BODY_CHECKED_BYTES } else { EXCERPT_BYTES };
+        let wanted = if success.is_some_and(|s| s.body_contains.is_some() || s.body_matches.is_some()) {
+            contract::BODY_CHECKED_BYTES
+        } else {
+            EXCERPT_BYTES
+        };
         let mut body = Vec::new();
         while body.len() < wanted {
             match response.chunk().await {
@@ -105,8 +112,10 @@ impl HttpDelivery {
         }
     }
 
+    /// One attempt, unsigned (tests; the worker signs, `deliver_to`).
     pub async fn deliver(&self, target: &HttpTarget, message: &FireMessage, attempt: u32) -> Outcome {
-        self.deliver_to(target, Url::parse(&target.url), message, attempt).await
+        let unsigned = Signing { keys: Arc::from([]), timestamp: runtime::clock::now().timestamp() };
+        self.deliver_to(target, Url::parse(&target.url), message, attempt, &unsigned).await
     }
 
     /// `deliver` with the target's URL already parsed (`url`).
@@ -116,6 +125,7 @@ impl HttpDelivery {
         url: Result<Url, url::ParseError>,
         message: &FireMessage,
         attempt: u32,
+        signing: &Signing,
     ) -> Outcome {
         let first = match url {
             Ok(u) => u,
@@ -159,6 +169,8 @@ impl HttpDelivery {
             ) {
                 return Outcome::failure(e);
             }
+            // Signed as sent on this hop: a 303 drops the body.
+            sign(request.headers_mut(), signing, &message.execution_id, hop.body.as_deref().unwrap_or(""));
             let body = if target.follow_redirects { hop.body.clone() } else { hop.body.take() };
             *request.body_mut() = body.map(reqwest::Body::from);
             let response = match self.client.execute(request).await {
@@ -263,6 +275,19 @@ fn hop_headers(
     headers.append(scheduled_at, scheduled_at_value);
     headers.append(attempt_name, HeaderValue::from(attempt));
     Ok(())
+}
+
+/// The Standard Webhooks headers of a hop: its id and instant always, its
+/// signature when the namespace has keys.
+fn sign(headers: &mut HeaderMap, signing: &Signing, execution_id: &str, body: &str) {
+    let [id, timestamp, signature] = &*WEBHOOK_HEADERS;
+    if let Ok(value) = HeaderValue::from_str(execution_id) {
+        headers.append(id, value);
+    }
+    headers.append(timestamp, HeaderValue::from(signing.timestamp));
+    if let Some(signed) = signing.signature(execution_id, body.as_bytes()) {
+        headers.append(signature, HeaderValue::try_from(signed).expect("base64 is a header value"));
+    }
 }
 
 /// Whether a target header goes out: never a reserved one (validation

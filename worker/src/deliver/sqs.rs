@@ -24,7 +24,12 @@
 //!   (`String`) and `X-Cronshard-Attempt` (`Number`, e.g. `1`). The three
 //!   `X-Cronshard-*` names are reserved: the API refuses a target attribute
 //!   of such a name (in any case), and one stored before it did is replaced.
-//!   SQS allows 10 attributes per message, so a target may name at most 7;
+//!   Then the Standard Webhooks `webhook-id`, `webhook-timestamp` and (when
+//!   the namespace has signing keys) `webhook-signature` (`String`), signed
+//!   over the message body as an HTTP delivery's body is (`signing`).
+//!   SQS allows 10 attributes per message, so a target may name at most 4;
+//!   a definition stored with 5 to 7 before signing is sent without the
+//!   `webhook-*` attributes, which would not fit;
 //!   names must be SQS names (letters, digits, `-`, `_`, `.`). The API checks
 //!   all of this when a job is created (`domain::job`); the checks here are
 //!   for definitions stored before it did.
@@ -56,6 +61,7 @@ use domain::execution::format_instant;
 use domain::job::{SqsTarget, check_sqs_attribute_name, is_sqs_char as sqs_char};
 use domain::message::FireMessage;
 
+use super::signing::{Signing, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP};
 use super::{ATTEMPT_NAME, DeliveryError, EXECUTION_ID_NAME, Outcome, SCHEDULED_AT_NAME, SqsFault};
 
 const RESERVED: [&str; 3] = [EXECUTION_ID_NAME, SCHEDULED_AT_NAME, ATTEMPT_NAME];
@@ -123,19 +129,25 @@ impl SqsDelivery {
     }
 
     /// Sends one message. On success the outcome comes with the SQS MessageId.
-    pub async fn deliver(&self, target: &SqsTarget, message: &FireMessage, attempt: u32) -> (Outcome, Option<String>) {
+    pub async fn deliver(
+        &self,
+        target: &SqsTarget,
+        message: &FireMessage,
+        attempt: u32,
+        signing: &Signing,
+    ) -> (Outcome, Option<String>) {
         let client = self.client().await;
         if client.config().region().is_none() {
             return (Outcome::failure(DeliveryError::NoAwsRegion), None);
         }
         let fifo = target.queue_url.ends_with(".fifo");
-        let attributes = match attributes(target, message, attempt) {
-            Ok(a) => a,
-            Err(e) => return (Outcome::failure(DeliveryError::InvalidTarget(e)), None),
-        };
         let body = match target.body.as_deref() {
             Some(b) if !b.is_empty() => b.to_owned(),
             _ => default_body(message),
+        };
+        let attributes = match attributes(target, message, attempt, signing, &body) {
+            Ok(a) => a,
+            Err(e) => return (Outcome::failure(DeliveryError::InvalidTarget(e)), None),
         };
         if let Some(c) = body.chars().find(|c| !sqs_char(*c)) {
             let error = DeliveryError::InvalidTarget(format!("the body contains {c:?}, which SQS does not allow"));
@@ -161,7 +173,10 @@ impl SqsDelivery {
                     return (Outcome::failure(DeliveryError::SqsNoMessageId), None);
                 };
                 let excerpt = out.sequence_number.map(|n| format!("SequenceNumber {n}")).unwrap_or_default();
-                (Outcome::Success { http_status: None, answer: super::Answer { excerpt, ..Default::default() } }, Some(id))
+                (
+                    Outcome::Success { http_status: None, answer: super::Answer { excerpt, ..Default::default() } },
+                    Some(id),
+                )
             }
             Err(e) => (Outcome::failure(describe(&e)), None),
         }
@@ -181,6 +196,8 @@ fn attributes(
     target: &SqsTarget,
     m: &FireMessage,
     attempt: u32,
+    signing: &Signing,
+    body: &str,
 ) -> Result<std::collections::HashMap<String, MessageAttributeValue>, String> {
     let value = |data_type: &str, v: String| {
         MessageAttributeValue::builder().data_type(data_type).string_value(v).build().map_err(|e| e.to_string())
@@ -189,7 +206,7 @@ fn attributes(
     for (name, v) in &target.message_attributes {
         // Validation refuses these names (in any case); a definition stored
         // before it did may hold one.
-        if RESERVED.iter().any(|r| r.eq_ignore_ascii_case(name)) {
+        if RESERVED.iter().any(|r| r.eq_ignore_ascii_case(name)) || name.to_ascii_lowercase().starts_with("webhook-") {
             continue;
         }
         if let Err(why) = check_sqs_attribute_name(name) {
@@ -212,6 +229,15 @@ fn attributes(
     out.insert(EXECUTION_ID_NAME.into(), value("String", m.execution_id.clone())?);
     out.insert(SCHEDULED_AT_NAME.into(), value("String", format_instant(m.scheduled_at))?);
     out.insert(ATTEMPT_NAME.into(), value("Number", attempt.to_string())?);
+    let signature = signing.signature(&m.execution_id, body.as_bytes());
+    let webhook = 2 + usize::from(signature.is_some());
+    if out.len() + webhook <= MAX_ATTRIBUTES {
+        out.insert(WEBHOOK_ID.into(), value("String", m.execution_id.clone())?);
+        out.insert(WEBHOOK_TIMESTAMP.into(), value("String", signing.timestamp.to_string())?);
+        if let Some(signature) = signature {
+            out.insert(WEBHOOK_SIGNATURE.into(), value("String", signature)?);
+        }
+    }
     Ok(out)
 }
 
