@@ -80,7 +80,7 @@ step() {
 if [[ ${SKIP_SERVICES:-0} == 1 ]]; then
     echo "==> skipping the service check (SKIP_SERVICES=1)"
 else
-    step "services (PostgreSQL, Redis, RabbitMQ, moto, faketime)" "$ROOT/deploy/scripts/services.sh" ensure moto faketime
+    step "services (PostgreSQL, Redis, RabbitMQ, moto, faketime, the Standard Webhooks verifier)" "$ROOT/deploy/scripts/services.sh" ensure moto faketime verifier
 fi
 if [[ ${SKIP_HELM:-0} == 1 ]]; then
     echo "==> skipping the Helm chart check (SKIP_HELM=1)"

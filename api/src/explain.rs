@@ -239,6 +239,10 @@ fn describe_entry(e: &Value) -> String {
             if e.get("redelivered") == Some(&Value::Bool(true)) {
                 line += " (a redelivery: the worker that had it was lost)";
             }
+            // Which rule of the delivery contract decided, and the next wait.
+            if let Some(rule) = s("rule") {
+                line += &format!(" [{rule}]");
+            }
             line
         }
         Some("skipped") => format!("skipped at {}: {}", s("at").unwrap_or("(unknown)"), reason_text(s("reason"))),
@@ -690,9 +694,10 @@ mod tests {
     #[test]
     fn history_entries_read_as_sentences() {
         let attempt = json!({ "event": "attempt", "attempt": 2, "worker_id": "w-1", "started_at": "a", "finished_at": "b",
-                              "outcome": "retrying", "http_status": 503, "error": "busy", "redelivered": true });
+                              "outcome": "retrying", "http_status": 503, "error": "busy", "redelivered": true,
+                              "rule": "HTTP 503 is retried (retry_statuses: 408, 425, 429, 5xx)" });
         let line = describe_entry(&attempt);
-        for part in ["attempt 2 on worker w-1", "retrying", "HTTP 503", "busy", "redelivery"] {
+        for part in ["attempt 2 on worker w-1", "retrying", "HTTP 503", "busy", "redelivery", "[HTTP 503 is retried"] {
             assert!(line.contains(part), "{line}");
         }
         assert!(describe_entry(&json!({ "event": "skipped", "at": "t", "reason": "paused" })).contains("paused"));

@@ -2,8 +2,10 @@
 # Backing services for a LOCAL dev/test stack of cronshard: PostgreSQL, Redis,
 # RabbitMQ and, on request, moto (a local SQS).
 #
-#   deploy/scripts/services.sh ensure [moto] [faketime]   make sure they run (reuse, start or install);
-#                                                   faketime: libfaketime for the clock-skew tests
+#   deploy/scripts/services.sh ensure [moto] [faketime] [verifier]   make sure they run (reuse, start or install);
+#                                                   faketime: libfaketime for the clock-skew tests;
+#                                                   verifier: the `standardwebhooks` package (PyPI) in a venv,
+#                                                   the third-party verifier the signature tests check against
 #   deploy/scripts/services.sh status [moto]        say which are reachable
 #   deploy/scripts/services.sh stop-started [FILE]  stop the services THIS script started
 #
@@ -29,6 +31,7 @@
 #   PG_PORT 5432  REDIS_PORT 6379  RABBITMQ_PORT 5672  MOTO_PORT 4566  (all on 127.0.0.1)
 #   SERVICE_START_TIMEOUT 60  RABBITMQ_START_TIMEOUT 120  (seconds)
 #   MOTO_VENV ${XDG_CACHE_HOME:-~/.cache}/cronshard/moto-venv  (used when moto_server is missing)
+#   VERIFIER_VENV ${XDG_CACHE_HOME:-~/.cache}/cronshard/verifier-venv  (the tests find it there too)
 #   CRONSHARD_PG_TRUST 0      1 = also switch an existing cluster to trust on loopback
 
 _services_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -41,6 +44,7 @@ MOTO_PORT=${MOTO_PORT:-4566}
 SERVICE_START_TIMEOUT=${SERVICE_START_TIMEOUT:-60}
 RABBITMQ_START_TIMEOUT=${RABBITMQ_START_TIMEOUT:-120}
 MOTO_VENV=${MOTO_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/cronshard/moto-venv}
+VERIFIER_VENV=${VERIFIER_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/cronshard/verifier-venv}
 CRONSHARD_PG_TRUST=${CRONSHARD_PG_TRUST:-0}
 
 # rabbitmq-server, rabbitmqctl and friends live in /usr/sbin.
@@ -275,6 +279,23 @@ ensure_moto() {
     record_started "moto port=$MOTO_PORT pid=$pid"
 }
 
+# ------------------------------------------------------------------ verifier
+
+# The Standard Webhooks reference verifier for Python, which the signature
+# tests run as a receiver: a library the project did not write.
+ensure_verifier() {
+    if [[ -x $VERIFIER_VENV/bin/python ]] && "$VERIFIER_VENV/bin/python" -c 'import standardwebhooks' 2>/dev/null; then
+        svc_log "standardwebhooks verifier: ready in $VERIFIER_VENV"
+        return 0
+    fi
+    if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+        apt_install python3 python3-venv
+    fi
+    svc_log "standardwebhooks verifier: installing into $VERIFIER_VENV"
+    python3 -m venv "$VERIFIER_VENV" || svc_die "python3 -m venv $VERIFIER_VENV failed"
+    "$VERIFIER_VENV/bin/pip" install -q 'standardwebhooks>=1.0,<2' || svc_die "pip install standardwebhooks failed"
+}
+
 # --------------------------------------------------------------------- tools
 
 ensure_tools() {
@@ -297,12 +318,13 @@ _svc_unlock() { exec 9>&-; }
 
 # ensure_all [moto]
 ensure_all() {
-    local want_moto=0 want_faketime=0 arg
+    local want_moto=0 want_faketime=0 want_verifier=0 arg
     for arg in "$@"; do
         case $arg in
             moto | sqs) want_moto=1 ;;
             faketime) want_faketime=1 ;;
-            *) svc_die "unknown service '$arg' (known: moto, faketime)" ;;
+            verifier) want_verifier=1 ;;
+            *) svc_die "unknown service '$arg' (known: moto, faketime, verifier)" ;;
         esac
     done
     _svc_lock
@@ -321,6 +343,7 @@ ensure_all() {
     ensure_redis
     ensure_rabbitmq
     if ((want_moto)); then ensure_moto; fi
+    if ((want_verifier)); then ensure_verifier; fi
     _svc_unlock
 }
 

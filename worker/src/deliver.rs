@@ -251,7 +251,11 @@ impl Deliverers {
             sqs: SqsDelivery::new(config.aws.clone()),
             destinations: Destinations::new(destinations),
             vault: store::secrets::Vault::new(config.keyring.clone()),
-            signer: signing::Signer::new(pg.clone(), store::secrets::Vault::new(config.keyring.clone())),
+            signer: signing::Signer::new(
+                pg.clone(),
+                store::secrets::Vault::new(config.keyring.clone()),
+                config.signing_keys_fresh_for,
+            ),
             pg,
         })
     }

@@ -110,4 +110,8 @@ pub struct WorkerConfig {
     pub outcome_retry_for: std::time::Duration,
     /// Opens the secret header values sealed at rest (`SECRETS_KEK`).
     pub keyring: store::secrets::Keyring,
+    /// How long the worker signs with a namespace's keys before reading them
+    /// again (`deliver::signing::ACTIVE_KEYS_FRESH_FOR`; no flag: tests
+    /// shorten it).
+    pub signing_keys_fresh_for: std::time::Duration,
 }

@@ -95,6 +95,7 @@ impl Bench {
             clock: Default::default(),
             outcome_retry_for: worker::defaults::OUTCOME_RETRY_FOR,
             keyring: testing::test_keyring(),
+            signing_keys_fresh_for: worker::deliver::signing::ACTIVE_KEYS_FRESH_FOR,
         };
         configure(&mut config);
         let (worker_pg, worker_token) = (pg.clone(), token.clone());

@@ -244,3 +244,55 @@ mod tests {
         assert_eq!(super::with_database("postgres://u@h", "x"), "postgres://u@h/x");
     }
 }
+
+/// A delivery as a receiver got it: its headers (lower-case names) and the
+/// body's bytes.
+#[derive(Debug, Clone)]
+pub struct SignedRequest {
+    pub headers: std::collections::BTreeMap<String, String>,
+    pub body: Vec<u8>,
+}
+
+/// What the Standard Webhooks reference library for Python says of each
+/// request under `secret`, with its clock `shift_secs` ahead: `Ok` or the
+/// library's refusal. The library runs from the venv that
+/// `deploy/scripts/services.sh ensure verifier` makes (`VERIFIER_VENV`).
+pub fn verify_webhooks(secret: &str, requests: &[SignedRequest], shift_secs: i64) -> Vec<Result<(), String>> {
+    use base64::Engine as _;
+    use std::io::Write as _;
+    let venv = std::env::var("VERIFIER_VENV").unwrap_or_else(|_| {
+        let cache = std::env::var("XDG_CACHE_HOME")
+            .unwrap_or_else(|_| format!("{}/.cache", std::env::var("HOME").unwrap_or_default()));
+        format!("{cache}/cronshard/verifier-venv")
+    });
+    let python = format!("{venv}/bin/python");
+    assert!(
+        std::path::Path::new(&python).exists(),
+        "the Standard Webhooks verifier is missing ({python}): run `deploy/scripts/services.sh ensure verifier`"
+    );
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/verify_webhooks.py");
+    let mut child = std::process::Command::new(&python)
+        .args([script, secret, &shift_secs.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the verifier starts");
+    let mut input = String::new();
+    for r in requests {
+        let line = serde_json::json!({
+            "headers": r.headers,
+            "body_b64": base64::engine::general_purpose::STANDARD.encode(&r.body),
+        });
+        input.push_str(&line.to_string());
+        input.push('\n');
+    }
+    child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("the verifier reads");
+    let out = child.wait_with_output().expect("the verifier runs");
+    assert!(out.status.success(), "the verifier failed: {}", String::from_utf8_lossy(&out.stderr));
+    let verdicts: Vec<Result<(), String>> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| if l == "ok" { Ok(()) } else { Err(l.to_owned()) })
+        .collect();
+    assert_eq!(verdicts.len(), requests.len(), "one verdict per request");
+    verdicts
+}

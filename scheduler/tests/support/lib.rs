@@ -241,6 +241,7 @@ impl Stack {
             clock: Default::default(),
             outcome_retry_for: worker::defaults::OUTCOME_RETRY_FOR,
             keyring: testing::test_keyring(),
+            signing_keys_fresh_for: worker::deliver::signing::ACTIVE_KEYS_FRESH_FOR,
         }
     }
 

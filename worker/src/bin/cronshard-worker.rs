@@ -121,6 +121,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         clock: args.clock.config(),
         outcome_retry_for: worker::defaults::OUTCOME_RETRY_FOR,
         keyring: args.secrets.keyring()?,
+        signing_keys_fresh_for: worker::deliver::signing::ACTIVE_KEYS_FRESH_FOR,
     };
     if config.keyring.is_empty() {
         tracing::warn!(

@@ -79,6 +79,7 @@ struct Entry {
 pub struct Signer {
     pg: deadpool_postgres::Pool,
     vault: Vault,
+    fresh_for: Duration,
     namespaces: Mutex<HashMap<String, Entry>>,
 }
 
@@ -86,8 +87,8 @@ pub struct Signer {
 const NAMESPACES_KEPT: usize = 10_000;
 
 impl Signer {
-    pub fn new(pg: deadpool_postgres::Pool, vault: Vault) -> Self {
-        Self { pg, vault, namespaces: Mutex::new(HashMap::new()) }
+    pub fn new(pg: deadpool_postgres::Pool, vault: Vault, fresh_for: Duration) -> Self {
+        Self { pg, vault, fresh_for, namespaces: Mutex::new(HashMap::new()) }
     }
 
     /// What signs this attempt of `m`, stating `now` as its instant.
@@ -106,7 +107,7 @@ impl Signer {
     fn fresh(&self, namespace: &str) -> Result<SigningKeys, Arc<tokio::sync::Mutex<()>>> {
         let mut map = self.namespaces.lock().expect("signer lock");
         if let Some(Entry { keys: Some((read_at, keys)), .. }) = map.get(namespace)
-            && read_at.elapsed() < ACTIVE_KEYS_FRESH_FOR
+            && read_at.elapsed() < self.fresh_for
         {
             return Ok(keys.clone());
         }
