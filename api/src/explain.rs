@@ -695,9 +695,11 @@ mod tests {
     fn history_entries_read_as_sentences() {
         let attempt = json!({ "event": "attempt", "attempt": 2, "worker_id": "w-1", "started_at": "a", "finished_at": "b",
                               "outcome": "retrying", "http_status": 503, "error": "busy", "redelivered": true,
-                              "rule": "HTTP 503 is retried (retry_statuses: 408, 425, 429, 5xx)" });
+                              "rule": "HTTP 503 is in retry_statuses (408, 425, 429, 5xx)" });
         let line = describe_entry(&attempt);
-        for part in ["attempt 2 on worker w-1", "retrying", "HTTP 503", "busy", "redelivery", "[HTTP 503 is retried"] {
+        for part in
+            ["attempt 2 on worker w-1", "retrying", "HTTP 503", "busy", "redelivery", "[HTTP 503 is in retry_statuses"]
+        {
             assert!(line.contains(part), "{line}");
         }
         assert!(describe_entry(&json!({ "event": "skipped", "at": "t", "reason": "paused" })).contains("paused"));

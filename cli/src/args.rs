@@ -521,7 +521,7 @@ Examples:
     List,
     /// Revoke a key: it stops signing within 10 seconds.
     #[command(after_help = "Examples:
-  $ cronshard signing-keys revoke 0193a0c2-...")]
+  $ cronshard signing-keys revoke \"$(cronshard signing-keys list -o json | jq -r '.keys[-1].id')\"")]
     Revoke {
         /// The key's id.
         id: String,

@@ -175,7 +175,10 @@ async fn a_404_fails_at_once_and_a_503_is_retried_after_a_jittered_backoff() {
         let entries = attempts(&row);
         for (k, backoff_ms) in [(1, 1000), (2, 2000)] {
             let recorded = entries[k - 1]["rule"].as_str().unwrap();
-            assert!(recorded.contains("HTTP 503 is retried") && recorded.contains("equal jitter"), "{recorded}");
+            assert!(
+                recorded.contains("HTTP 503 is in retry_statuses") && recorded.contains("equal jitter"),
+                "{recorded}"
+            );
             // The wait the worker chose, in its own words, lies within equal
             // jitter's bounds, and is the one the receiver saw.
             let chosen: i64 = recorded
@@ -337,11 +340,11 @@ async fn deliveries_verify_with_the_standard_webhooks_library_across_a_rotation_
     let signed = delivery_where(&receiver, 0, "a delivery", |_| true).await;
     assert_eq!(signed.body, b"{\"report\":\"daily\"}");
     assert_eq!(signed.headers["webhook-id"], signed.headers["x-cronshard-execution-id"]);
-    let results = testing::verify_webhooks(&old_secret, &[signed.clone()], 0);
+    let results = testing::verify_webhooks(&old_secret, std::slice::from_ref(&signed), 0);
     assert_eq!(results, vec![Ok(())], "{signed:?}");
     // A replay: the same request verified six minutes later is too old,
     // and an altered body does not verify.
-    let replay = testing::verify_webhooks(&old_secret, &[signed.clone()], 360);
+    let replay = testing::verify_webhooks(&old_secret, std::slice::from_ref(&signed), 360);
     assert!(matches!(&replay[0], Err(e) if e.contains("too old")), "{replay:?}");
     let altered = SignedRequest { body: b"{\"report\":\"weekly\"}".to_vec(), ..signed.clone() };
     assert!(testing::verify_webhooks(&old_secret, &[altered], 0)[0].is_err());

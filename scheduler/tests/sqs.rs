@@ -148,6 +148,11 @@ async fn a_standard_queue_gets_the_body_and_attributes_and_the_message_id_is_rec
     let sqs = aws_sdk_sqs::Client::new(&aws);
     let queue_url = create_queue(&sqs, false).await;
     let stack = stack_with_worker("sqs-std", Some(aws)).await;
+    // A signing key: the message carries the Standard Webhooks attributes,
+    // signed over its body (the worker reads the namespace's keys at the
+    // delivery, after this).
+    let key: Value = stack.post("/v1/signing-keys").await;
+    let secret = key["secret"].as_str().unwrap().to_owned();
 
     let due = truncate_ms(Utc::now() + TimeDelta::seconds(2));
     let job = stack
@@ -168,7 +173,20 @@ async fn a_standard_queue_gets_the_body_and_attributes_and_the_message_id_is_rec
     assert_eq!(attribute(&m, "X-Cronshard-Scheduled-At"), ("String".into(), at(due)));
     assert_eq!(attribute(&m, "X-Cronshard-Attempt"), ("Number".into(), "1".into()));
     assert_eq!(attribute(&m, "Tenant"), ("String".into(), "acme".into()));
-    assert_eq!(m.message_attributes().unwrap().len(), 4);
+    assert_eq!(attribute(&m, "webhook-id"), ("String".into(), format!("{id}@{}", at(due))));
+    assert_eq!(m.message_attributes().unwrap().len(), 7);
+    let signed = testing::SignedRequest {
+        headers: ["webhook-id", "webhook-timestamp", "webhook-signature"]
+            .iter()
+            .map(|n| ((*n).to_owned(), attribute(&m, n).1))
+            .collect(),
+        body: m.body().unwrap().as_bytes().to_vec(),
+    };
+    assert_eq!(
+        testing::verify_webhooks(&secret, &[signed], 0),
+        vec![Ok(())],
+        "the Standard Webhooks library verifies it"
+    );
 
     let row = ledger_row(&stack, &id, due, "succeeded").await;
     assert_eq!(row["attempts"], 1);

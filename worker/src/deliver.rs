@@ -126,6 +126,10 @@ pub enum DeliveryError {
     /// the text names the keys by id.
     #[error("secret headers could not be opened: {0}")]
     SecretUnavailable(store::secrets::SecretError),
+    /// The namespace's signing keys could not be read or opened, and this
+    /// worker has read none before: the delivery does not go out unsigned.
+    #[error("the namespace's signing keys could not be read: {0}")]
+    SigningKeysUnavailable(store::secrets::SecretError),
 }
 
 impl DeliveryError {
@@ -146,7 +150,10 @@ impl DeliveryError {
             | DeliveryError::SqsTransport(_)
             | DeliveryError::SqsNoMessageId => true,
             // The operator's to fix, and another worker may be configured.
-            DeliveryError::NoAwsRegion | DeliveryError::SqsService(_) | DeliveryError::SecretUnavailable(_) => true,
+            DeliveryError::NoAwsRegion
+            | DeliveryError::SqsService(_)
+            | DeliveryError::SecretUnavailable(_)
+            | DeliveryError::SigningKeysUnavailable(_) => true,
         }
     }
 
@@ -163,6 +170,7 @@ impl DeliveryError {
             | DeliveryError::InvalidTarget(_)
             | DeliveryError::NoAwsRegion
             | DeliveryError::SecretUnavailable(_)
+            | DeliveryError::SigningKeysUnavailable(_)
             | DeliveryError::SqsUnbuildable(_) => Call::NotCounted,
             DeliveryError::TimedOut { .. }
             | DeliveryError::Connection(_)
@@ -271,7 +279,7 @@ impl Deliverers {
     ) -> (Outcome, Option<String>) {
         let signing = match self.signer.signing(m).await {
             Ok(signing) => signing,
-            Err(e) => return (Outcome::failure(DeliveryError::SecretUnavailable(e)), None),
+            Err(e) => return (Outcome::failure(DeliveryError::SigningKeysUnavailable(e)), None),
         };
         match &m.target {
             Target::Http(target) => {
@@ -327,6 +335,7 @@ mod tests {
             (DeliveryError::SqsTransport("dispatch failure".into()), true),
             (DeliveryError::SqsNoMessageId, true),
             (DeliveryError::SecretUnavailable(store::secrets::SecretError::NoKek), true),
+            (DeliveryError::SigningKeysUnavailable(store::secrets::SecretError::NoKek), true),
         ]
     }
 
@@ -348,6 +357,7 @@ mod tests {
             DeliveryError::SqsTransport(_) => "SqsTransport",
             DeliveryError::SqsNoMessageId => "SqsNoMessageId",
             DeliveryError::SecretUnavailable(_) => "SecretUnavailable",
+            DeliveryError::SigningKeysUnavailable(_) => "SigningKeysUnavailable",
         }
     }
 
@@ -355,7 +365,7 @@ mod tests {
     fn retryable_decides_every_variant() {
         let cases = one_of_each();
         let covered: std::collections::HashSet<_> = cases.iter().map(|(e, _)| variant(e)).collect();
-        assert_eq!(covered.len(), 14, "one case per variant: {covered:?}");
+        assert_eq!(covered.len(), 15, "one case per variant: {covered:?}");
         for (error, retryable) in cases {
             assert_eq!(error.retryable(), retryable, "{}: {error}", variant(&error));
         }
@@ -364,9 +374,12 @@ mod tests {
     #[test]
     fn destination_health_decides_every_variant() {
         let expected = |e: &DeliveryError| match variant(e) {
-            "CallbackRefused" | "InvalidTarget" | "NoAwsRegion" | "SqsUnbuildable" | "SecretUnavailable" => {
-                Call::NotCounted
-            }
+            "CallbackRefused"
+            | "InvalidTarget"
+            | "NoAwsRegion"
+            | "SqsUnbuildable"
+            | "SecretUnavailable"
+            | "SigningKeysUnavailable" => Call::NotCounted,
             "TimedOut" | "Connection" | "SqsTimedOut" | "SqsTransport" => Call::Unhealthy,
             // 500 in `one_of_each`.
             "HttpStatus" => Call::Unhealthy,

@@ -548,7 +548,7 @@ impl<'m> Lifecycle<'m> {
                         let why = if !error.retryable() {
                             "not retried: another attempt cannot help"
                         } else {
-                            "not retried: the retry policy's attempts are used up"
+                            "no retry left: the retry policy's attempts are used up"
                         };
                         outcome.rule = Some(match outcome.rule.take() {
                             Some(rule) if !error.retryable() => rule,

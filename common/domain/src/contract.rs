@@ -205,7 +205,7 @@ pub fn judge(
             return Judgement::Failure {
                 retryable: true,
                 unexpected_body: true,
-                rule: format!("HTTP {status} but the body does not contain the text of success.body_contains: retried"),
+                rule: format!("HTTP {status} but the body does not contain the text of success.body_contains"),
             };
         }
         if let Some(pattern) = &rule.body_matches {
@@ -215,7 +215,7 @@ pub fn judge(
                     return Judgement::Failure {
                         retryable: true,
                         unexpected_body: true,
-                        rule: format!("HTTP {status} but the body does not match success.body_matches: retried"),
+                        rule: format!("HTTP {status} but the body does not match success.body_matches"),
                     };
                 }
                 None => {
@@ -240,14 +240,14 @@ pub fn judge(
         Judgement::Failure {
             retryable: true,
             unexpected_body: false,
-            rule: format!("HTTP {status} is retried (retry_statuses: {retried_list})"),
+            rule: format!("HTTP {status} is in retry_statuses ({retried_list})"),
         }
     } else {
         Judgement::Failure {
             retryable: false,
             unexpected_body: false,
             rule: format!(
-                "HTTP {status} is neither a success ({success_list}) nor retried (retry_statuses: {retried_list}): failed at once"
+                "HTTP {status} is neither a success ({success_list}) nor in retry_statuses ({retried_list}): failed at once"
             ),
         }
     }

@@ -1,5 +1,6 @@
 //! HTTP callback delivery with reqwest: the target's request plus the
-//! `X-Cronshard-*` headers; 2xx is success. One client, behind the guarded
+//! `X-Cronshard-*` headers and the Standard Webhooks ones (`signing`); the
+//! answer is judged by the target's contract (`domain::contract`). One client, behind the guarded
 //! resolver, that never follows redirects itself: when the target says
 //! `follow_redirects`, `deliver` follows up to 5 of them, each hop checked by
 //! the SSRF guard. Connections are pooled per host.

@@ -28,8 +28,8 @@
 //!   the namespace has signing keys) `webhook-signature` (`String`), signed
 //!   over the message body as an HTTP delivery's body is (`signing`).
 //!   SQS allows 10 attributes per message, so a target may name at most 4;
-//!   a definition stored with 5 to 7 before signing is sent without the
-//!   `webhook-*` attributes, which would not fit;
+//!   a definition stored with 5 to 7 before signing gets the `webhook-*`
+//!   attributes only when all of them fit (none when they do not);
 //!   names must be SQS names (letters, digits, `-`, `_`, `.`). The API checks
 //!   all of this when a job is created (`domain::job`); the checks here are
 //!   for definitions stored before it did.
@@ -58,7 +58,7 @@ use aws_sdk_sqs::types::MessageAttributeValue;
 use tokio::sync::OnceCell;
 
 use domain::execution::format_instant;
-use domain::job::{SqsTarget, check_sqs_attribute_name, is_sqs_char as sqs_char};
+use domain::job::{SqsTarget, check_sqs_attribute_name, folded_header, is_sqs_char as sqs_char};
 use domain::message::FireMessage;
 
 use super::signing::{Signing, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP};
@@ -206,7 +206,7 @@ fn attributes(
     for (name, v) in &target.message_attributes {
         // Validation refuses these names (in any case); a definition stored
         // before it did may hold one.
-        if RESERVED.iter().any(|r| r.eq_ignore_ascii_case(name)) || name.to_ascii_lowercase().starts_with("webhook-") {
+        if RESERVED.iter().any(|r| r.eq_ignore_ascii_case(name)) || folded_header(name).starts_with("webhook-") {
             continue;
         }
         if let Err(why) = check_sqs_attribute_name(name) {

@@ -83,7 +83,10 @@ pub struct ExecutionWithHistory {
     pub execution: Execution,
     /// What happened to the slot, oldest first. Each entry has `event`:
     /// `attempt` (`attempt`, `worker_id`, `started_at`, `finished_at`,
-    /// `outcome`, `http_status`, `sqs_message_id`, `error`, `redelivered`),
+    /// `outcome`, `http_status`, `sqs_message_id`, `error`, `redelivered`,
+    /// and when present `rule`: the delivery contract's rule that decided
+    /// and how the next wait was chosen, `response_headers`,
+    /// `next_attempt_at`),
     /// `skipped` (`at`, `reason`), `recovered` (`at`), `released` (`at`,
     /// `attempt`, `worker_id`: a worker gave back an attempt it did not
     /// deliver), `waiting` (`at`, `reason`, `destination`, `since`,
