@@ -45,6 +45,10 @@ DB=cronshard_fuzz_$SUFFIX
 export DATABASE_URL=postgres://postgres@127.0.0.1:5432/$DB
 export CLUSTER_NAME=fuzz-$SUFFIX
 export API_TOKENS=
+# A throwaway key-encryption key, so that the routes which seal secrets
+# (secret headers, signing keys) are fuzzed past their "not configured" answer.
+SECRETS_KEK=fuzz:$(head -c 32 /dev/urandom | base64 | tr -d '\n')
+export SECRETS_KEK
 REPORT_DIR=${FUZZ_REPORT_DIR:-$(mktemp -d -t cronshard-fuzz.XXXXXX)}
 LOG=$REPORT_DIR/cronshard-api.log
 API_PID=

@@ -392,6 +392,11 @@ problem_response!(SigningKeyNotFound, 404, "No such signing key in the namespace
 problem_response!(SigningKeysFull, 409, "The namespace has 5 signing keys in use already; revoke one first");
 problem_response!(PayloadTooLarge, 413, "The request body exceeds 256 KiB");
 problem_response!(ValidationFailed, 422, "Validation failed; `errors` names each bad field");
+problem_response!(
+    SecretsUnconfigured,
+    503,
+    "No key-encryption key is configured (SECRETS_KEK), so secrets can be neither sealed nor read"
+);
 problem_response!(InternalError, 500, "Internal error (details only in the server log)");
 
 /// A calendar: excluded dates, date ranges and cron rules in a time zone.

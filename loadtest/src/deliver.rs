@@ -82,6 +82,8 @@ pub async fn run(args: DeliverArgs) -> anyhow::Result<()> {
             overlap: Default::default(),
             retry_from: 0,
             misfire: None,
+            completion: None,
+            after_completion: Default::default(),
         });
     }
     for chunk in messages.chunks(5000) {

@@ -13,6 +13,8 @@ pub mod ssrf;
 pub const EXECUTION_ID_NAME: &str = "X-Cronshard-Execution-Id";
 pub const SCHEDULED_AT_NAME: &str = "X-Cronshard-Scheduled-At";
 pub const ATTEMPT_NAME: &str = "X-Cronshard-Attempt";
+/// The token a receiver of an async-completion job reports with.
+pub const COMPLETION_TOKEN_NAME: &str = "x-cronshard-completion-token";
 
 use domain::job::Target;
 use domain::message::FireMessage;
@@ -27,8 +29,20 @@ use super::destination::breaker::Call;
 /// What one delivery attempt came to.
 #[derive(Debug)]
 pub enum Outcome {
-    Success { http_status: Option<u16>, answer: Answer },
-    Failure { error: DeliveryError, answer: Answer },
+    Success {
+        http_status: Option<u16>,
+        answer: Answer,
+    },
+    Failure {
+        error: DeliveryError,
+        answer: Answer,
+    },
+    /// A 202 to a job whose completion is `async`: the receiver reports
+    /// the outcome later.
+    Accepted {
+        http_status: u16,
+        answer: Answer,
+    },
 }
 
 impl Outcome {
@@ -39,7 +53,9 @@ impl Outcome {
 
     pub fn answer(&self) -> &Answer {
         match self {
-            Outcome::Success { answer, .. } | Outcome::Failure { answer, .. } => answer,
+            Outcome::Success { answer, .. } | Outcome::Failure { answer, .. } | Outcome::Accepted { answer, .. } => {
+                answer
+            }
         }
     }
 }
@@ -130,6 +146,13 @@ pub enum DeliveryError {
     /// worker has read none before: the delivery does not go out unsigned.
     #[error("the namespace's signing keys could not be read: {0}")]
     SigningKeysUnavailable(store::secrets::SecretError),
+    /// The attempt's completion token (async completion) could not be made:
+    /// no key-encryption key on this worker.
+    #[error("the completion token could not be made: {0}")]
+    CompletionTokenUnavailable(store::secrets::SecretError),
+    /// Answered 202, and no report came within the job's completion timeout.
+    #[error("no completion was reported within {timeout_ms} ms of the 202")]
+    CompletionTimedOut { timeout_ms: u64 },
 }
 
 impl DeliveryError {
@@ -153,7 +176,10 @@ impl DeliveryError {
             DeliveryError::NoAwsRegion
             | DeliveryError::SqsService(_)
             | DeliveryError::SecretUnavailable(_)
-            | DeliveryError::SigningKeysUnavailable(_) => true,
+            | DeliveryError::SigningKeysUnavailable(_)
+            | DeliveryError::CompletionTokenUnavailable(_) => true,
+            // The work the receiver took on may still be done by another attempt.
+            DeliveryError::CompletionTimedOut { .. } => true,
         }
     }
 
@@ -171,7 +197,10 @@ impl DeliveryError {
             | DeliveryError::NoAwsRegion
             | DeliveryError::SecretUnavailable(_)
             | DeliveryError::SigningKeysUnavailable(_)
+            | DeliveryError::CompletionTokenUnavailable(_)
             | DeliveryError::SqsUnbuildable(_) => Call::NotCounted,
+            // The host answered (202) long ago; the report is its work's.
+            DeliveryError::CompletionTimedOut { .. } => Call::NotCounted,
             DeliveryError::TimedOut { .. }
             | DeliveryError::Connection(_)
             | DeliveryError::SqsTimedOut(_)
@@ -213,7 +242,7 @@ fn status_health(status: u16) -> Call {
 /// What one attempt said about its destination (a success: that it is up).
 pub(crate) fn destination_health(outcome: &Outcome) -> Call {
     match outcome {
-        Outcome::Success { .. } => Call::Healthy,
+        Outcome::Success { .. } | Outcome::Accepted { .. } => Call::Healthy,
         Outcome::Failure { error, .. } => error.destination_health(),
     }
 }
@@ -277,10 +306,16 @@ impl Deliverers {
         attempt: u32,
         http_url: Option<Result<reqwest::Url, url::ParseError>>,
     ) -> (Outcome, Option<String>) {
-        let signing = match self.signer.signing(m).await {
+        let mut signing = match self.signer.signing(m).await {
             Ok(signing) => signing,
             Err(e) => return (Outcome::failure(DeliveryError::SigningKeysUnavailable(e)), None),
         };
+        if domain::job::Completion::is_async(m.completion.as_ref()) {
+            match store::completion::token(self.vault.keyring(), &m.execution_id, attempt) {
+                Ok(token) => signing.completion_token = Some(token),
+                Err(e) => return (Outcome::failure(DeliveryError::CompletionTokenUnavailable(e)), None),
+            }
+        }
         match &m.target {
             Target::Http(target) => {
                 let url = http_url.unwrap_or_else(|| reqwest::Url::parse(&target.url));
@@ -336,6 +371,8 @@ mod tests {
             (DeliveryError::SqsNoMessageId, true),
             (DeliveryError::SecretUnavailable(store::secrets::SecretError::NoKek), true),
             (DeliveryError::SigningKeysUnavailable(store::secrets::SecretError::NoKek), true),
+            (DeliveryError::CompletionTokenUnavailable(store::secrets::SecretError::NoKek), true),
+            (DeliveryError::CompletionTimedOut { timeout_ms: 1000 }, true),
         ]
     }
 
@@ -358,6 +395,8 @@ mod tests {
             DeliveryError::SqsNoMessageId => "SqsNoMessageId",
             DeliveryError::SecretUnavailable(_) => "SecretUnavailable",
             DeliveryError::SigningKeysUnavailable(_) => "SigningKeysUnavailable",
+            DeliveryError::CompletionTokenUnavailable(_) => "CompletionTokenUnavailable",
+            DeliveryError::CompletionTimedOut { .. } => "CompletionTimedOut",
         }
     }
 
@@ -365,7 +404,7 @@ mod tests {
     fn retryable_decides_every_variant() {
         let cases = one_of_each();
         let covered: std::collections::HashSet<_> = cases.iter().map(|(e, _)| variant(e)).collect();
-        assert_eq!(covered.len(), 15, "one case per variant: {covered:?}");
+        assert_eq!(covered.len(), 17, "one case per variant: {covered:?}");
         for (error, retryable) in cases {
             assert_eq!(error.retryable(), retryable, "{}: {error}", variant(&error));
         }
@@ -379,7 +418,9 @@ mod tests {
             | "NoAwsRegion"
             | "SqsUnbuildable"
             | "SecretUnavailable"
-            | "SigningKeysUnavailable" => Call::NotCounted,
+            | "SigningKeysUnavailable"
+            | "CompletionTokenUnavailable"
+            | "CompletionTimedOut" => Call::NotCounted,
             "TimedOut" | "Connection" | "SqsTimedOut" | "SqsTransport" => Call::Unhealthy,
             // 500 in `one_of_each`.
             "HttpStatus" => Call::Unhealthy,

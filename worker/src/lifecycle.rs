@@ -31,13 +31,18 @@ use store::ledger::delivery::{
     VerifyRequest,
 };
 
-use super::deliver::{Answer, Outcome};
+use super::deliver::{Answer, DeliveryError, Outcome};
 use super::destination::{self, Waiting};
 use super::retry;
 
 /// How long a message waits before it is requeued after a failed step, so
 /// that a database or broker outage does not spin.
 pub(crate) const REQUEUE_AFTER_FAILURE: Duration = Duration::from_secs(1);
+
+/// A completion check that comes back earlier than this before its deadline
+/// (its delay queue rounds down by up to an eighth) goes round again instead
+/// of being held: a 7-day timeout would otherwise hold a message for hours.
+pub(crate) const CHECK_HOLD_AT_MOST: TimeDelta = TimeDelta::seconds(60);
 
 /// The worker's settings the lifecycle decides by.
 #[derive(Debug, Clone, Copy)]
@@ -68,6 +73,9 @@ pub(crate) struct Arrival {
     pub(crate) redelivered: bool,
     /// Back from a delay queue where it waited for its destination.
     pub(crate) waited: bool,
+    /// Back at the deadline of its attempt, which awaits the receiver's
+    /// report (async completion): times it out if no report came.
+    pub(crate) completion_check: bool,
 }
 
 impl Arrival {
@@ -75,7 +83,7 @@ impl Arrival {
     /// one arrival that may be late by the misfire threshold (a slot handed
     /// back to wait was on time when it first arrived).
     pub(crate) fn is_first(&self) -> bool {
-        self.attempt == 1 && !self.waited
+        self.attempt == 1 && !self.waited && !self.completion_check
     }
 }
 
@@ -145,6 +153,9 @@ pub(crate) enum Event {
     /// The outcome write answered: recorded, or the row moved on (another
     /// delivery of this attempt took it back; its outcome stands).
     Recorded,
+    /// Whether the attempt awaiting its report was timed out by this
+    /// worker (false: the report came first, or another copy took it).
+    Expired(bool),
     /// The outcome write failed, tried for this long; the next try would
     /// be after `next_try_in`.
     RecordFailed {
@@ -197,6 +208,16 @@ pub(crate) enum Command {
         next_attempt: u32,
         delay_ms: u64,
     },
+    /// Publish the message that times the attempt out at `deadline` unless
+    /// its receiver reports first.
+    PublishCompletionCheck {
+        deadline: DateTime<Utc>,
+    },
+    /// Take the timeout of the attempt awaiting its report.
+    ExpireAwaiting {
+        slot: HeldSlot,
+        fire_id: uuid::Uuid,
+    },
     /// Park the message in the failed queue, `attempts` made.
     PublishFailed {
         attempts: u32,
@@ -238,6 +259,14 @@ enum Stage {
     /// The outcome to record once the follow-up is confirmed, and the
     /// retry's delay.
     PublishingFollowUp(Box<FinishRequest>, Option<u64>),
+    /// A 202 of an async completion: recorded as awaiting once the message
+    /// that times it out is confirmed.
+    PublishingCheck(Box<FinishRequest>),
+    /// A completion check, waiting for its deadline.
+    CheckArmed,
+    /// A completion check far from its deadline, sent round again.
+    CheckRepublishing,
+    Expiring,
     /// Handed to [`Recording`].
     Finished,
     Releasing(Settle),
@@ -299,7 +328,21 @@ impl<'m> Lifecycle<'m> {
             }
             (_, Event::Stopping) => self.settle(Settle::Requeue(Duration::ZERO)),
             (_, Event::Failed) => self.settle(Settle::Requeue(REQUEUE_AFTER_FAILURE)),
+            (Stage::Arrived, Event::Arrived) if self.arrival.completion_check => self.check_deadline(now),
             (Stage::Arrived, Event::Arrived) => self.arrived(now),
+            (Stage::CheckArmed, Event::Due) => self.check_deadline(now),
+            (Stage::CheckRepublishing, Event::Published) => self.settle(Settle::Ack),
+            (Stage::Expiring, Event::Expired(false)) => self.settle(Settle::Ack),
+            (Stage::Expiring, Event::Expired(true)) => {
+                self.took_row = true;
+                let timeout_ms = self.m.completion.map_or(0, |c| c.timeout_ms);
+                self.delivered(Outcome::failure(DeliveryError::CompletionTimedOut { timeout_ms }), None, now)
+            }
+            (Stage::PublishingCheck(outcome), Event::Published) => {
+                tracing::debug!(execution.id = %self.m.execution_id, attempt = self.arrival.attempt, "accepted; awaiting the receiver's report");
+                metrics::counter!(runtime::metrics::WORKER_DELIVERIES_TOTAL, "outcome" => "accepted").increment(1);
+                self.to(Stage::Finished, Command::Finish(*outcome))
+            }
             (Stage::AskedLate, Event::LateDecided(LateDecision::Skipped { .. })) => self.settle(Settle::Ack),
             (Stage::AskedLate, Event::LateDecided(LateDecision::Deliver)) => self.on_time(),
             (Stage::AskedStillOpen, Event::StillOpen(Some((delay, waiting)))) => {
@@ -378,6 +421,19 @@ impl<'m> Lifecycle<'m> {
                 self.settle(Settle::Requeue(REQUEUE_AFTER_FAILURE))
             }
         }
+    }
+
+    /// A completion check: at its deadline, it takes the timeout of the
+    /// attempt awaiting its report, if no report came.
+    fn check_deadline(&mut self, now: DateTime<Utc>) -> Command {
+        if self.m.due_at - now > CHECK_HOLD_AT_MOST {
+            return self.to(Stage::CheckRepublishing, Command::PublishCompletionCheck { deadline: self.m.due_at });
+        }
+        if now < self.m.due_at {
+            return self.to(Stage::CheckArmed, Command::WaitUntilDue(self.m.due_at));
+        }
+        let fire_id = self.m.fire_id;
+        self.to(Stage::Expiring, Command::ExpireAwaiting { slot: self.slot(), fire_id })
     }
 
     fn to(&mut self, stage: Stage, command: Command) -> Command {
@@ -501,6 +557,24 @@ impl<'m> Lifecycle<'m> {
             ..FinishRequest::new(m, attempt, self.arrival.redelivered, status, answer.excerpt)
         };
         match outcome {
+            Outcome::Accepted { http_status, answer } => {
+                // The receiver took the work and reports later: the attempt
+                // stays `running`, awaiting, until its report or deadline.
+                let timeout_ms = m.completion.map_or(0, |c| c.timeout_ms);
+                let deadline = now + TimeDelta::milliseconds(timeout_ms as i64);
+                let rule = answer.rule.clone().unwrap_or_default();
+                let outcome = FinishRequest {
+                    http_status: Some(i32::from(http_status)),
+                    awaiting_until: Some(deadline),
+                    delete_job: false,
+                    rule: Some(format!(
+                        "{rule}; awaiting the receiver's report until {}",
+                        domain::execution::format_instant(deadline)
+                    )),
+                    ..done(Status::Running, answer)
+                };
+                self.to(Stage::PublishingCheck(Box::new(outcome)), Command::PublishCompletionCheck { deadline })
+            }
             Outcome::Success { http_status, answer } => {
                 // Debug, not info: the ledger records every occurrence, and a
                 // line per success at thousands of fires a second is a log
@@ -705,7 +779,6 @@ mod tests {
     use domain::job::{MisfirePolicy, Overlap, Target};
     use proptest::prelude::*;
 
-    use crate::deliver::DeliveryError;
     use crate::destination::WaitReason;
 
     const THRESHOLD_SECS: i64 = 30;
@@ -744,6 +817,11 @@ mod tests {
         arrives_ms: i64,
         /// The environment's answers, consumed one per command.
         answers: Vec<u8>,
+        /// The job's completion is async: a delivery may be answered 202.
+        async_completion: bool,
+        /// The arrival is the check at the deadline of an attempt awaiting
+        /// its report (`due_at` is that deadline).
+        completion_check: bool,
     }
 
     fn scenario() -> impl Strategy<Value = Scenario> {
@@ -752,6 +830,7 @@ mod tests {
             (0u8..4, 0u32..3, any::<bool>(), proptest::option::of(0u32..4)),
             -20_000i64..90_000,
             proptest::collection::vec(any::<u8>(), 40),
+            (any::<bool>(), 0u8..4),
         )
             .prop_map(
                 |(
@@ -759,10 +838,12 @@ mod tests {
                     (misfire, retry_from, forbid, max_retries),
                     arrives_ms,
                     answers,
+                    (async_completion, check),
                 )| {
+                    // A check is one arrival in four of an async job's.
+                    let completion_check = async_completion && check == 0;
                     Scenario {
                         attempt,
-                        waited,
                         redelivered,
                         trigger: [Trigger::Schedule, Trigger::Misfire, Trigger::Manual][trigger as usize],
                         misfire: [
@@ -774,8 +855,14 @@ mod tests {
                         retry_from: retry_from.min(attempt - 1),
                         forbid_overlap: forbid,
                         max_retries,
-                        arrives_ms,
+                        // A check comes back from a delay queue early or on time,
+                        // at most a whole queue's delay early.
+                        arrives_ms: if completion_check { arrives_ms.min(0) * 40 } else { arrives_ms },
                         answers,
+                        async_completion,
+                        completion_check,
+                        // A check is never a first arrival's: no misfire rule.
+                        waited: waited && !completion_check,
                     }
                 },
             )
@@ -794,6 +881,9 @@ mod tests {
         m.retry_from = s.retry_from;
         m.overlap = if s.forbid_overlap { Overlap::Forbid } else { Overlap::Allow };
         m.retry = s.max_retries.map(|max_retries| RetryPolicy { max_retries, ..rules().retry_defaults });
+        m.completion = s
+            .async_completion
+            .then_some(domain::job::Completion { mode: domain::job::CompletionMode::Async, timeout_ms: 60_000 });
         m
     }
 
@@ -815,6 +905,11 @@ mod tests {
         failure_retryable: Option<bool>,
         retries_published: Vec<u32>,
         failed_published: Vec<u32>,
+        /// Deadlines of the completion checks published.
+        checks_published: Vec<DateTime<Utc>>,
+        accepted: bool,
+        /// Whether this arrival took the timeout of an awaiting attempt.
+        expired: Option<bool>,
         follow_up_confirmed: bool,
         finishes: Vec<FinishRequest>,
         /// Ledger transitions that end this attempt here: an outcome, a
@@ -830,7 +925,12 @@ mod tests {
     /// `s.answers`, to its settle.
     fn run(s: &Scenario) -> Trace {
         let m = message(s);
-        let arrival = Arrival { attempt: s.attempt, redelivered: s.redelivered, waited: s.waited };
+        let arrival = Arrival {
+            attempt: s.attempt,
+            redelivered: s.redelivered,
+            waited: s.waited,
+            completion_check: s.completion_check,
+        };
         let rules = rules();
         let mut slot = Lifecycle::new(&m, arrival, &rules);
         let mut recording: Option<Recording> = None;
@@ -948,8 +1048,17 @@ mod tests {
                     }
                 }
                 Command::Deliver => {
+                    assert!(!s.completion_check, "a completion check never delivers");
                     trace.delivered_at.push(now);
-                    match pick(3) {
+                    match pick(if s.async_completion { 4 } else { 3 }) {
+                        3 => {
+                            trace.accepted = true;
+                            let answer = Answer { excerpt: "accepted".into(), ..Default::default() };
+                            Event::Delivered {
+                                outcome: Outcome::Accepted { http_status: 202, answer },
+                                sqs_message_id: None,
+                            }
+                        }
                         0 => Event::Delivered {
                             outcome: Outcome::Success {
                                 http_status: Some(200),
@@ -977,6 +1086,30 @@ mod tests {
                     } else {
                         trace.follow_up_confirmed = true;
                         Event::Published
+                    }
+                }
+                Command::PublishCompletionCheck { deadline } => {
+                    trace.checks_published.push(deadline);
+                    if pick(4) == 0 {
+                        Event::Failed
+                    } else {
+                        trace.follow_up_confirmed = true;
+                        Event::Published
+                    }
+                }
+                Command::ExpireAwaiting { slot: expired, fire_id } => {
+                    assert!(s.completion_check, "only a completion check times an attempt out");
+                    assert!(now >= m.due_at, "timed out at {now}, before its deadline {}", m.due_at);
+                    assert_eq!((expired, fire_id), (slot.slot(), m.fire_id));
+                    match pick(3) {
+                        0 => Event::Failed,
+                        answer => {
+                            trace.expired = Some(answer == 1);
+                            if answer == 1 {
+                                trace.failure_retryable = Some(true);
+                            }
+                            Event::Expired(answer == 1)
+                        }
                     }
                 }
                 Command::PublishFailed { attempts, .. } => {
@@ -1112,12 +1245,42 @@ mod tests {
             } else if !trace.delivered_at.is_empty() {
                 prop_assert!(trace.retries_published.is_empty());
                 if let Some(outcome) = trace.finishes.first() {
-                    prop_assert_eq!(outcome.status, Status::Succeeded);
+                    // A 202 of an async job leaves the attempt running,
+                    // awaiting its report, once the check that times it out
+                    // is confirmed; any other answer here is a success.
+                    if trace.accepted {
+                        prop_assert!(trace.follow_up_confirmed);
+                        prop_assert_eq!(outcome.status, Status::Running);
+                        prop_assert_eq!(outcome.awaiting_until, trace.checks_published.first().copied());
+                    } else {
+                        prop_assert_eq!(outcome.status, Status::Succeeded);
+                        prop_assert!(outcome.awaiting_until.is_none());
+                    }
                 }
+            }
+            if !s.completion_check {
+                prop_assert_eq!(trace.accepted, !trace.checks_published.is_empty(), "{:?}", trace);
             }
             if let Some(outcome) = trace.finishes.first() {
                 prop_assert_eq!(outcome.attempt as u32, s.attempt);
-                prop_assert_eq!(trace.delivered_at.len(), 1, "an outcome only for a delivery");
+                let ended = trace.delivered_at.len() + usize::from(trace.expired == Some(true));
+                prop_assert_eq!(ended, 1, "an outcome only for a delivery or a timed-out report");
+            }
+
+            // A completion check delivers nothing: far from its deadline it
+            // goes round again; at it, it fails the attempt only if it took
+            // the timeout (the report did not come first).
+            if s.completion_check {
+                prop_assert!(trace.started.is_none() && trace.delivered_at.is_empty());
+                let far = m.due_at - (m.due_at + TimeDelta::milliseconds(s.arrives_ms)) > CHECK_HOLD_AT_MOST;
+                if far {
+                    prop_assert_eq!(&trace.checks_published, &vec![m.due_at]);
+                    prop_assert!(trace.expired.is_none());
+                }
+                if trace.expired == Some(false) {
+                    prop_assert!(trace.finishes.is_empty());
+                    prop_assert_eq!(settle, Settle::Ack);
+                }
             }
 
             // Acked after a delivery only once its outcome was recorded; a
@@ -1125,7 +1288,7 @@ mod tests {
             if !trace.delivered_at.is_empty() && settle == Settle::Ack {
                 prop_assert!(trace.recorded, "{:?}", trace);
             }
-            let took_row = trace.started == Some(Start::Go);
+            let took_row = trace.started == Some(Start::Go) || trace.expired == Some(true);
             if took_row && settle != Settle::Ack {
                 prop_assert!(trace.released, "{:?}", trace);
             }

@@ -59,6 +59,7 @@ pub(crate) async fn handle(
             if let Some(retries) = received.retries_by_x_death
                 && retries + 1 != received.attempt
                 && !received.waited
+                && !received.completion_check
             {
                 tracing::debug!(execution.id = %messages[0].execution_id, attempt = received.attempt, x_death_retries = retries, "x-death disagrees with the attempt header; going by the header");
                 metrics::counter!(runtime::metrics::WORKER_X_DEATH_MISMATCHES_TOTAL).increment(1);
@@ -102,8 +103,8 @@ async fn deliver_message<'a>(
     in_flight: &Semaphore,
     token: &CancellationToken,
 ) -> (Settle, Vec<Delivered<'a>>) {
-    let Received { attempt, redelivered, waited, .. } = *received;
-    let arrival = Arrival { attempt, redelivered, waited };
+    let Received { attempt, redelivered, waited, completion_check, .. } = *received;
+    let arrival = Arrival { attempt, redelivered, waited, completion_check };
     // Each slot with its charge, released as the slot is decided.
     let mut charges: Vec<Option<HeldCharge>> = charges.into_iter().map(Some).collect();
     let runs = lifecycle::runs(&messages);
@@ -328,6 +329,14 @@ async fn handle_slot<'a>(
             Command::PublishRetry { next_attempt, delay_ms } => {
                 let published = Box::pin(shared.retry.publish_retry(m, next_attempt, delay_ms)).await;
                 failed_or(m, published, |()| Event::Published)
+            }
+            Command::PublishCompletionCheck { deadline } => {
+                let published = Box::pin(shared.retry.publish_completion_check(m, attempt, deadline)).await;
+                failed_or(m, published, |()| Event::Published)
+            }
+            Command::ExpireAwaiting { slot, fire_id } => {
+                let expired = ledger::expire_awaiting(&shared.pg, &shared.config.worker_id, slot, fire_id).await;
+                failed_or(m, expired, Event::Expired)
             }
             Command::PublishFailed { attempts, error } => {
                 let published = Box::pin(shared.retry.publish_failed(m, attempts, &error)).await;

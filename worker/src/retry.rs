@@ -108,6 +108,28 @@ impl RetryPublisher {
         self.publish_delayed(&retry, next_attempt, broker::amqp::retry_queue_delay_ms(delay_ms), Delayed::Retry).await
     }
 
+    /// The message that times out attempt `attempt`, awaiting its
+    /// receiver's report, at `deadline`: through the retry queue of about
+    /// that delay, back as the same attempt, due at the deadline.
+    pub(crate) async fn publish_completion_check(
+        &self,
+        m: &FireMessage,
+        attempt: u32,
+        deadline: chrono::DateTime<chrono::Utc>,
+    ) -> anyhow::Result<()> {
+        let mut check = m.clone();
+        check.due_at = deadline;
+        let delay_ms = (deadline - runtime::clock::now()).num_milliseconds().max(0) as u64;
+        let queue_delay = broker::amqp::retry_queue_delay_ms(delay_ms);
+        self.declare_delay_queue(Delayed::Retry, queue_delay).await?;
+        let headers = Headers { completion_check: true, ..Headers::attempt(attempt) };
+        let result = self.publish_to(&self.topology.delay_queue(Delayed::Retry, queue_delay), &check, headers).await;
+        if result.is_err() {
+            self.declared_delay_queues.lock().await.remove(&(Delayed::Retry, queue_delay));
+        }
+        result
+    }
+
     /// The same attempt again after `delay_ms`, through the waiting queue
     /// (a slot that waits for its destination): its due instant is kept,
     /// which its wait is bounded from.
@@ -115,20 +137,24 @@ impl RetryPublisher {
         self.publish_delayed(m, attempt, delay_ms, Delayed::Wait).await
     }
 
-    async fn publish_delayed(&self, m: &FireMessage, attempt: u32, delay_ms: u64, kind: Delayed) -> anyhow::Result<()> {
-        {
-            // Declared again while in use: publishing alone does not keep
-            // a queue from expiring, and it expires with its messages (a
-            // retry queue in use for 10 minutes lost every retry in it).
-            let mut declared = self.declared_delay_queues.lock().await;
-            let fresh = declared
-                .get(&(kind, delay_ms))
-                .is_some_and(|at| at.elapsed() < self.topology.delay_queue_redeclare_every());
-            if !fresh {
-                self.topology.declare_delay_queue(&self.channel, kind, delay_ms).await?;
-                declared.insert((kind, delay_ms), Instant::now());
-            }
+    /// Declares the delay queue unless declared lately. Declared again
+    /// while in use: publishing alone does not keep a queue from expiring,
+    /// and it expires with its messages (a retry queue in use for 10
+    /// minutes lost every retry in it).
+    async fn declare_delay_queue(&self, kind: Delayed, delay_ms: u64) -> anyhow::Result<()> {
+        let mut declared = self.declared_delay_queues.lock().await;
+        let fresh = declared
+            .get(&(kind, delay_ms))
+            .is_some_and(|at| at.elapsed() < self.topology.delay_queue_redeclare_every());
+        if !fresh {
+            self.topology.declare_delay_queue(&self.channel, kind, delay_ms).await?;
+            declared.insert((kind, delay_ms), Instant::now());
         }
+        Ok(())
+    }
+
+    async fn publish_delayed(&self, m: &FireMessage, attempt: u32, delay_ms: u64, kind: Delayed) -> anyhow::Result<()> {
+        self.declare_delay_queue(kind, delay_ms).await?;
         let headers = Headers { wait: kind == Delayed::Wait, ..Headers::attempt(attempt) };
         let result = self.publish_to(&self.topology.delay_queue(kind, delay_ms), m, headers).await;
         if result.is_err() {

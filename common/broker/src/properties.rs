@@ -18,6 +18,9 @@ pub const ATTEMPT_HEADER: &str = "x-cronshard-attempt";
 /// through a delay queue without an attempt, so its broker death count
 /// says nothing about its attempt.
 pub const WAIT_HEADER: &str = "x-cronshard-wait";
+/// Marks the message that times out an attempt awaiting its receiver's
+/// report (async completion): the same attempt, back at its deadline.
+pub const COMPLETION_CHECK_HEADER: &str = "x-cronshard-completion-check";
 /// When a parked message was parked, and why (for an operator reading the
 /// failed queue).
 pub const FAILED_AT_HEADER: &str = "x-cronshard-failed-at";
@@ -33,6 +36,8 @@ pub struct Headers {
     pub attempt: u32,
     /// Handed back to wait for its destination, the attempt not made.
     pub wait: bool,
+    /// Back at the deadline of an attempt awaiting its report.
+    pub completion_check: bool,
     /// Parked: when, and why.
     pub failed: Option<(DateTime<Utc>, String)>,
     /// Dropped by the broker after this long in a queue.
@@ -57,6 +62,9 @@ pub fn encode(group: &[&FireMessage], headers: &Headers) -> serde_json::Result<(
     table.insert(ATTEMPT_HEADER.into(), AMQPValue::LongInt(headers.attempt as i32));
     if headers.wait {
         table.insert(WAIT_HEADER.into(), AMQPValue::Boolean(true));
+    }
+    if headers.completion_check {
+        table.insert(COMPLETION_CHECK_HEADER.into(), AMQPValue::Boolean(true));
     }
     if let Some((at, reason)) = &headers.failed {
         table.insert(FAILED_AT_HEADER.into(), AMQPValue::LongString(domain::execution::format_instant(*at).into()));
@@ -94,10 +102,19 @@ pub fn attempt_of(properties: &BasicProperties) -> u32 {
 
 /// Whether the message was handed back to wait for its destination.
 pub fn is_wait(properties: &BasicProperties) -> bool {
+    flag(properties, WAIT_HEADER)
+}
+
+/// Whether the message times out an attempt awaiting its report.
+pub fn is_completion_check(properties: &BasicProperties) -> bool {
+    flag(properties, COMPLETION_CHECK_HEADER)
+}
+
+fn flag(properties: &BasicProperties, name: &str) -> bool {
     properties
         .headers()
         .as_ref()
-        .and_then(|h| h.inner().get(WAIT_HEADER))
+        .and_then(|h| h.inner().get(name))
         .is_some_and(|v| matches!(v, AMQPValue::Boolean(true)))
 }
 
@@ -134,7 +151,11 @@ mod tests {
         let (body, properties) = encode(&[&m, &m], &Headers { wait: true, ..Headers::attempt(3) }).unwrap();
         assert_eq!(properties.content_type().as_ref().map(|c| c.as_str()), Some(BUNDLE_CONTENT_TYPE));
         assert!(is_wait(&properties));
+        assert!(!is_completion_check(&properties));
         assert_eq!(domain::message::parse_body(&body).unwrap().len(), 2);
+        let (_, properties) = encode(&[&m], &Headers { completion_check: true, ..Headers::attempt(2) }).unwrap();
+        assert!(is_completion_check(&properties) && !is_wait(&properties));
+        assert_eq!(attempt_of(&properties), 2);
         assert_eq!(attempt_of(&BasicProperties::default()), 1, "no header: a first attempt");
     }
 

@@ -55,6 +55,9 @@ pub mod limits {
     pub const JITTER_MAX_MS: u64 = 3_600_000;
     /// Calendars one job may reference.
     pub const CALENDARS_MAX: usize = 16;
+    /// Bounds of `completion.timeout_ms`.
+    pub const COMPLETION_TIMEOUT_MIN_MS: u64 = 1_000;
+    pub const COMPLETION_TIMEOUT_MAX_MS: u64 = 7 * 24 * 3_600_000;
     /// Bytes of a cron expression (a job's or a calendar rule), checked
     /// before it is parsed.
     pub const CRON_EXPR_MAX_BYTES: usize = 1024;
@@ -134,6 +137,78 @@ pub struct JobSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(feature = "openapi", schema(required = false, max_items = 16))]
     pub calendars: Vec<String>,
+    /// How a delivery completes: `sync` (the default: the HTTP answer is
+    /// the outcome) or `async` (a 202 answer starts work the receiver
+    /// reports done later, within `timeout_ms`). HTTP targets only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(required = false))]
+    pub completion: Option<Completion>,
+    /// What becomes of a one-time job once its slot's delivery reached a
+    /// final outcome: `keep` (the default) or `delete` (the job is deleted;
+    /// its ledger rows stay).
+    #[serde(default, skip_serializing_if = "AfterCompletion::is_keep")]
+    #[cfg_attr(feature = "openapi", schema(required = false))]
+    pub after_completion: AfterCompletion,
+}
+
+/// How a delivery's outcome is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Completion {
+    pub mode: CompletionMode,
+    /// `async`: how long after its 202 an attempt waits for the receiver's
+    /// report before it counts as failed (and is retried by the retry
+    /// policy). 1 s to 7 days; default 1 hour.
+    #[serde(default = "default_completion_timeout_ms")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = false, minimum = 1000, maximum = 604_800_000, default = 3_600_000)
+    )]
+    pub timeout_ms: u64,
+}
+
+impl Completion {
+    pub fn is_async(completion: Option<&Completion>) -> bool {
+        completion.is_some_and(|c| c.mode == CompletionMode::Async)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum CompletionMode {
+    /// The HTTP answer is the outcome.
+    Sync,
+    /// A 202 answer leaves the attempt running until the receiver reports
+    /// `succeeded` or `failed` (`POST /v1/executions/{execution_id}/complete`
+    /// with the attempt's completion token), or its timeout passes.
+    Async,
+}
+
+fn default_completion_timeout_ms() -> u64 {
+    3_600_000
+}
+
+/// What becomes of a one-time job after its final outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum AfterCompletion {
+    #[default]
+    Keep,
+    /// Deleted once its slot's delivery succeeded or failed for good (a
+    /// slot skipped or missed leaves it in place, to be looked at).
+    Delete,
+}
+
+impl AfterCompletion {
+    pub fn is_keep(&self) -> bool {
+        *self == AfterCompletion::Keep
+    }
+
+    pub fn is_delete(&self) -> bool {
+        *self == AfterCompletion::Delete
+    }
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -595,6 +670,8 @@ impl Validator<'_> {
             "overlap",
             "jitter_ms",
             "calendars",
+            "completion",
+            "after_completion",
         ];
         let map = self.object(value, "", &allowed)?;
 
@@ -670,6 +747,26 @@ impl Validator<'_> {
             Some(v) => self.calendar_names(v),
             None => Vec::new(),
         };
+        let completion = Self::field(map, "completion").and_then(|v| self.completion(v));
+        if Completion::is_async(completion.as_ref()) && matches!(target, Some(Target::Sqs(_))) {
+            self.err("completion.mode", "async completion needs an HTTP target (an SQS queue does not answer 202)");
+        }
+        let after_completion = match Self::field(map, "after_completion") {
+            Some(v) => match v.as_str() {
+                Some("keep") => AfterCompletion::Keep,
+                Some("delete") => AfterCompletion::Delete,
+                _ => {
+                    self.err("after_completion", "must be one of: keep, delete");
+                    AfterCompletion::Keep
+                }
+            },
+            None => AfterCompletion::Keep,
+        };
+        if after_completion.is_delete()
+            && !matches!(&schedule, Some(ScheduleSpec { kind: ScheduleKind::Once { .. }, .. }))
+        {
+            self.err("after_completion", "delete is for one-time jobs (schedule.kind once)");
+        }
         Some(JobSpec {
             name: name?,
             schedule: schedule?,
@@ -682,7 +779,33 @@ impl Validator<'_> {
             overlap,
             jitter_ms,
             calendars,
+            completion,
+            after_completion,
         })
+    }
+
+    /// `completion`: `{mode, timeout_ms}`.
+    fn completion(&mut self, value: &Value) -> Option<Completion> {
+        let p = "completion";
+        let map = self.object(value, p, &["mode", "timeout_ms"])?;
+        let mode = match self.required(map, p, "mode")?.as_str() {
+            Some("sync") => CompletionMode::Sync,
+            Some("async") => CompletionMode::Async,
+            _ => {
+                self.err("completion.mode", "must be one of: sync, async");
+                return None;
+            }
+        };
+        let timeout_ms = match Self::field(map, "timeout_ms") {
+            Some(v) => self.uint(
+                v,
+                "completion.timeout_ms",
+                limits::COMPLETION_TIMEOUT_MIN_MS,
+                limits::COMPLETION_TIMEOUT_MAX_MS,
+            )?,
+            None => default_completion_timeout_ms(),
+        };
+        Some(Completion { mode, timeout_ms })
     }
 
     fn labels(&mut self, value: &Value) -> BTreeMap<String, String> {

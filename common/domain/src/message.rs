@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::job::{JobSpec, MisfirePolicy, Overlap, RetryPolicy, Target};
+use crate::job::{AfterCompletion, Completion, JobSpec, MisfirePolicy, Overlap, RetryPolicy, Target};
 use crate::schedule::jitter_offset;
 use crate::slot::Trigger;
 
@@ -110,6 +110,13 @@ pub struct FireMessage {
     /// older schedulers): delivered however late.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub misfire: Option<MisfirePolicy>,
+    /// The job's completion (async: a 202 leaves the attempt running until
+    /// the receiver reports). Absent: the HTTP answer is the outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion: Option<Completion>,
+    /// Whether the job is deleted once this delivery reaches a final outcome.
+    #[serde(default, skip_serializing_if = "AfterCompletion::is_keep")]
+    pub after_completion: AfterCompletion,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -159,6 +166,8 @@ impl FireMessage {
             overlap: spec.overlap,
             retry_from,
             misfire: (trigger == Trigger::Schedule).then_some(spec.misfire),
+            completion: spec.completion,
+            after_completion: spec.after_completion,
         };
         (message, attempts + 1)
     }
@@ -216,6 +225,8 @@ mod tests {
             overlap: Default::default(),
             retry_from: 0,
             misfire: None,
+            completion: None,
+            after_completion: Default::default(),
         }
     }
 

@@ -361,6 +361,15 @@ pub async fn set_paused(
     Ok(StoredJob::from_row(&row))
 }
 
+/// The body of a data-modifying CTE that deletes the one-time jobs of the
+/// outcomes a statement just recorded in its CTE `finished` (columns
+/// `job_id`, `status`, `delete_job`): those whose message asked for it
+/// (`after_completion: delete`), whose outcome is final, and whose current
+/// definition still asks for it. Only the flagged rows look the job up.
+pub const DELETE_AFTER_COMPLETION: &str = "UPDATE jobs SET deleted_at = now(), version = version + 1
+    WHERE id IN (SELECT job_id FROM finished WHERE delete_job AND status IN ('succeeded', 'failed'))
+      AND deleted_at IS NULL AND spec->>'after_completion' = 'delete'";
+
 /// Deletes a live job of the given namespaces (a tombstone, a new
 /// version); false when there is none.
 pub async fn delete(

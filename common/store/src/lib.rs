@@ -7,6 +7,7 @@
 //! caller, and the broker's outbox publishes it after the commit.
 
 pub mod calendars;
+pub mod completion;
 pub mod db;
 pub mod heartbeats;
 pub mod jobs;

@@ -170,6 +170,25 @@ impl Keyring {
     fn get(&self, id: &str) -> Option<&Key> {
         self.keks.iter().find(|(k, _)| k == id).map(|(_, key)| key)
     }
+
+    /// An HMAC key for `purpose`, derived from the active key-encryption
+    /// key (HMAC-SHA256 of the purpose under it), with that key's id: tokens
+    /// the API and the workers both check without storing anything.
+    pub fn derived_mac_key(&self, purpose: &str) -> Result<(&str, ring::hmac::Key), SecretError> {
+        let (id, kek) = self.active()?;
+        Ok((id, derive(kek, purpose)))
+    }
+
+    /// The key [`Keyring::derived_mac_key`] gave under key-encryption key
+    /// `id`, if this process has it (an older key after a rotation).
+    pub fn derived_mac_key_of(&self, id: &str, purpose: &str) -> Option<ring::hmac::Key> {
+        self.get(id).map(|kek| derive(kek, purpose))
+    }
+}
+
+fn derive(kek: &Key, purpose: &str) -> ring::hmac::Key {
+    let derived = ring::hmac::sign(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &kek.0), purpose.as_bytes());
+    ring::hmac::Key::new(ring::hmac::HMAC_SHA256, derived.as_ref())
 }
 
 /// `SECRETS_KEK`, for the processes that seal or open secret values (the

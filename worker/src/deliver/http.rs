@@ -31,7 +31,9 @@ use domain::message::FireMessage;
 
 use super::signing::{Signing, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP};
 use super::ssrf::{CallbackRefused, GuardedResolver, SsrfGuard};
-use super::{ATTEMPT_NAME, Answer, DeliveryError, EXECUTION_ID_NAME, Outcome, SCHEDULED_AT_NAME};
+use super::{
+    ATTEMPT_NAME, Answer, COMPLETION_TOKEN_NAME, DeliveryError, EXECUTION_ID_NAME, Outcome, SCHEDULED_AT_NAME,
+};
 
 const EXCERPT_BYTES: usize = 1024;
 /// The `X-Cronshard-*` names as header names, built once: given as text,
@@ -71,7 +73,9 @@ impl HttpDelivery {
     /// The answer judged by the target's contract (`domain::contract`):
     /// its status, as much of its body as a body condition needs (else the
     /// excerpt's worth), its `Retry-After` and the headers kept.
-    async fn judge(&self, target: &HttpTarget, mut response: reqwest::Response) -> Outcome {
+    /// `accepts_202`: the job's completion is async, and a 202 leaves the
+    /// attempt awaiting its receiver's report.
+    async fn judge(&self, target: &HttpTarget, mut response: reqwest::Response, accepts_202: bool) -> Outcome {
         let status = response.status();
         let success = target.success.as_ref();
         let wanted = if success.is_some_and(|s| s.body_contains.is_some() || s.body_matches.is_some()) {
@@ -97,6 +101,13 @@ impl HttpDelivery {
             contract::judge(success, target.retry_statuses.as_deref(), status.as_u16(), &body, &self.body_matcher);
         let excerpt_end = body.floor_char_boundary(EXCERPT_BYTES);
         let excerpt = domain::redact::response_body(&body[..excerpt_end]);
+        if accepts_202 && status == StatusCode::ACCEPTED {
+            let rule = "HTTP 202 to a job whose completion is async".to_owned();
+            return Outcome::Accepted {
+                http_status: status.as_u16(),
+                answer: Answer { excerpt, headers, retry_after, rule: Some(rule) },
+            };
+        }
         match judgement {
             Judgement::Success { rule } => Outcome::Success {
                 http_status: Some(status.as_u16()),
@@ -115,7 +126,8 @@ impl HttpDelivery {
 
     /// One attempt, unsigned (tests; the worker signs, `deliver_to`).
     pub async fn deliver(&self, target: &HttpTarget, message: &FireMessage, attempt: u32) -> Outcome {
-        let unsigned = Signing { keys: Arc::from([]), timestamp: runtime::clock::now().timestamp() };
+        let unsigned =
+            Signing { keys: Arc::from([]), timestamp: runtime::clock::now().timestamp(), completion_token: None };
         self.deliver_to(target, Url::parse(&target.url), message, attempt, &unsigned).await
     }
 
@@ -211,7 +223,8 @@ impl HttpDelivery {
                 redirects += 1;
                 continue;
             }
-            return self.judge(target, response).await;
+            let accepts_202 = signing.completion_token.is_some();
+            return self.judge(target, response, accepts_202).await;
         }
     }
 }
@@ -282,6 +295,12 @@ fn hop_headers(
 /// signature when the namespace has keys.
 fn sign(headers: &mut HeaderMap, signing: &Signing, execution_id: &str, body: &str) {
     let [id, timestamp, signature] = &*WEBHOOK_HEADERS;
+    if let Some(token) = &signing.completion_token
+        && let Ok(mut value) = HeaderValue::from_str(token)
+    {
+        value.set_sensitive(true);
+        headers.append(COMPLETION_TOKEN_NAME, value);
+    }
     if let Ok(value) = HeaderValue::from_str(execution_id) {
         headers.append(id, value);
     }

@@ -33,10 +33,13 @@ pub const ACTIVE_KEYS_FRESH_FOR: Duration = Duration::from_secs(10);
 /// The keys that sign one namespace's deliveries now (none: unsigned).
 pub type SigningKeys = Arc<[hmac::Key]>;
 
-/// What signs one attempt: its keys and the instant it states.
+/// What one attempt's request states about itself: the keys that sign it
+/// and the instant it states, and for an async completion the token its
+/// receiver reports the outcome with (`X-Cronshard-Completion-Token`).
 pub struct Signing {
     pub keys: SigningKeys,
     pub timestamp: i64,
+    pub completion_token: Option<String>,
 }
 
 impl Signing {
@@ -101,7 +104,7 @@ impl Signer {
         } else {
             m.namespace.clone()
         };
-        Ok(Signing { keys: self.keys(&namespace).await?, timestamp })
+        Ok(Signing { keys: self.keys(&namespace).await?, timestamp, completion_token: None })
     }
 
     fn fresh(&self, namespace: &str) -> Result<SigningKeys, Arc<tokio::sync::Mutex<()>>> {

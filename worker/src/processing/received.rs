@@ -13,6 +13,8 @@ pub(crate) struct Received {
     pub(super) redelivered: bool,
     /// Handed back to wait for its destination (`broker::properties::is_wait`).
     pub(super) waited: bool,
+    /// Times out an attempt awaiting its report (`is_completion_check`).
+    pub(super) completion_check: bool,
     pub(super) retries_by_x_death: Option<u32>,
 }
 
@@ -22,6 +24,7 @@ impl Received {
             attempt: properties::attempt_of(&delivery.properties),
             redelivered: delivery.redelivered,
             waited: properties::is_wait(&delivery.properties),
+            completion_check: properties::is_completion_check(&delivery.properties),
             retries_by_x_death: properties::retries_by_x_death(&delivery.properties),
             acker: delivery.acker,
         }

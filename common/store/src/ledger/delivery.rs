@@ -178,12 +178,15 @@ async fn start_rows(
                -- `IS TRUE`: see SLOT_KEY_ONLY.
                AND (l.fire_id = b.fire_id
                AND ((l.status IN ('pending', 'retrying') AND l.attempts = b.attempt - 1)
-                    OR (l.status = 'running' AND l.attempts = b.attempt
+                    -- A row awaiting a receiver's report (async completion)
+                    -- is nobody's to start: its report or deadline moves it.
+                    OR (l.status = 'running' AND l.attempts = b.attempt AND l.awaiting_until IS NULL
                         AND (l.worker_id = $6 OR (b.redelivered AND {worker_gone})))
                     -- The worker of attempt n-1 publishes attempt n before it
                     -- records `retrying`; a short delay can bring attempt n in
                     -- between. An attempt n exists only once n-1 has failed.
-                    OR (l.status = 'running' AND l.attempts = b.attempt - 1 AND b.attempt > 1))
+                    OR (l.status = 'running' AND l.attempts = b.attempt - 1 AND b.attempt > 1
+                        AND l.awaiting_until IS NULL))
                ) IS TRUE AND {slot_wanted}
              -- The statement's own snapshot: what `slot_wanted` was judged on.
              RETURNING l.job_id, l.scheduled_at, pg_snapshot_xmin(pg_current_snapshot())::text::bigint",
@@ -314,7 +317,8 @@ async fn explain_refusal(client: &Client, r: &StartRequest, armed_by: Option<&st
                 "SELECT l.status, l.fire_id, l.attempts, l.worker_id, {unwanted},
                         extract(epoch FROM (SELECT w.seen_at FROM worker_heartbeats w
                                             WHERE w.worker_id = l.worker_id AND {session_open})
-                                           + {gone_after} - now())::float8
+                                           + {gone_after} - now())::float8,
+                        l.awaiting_until IS NOT NULL
                  FROM scheduled_jobs l
                  WHERE l.job_id = $1 AND l.scheduled_at = $2",
                 unwanted = super::UNWANTED_REASON,
@@ -327,6 +331,10 @@ async fn explain_refusal(client: &Client, r: &StartRequest, armed_by: Option<&st
     let Some(row) = row else { return Ok(Start::Duplicate) };
     let (status, fire_id, attempts, worker): (Status, Uuid, i32, Option<&str>) =
         (row.get(0), row.get(1), row.get(2), row.get(3));
+    // Delivered and answered 202: a copy of its message has nothing to do.
+    if row.get::<_, bool>(6) {
+        return Ok(Start::Duplicate);
+    }
     // A redelivery must not drop its message while a live holder has the
     // row: the holder's own copy may be this one, returned to the queue. (A
     // gone holder's row the statement did not take belongs to a cancelled
@@ -501,7 +509,7 @@ pub async fn release_orphans(pool: &Pool, worker_id: &str, held: Vec<HeldSlot>) 
         .execute(
             &format!(
                 "UPDATE scheduled_jobs l SET {RELEASED}, published_at = NULL
-                 WHERE l.status = 'running' AND l.worker_id = $1
+                 WHERE l.status = 'running' AND l.worker_id = $1 AND l.awaiting_until IS NULL
                    -- A row starts at or after its slot: an index range on
                    -- the slot skips the rows armed ahead.
                    AND l.scheduled_at < now() - make_interval(secs => $5)
@@ -513,6 +521,103 @@ pub async fn release_orphans(pool: &Pool, worker_id: &str, held: Vec<HeldSlot>) 
         )
         .await?;
     Ok(released)
+}
+
+/// Takes the timeout of an attempt that awaits its receiver's report
+/// (async completion) past its deadline: the row stops awaiting and is
+/// this worker's `running` attempt, to be finished as a failure (and
+/// retried by its policy) like any failed delivery. False when the report
+/// came first, the deadline is not reached, or another copy took it.
+pub async fn expire_awaiting(pool: &Pool, worker_id: &str, slot: HeldSlot, fire_id: Uuid) -> anyhow::Result<bool> {
+    let (job_id, scheduled_at, attempt) = slot;
+    let client = pool.get().await?;
+    let n = client
+        .execute(
+            "UPDATE scheduled_jobs SET awaiting_until = NULL, worker_id = $5, started_at = now(),
+                    history = history || jsonb_build_array(jsonb_build_object(
+                        'event', 'completion_timed_out', 'at', cronshard_instant(now()), 'attempt', attempts,
+                        'deadline', cronshard_instant(awaiting_until)))
+             WHERE job_id = $1 AND scheduled_at = $2 AND fire_id = $3 AND attempts = $4 AND status = 'running'
+               AND awaiting_until <= now()",
+            &[&job_id, &scheduled_at, &fire_id, &attempt, &worker_id],
+        )
+        .await?;
+    Ok(n == 1)
+}
+
+/// What a receiver's completion report came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Completed {
+    /// Recorded: the row is final now.
+    Recorded(Status),
+    /// The same report for the same attempt was recorded before.
+    AlreadyRecorded(Status),
+    /// The row is not running this attempt any more (timed out and retried,
+    /// replaced, or reported differently): the report changes nothing.
+    NotAwaiting {
+        status: Status,
+        attempts: i32,
+    },
+    NoSuchExecution,
+}
+
+/// Records a receiver's report of attempt `attempt` of an execution: final
+/// `succeeded` or `failed`, with its short result. Only while that attempt
+/// runs (awaiting, or just answered 202 and not yet recorded as such);
+/// a report repeated for a final row is answered as recorded before. With
+/// `after_completion: delete`, the job is deleted with the final outcome.
+pub async fn complete(
+    client: &impl deadpool_postgres::GenericClient,
+    slot: (Uuid, DateTime<Utc>),
+    execution_id: &str,
+    attempt: i32,
+    status: Status,
+    result: Option<&str>,
+) -> anyhow::Result<Completed> {
+    let (job_id, scheduled_at) = slot;
+    let row = client
+        .query_opt(
+            &format!(
+                "WITH finished AS (
+                     UPDATE scheduled_jobs l SET status = $5, finished_at = now(), awaiting_until = NULL,
+                            next_attempt_at = NULL,
+                            error = CASE WHEN $5 = 'failed' THEN coalesce('reported failed: ' || $6, 'reported failed') END,
+                            response_excerpt = coalesce($6, l.response_excerpt),
+                            history = l.history || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+                                'event', 'completed', 'at', cronshard_instant(now()), 'attempt', l.attempts,
+                                'outcome', $5::text, 'result', $6::text)))
+                     WHERE l.job_id = $1 AND l.scheduled_at = $2 AND l.execution_id = $3 AND l.attempts = $4
+                       AND l.status = 'running'
+                     RETURNING l.job_id, l.status,
+                               (SELECT spec->>'after_completion' = 'delete' FROM jobs WHERE id = l.job_id) AS delete_job),
+                 deleted AS ({delete_after})
+                 SELECT status FROM finished",
+                delete_after = crate::jobs::DELETE_AFTER_COMPLETION,
+            ),
+            &[&job_id, &scheduled_at, &execution_id, &attempt, &status.as_str(), &result],
+        )
+        .await?;
+    if row.is_some() {
+        return Ok(Completed::Recorded(status));
+    }
+    let Some(row) = client
+        .query_opt(
+            "SELECT status, attempts,
+                    history @> jsonb_build_array(jsonb_build_object('event', 'completed', 'attempt', $4::int,
+                                                                    'outcome', $5::text))
+             FROM scheduled_jobs WHERE job_id = $1 AND scheduled_at = $2 AND execution_id = $3",
+            &[&job_id, &scheduled_at, &execution_id, &attempt, &status.as_str()],
+        )
+        .await?
+    else {
+        return Ok(Completed::NoSuchExecution);
+    };
+    let (now, attempts, same_before): (Status, i32, bool) = (row.get(0), row.get(1), row.get(2));
+    Ok(if same_before && attempts == attempt {
+        Completed::AlreadyRecorded(now)
+    } else {
+        Completed::NotAwaiting { status: now, attempts }
+    })
 }
 
 /// How long past its start a `running` row of this worker with no task on
@@ -544,6 +649,12 @@ pub struct FinishRequest {
     pub redelivered: bool,
     /// For `retrying`: when the next attempt is due (the retry's delay).
     pub next_attempt_at: Option<DateTime<Utc>>,
+    /// An asynchronous completion's 202: the row stays `running` and awaits
+    /// the receiver's report until then (`status` is `running`).
+    pub awaiting_until: Option<DateTime<Utc>>,
+    /// The job is deleted with a final outcome (`after_completion: delete`,
+    /// as the message said; the job's current definition must still say so).
+    pub delete_job: bool,
 }
 
 /// Records outcomes, each only on a row its attempt is still running, and
@@ -572,6 +683,8 @@ impl FinishRequest {
             rule: None,
             redelivered,
             next_attempt_at: None,
+            awaiting_until: None,
+            delete_job: m.after_completion.is_delete(),
         }
     }
 }
@@ -596,29 +709,39 @@ async fn finish_rows(
     requests: &[&FinishRequest],
 ) -> anyhow::Result<HashSet<(Uuid, DateTime<Utc>, i32)>> {
     let stmt = client
-        .prepare_cached(
-            "UPDATE scheduled_jobs l SET status = b.status, finished_at = now(), http_status = b.http_status,
+        .prepare_cached(&format!(
+            "WITH finished AS (
+                 UPDATE scheduled_jobs l SET status = b.status, http_status = b.http_status,
+                    finished_at = CASE WHEN b.awaiting_until IS NULL THEN now() END,
+                    awaiting_until = b.awaiting_until,
                     sqs_message_id = coalesce(b.sqs_message_id, l.sqs_message_id),
                     response_excerpt = b.excerpt, response_headers = b.response_headers, error = b.error,
                     next_attempt_at = b.next_attempt_at,
                     history = l.history || jsonb_build_array(jsonb_build_object(
                         'event', 'attempt', 'attempt', b.attempt, 'worker_id', l.worker_id,
                         'started_at', cronshard_instant(l.started_at), 'finished_at', cronshard_instant(now()),
-                        'outcome', b.status, 'http_status', b.http_status, 'sqs_message_id', b.sqs_message_id,
+                        'outcome', CASE WHEN b.awaiting_until IS NULL THEN b.status ELSE 'accepted' END,
+                        'http_status', b.http_status, 'sqs_message_id', b.sqs_message_id,
                         'error', b.error, 'redelivered', b.redelivered)
                       -- Only when present: entries of older versions have none.
                       || jsonb_strip_nulls(jsonb_build_object('rule', b.rule, 'response_headers', b.response_headers,
-                             'next_attempt_at', cronshard_instant(b.next_attempt_at))))
-             FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[], $4::int[], $5::text[], $6::int[],
-                         $7::text[], $8::text[], $9::text[], $10::bool[], $11::timestamptz[], $12::jsonb[],
-                         $13::text[])
-                  AS b(job_id, scheduled_at, fire_id, attempt, status, http_status, sqs_message_id, excerpt,
-                       error, redelivered, next_attempt_at, response_headers, rule)
-             WHERE l.job_id = b.job_id AND l.scheduled_at = b.scheduled_at
-               -- `IS TRUE`: see SLOT_KEY_ONLY.
-               AND (l.fire_id = b.fire_id AND l.attempts = b.attempt AND l.status = 'running') IS TRUE
-             RETURNING l.job_id, l.scheduled_at, l.attempts",
-        )
+                             'next_attempt_at', cronshard_instant(b.next_attempt_at),
+                             'awaiting_until', cronshard_instant(b.awaiting_until))))
+                 FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[], $4::int[], $5::text[], $6::int[],
+                             $7::text[], $8::text[], $9::text[], $10::bool[], $11::timestamptz[], $12::jsonb[],
+                             $13::text[], $14::timestamptz[], $15::bool[])
+                      AS b(job_id, scheduled_at, fire_id, attempt, status, http_status, sqs_message_id, excerpt,
+                           error, redelivered, next_attempt_at, response_headers, rule, awaiting_until, delete_job)
+                 WHERE l.job_id = b.job_id AND l.scheduled_at = b.scheduled_at
+                   -- `IS TRUE`: see SLOT_KEY_ONLY. A row awaiting a report is
+                   -- finished by the report or its deadline, not by a delivery.
+                   AND (l.fire_id = b.fire_id AND l.attempts = b.attempt AND l.status = 'running'
+                        AND l.awaiting_until IS NULL) IS TRUE
+                 RETURNING l.job_id, l.scheduled_at, l.attempts, l.status, b.delete_job),
+                 deleted AS ({delete_after})
+                 SELECT job_id, scheduled_at, attempts FROM finished",
+            delete_after = crate::jobs::DELETE_AFTER_COMPLETION,
+        ))
         .await?;
     let sorted: Vec<&FinishRequest> =
         crate::db::in_lock_order(requests, |r| (r.job_id, r.scheduled_at)).into_iter().copied().collect();
@@ -628,6 +751,8 @@ async fn finish_rows(
     let response_headers: Vec<Option<&serde_json::Value>> =
         sorted.iter().map(|r| r.response_headers.as_ref()).collect();
     let rules = col(|r| r.rule.clone());
+    let awaiting: Vec<Option<DateTime<Utc>>> = sorted.iter().map(|r| r.awaiting_until).collect();
+    let delete_job: Vec<bool> = sorted.iter().map(|r| r.delete_job).collect();
     let (job_ids, times, fire_ids, attempts, statuses, http_statuses, sqs_ids, excerpts, errors, redelivered) = (
         sorted.iter().map(|r| r.job_id).collect::<Vec<_>>(),
         sorted.iter().map(|r| r.scheduled_at).collect::<Vec<_>>(),
@@ -640,7 +765,7 @@ async fn finish_rows(
         col(|r| r.error.clone()),
         sorted.iter().map(|r| r.redelivered).collect::<Vec<_>>(),
     );
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 13] = [
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 15] = [
         &job_ids,
         &times,
         &fire_ids,
@@ -654,6 +779,8 @@ async fn finish_rows(
         &next_attempts,
         &response_headers,
         &rules,
+        &awaiting,
+        &delete_job,
     ];
     Ok(crate::db::retry_deadlock(|| client.query(&stmt, &params))
         .await?
@@ -697,10 +824,11 @@ const NEWER_BEGUN: &str = "o.job_id = $1 AND o.scheduled_at > $2
 ///   predecessor is final runs.
 /// - `replace`: an attempt of a slot that a newer execution has already
 ///   begun is skipped (reason `replaced`); otherwise the older executions
-///   waiting for a retry are skipped (reason `replaced`) and their retry
-///   messages are dropped on arrival, as for any final row. An older attempt
-///   already in flight finishes; its next attempt, if any, meets the newer
-///   slot here and is skipped.
+///   waiting for a retry or for their receiver's report (async completion)
+///   are skipped (reason `replaced`) and their retry messages are dropped on
+///   arrival, as for any final row. An older attempt being delivered
+///   finishes; its next attempt, if any, meets the newer slot here and is
+///   skipped. Under `forbid`, an attempt awaiting its report is in flight.
 ///
 /// All decisions are rows in the ledger, so they hold across workers and
 /// restarts.
@@ -748,12 +876,16 @@ pub async fn apply_overlap(
                 .query(
                     &format!(
                         "UPDATE scheduled_jobs o SET status = 'skipped', reason = '{reason}', finished_at = now(),
-                                next_attempt_at = NULL,
+                                next_attempt_at = NULL, awaiting_until = NULL,
                                 history = o.history || jsonb_build_array(jsonb_build_object(
                                     'event', 'skipped', 'at', cronshard_instant(now()), 'reason', '{reason}',
                                     'execution_id', (SELECT execution_id FROM scheduled_jobs
                                                      WHERE job_id = $1 AND scheduled_at = $2)))
-                         WHERE o.job_id = $1 AND o.scheduled_at < $2 AND o.status = 'retrying'
+                         -- An attempt awaiting its receiver's report (async
+                         -- completion) is replaced too: the newer slot runs
+                         -- instead, and the late report changes nothing.
+                         WHERE o.job_id = $1 AND o.scheduled_at < $2
+                           AND (o.status = 'retrying' OR (o.status = 'running' AND o.awaiting_until IS NOT NULL))
                          RETURNING o.execution_id",
                         reason = domain::slot::reason::REPLACED
                     ),

@@ -69,12 +69,21 @@ pub async fn recover_running(pg: &Pool, grace: Duration) -> anyhow::Result<Vec<(
                      -- `scheduled_at` is an index range that skips the armed
                      -- rows (tens of thousands under load) before the join.
                      WHERE l.status = 'running' AND l.scheduled_at < now() - make_interval(secs => $1)
-                       AND l.started_at < now() - make_interval(secs =>
-                             coalesce((j.spec->'target'->>'timeout_ms')::double precision / 1000, 30) + $1)
-                       AND {WORKER_PRESUMED_GONE}
+                       AND ((l.awaiting_until IS NULL
+                             AND l.started_at < now() - make_interval(secs =>
+                                   coalesce((j.spec->'target'->>'timeout_ms')::double precision / 1000, 30) + $1)
+                             AND {WORKER_PRESUMED_GONE})
+                         -- Awaiting a report past its deadline, and the
+                         -- message that was to time it out never came (a
+                         -- broker that lost it): timed out here instead.
+                         OR l.awaiting_until < now() - make_interval(secs => $1 + 60))
                      ORDER BY l.started_at LIMIT 500 FOR UPDATE OF l SKIP LOCKED)
                  UPDATE scheduled_jobs l SET status = 'pending', published_at = NULL, fired_at = now(),
-                        error = format('attempt %s never finished (its worker and message were lost); delivering again', l.attempts),
+                        awaiting_until = NULL,
+                        error = CASE WHEN l.awaiting_until IS NULL
+                                THEN format('attempt %s never finished (its worker and message were lost); delivering again', l.attempts)
+                                ELSE format('attempt %s was never reported complete and its deadline passed unnoticed; delivering again', l.attempts)
+                                END,
                         history = l.history || jsonb_build_array(jsonb_build_object(
                             'event', 'recovered', 'at', cronshard_instant(now()), 'lost_attempt', l.attempts,
                             'worker_id', l.worker_id, 'started_at', cronshard_instant(l.started_at)))
