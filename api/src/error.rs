@@ -48,6 +48,9 @@ pub enum ApiError {
     /// A `PATCH` body of a media type other than a merge patch's.
     UnsupportedMediaType(String),
     Unauthorized,
+    /// 401 for a credential other than an API token (a completion token),
+    /// saying what was wrong with it.
+    UnauthorizedBecause(String),
     /// The token's role does not allow the operation.
     Forbidden(String),
     MethodNotAllowed,
@@ -136,6 +139,7 @@ impl IntoResponse for ApiError {
                 "a valid bearer token is required (Authorization: Bearer <token>)".to_owned(),
                 None,
             ),
+            ApiError::UnauthorizedBecause(d) => (StatusCode::UNAUTHORIZED, "Unauthorized", d, None),
             ApiError::Forbidden(d) => (StatusCode::FORBIDDEN, "Forbidden", d, None),
             ApiError::MethodNotAllowed => (
                 StatusCode::METHOD_NOT_ALLOWED,

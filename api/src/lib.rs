@@ -145,7 +145,10 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/tokens", post(routes::tenancy::create_token).get(routes::tenancy::list_tokens))
         .route("/tokens/{id}", axum::routing::delete(routes::tenancy::revoke_token))
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth::authenticate));
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::authenticate))
+        // After the token layer, so outside it: a receiver reports with its
+        // attempt's completion token, not an API token.
+        .route("/executions/{execution_id}/complete", post(routes::completion::complete));
     Router::new()
         .nest("/v1", v1)
         .route("/healthz", get(routes::health::healthz))

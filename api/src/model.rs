@@ -389,6 +389,17 @@ problem_response!(Unauthorized, 401, "No or a wrong bearer token (only when API_
 problem_response!(Forbidden, 403, "The token's role does not allow the operation");
 problem_response!(JobNotFound, 404, "No such job (or the id is not a UUID)");
 problem_response!(SigningKeyNotFound, 404, "No such signing key in the namespace");
+problem_response!(
+    CompletionTokenRejected,
+    401,
+    "No completion token, or not the token of an attempt of this execution"
+);
+problem_response!(ExecutionNotFound, 404, "No such execution");
+problem_response!(
+    NotAwaitingReport,
+    409,
+    "The attempt no longer awaits a report: it timed out (and was retried or failed), was replaced, or was reported otherwise"
+);
 problem_response!(SigningKeysFull, 409, "The namespace has 5 signing keys in use already; revoke one first");
 problem_response!(PayloadTooLarge, 413, "The request body exceeds 256 KiB");
 problem_response!(ValidationFailed, 422, "Validation failed; `errors` names each bad field");

@@ -92,6 +92,7 @@ impl Modify for Tweaks {
         crate::routes::executions::all,
         crate::routes::executions::replay_many,
         crate::routes::executions::replay_one,
+        crate::routes::completion::complete,
         crate::routes::cluster::status,
         crate::routes::cluster::owners,
         crate::routes::cluster::workers,

@@ -2,6 +2,7 @@
 
 pub mod calendars;
 pub mod cluster;
+pub mod completion;
 pub mod executions;
 pub mod explain;
 pub mod health;

@@ -197,6 +197,7 @@ async fn the_openapi_document_and_swagger_ui_are_open_and_cover_every_route() {
         ("get", "/v1/executions"),
         ("post", "/v1/executions/replay"),
         ("post", "/v1/executions/{job_id}/{scheduled_at}/replay"),
+        ("post", "/v1/executions/{execution_id}/complete"),
         ("get", "/v1/cluster"),
         ("get", "/v1/jobs/{id}/owners"),
         ("get", "/v1/workers"),
@@ -231,8 +232,11 @@ async fn the_openapi_document_and_swagger_ui_are_open_and_cover_every_route() {
         let op = &doc["paths"][path][method];
         assert!(op.is_object(), "{method} {path} is missing from the document");
         let secured = op["security"].as_array().is_some_and(|s| s.iter().any(|r| r.get("bearer").is_some()));
-        // /metrics too: it needs a token while auth is on.
-        assert_eq!(secured, path.starts_with("/v1/") || path == "/metrics", "{method} {path}: bearer security");
+        // /metrics too: it needs a token while auth is on. A completion
+        // report carries its attempt's completion token instead.
+        let completion_report = path.ends_with("/complete");
+        let wants_token = (path.starts_with("/v1/") && !completion_report) || path == "/metrics";
+        assert_eq!(secured, wants_token, "{method} {path}: bearer security");
         // Every /v1 operation documents its problem+json errors.
         if path.starts_with("/v1/") {
             let problem = &op["responses"]["401"]["content"]["application/problem+json"];
@@ -264,6 +268,37 @@ async fn the_openapi_document_and_swagger_ui_are_open_and_cover_every_route() {
     assert_eq!(ui.status, 200, "{}", ui.text);
     // The API itself still wants the token.
     assert_problem(&app.get("/v1/jobs").await, 401);
+}
+
+/// A receiver reports an async completion with its attempt's completion
+/// token, not an API token: with auth on, the route answers for the
+/// completion token (a forged one is refused before any lookup), and an API
+/// token is no substitute for it.
+#[tokio::test]
+async fn a_completion_report_is_authorised_by_its_completion_token_only() {
+    let app = TestApp::start_with("complete", Options { tokens: vec!["s3cret".into()], ..Default::default() }).await;
+    let path = "/v1/executions/00000000-0000-0000-0000-000000000001@2026-12-07T08:00:00.000Z/complete";
+    let report = json!({ "status": "succeeded" });
+    let send = |token: Option<(&'static str, &'static str)>| {
+        let mut request = app.http.post(app.url(path)).json(&report);
+        if let Some((name, value)) = token {
+            request = request.header(name, value);
+        }
+        app.send(request)
+    };
+    for (token, says) in [
+        (None, "needs the attempt's completion token"),
+        (Some(("authorization", "Bearer s3cret")), "not one of this execution's"),
+        (Some(("x-cronshard-completion-token", "cct1.test-1.1.AAAA")), "not one of this execution's"),
+    ] {
+        let r = send(token).await;
+        assert_problem(&r, 401);
+        assert!(r.json()["detail"].as_str().unwrap().contains(says), "{token:?}: {}", r.text);
+    }
+    let too_long = json!({ "status": "failed", "result": "x".repeat(1025) });
+    let r = app.send(app.http.post(app.url(path)).json(&too_long)).await;
+    assert_problem(&r, 422);
+    assert_eq!(r.json()["errors"][0]["field"], "result", "{}", r.text);
 }
 
 /// Postgres cannot store a NUL character (jsonb or text), which made such

@@ -408,3 +408,228 @@ fn the_verifier_refuses_what_it_should() {
     let verdict = testing::verify_webhooks("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", &[request], 0);
     assert!(matches!(&verdict[0], Err(e) if e.contains("No matching signature")), "{verdict:?}");
 }
+
+// ---------------------------------------------------------------------------
+// Asynchronous completion: a 202 leaves the attempt running until the
+// receiver reports with the attempt's completion token, or its deadline.
+// ---------------------------------------------------------------------------
+
+const TOKEN: &str = "x-cronshard-completion-token";
+
+/// A receiver's report, as a receiver would send it: the execution id of
+/// the delivery (`#` percent-encoded), its completion token.
+async fn report(stack: &Stack, execution_id: &str, token: Option<&str>, body: Value) -> (u16, Value) {
+    let url = format!("{}/v1/executions/{}/complete", stack.api, execution_id.replace('#', "%23"));
+    let mut request = stack.http.post(url).json(&body);
+    if let Some(token) = token {
+        request = request.header(TOKEN, token);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// A job whose receiver answers 202 and reports later.
+fn async_job(name: &str, schedule: &Value, url: String, timeout_ms: u64) -> Value {
+    json!({ "name": name, "schedule": schedule, "target": { "kind": "http", "url": url },
+            "completion": { "mode": "async", "timeout_ms": timeout_ms } })
+}
+
+fn with(mut spec: Value, extra: Value) -> Value {
+    for (k, v) in extra.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    spec
+}
+
+async fn job(stack: &Stack, spec: Value) -> String {
+    stack.create_job(spec).await["id"].as_str().unwrap().to_owned()
+}
+
+/// The deliveries `path` got, waiting until there are `n`.
+async fn deliveries(receiver: &Receiver, path: &str, n: usize) -> Vec<SignedRequest> {
+    wait_for(&format!("{n} deliveries to {path}"), Duration::from_secs(30), || {
+        let got = receiver.got(path);
+        async move { (got.len() >= n).then(|| got.into_iter().map(|g| g.request).collect()) }
+    })
+    .await
+}
+
+fn events(row: &Value, event: &str) -> Vec<Value> {
+    row["history"].as_array().unwrap().iter().filter(|e| e["event"] == event).cloned().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_async_job_runs_until_its_receiver_reports_once_with_its_token_and_can_delete_itself() {
+    let receiver = Receiver::start().await;
+    for path in ["export", "one-shot"] {
+        receiver.script(path, vec![(202, vec![], "queued".into())]);
+    }
+    receiver.script("sync-one-shot", vec![(200, vec![], "done".into())]);
+    let mut stack = Stack::start("contract-async").await;
+    stack.start_node(stack.node_config("node-a"));
+    stack.start_worker(stack.worker_config("worker-a"));
+    let due = truncate_ms(Utc::now() + TimeDelta::seconds(2));
+    let once = json!({ "kind": "once", "at": at(due) });
+    let export = job(&stack, async_job("export", &once, receiver.url("export"), 60_000)).await;
+    let one_shot = job(
+        &stack,
+        with(async_job("one-shot", &once, receiver.url("one-shot"), 60_000), json!({ "after_completion": "delete" })),
+    )
+    .await;
+    let sync_one_shot = job(
+        &stack,
+        json!({ "name": "sync-one-shot", "schedule": once, "after_completion": "delete",
+                "target": { "kind": "http", "url": receiver.url("sync-one-shot") } }),
+    )
+    .await;
+
+    // The 202 is recorded, and the attempt stays running, awaiting.
+    let row = wait_for("the 202 recorded as awaiting its report", Duration::from_secs(30), || async {
+        stack.ledger(&export, due).await.filter(|r| attempts(r).iter().any(|e| e["outcome"] == "accepted"))
+    })
+    .await;
+    assert_eq!((row["status"].as_str(), row["http_status"].as_i64()), (Some("running"), Some(202)), "{row}");
+    let accepted = &attempts(&row)[0];
+    assert!(accepted["awaiting_until"].is_string(), "{accepted}");
+    assert!(accepted["rule"].as_str().unwrap().contains("awaiting the receiver's report"), "{accepted}");
+    let delivery = &deliveries(&receiver, "export", 1).await[0];
+    let execution_id = delivery.headers["webhook-id"].clone();
+    let token = delivery.headers[TOKEN].clone();
+    let other_token = deliveries(&receiver, "one-shot", 1).await[0].headers[TOKEN].clone();
+
+    // Only this attempt's token reports it.
+    let succeeded = json!({ "status": "succeeded", "result": "42 rows, password=hunter2" });
+    for wrong in [None, Some(other_token.as_str()), Some("cct1.k1.1.AAAA")] {
+        let (status, problem) = report(&stack, &execution_id, wrong, succeeded.clone()).await;
+        assert_eq!(status, 401, "{wrong:?}: {problem}");
+        assert!(problem["detail"].as_str().unwrap().contains("completion token"), "{problem}");
+    }
+    let (status, problem) = report(&stack, &execution_id, Some(&token), json!({ "status": "done" })).await;
+    assert_eq!(status, 400, "an unknown status names itself: {problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("done"), "{problem}");
+    assert_eq!(stack.ledger(&export, due).await.unwrap()["status"], "running", "nothing recorded by a bad report");
+
+    let (status, answer) = report(&stack, &execution_id, Some(&token), succeeded.clone()).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!((answer["status"].as_str(), answer["recorded_now"].as_bool()), (Some("succeeded"), Some(true)));
+    assert_eq!(answer["attempt"], 1);
+    // The same report again (a receiver retrying its call) is the same answer.
+    let (status, again) = report(&stack, &execution_id, Some(&token), succeeded.clone()).await;
+    assert_eq!((status, again["recorded_now"].as_bool()), (200, Some(false)), "{again}");
+    // A different report after it changes nothing.
+    let (status, late) = report(&stack, &execution_id, Some(&token), json!({ "status": "failed" })).await;
+    assert_eq!(status, 409, "{late}");
+    let row = stack.ledger(&export, due).await.unwrap();
+    assert_eq!((row["status"].as_str(), row["attempts"].as_i64()), (Some("succeeded"), Some(1)), "{row}");
+    let completed = events(&row, "completed");
+    assert_eq!(completed.len(), 1, "{row}");
+    let result = completed[0]["result"].as_str().unwrap();
+    assert!(result.contains("42 rows") && !result.contains("hunter2"), "the result is kept masked: {result}");
+    assert_eq!(receiver.got("export").len(), 1, "delivered once");
+
+    // `after_completion: delete`: the job goes with its final outcome, its
+    // ledger row stays; for an async job, only once reported.
+    let delivery = &deliveries(&receiver, "one-shot", 1).await[0];
+    assert_eq!(api(&stack, reqwest::Method::GET, &format!("/v1/jobs/{one_shot}"), None).await.0, 200);
+    let (status, answer) = report(
+        &stack,
+        &delivery.headers["webhook-id"],
+        Some(&delivery.headers[TOKEN]),
+        json!({ "status": "succeeded" }),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    for id in [&one_shot, &sync_one_shot] {
+        let row = final_row(&stack, id, due).await;
+        assert_eq!(row["status"], "succeeded", "{row}");
+        let (status, _) = api(&stack, reqwest::Method::GET, &format!("/v1/jobs/{id}"), None).await;
+        assert_eq!(status, 404, "job {id} deleted after its final outcome");
+    }
+    let (status, _) = api(&stack, reqwest::Method::GET, &format!("/v1/jobs/{export}"), None).await;
+    assert_eq!(status, 200, "a job without after_completion stays");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_async_attempt_not_reported_in_time_is_retried_and_a_reported_failure_is_final() {
+    const TIMEOUT_MS: u64 = 3_000;
+    let receiver = Receiver::start().await;
+    receiver.script("slow", vec![(202, vec![], String::new())]);
+    let mut stack = Stack::start("contract-async-timeout").await;
+    stack.start_node(stack.node_config("node-a"));
+    stack.start_worker(stack.worker_config("worker-a"));
+    let due = truncate_ms(Utc::now() + TimeDelta::seconds(2));
+    let once = json!({ "kind": "once", "at": at(due) });
+    let retry = json!({ "retry": { "max_retries": 2, "base_delay_ms": 200, "jitter": "none" } });
+    let id = job(&stack, with(async_job("slow", &once, receiver.url("slow"), TIMEOUT_MS), retry)).await;
+    let got = deliveries(&receiver, "slow", 2).await;
+    let (first, second) = (&got[0], &got[1]);
+    assert_eq!(
+        (first.headers["x-cronshard-attempt"].as_str(), second.headers["x-cronshard-attempt"].as_str()),
+        ("1", "2")
+    );
+    assert_ne!(first.headers[TOKEN], second.headers[TOKEN], "a token per attempt");
+    let execution_id = second.headers["webhook-id"].clone();
+    // Report attempt 2 while it awaits (well inside its deadline) as failed.
+    let failed = json!({ "status": "failed", "result": "disk full" });
+    let (status, answer) = report(&stack, &execution_id, Some(&second.headers[TOKEN]), failed).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("failed")), "{answer}");
+    // Attempt 1 timed out: its token reports nothing now.
+    let (status, late) =
+        report(&stack, &execution_id, Some(&first.headers[TOKEN]), json!({ "status": "succeeded" })).await;
+    assert_eq!(status, 409, "{late}");
+    assert!(late["detail"].as_str().unwrap().contains("no longer awaits"), "{late}");
+
+    let row = final_row(&stack, &id, due).await;
+    assert_eq!((row["status"].as_str(), row["attempts"].as_i64()), (Some("failed"), Some(2)), "{row}");
+    let timed_out = events(&row, "completion_timed_out");
+    assert_eq!(timed_out.len(), 1, "{row}");
+    assert_eq!(timed_out[0]["attempt"], 1);
+    let first_attempt: Vec<Value> = attempts(&row).into_iter().filter(|e| e["attempt"] == 1).collect();
+    assert_eq!(first_attempt[0]["outcome"], "accepted", "{row}");
+    let retried = first_attempt.iter().find(|e| e["outcome"] == "retrying").expect("attempt 1 failed by its timeout");
+    assert!(retried["error"].as_str().unwrap().contains(&format!("within {TIMEOUT_MS} ms")), "{retried}");
+    // The timeout came no sooner than the deadline.
+    let gap = (receiver.got("slow")[1].at - receiver.got("slow")[0].at).num_milliseconds();
+    assert!(gap >= TIMEOUT_MS as i64, "attempt 2 came {gap} ms after attempt 1's 202");
+    // A reported failure is final: attempt 2's deadline passes and nothing
+    // more is sent (a retry would come within the deadline and 200 ms).
+    tokio::time::sleep(Duration::from_millis(TIMEOUT_MS + 1_500)).await;
+    assert_eq!(receiver.got("slow").len(), 2, "a reported failure is not retried");
+    let row = stack.ledger(&id, due).await.unwrap();
+    assert_eq!(row["status"], "failed", "{row}");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overlap_forbid_skips_slots_while_an_async_execution_awaits_its_report() {
+    let receiver = Receiver::start().await;
+    receiver.script("tick", vec![(202, vec![], String::new())]);
+    let mut stack = Stack::start("contract-async-overlap").await;
+    stack.start_node(stack.node_config("node-a"));
+    stack.start_worker(stack.worker_config("worker-a"));
+    let start = truncate_ms(Utc::now() + TimeDelta::seconds(2));
+    let every_second = json!({ "kind": "interval", "every_ms": 1000, "start_at": at(start) });
+    let tick = async_job("tick", &every_second, receiver.url("tick"), 60_000);
+    let id = job(&stack, with(tick, json!({ "overlap": "forbid" }))).await;
+    let first = deliveries(&receiver, "tick", 1).await.remove(0);
+    // Two later slots are skipped while the first awaits its report.
+    for k in 1..=2 {
+        let slot = start + TimeDelta::seconds(k);
+        let row = wait_for("a later slot skipped for overlap", Duration::from_secs(30), || async {
+            stack.ledger(&id, slot).await.filter(|r| r["status"] == "skipped")
+        })
+        .await;
+        assert_eq!(row["reason"], "overlap", "{row}");
+    }
+    assert_eq!(receiver.got("tick").len(), 1, "nothing delivered while the first awaits");
+    let (status, answer) =
+        report(&stack, &first.headers["webhook-id"], Some(&first.headers[TOKEN]), json!({ "status": "succeeded" }))
+            .await;
+    assert_eq!(status, 200, "{answer}");
+    // Reported: the next slot is delivered.
+    let next = deliveries(&receiver, "tick", 2).await.remove(1);
+    assert_ne!(next.headers["webhook-id"], first.headers["webhook-id"]);
+    stack.stop().await;
+}

@@ -86,9 +86,47 @@ pub fn manual_execution_id(job_id: Uuid, triggered_at: DateTime<Utc>) -> String 
     format!("{}#manual", execution_id(job_id, triggered_at))
 }
 
+/// The slot an execution id names: its job and ledger instant (a manual
+/// run's is its trigger instant). None when `id` is not one this module made.
+pub fn parse_execution_id(id: &str) -> Option<(Uuid, DateTime<Utc>)> {
+    let (job_id, rest) = id.split_once('@')?;
+    let instant = rest.strip_suffix("#manual").unwrap_or(rest);
+    let at = DateTime::parse_from_rfc3339(instant).ok()?.with_timezone(&Utc);
+    let job_id = Uuid::parse_str(job_id).ok()?;
+    // Only the canonical form: another spelling of the same instant is not
+    // an id this product handed out.
+    let made = if rest.ends_with("#manual") { manual_execution_id(job_id, at) } else { execution_id(job_id, at) };
+    (made == id).then_some((job_id, at))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn an_execution_id_reads_back_as_its_slot(secs in 0i64..4_102_444_800, ms in 0i64..1000, manual: bool) {
+            let at = DateTime::from_timestamp(secs, 0).unwrap() + TimeDelta::milliseconds(ms);
+            let job = Uuid::from_u128(secs as u128 * 7919 + ms as u128);
+            let id = if manual { manual_execution_id(job, at) } else { execution_id(job, at) };
+            proptest::prop_assert_eq!(parse_execution_id(&id), Some((job, at)));
+        }
+    }
+
+    #[test]
+    fn only_an_execution_id_as_made_is_read() {
+        for bad in [
+            "",
+            "nope",
+            "00000000-0000-0000-0000-000000000000",
+            "00000000-0000-0000-0000-000000000000@",
+            "00000000-0000-0000-0000-000000000000@2026-12-15T15:00:00Z",
+            "00000000-0000-0000-0000-000000000000@2026-12-15T15:00:00.000Z#other",
+            "0@2026-12-15T15:00:00.000Z",
+        ] {
+            assert_eq!(parse_execution_id(bad), None, "{bad}");
+        }
+    }
 
     proptest::proptest! {
         #[test]

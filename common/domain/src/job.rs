@@ -1521,6 +1521,40 @@ mod tests {
     }
 
     #[test]
+    fn completion_and_after_completion_are_checked_against_the_job() {
+        let once = json!({ "kind": "once", "at": "2030-01-01T00:00:00Z" });
+        let mut v = valid();
+        v["completion"] = json!({ "mode": "async" });
+        let spec = JobSpec::from_json(&v).unwrap();
+        assert_eq!(spec.completion, Some(Completion { mode: CompletionMode::Async, timeout_ms: 3_600_000 }));
+        let stored = serde_json::to_value(&spec).unwrap();
+        assert_eq!(JobSpec::from_json(&stored).unwrap(), spec, "round-trips through storage");
+
+        for (completion, field) in [
+            (json!({ "mode": "later" }), "completion.mode"),
+            (json!({ "mode": "async", "timeout_ms": 999 }), "completion.timeout_ms"),
+            (json!({ "mode": "async", "timeout_ms": 7 * 86_400_000u64 + 1 }), "completion.timeout_ms"),
+            (json!({ "mode": "async", "deadline": 5 }), "completion.deadline"),
+        ] {
+            let mut v = valid();
+            v["completion"] = completion.clone();
+            assert_eq!(fields(v), [field], "{completion}");
+        }
+        let mut v = valid();
+        v["completion"] = json!({ "mode": "async" });
+        v["target"] = json!({ "kind": "sqs", "queue_url": "https://sqs.eu-west-1.amazonaws.com/1/q" });
+        assert_eq!(fields(v), ["completion.mode"], "an SQS queue does not answer 202");
+
+        let mut v = valid();
+        v["after_completion"] = json!("delete");
+        assert_eq!(fields(v.clone()), ["after_completion"], "only a one-time job deletes itself");
+        v["schedule"] = once;
+        assert_eq!(JobSpec::from_json(&v).unwrap().after_completion, AfterCompletion::Delete);
+        v["after_completion"] = json!("archive");
+        assert_eq!(fields(v), ["after_completion"]);
+    }
+
+    #[test]
     fn names_each_bad_field() {
         let mut v = valid();
         v["schedule"]["expr"] = json!("61 * * * *");
