@@ -361,9 +361,17 @@ pub fn of_row(row: &ExecutionWithHistory, now: DateTime<Utc>) -> Explanation {
             format!("Replayed; waiting for a worker to run attempt {}.", attempts + 1)
         }
         Status::Pending => format!("Claimed by node {node}; waiting for a worker to run attempt {}.", attempts + 1),
-        Status::Running => {
-            format!("It is firing: attempt {attempts} started on worker {worker} at {}.", show_opt(r.started_at))
-        }
+        Status::Running => match r.awaiting_until {
+            Some(until) => format!(
+                "Attempt {attempts} was delivered and accepted (HTTP 202); it awaits the receiver's completion report \
+                 until {} ({} after now), then fails and is retried by its policy.",
+                show(until),
+                human((until - now).max(TimeDelta::zero()))
+            ),
+            None => {
+                format!("It is firing: attempt {attempts} started on worker {worker} at {}.", show_opt(r.started_at))
+            }
+        },
         Status::Retrying => match r.next_attempt_at {
             Some(next) => format!(
                 "It fired and attempt {attempts} failed{outcome}{error}; attempt {} is due at {} ({} after now).",
@@ -750,6 +758,7 @@ mod tests {
                 error: None,
                 reason: None,
                 next_attempt_at: None,
+                awaiting_until: None,
                 run: None,
             },
             history: history.into_iter().map(|v| v.as_object().unwrap().clone()).collect(),

@@ -493,6 +493,12 @@ async fn an_async_job_runs_until_its_receiver_reports_once_with_its_token_and_ca
     let accepted = &attempts(&row)[0];
     assert!(accepted["awaiting_until"].is_string(), "{accepted}");
     assert!(accepted["rule"].as_str().unwrap().contains("awaiting the receiver's report"), "{accepted}");
+    let explained = stack.get(&format!("/v1/jobs/{export}/executions/{}", at(due))).await;
+    assert!(
+        explained["explanation"]["summary"].as_str().unwrap().contains("awaits the receiver's completion report"),
+        "{explained}"
+    );
+    assert!(explained["execution"]["awaiting_until"].is_string(), "{explained}");
     let delivery = &deliveries(&receiver, "export", 1).await[0];
     let execution_id = delivery.headers["webhook-id"].clone();
     let token = delivery.headers[TOKEN].clone();

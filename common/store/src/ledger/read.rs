@@ -55,6 +55,10 @@ pub struct Execution {
     /// While `retrying`: when the next attempt is due.
     #[serde(serialize_with = "serialize_opt_instant", skip_serializing_if = "Option::is_none")]
     pub next_attempt_at: Option<DateTime<Utc>>,
+    /// While `running` after a 202 of an async-completion job: until when
+    /// the attempt awaits its receiver's report.
+    #[serde(serialize_with = "serialize_opt_instant", skip_serializing_if = "Option::is_none")]
+    pub awaiting_until: Option<DateTime<Utc>>,
     /// Present when the entry is (a slot of) a decided run: consecutive
     /// slots of the job recorded together without firing (an outage's
     /// misfires). A listing shows a run once, at its first slot.
@@ -131,6 +135,7 @@ impl Execution {
             error: r.get::<_, Option<String>>("error").map(|e| domain::redact::text(&e)),
             reason: r.get("reason"),
             next_attempt_at: r.try_get("next_attempt_at").ok().flatten(),
+            awaiting_until: r.try_get("awaiting_until").ok().flatten(),
             run: run_last_at.map(|last_at| DecidedRun {
                 first_at: scheduled_at,
                 last_at,
@@ -275,6 +280,7 @@ pub async fn decided_run_at(
                 error: None,
                 reason: r.get("reason"),
                 next_attempt_at: None,
+                awaiting_until: None,
                 run: Some(DecidedRun { first_at: r.get("first_at"), last_at: r.get("last_at"), slots: r.get("slots") }),
             },
             history: vec![entry],
