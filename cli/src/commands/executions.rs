@@ -82,7 +82,25 @@ pub fn execution_view(e: &Value) -> String {
             rows.push((label, text(&e[key])));
         }
     }
+    rows.extend(answer_rows(e));
     fields(&rows)
+}
+
+/// What the receiver said, as the ledger keeps it (masked, bounded), and
+/// until when an accepted attempt awaits its report.
+fn answer_rows(e: &Value) -> Vec<(&'static str, String)> {
+    let mut rows = Vec::new();
+    if let Some(headers) = e["response_headers"].as_object().filter(|h| !h.is_empty()) {
+        let kept: Vec<String> = headers.iter().map(|(name, value)| format!("{name}: {}", text(value))).collect();
+        rows.push(("RESPONSE HEADERS", kept.join("; ")));
+    }
+    if let Some(excerpt) = e["response_excerpt"].as_str().filter(|x| !x.is_empty()) {
+        rows.push(("RESPONSE", output::cut(excerpt, 200)));
+    }
+    if !e["awaiting_until"].is_null() {
+        rows.push(("AWAITING REPORT UNTIL (UTC)", utc(&e["awaiting_until"])));
+    }
+    rows
 }
 
 /// Did the slot fire, and why (not): the verdict, the summary, the timeline.
@@ -98,6 +116,14 @@ fn explanation_view(v: &Value) -> String {
     ];
     if !x["delivery_at"].is_null() {
         rows.push(("DELIVERED AT (UTC)", utc(&x["delivery_at"])));
+    }
+    let e = &v["execution"];
+    if !e.is_null() {
+        rows.push(("STATUS", text(&e["status"])));
+        if !e["http_status"].is_null() {
+            rows.push(("HTTP STATUS", text(&e["http_status"])));
+        }
+        rows.extend(answer_rows(e));
     }
     let mut out = fields(&rows);
     out.push_str(&format!("\n\n{}\n", text(&x["summary"])));
@@ -128,4 +154,35 @@ fn executions_table(items: &[Value]) -> String {
         })
         .collect();
     output::table(&["SCHEDULED AT (UTC)", "JOB", "STATUS", "TRIGGER", "ATTEMPTS", "HTTP", "ERROR / REASON"], &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn an_explanation_shows_what_the_receiver_said_and_an_awaited_report() {
+        let explained = json!({
+            "job_id": "j", "scheduled_at": "2026-12-07T08:00:00.000Z",
+            "explanation": { "verdict": "fired", "fired": true, "summary": "Attempt 1 was accepted.", "details": [] },
+            "execution": {
+                "status": "running", "http_status": 202, "response_excerpt": "{\"queued\":true}",
+                "response_headers": { "content-type": "application/json", "x-request-id": "r-1" },
+                "awaiting_until": "2026-12-07T09:00:00.000Z",
+            },
+        });
+        let shown = super::explanation_view(&explained);
+        for expected in [
+            "HTTP STATUS",
+            "202",
+            "content-type: application/json; x-request-id: r-1",
+            "{\"queued\":true}",
+            "AWAITING REPORT UNTIL (UTC)",
+            "2026-12-07T09:00:00.000Z",
+        ] {
+            assert!(shown.contains(expected), "{expected:?} missing from:\n{shown}");
+        }
+        let plain = json!({ "explanation": { "summary": "s" }, "execution": { "status": "succeeded" } });
+        assert!(!super::explanation_view(&plain).contains("RESPONSE"), "nothing said, nothing shown");
+    }
 }
