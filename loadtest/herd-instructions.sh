@@ -6,6 +6,8 @@
 #
 #   loadtest/herd-instructions.sh BIN_DIR [JOBS]        JOBS defaults to 5000
 #
+# HERD_ARGS adds arguments to the herd (for example `--signing-keys 1`).
+#
 # BIN_DIR holds the release binaries (cronshard-api, cronshard-scheduler,
 # cronshard-worker, cronshard-loadtest). The herd's stack runs as usual, its
 # two workers under callgrind (tens of times slower, so the herd's lateness
@@ -43,8 +45,9 @@ EOF
 chmod +x "$WORK/cronshard-worker"
 
 cd "$ROOT"
+# shellcheck disable=SC2086 # HERD_ARGS is split into its words on purpose
 "$WORK/cronshard-loadtest" herd --jobs "$JOBS" --lead-secs 60 --timeout-secs 600 --bin-dir "$WORK" \
-    --out "$WORK/results" > "$WORK/herd.log" 2>&1 &
+    --out "$WORK/results" ${HERD_ARGS:-} > "$WORK/herd.log" 2>&1 &
 herd=$!
 # Split at the due instant: 2 s before it (every slot armed by then, with a
 # 60 s lead) each worker's counts so far are dumped and zeroed, so the

@@ -39,6 +39,11 @@ pub struct HerdArgs {
     /// through `POST /v1/jobs` (as before the batch endpoint existed).
     #[arg(long, default_value_t = 1_000)]
     create_batch: usize,
+    /// Signing keys made in the jobs' namespace before the herd (0 to 5):
+    /// every delivery then carries one Standard Webhooks signature per key,
+    /// which measures what signing costs a delivery.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=5))]
+    signing_keys: u8,
     /// Measure the broker ceiling and the raw HTTP ceiling first and report
     /// the drain rate against each.
     #[arg(long)]
@@ -85,6 +90,9 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
 
     let receiver = Receiver::loopback().await?;
     let stack = Stack::start("herd", &args.stack).await?;
+    for _ in 0..args.signing_keys {
+        stack.post_json("/v1/signing-keys").await?;
+    }
     let creates_per_second = if args.create_batch > 0 { 2_000 } else { 300 };
     let lead = args.lead_secs.unwrap_or(15 + args.jobs as i64 / creates_per_second);
     let due = domain::execution::truncate_ms(Utc::now() + TimeDelta::seconds(lead));
@@ -119,6 +127,7 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let usage = sampler.stop().await;
     let got = receiver.snapshot();
+    let signed = receiver.signed();
     let postgres_at_end = stack.postgres().await?;
     let ledger_at_end = stack.ledger_size().await?;
     let ledger = stack.ledger_by_status().await?;
@@ -137,6 +146,15 @@ pub async fn run(args: HerdArgs) -> anyhow::Result<()> {
     let t = tally(&jobs, due, due + TimeDelta::milliseconds(1), &got);
     report.row("stack", format!("{} schedulers, {} workers", args.stack.schedulers, args.stack.workers));
     report.row("settings", args.stack.settings());
+    report.row(
+        "signing",
+        format!(
+            "{} signing keys; {} of {} deliveries signed",
+            args.signing_keys,
+            fmt_int(signed as i64),
+            fmt_int(got.len() as i64)
+        ),
+    );
     postgres_at_end.rows(&postgres_at_start, args.jobs as u64, &ledger_at_end, &mut report);
     report.row(
         if args.create_batch > 0 { "creates through the API (batches)" } else { "creates through the API" },

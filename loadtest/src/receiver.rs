@@ -53,6 +53,8 @@ struct Records {
     deliveries: Vec<Delivery>,
     paths: Vec<Box<str>>,
     statuses: Vec<u16>,
+    /// Deliveries that carried a `webhook-signature` (signed deliveries).
+    signed: usize,
 }
 
 #[derive(Clone)]
@@ -113,6 +115,7 @@ async fn hook(State(shared): State<Shared>, uri: Uri, headers: HeaderMap) -> Sta
     records.deliveries.push(d);
     records.paths.push(uri.path().into());
     records.statuses.push(status.as_u16());
+    records.signed += usize::from(headers.contains_key("webhook-signature"));
     drop(records);
     status
 }
@@ -193,6 +196,11 @@ impl Receiver {
 
     pub fn count(&self) -> usize {
         self.shared.records.lock().expect("receiver lock").deliveries.len()
+    }
+
+    /// Deliveries so far that carried a signature.
+    pub fn signed(&self) -> usize {
+        self.shared.records.lock().expect("receiver lock").signed
     }
 
     /// A copy of every delivery so far, in arrival order.

@@ -574,6 +574,13 @@ impl Stack {
         Ok((jobs.into_iter().map(|(_, j)| j).collect(), secs))
     }
 
+    /// `POST` on the API without a body, as JSON; any 2xx.
+    pub async fn post_json(&self, path: &str) -> anyhow::Result<Value> {
+        let r = self.http.post(format!("{}{path}", self.api)).send().await?;
+        anyhow::ensure!(r.status().is_success(), "POST {path} answered {}", r.status());
+        Ok(r.json().await?)
+    }
+
     /// `GET` on the API, as JSON.
     pub async fn get_json(&self, path_and_query: &str) -> anyhow::Result<Value> {
         let r = self.http.get(format!("{}{path_and_query}", self.api)).send().await?;
