@@ -639,3 +639,33 @@ async fn overlap_forbid_skips_slots_while_an_async_execution_awaits_its_report()
     assert_ne!(next.headers["webhook-id"], first.headers["webhook-id"]);
     stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replaying_an_execution_that_awaits_its_report_delivers_it_again_and_the_old_report_changes_nothing() {
+    let receiver = Receiver::start().await;
+    receiver.script("report", vec![(202, vec![], String::new()), (200, vec![], "done".into())]);
+    let mut stack = Stack::start("contract-async-replay").await;
+    stack.start_node(stack.node_config("node-a"));
+    stack.start_worker(stack.worker_config("worker-a"));
+    let due = truncate_ms(Utc::now() + TimeDelta::seconds(2));
+    let once = json!({ "kind": "once", "at": at(due) });
+    let id = job(&stack, async_job("report", &once, receiver.url("report"), 600_000)).await;
+    let first = deliveries(&receiver, "report", 1).await.remove(0);
+    wait_for("the 202 recorded", Duration::from_secs(30), || async {
+        stack.ledger(&id, due).await.filter(|r| attempts(r).iter().any(|e| e["outcome"] == "accepted"))
+    })
+    .await;
+    // The operator replays it while it awaits (the receiver lost the work):
+    // delivered again at once, not after the 10-minute deadline.
+    let (status, replayed) =
+        api(&stack, reqwest::Method::POST, &format!("/v1/executions/{id}/{}/replay", at(due)), None).await;
+    assert_eq!((status, replayed["status"].as_str()), (202, Some("pending")), "{replayed}");
+    let row = final_row(&stack, &id, due).await;
+    assert_eq!((row["status"].as_str(), row["attempts"].as_i64()), (Some("succeeded"), Some(2)), "{row}");
+    // The first attempt's report comes late: it changes nothing.
+    let (status, late) =
+        report(&stack, &first.headers["webhook-id"], Some(&first.headers[TOKEN]), json!({ "status": "failed" })).await;
+    assert_eq!(status, 409, "{late}");
+    assert_eq!(stack.ledger(&id, due).await.unwrap()["status"], "succeeded");
+    stack.stop().await;
+}

@@ -137,7 +137,9 @@ pub struct ReplaySelection {
 /// the execution id and the attempt count; the caller publishes each as its
 /// next attempt once committed (the messages returned). A row is taken only when no process holds
 /// it: a `pending` row of a due slot, a `retrying` row, a `running` row
-/// whose worker is presumed gone. The fresh fire id makes any copy still on
+/// whose worker is presumed gone, or one awaiting its receiver's report
+/// (async completion: no process holds it; the attempt's report then
+/// finds a newer attempt and changes nothing). The fresh fire id makes any copy still on
 /// its way a duplicate that workers drop, so a replay never delivers twice.
 ///
 /// The replayed execution gets a retry budget of its own (`retry_from` =
@@ -160,7 +162,7 @@ pub async fn replay(
                         CASE WHEN $9::jsonb IS NOT NULL THEN coalesce(j.spec->'retry', '{{}}'::jsonb) || $9::jsonb END AS policy
                  FROM scheduled_jobs l JOIN jobs j ON j.id = l.job_id AND j.deleted_at IS NULL
                  WHERE l.status = ANY($1)
-                   AND (l.status <> 'pending' OR l.scheduled_at <= now()) AND (l.status <> 'running' OR {WORKER_PRESUMED_GONE})
+                   AND (l.status <> 'pending' OR l.scheduled_at <= now()) AND (l.status <> 'running' OR l.awaiting_until IS NOT NULL OR {WORKER_PRESUMED_GONE})
                    AND ($2::uuid IS NULL OR l.job_id = $2)
                    AND ($6::text[] IS NULL OR j.namespace = ANY($6))
                    AND ($3::timestamptz IS NULL OR l.scheduled_at >= $3) AND ($4::timestamptz IS NULL OR l.scheduled_at < $4)
@@ -168,7 +170,7 @@ pub async fn replay(
                    AND ($8::text IS NULL OR l.error ILIKE $8)
                  ORDER BY l.scheduled_at LIMIT $5 FOR UPDATE OF l SKIP LOCKED)
              UPDATE scheduled_jobs l SET status = 'pending', fire_id = gen_random_uuid(), published_at = NULL,
-                    finished_at = NULL, next_attempt_at = NULL, reason = 'replay', fired_at = now(),
+                    finished_at = NULL, next_attempt_at = NULL, awaiting_until = NULL, reason = 'replay', fired_at = now(),
                     scheduler_node = 'api', job_version = (SELECT version FROM jobs WHERE id = l.job_id),
                     retry_from = l.attempts, retry_policy = picked.policy,
                     history = l.history || jsonb_build_array(jsonb_build_object(
