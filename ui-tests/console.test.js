@@ -343,6 +343,238 @@ test('the jobs list shows recent outcomes (or says why not)', async () => {
   await shot('jobs');
 });
 
+const slotUrl = (job, at) => `${stack.api}/ui/#/jobs/${job}/slots/${encodeURIComponent(at)}`;
+
+test('the execution view shows the kept response headers and the rule that decided each attempt', async () => {
+  const ok = (await stack.call('GET', `/v1/jobs/${okJob}/executions?status=succeeded&limit=1`)).body.items[0];
+  await page.goto(slotUrl(okJob, ok.scheduled_at));
+  await page.waitForSelector('#history');
+  assert.match(await page.textContent('#response-headers'), /content-type: text\/plain/);
+  const attempt = await page.textContent('#history tr[data-event="attempt"]');
+  assert.match(attempt, /HTTP 200 is a success status \(2xx\)/, 'the rule that decided');
+  assert.match(attempt, /response headers:.*content-type: text\/plain/);
+
+  const failed = (await stack.call('GET', `/v1/jobs/${failJob}/executions?status=failed&limit=1`)).body.items[0];
+  await page.goto(slotUrl(failJob, failed.scheduled_at));
+  await page.waitForSelector('#history');
+  const rules = await page.$$eval('#history tr[data-event="attempt"] td.why', (tds) => tds.map((td) => td.textContent));
+  assert.ok(rules.length >= 1);
+  for (const rule of rules) assert.match(rule, /^HTTP 500 is in retry_statuses \(408, 425, 429, 5xx\); no retry left/);
+  assert.match(await page.textContent('#history tr[data-event="attempt"] [class~="badge"]'), /failed/);
+  await shot('slot-rule');
+});
+
+test('an async-completion job: an accepted attempt awaits its report, the report and a timeout are told', async () => {
+  const make = async (name, timeout_ms) => {
+    const r = await stack.call('POST', '/v1/jobs', {
+      name,
+      paused: true,
+      schedule: { kind: 'interval', every_ms: 3_600_000 },
+      target: { kind: 'http', url: `${stack.receiver.url}/accept` },
+      retry: { max_retries: 0 },
+      completion: { mode: 'async', timeout_ms },
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const fired = await stack.call('POST', `/v1/jobs/${r.body.id}/trigger`);
+    assert.equal(fired.status, 202, JSON.stringify(fired.body));
+    return { job: r.body.id, at: fired.body.scheduled_at, execution: fired.body.execution_id };
+  };
+  const explained = async ({ job, at }) => (await stack.call('GET', `/v1/jobs/${job}/executions/${encodeURIComponent(at)}`)).body;
+
+  const awaited = await make('async-report', 600_000);
+  await until('the attempt to be accepted', async () => (await explained(awaited)).execution?.awaiting_until, 30_000);
+  const delivery = stack.receiver.last.get('/accept');
+  await page.goto(slotUrl(awaited.job, awaited.at));
+  await page.waitForSelector('#awaiting-until');
+  assert.match(await page.textContent('#awaiting-until'), /\d{4}-\d\d-\d\d \d\d:\d\d:\d\d/);
+  assert.match(await page.textContent('#response-headers'), /x-request-id: accept-\d+/);
+  const accepted = await page.textContent('#history tr[data-outcome="accepted"]');
+  assert.match(accepted, /accepted \(202\)/);
+  assert.match(accepted, /awaiting the report until/);
+  assert.match(accepted, /HTTP 202/);
+  await shot('slot-awaiting');
+
+  // The receiver reports with the attempt's completion token.
+  const report = await fetch(`${stack.api}/v1/executions/${encodeURIComponent(awaited.execution)}/complete`, {
+    method: 'POST',
+    headers: { 'x-cronshard-completion-token': delivery['x-cronshard-completion-token'], 'content-type': 'application/json' },
+    body: JSON.stringify({ status: 'succeeded', result: 'report 42 built' }),
+  });
+  assert.equal(report.status, 200, await report.text());
+  await page.reload();
+  await page.waitForSelector('#history tr[data-event="completed"]');
+  const completed = await page.textContent('#history tr[data-event="completed"]');
+  assert.match(completed, /report received/);
+  assert.match(completed, /the receiver reported succeeded: report 42 built/);
+  assert.equal(await page.locator('#awaiting-until').count(), 0, 'no longer awaiting');
+
+  // No report within the timeout: the attempt fails (no retry left).
+  const silent = await make('async-silent', 1000);
+  await until('the unreported attempt to fail', async () => (await explained(silent)).execution?.status === 'failed', 40_000);
+  await page.goto(slotUrl(silent.job, silent.at));
+  await page.waitForSelector('#history tr[data-event="completion_timed_out"]');
+  const timedOut = await page.textContent('#history tr[data-event="completion_timed_out"]');
+  assert.match(timedOut, /report timed out/);
+  assert.match(timedOut, /no report by the deadline \d{4}-/);
+  for (const { job } of [awaited, silent]) await stack.call('DELETE', `/v1/jobs/${job}`);
+});
+
+test('the job form keeps the delivery contract, completion and retry jitter; the job page shows them', async () => {
+  const at = new Date(Date.now() + 30 * 86_400_000).toISOString();
+  const r = await stack.call('POST', '/v1/jobs', {
+    name: 'contract-form',
+    paused: true,
+    schedule: { kind: 'once', at },
+    target: {
+      kind: 'http',
+      url: `${stack.receiver.url}/accept`,
+      success: { status: ['2xx', 304], body_contains: '"queued":true' },
+      retry_statuses: [429, '5xx'],
+    },
+    retry: { max_retries: 2, base_delay_ms: 1000, multiplier: 2, max_delay_ms: 60_000, jitter: 'full' },
+    completion: { mode: 'async', timeout_ms: 120_000 },
+    after_completion: 'delete',
+  });
+  assert.equal(r.status, 201, JSON.stringify(r.body));
+  const stored = r.body;
+  await page.goto(`${stack.api}/ui/#/jobs/${stored.id}?tab=definition`);
+  await page.waitForSelector('#definition-props');
+  assert.equal(await page.textContent('#def-success'), 'HTTP 2xx, 304 and the body contains “"queued":true”');
+  assert.match(await page.textContent('#def-retry-statuses'), /^429, 5xx; network errors/);
+  assert.match(await page.textContent('#def-retry'), /jitter full/);
+  assert.match(await page.textContent('#def-completion'), /^async: a 202 answer waits up to 2 min 0 s/);
+  assert.match(await page.textContent('#def-after-completion'), /^delete/);
+  assert.match(await page.textContent('#job-completion'), /^async/, 'the top of the page says it too');
+  assert.match(await page.textContent('#job-after-completion'), /^delete/);
+
+  await page.click('a:text("Edit")');
+  await page.waitForSelector('#job-form');
+  assert.equal(await page.inputValue('#f-target-success-status'), '2xx, 304');
+  assert.equal(await page.inputValue('#f-target-success-contains'), '"queued":true');
+  assert.equal(await page.inputValue('#f-target-retry-statuses'), '429, 5xx');
+  assert.equal(await page.inputValue('#f-retry-jitter'), 'full');
+  assert.equal(await page.inputValue('#f-completion-mode'), 'async');
+  assert.equal(await page.inputValue('#f-completion-timeout'), '120000');
+  assert.equal(await page.inputValue('#f-after-completion'), 'delete');
+  assert.equal(await page.isVisible('#f-after-completion'), true, 'a one-time job chooses what comes after');
+  await page.selectOption('#f-schedule-kind', 'cron');
+  assert.equal(await page.isVisible('#f-after-completion'), false, 'a recurring job does not');
+  await page.selectOption('#f-schedule-kind', 'once');
+  await page.selectOption('#f-completion-mode', 'sync');
+  assert.equal(await page.isVisible('#f-completion-timeout'), false, 'a sync job has no report timeout');
+  await page.selectOption('#f-completion-mode', 'async');
+  await page.fill('#f-name', 'contract-form-renamed');
+  await page.click('button:text-matches("^Save")');
+  await page.waitForSelector('#tl-refresh');
+  const saved = (await stack.call('GET', `/v1/jobs/${stored.id}`)).body;
+  assert.equal(saved.name, 'contract-form-renamed');
+  assert.equal(saved.version, stored.version + 1);
+  for (const k of ['schedule', 'target', 'retry', 'completion', 'after_completion']) assert.deepEqual(saved[k], stored[k], `${k} round-trips`);
+
+  // A bad status pattern is refused at its field.
+  await page.click('a:text("Edit")');
+  await page.waitForSelector('#job-form');
+  await page.fill('#f-target-retry-statuses', '429, 6xx');
+  await page.click('button:text-matches("^Save")');
+  await page.waitForSelector('#f-target-retry-statuses-error:not([hidden])');
+  assert.match(await page.textContent('#f-target-retry-statuses-error'), /5xx/);
+  await stack.call('DELETE', `/v1/jobs/${stored.id}`);
+});
+
+test('signing keys: a new secret is shown once; rotate; revoke; a reload shows no secret', async () => {
+  await page.goto(`${stack.api}/ui/#/jobs`);
+  await page.click('nav >> text=Signing keys');
+  await page.waitForSelector('#sk-none');
+  assert.equal(hash(), '#/signing-keys');
+  assert.match(await page.textContent('#sk-count'), /deliveries of this namespace go unsigned/);
+
+  await page.click('#sk-create');
+  const box = page.locator('.secret-box');
+  await box.waitFor();
+  const secret = (await box.locator('.secret-value').textContent()).trim();
+  assert.match(secret, /^whsec_[A-Za-z0-9+/]{43}=$/);
+  assert.match(await box.textContent(), /it will not be shown again/);
+  assert.match(await page.textContent('#notice'), /Created the key/);
+  assert.equal(await page.evaluate(() => document.activeElement?.closest('.secret-box') !== null), true, 'the secret takes the focus');
+  await page.waitForSelector('#signing-keys tbody tr');
+  const first = await box.getAttribute('data-key');
+  let keys = (await stack.call('GET', '/v1/signing-keys')).body.keys;
+  assert.deepEqual(keys.map((k) => k.id), [first]);
+  assert.match(await page.textContent(`#signing-keys tr[data-key="${first}"]`), /active: signs/);
+  assert.ok(!(await page.textContent('#signing-keys')).includes(secret), 'the list shows no secret');
+  await box.locator('button.copy-secret').click();
+  await page.waitForFunction(() => document.querySelector('.secret-box [role="status"]')?.textContent);
+  assert.match(await box.locator('[role="status"]').textContent(), /Copied|selected/);
+  await shot('signing-key-new');
+
+  // An overlap past 30 days is refused at its field.
+  await page.fill('#f-sk-overlap', '99999999');
+  await page.click('#sk-rotate');
+  await page.waitForSelector('#f-sk-overlap-error:not([hidden])');
+  assert.match(await page.textContent('#error'), /HTTP 422/);
+
+  await page.fill('#f-sk-overlap', '3600');
+  await page.click('#sk-rotate');
+  await page.waitForFunction(() => document.querySelectorAll('.secret-box').length === 2);
+  const rotated = page.locator('.secret-box').first();
+  const second = await rotated.getAttribute('data-key');
+  const secret2 = (await rotated.locator('.secret-value').textContent()).trim();
+  assert.notEqual(second, first);
+  assert.notEqual(secret2, secret);
+  assert.match(await rotated.textContent(), /Rotated/);
+  await page.waitForSelector(`#signing-keys tr[data-key="${second}"]`);
+  assert.match(await page.textContent(`#signing-keys tr[data-key="${first}"]`), /expiring/);
+  assert.match(await page.textContent(`#signing-keys tr[data-key="${second}"]`), /active: signs/);
+  keys = (await stack.call('GET', '/v1/signing-keys')).body.keys;
+  const old = keys.find((k) => k.id === first);
+  assert.equal(old.state, 'expiring');
+  const left = Date.parse(old.expires_at) - Date.now();
+  assert.ok(left > 3_500_000 && left <= 3_600_000, `the old key signs for the hour asked: ${old.expires_at}`);
+
+  // Revoking asks first; cancelled, nothing changes.
+  page.once('dialog', (d) => d.dismiss());
+  await page.click(`#signing-keys tr[data-key="${first}"] button.revoke-key`);
+  assert.equal((await stack.call('GET', '/v1/signing-keys')).body.keys.find((k) => k.id === first).state, 'expiring');
+  page.once('dialog', (d) => d.accept());
+  await page.click(`#signing-keys tr[data-key="${first}"] button.revoke-key`);
+  await page.waitForSelector(`#signing-keys tr[data-key="${first}"][data-state="revoked"]`);
+  assert.match(await page.textContent('#notice'), new RegExp(`Revoked the key ${first}`));
+  assert.equal(await page.locator(`.secret-box[data-key="${first}"]`).count(), 0, "a revoked key's secret goes");
+  assert.equal(await page.locator(`.secret-box[data-key="${second}"]`).count(), 1);
+  assert.equal((await stack.call('GET', '/v1/signing-keys')).body.keys.find((k) => k.id === first).state, 'revoked');
+
+  // Five keys sign at most: the sixth is refused, and the page says why.
+  const more = [];
+  for (let i = 0; i < 4; i++) {
+    const r = await stack.call('POST', '/v1/signing-keys');
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    more.push(r.body.id);
+  }
+  await page.click('#sk-create');
+  await page.waitForSelector('#error:has-text("409")');
+  assert.match(await page.textContent('#error'), /HTTP 409.*5 signing keys/);
+  await page.waitForFunction(() => document.querySelectorAll('#signing-keys tbody tr').length === 6);
+  assert.match(await page.textContent('#sk-count'), /^5 keys sign each delivery now/, 'the list is read again');
+  await shot('signing-keys');
+
+  // Gone once the page is left, and after a reload; never stored.
+  await page.click('nav >> text=Jobs');
+  await page.waitForSelector('#jobs-table, .note');
+  await page.click('nav >> text=Signing keys');
+  await page.waitForSelector('#signing-keys');
+  assert.equal(await page.locator('.secret-box').count(), 0);
+  await page.reload();
+  await page.waitForSelector('#signing-keys');
+  assert.equal(await page.locator('.secret-box').count(), 0);
+  const html = await page.content();
+  for (const s of [secret, secret2]) assert.ok(!html.includes(s), 'no secret anywhere in the page');
+  assert.ok(!html.includes('whsec_'));
+  const stored = await page.evaluate(() => JSON.stringify([{ ...localStorage }, { ...sessionStorage }]));
+  assert.ok(!stored.includes('whsec_'), 'no secret in the browser storage');
+  assert.ok(requests.every((r) => !r.url.includes('whsec_')), 'no secret in a URL');
+  for (const id of [second, ...more]) await stack.call('DELETE', `/v1/signing-keys/${id}`);
+});
+
 test('a refused token returns to the login; logout forgets the token; the token is never in a URL', async () => {
   await page.evaluate(() => sessionStorage.setItem('cronshard.console.token', 'revoked-token'));
   await page.goto(`${stack.api}/ui/#/cluster`);

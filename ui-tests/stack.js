@@ -1,7 +1,9 @@
 // A real cronshard stack for the browser tests, on loopback: the built
 // cronshard-api (auth on, a random token), one cronshard-scheduler and one
 // cronshard-worker, on a database, Redis key prefix and queue names of
-// their own, plus a loopback HTTP receiver (/ok answers 200, /fail 500).
+// their own, with a random key-encryption key (SECRETS_KEK: signing keys,
+// completion tokens), plus a loopback HTTP receiver (/ok answers 200,
+// /fail 500, /accept 202 with a request id).
 // Everything is removed again by stop(): processes (SIGTERM, then SIGKILL),
 // the database, the Redis keys and the RabbitMQ queues of this run.
 
@@ -51,17 +53,27 @@ export async function until(what, fn, ms = 30_000, every = 250) {
   }
 }
 
-/** The receiver: counts calls per path; /ok → 200, /fail → 500. */
+/**
+ * The receiver: counts calls per path and keeps the last request's headers
+ * per path; /ok → 200, /fail → 500, /accept → 202 (it takes the work and
+ * reports later: an async-completion job), with an `x-request-id`.
+ */
 async function startReceiver() {
   const hits = new Map();
+  const last = new Map();
   const server = createServer((req, res) => {
     const p = new URL(req.url, 'http://x').pathname;
-    hits.set(p, (hits.get(p) || 0) + 1);
+    const n = (hits.get(p) || 0) + 1;
+    hits.set(p, n);
+    last.set(p, req.headers);
     req.resume();
     req.on('end', () => {
       if (p.startsWith('/fail')) {
         res.writeHead(500, { 'content-type': 'text/plain' });
         res.end('receiver says no');
+      } else if (p.startsWith('/accept')) {
+        res.writeHead(202, { 'content-type': 'application/json', 'x-request-id': `accept-${n}` });
+        res.end('{"queued":true}');
       } else {
         res.writeHead(200, { 'content-type': 'text/plain' });
         res.end('ok');
@@ -70,7 +82,7 @@ async function startReceiver() {
   });
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
-  return { server, url: `http://127.0.0.1:${server.address().port}`, hits };
+  return { server, url: `http://127.0.0.1:${server.address().port}`, hits, last };
 }
 
 export async function startStack(runDir) {
@@ -83,6 +95,8 @@ export async function startStack(runDir) {
   const db = `cronshard_ui_${suffix}`;
   const cluster = `ui-${suffix}`;
   const token = randomBytes(24).toString('base64url');
+  // The API seals signing keys and the worker makes completion tokens with it.
+  const kek = `ui-${suffix}:${randomBytes(32).toString('base64')}`;
   const apiPort = await freePort();
   const env = {
     ...process.env,
@@ -93,6 +107,7 @@ export async function startStack(runDir) {
     CALLBACK_ALLOW_CIDRS: '127.0.0.0/8',
     RUST_LOG: process.env.UI_TEST_RUST_LOG || 'info',
     LOG_FORMAT: 'text',
+    SECRETS_KEK: kek,
   };
   const children = [];
   const stack = {

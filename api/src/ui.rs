@@ -58,6 +58,7 @@ const ASSETS: &[Asset] = &[
     asset!("cluster.js", JS),
     asset!("chart.js", JS),
     asset!("preview.js", JS),
+    asset!("signing-keys.js", JS),
 ];
 
 /// Each asset's strong `ETag` (a hash of its bytes), computed once.

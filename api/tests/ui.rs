@@ -34,6 +34,7 @@ async fn the_page_and_its_files_are_served_without_a_token() {
     for (file, content_type) in [
         ("app.js", "text/javascript; charset=utf-8"),
         ("jobs.js", "text/javascript; charset=utf-8"),
+        ("signing-keys.js", "text/javascript; charset=utf-8"),
         ("style.css", "text/css; charset=utf-8"),
         ("favicon.svg", "image/svg+xml"),
     ] {

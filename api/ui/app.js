@@ -1,4 +1,4 @@
-// The console's shell: hash routing (#/jobs, #/jobs/ID, ...: the server
+// The console's shell: hash routing (#/jobs, #/jobs/ID, #/signing-keys, ...: the server
 // serves one page), the login and logout, and focus management on each
 // page change. Each page module exports render(main, ctx); ctx.signal is
 // aborted when the operator leaves the page (requests and timers stop).
@@ -11,6 +11,7 @@ import * as job from './job.js';
 import * as failures from './failures.js';
 import * as cluster from './cluster.js';
 import * as preview from './preview.js';
+import * as signingKeys from './signing-keys.js';
 
 const ROUTES = [
   { re: /^\/login$/, nav: null, title: 'Sign in', render: renderLogin, open: true },
@@ -22,6 +23,7 @@ const ROUTES = [
   { re: /^\/failures$/, nav: 'failures', title: 'Failures', render: failures.render },
   { re: /^\/cluster$/, nav: 'cluster', title: 'Cluster', render: cluster.render },
   { re: /^\/preview$/, nav: 'preview', title: 'Schedule preview', render: preview.render },
+  { re: /^\/signing-keys$/, nav: 'signing-keys', title: 'Signing keys', render: signingKeys.render },
 ];
 
 let current = null; // the AbortController of the page shown

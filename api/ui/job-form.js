@@ -39,6 +39,24 @@ const text = (v) => {
   return t === '' ? undefined : t;
 };
 
+/** Statuses and classes as the form shows them: `2xx, 204`. */
+const patterns = (list) => (list || []).map(String).join(', ');
+
+/**
+ * `2xx, 204` into `["2xx", 204]`: numbers as numbers, the rest as typed so
+ * that the API names a wrong entry. Empty: undefined (the default);
+ * `none`: an empty list.
+ */
+function statusList(v) {
+  const t = String(v ?? '').trim();
+  if (t === '') return undefined;
+  if (t.toLowerCase() === 'none') return [];
+  return t
+    .split(/[\s,]+/)
+    .filter(Boolean)
+    .map((x) => (/^\d+$/.test(x) ? Number(x) : x));
+}
+
 export async function render(main, { params, signal, go, setTitle }) {
   const id = params[0];
   let job = null;
@@ -53,6 +71,7 @@ export async function render(main, { params, signal, go, setTitle }) {
   const t = job?.target || { kind: 'http', method: 'POST', url: '' };
   const http = t.kind === 'http' ? t : {};
   const sqs = t.kind === 'sqs' ? t : {};
+  const success = http.success || {};
 
   const I = (name, value, attrs = {}) => h('input', { name, value: value ?? '', ...attrs });
   const S = (name, value, options) =>
@@ -104,6 +123,45 @@ export async function render(main, { params, signal, go, setTitle }) {
     ),
     F('target-body', 'Body', 'target.body', T('target.body', http.body)),
     F('target-follow', 'Follow redirects', 'target.follow_redirects', h('input', { type: 'checkbox', name: 'target.follow_redirects', checked: Boolean(http.follow_redirects) })),
+    F(
+      'target-forward',
+      'Send the headers after a redirect to another origin',
+      'target.forward_headers_on_redirect',
+      h('input', { type: 'checkbox', name: 'target.forward_headers_on_redirect', checked: Boolean(http.forward_headers_on_redirect) }),
+      'With follow redirects only. Off: the headers and secret headers are dropped there.',
+    ),
+    h(
+      'div',
+      { class: 'grid-form' },
+      F(
+        'target-success-status',
+        'Success statuses',
+        'target.success.status',
+        I('target.success.status', patterns(success.status), { placeholder: '2xx', spellcheck: 'false' }),
+        'Statuses (204) and classes (2xx), comma-separated. Empty: any 2xx.',
+      ),
+      F(
+        'target-success-contains',
+        'Success: the body contains',
+        'target.success.body_contains',
+        I('target.success.body_contains', success.body_contains, { spellcheck: 'false' }),
+        'Optional text; at most one of the two body conditions.',
+      ),
+      F(
+        'target-success-matches',
+        'Success: the body matches',
+        'target.success.body_matches',
+        I('target.success.body_matches', success.body_matches, { spellcheck: 'false', placeholder: '"state":\\s*"done"' }),
+        'Optional regular expression (no lookaround or backreferences).',
+      ),
+      F(
+        'target-retry-statuses',
+        'Retry on statuses',
+        'target.retry_statuses',
+        I('target.retry_statuses', http.retry_statuses ? patterns(http.retry_statuses) || 'none' : '', { placeholder: '408, 425, 429, 5xx', spellcheck: 'false' }),
+        'Comma-separated; empty: 408, 425, 429 and 5xx; none: no status. Another failing status fails at once. Network errors and timeouts are always retried.',
+      ),
+    ),
   );
   const sqsPart = h(
     'div',
@@ -114,10 +172,44 @@ export async function render(main, { params, signal, go, setTitle }) {
       F('target-queue', 'Queue URL', 'target.queue_url', I('target.queue_url', sqs.queue_url, { spellcheck: 'false' })),
       F('target-group', 'Message group id (FIFO)', 'target.message_group_id', I('target.message_group_id', sqs.message_group_id)),
     ),
+    h(
+      'div',
+      { class: 'grid-form' },
+      F('target-dedup', 'Deduplication id (FIFO)', 'target.message_deduplication_id', I('target.message_deduplication_id', sqs.message_deduplication_id), 'Empty: the execution id.'),
+    ),
     F('target-sqs-body', 'Body', 'target.body', T('target.sqs_body', sqs.body)),
+    F(
+      'target-attributes',
+      'Message attributes',
+      'target.message_attributes',
+      T('target.message_attributes', lines(sqs.message_attributes, ': ')),
+      'One "Name: value" a line, at most 4.',
+    ),
   );
 
   const r = job?.retry || {};
+  const c = job?.completion || { mode: 'sync' };
+  const completionMode = S('completion.mode', c.mode, [
+    ['sync', 'sync: the HTTP answer is the outcome'],
+    ['async', 'async: a 202 answer waits for the receiver’s report'],
+  ]);
+  const completionTimeout = F(
+    'completion-timeout',
+    'Report timeout (ms)',
+    'completion.timeout_ms',
+    I('completion.timeout_ms', c.mode === 'async' ? c.timeout_ms : '', { inputmode: 'numeric', placeholder: '3600000' }),
+    'How long after its 202 an attempt waits for the report, then fails and is retried. 1 s to 7 days.',
+  );
+  const afterCompletion = F(
+    'after-completion',
+    'After completion',
+    'after_completion',
+    S('after_completion', job?.after_completion || 'keep', [
+      ['keep', 'keep the job'],
+      ['delete', 'delete the job (its history stays)'],
+    ]),
+    'One-time jobs: what becomes of the job once its slot succeeded or failed for good.',
+  );
   const form = h(
     'form',
     { id: 'job-form', novalidate: true, 'aria-labelledby': 'form-title' },
@@ -166,11 +258,33 @@ export async function render(main, { params, signal, go, setTitle }) {
         F('retry-base', 'First retry delay (ms)', 'retry.base_delay_ms', I('retry.base_delay_ms', r.base_delay_ms, { inputmode: 'numeric', placeholder: '30000' })),
         F('retry-multiplier', 'Backoff multiplier', 'retry.multiplier', I('retry.multiplier', r.multiplier, { inputmode: 'decimal', placeholder: '2' })),
         F('retry-max-delay', 'Longest delay (ms)', 'retry.max_delay_ms', I('retry.max_delay_ms', r.max_delay_ms, { inputmode: 'numeric', placeholder: '3600000' })),
+        F(
+          'retry-jitter',
+          'Retry jitter',
+          'retry.jitter',
+          S('retry.jitter', r.jitter || 'equal', [
+            ['equal', 'equal: half the backoff and a random share of the rest'],
+            ['full', 'full: a random share of the backoff'],
+            ['none', 'none: exactly the backoff'],
+          ]),
+        ),
         F('misfire', 'Missed slots', 'misfire', S('misfire', job?.misfire || 'fire_once', [['fire_once', 'fire once'], ['skip', 'skip'], ['fire_all', 'fire all']])),
         F('misfire-cap', 'Misfire cap', 'misfire_cap', I('misfire_cap', job?.misfire_cap, { inputmode: 'numeric', placeholder: '100' })),
         F('overlap', 'Overlap', 'overlap', S('overlap', job?.overlap || 'allow', [['allow', 'allow'], ['forbid', 'forbid (skip the newer)'], ['replace', 'replace (cancel the older)']])),
         F('jitter', 'Jitter (ms)', 'jitter_ms', I('jitter_ms', job?.jitter_ms, { inputmode: 'numeric', placeholder: '0' })),
         F('calendars', 'Calendars', 'calendars', I('calendars', (job?.calendars || []).join(', '), { placeholder: 'holidays' }), 'Names, comma-separated.'),
+      ),
+    ),
+    h(
+      'fieldset',
+      {},
+      h('legend', { text: 'Completion' }),
+      h(
+        'div',
+        { class: 'grid-form' },
+        F('completion-mode', 'Completion', 'completion.mode', completionMode, 'HTTP targets only.'),
+        completionTimeout,
+        afterCompletion,
       ),
     ),
     h('datalist', { id: 'zones' }, zones.map((z) => h('option', { value: z }))),
@@ -185,9 +299,12 @@ export async function render(main, { params, signal, go, setTitle }) {
   const sync = () => {
     for (const part of [cronPart, intervalPart, oncePart]) part.hidden = part.dataset.kind !== scheduleKind.value;
     for (const part of [httpPart, sqsPart]) part.hidden = part.dataset.kind !== targetKind.value;
+    completionTimeout.hidden = completionMode.value !== 'async';
+    afterCompletion.hidden = scheduleKind.value !== 'once';
   };
   scheduleKind.addEventListener('change', sync);
   targetKind.addEventListener('change', sync);
+  completionMode.addEventListener('change', sync);
   sync();
 
   form.addEventListener('submit', async (ev) => {
@@ -195,6 +312,14 @@ export async function render(main, { params, signal, go, setTitle }) {
     const v = (name) => form.elements.namedItem(name)?.value ?? '';
     const checked = (name) => Boolean(form.elements.namedItem(name)?.checked);
     const kind = scheduleKind.value;
+    const successRule = () => {
+      const rule = {
+        status: statusList(v('target.success.status')),
+        body_contains: text(v('target.success.body_contains')),
+        body_matches: text(v('target.success.body_matches')),
+      };
+      return Object.values(rule).some((x) => x !== undefined) ? rule : undefined;
+    };
     const schedule = { kind };
     if (kind === 'cron') Object.assign(schedule, { expr: v('schedule.expr'), timezone: text(v('schedule.timezone')) });
     if (kind === 'interval') schedule.every_ms = num(v('schedule.every_ms'));
@@ -211,12 +336,17 @@ export async function render(main, { params, signal, go, setTitle }) {
             body: text(v('target.body')),
             timeout_ms: num(v('target.timeout_ms')),
             follow_redirects: checked('target.follow_redirects'),
+            forward_headers_on_redirect: checked('target.forward_headers_on_redirect'),
+            success: successRule(),
+            retry_statuses: statusList(v('target.retry_statuses')),
           }
         : {
             kind: 'sqs',
             queue_url: v('target.queue_url').trim(),
             body: text(v('target.sqs_body')),
             message_group_id: text(v('target.message_group_id')),
+            message_deduplication_id: text(v('target.message_deduplication_id')),
+            message_attributes: parseLines(v('target.message_attributes'), ':'),
           };
     const body = {
       name: v('name').trim(),
@@ -231,11 +361,14 @@ export async function render(main, { params, signal, go, setTitle }) {
       calendars: v('calendars').split(',').map((c) => c.trim()).filter(Boolean),
     };
     if (!id && text(v('namespace'))) body.namespace = text(v('namespace'));
+    if (v('completion.mode') === 'async') body.completion = { mode: 'async', timeout_ms: num(v('completion.timeout_ms')) };
+    if (kind === 'once' && v('after_completion') !== 'keep') body.after_completion = v('after_completion');
     const retry = {
       max_retries: num(v('retry.max_retries')),
       base_delay_ms: num(v('retry.base_delay_ms')),
       multiplier: num(v('retry.multiplier')),
       max_delay_ms: num(v('retry.max_delay_ms')),
+      jitter: v('retry.jitter') === 'equal' ? undefined : v('retry.jitter'),
     };
     if (Object.values(retry).some((x) => x !== undefined)) body.retry = retry;
     const button = form.querySelector('button[type="submit"]');

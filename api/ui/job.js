@@ -4,7 +4,7 @@
 // view (GET /v1/jobs/{id}/executions/{scheduled_at}) with replay.
 
 import { get, getOptional, post, qs, request, seg } from './api.js';
-import { arrowNavigation, duration, fill, h, instant, showError, showNotice, tabs, timeEl } from './dom.js';
+import { ago, arrowNavigation, duration, fill, h, instant, showError, showNotice, tabs, timeEl } from './dom.js';
 import { OUTCOMES, badge, classify, describe, lateness } from './status.js';
 import { scheduleText, stateBadge, targetText } from './jobs.js';
 
@@ -90,6 +90,8 @@ export async function render(main, { params, query, signal, go, setTitle }) {
       h('dd', { text: String(job.version) }),
       h('dt', { text: 'Next fire' }),
       h('dd', {}, job.next_fire_at ? timeEl(job.next_fire_at) : job.paused ? 'none while paused' : 'none'),
+      job.completion?.mode === 'async' ? [h('dt', { text: 'Completion' }), h('dd', { id: 'job-completion', text: completionText(job) })] : null,
+      job.after_completion === 'delete' ? [h('dt', { text: 'After completion' }), h('dd', { id: 'job-after-completion', text: afterCompletionText(job) })] : null,
       job.pause ? h('dt', { text: 'Paused' }) : null,
       job.pause
         ? h(
@@ -117,6 +119,7 @@ function slotLink(job, e) {
     late !== null ? `started ${duration(late)} after the slot` : null,
     e.worker_id ? `worker ${e.worker_id}` : null,
     e.http_status ? `HTTP ${e.http_status}` : null,
+    e.awaiting_until ? `awaiting the report until ${instant(e.awaiting_until)}` : null,
     e.trigger && e.trigger !== 'schedule' ? `${e.trigger}` : null,
     e.error ? e.error : null,
   ].filter(Boolean);
@@ -219,24 +222,66 @@ async function timeline(panel, job, signal) {
 
 // ----------------------------------------------------------- definition
 
+const patterns = (list) => (list || []).map(String).join(', ');
+
+/** What counts as a successful delivery to an HTTP target, in words. */
+export function successText(t) {
+  const s = t.success || {};
+  const body = s.body_contains
+    ? ` and the body contains “${s.body_contains}”`
+    : s.body_matches
+      ? ` and the body matches the expression ${s.body_matches}`
+      : '';
+  return `HTTP ${patterns(s.status) || '2xx'}${body}${t.success ? '' : ' (the default)'}`;
+}
+
+/** The statuses a failed HTTP delivery is retried on, in words. */
+export function retryStatusesText(t) {
+  const listed = t.retry_statuses ? patterns(t.retry_statuses) || 'no status' : '408, 425, 429, 5xx (the default)';
+  return `${listed}; network errors and timeouts always`;
+}
+
+/** How a delivery's outcome is known, in words. */
+export function completionText(job) {
+  const c = job.completion;
+  if (!c || c.mode !== 'async') return 'sync: the HTTP answer is the outcome';
+  return `async: a 202 answer waits up to ${duration(c.timeout_ms ?? 3_600_000)} for the receiver’s report (then fails and is retried)`;
+}
+
+export function afterCompletionText(job) {
+  return job.after_completion === 'delete' ? 'delete: the job is deleted once its slot is final (its history stays)' : 'keep';
+}
+
+function retryText(r) {
+  if (!r) return 'the worker’s default';
+  return `${r.max_retries} retries, ${r.base_delay_ms} ms × ${r.multiplier}, at most ${r.max_delay_ms} ms, jitter ${r.jitter || 'equal'}`;
+}
+
 function definition(panel, job) {
   const spec = { ...job };
   for (const k of ['id', 'namespace', 'version', 'created_at', 'updated_at', 'next_fire_at']) delete spec[k];
+  const http = job.target?.kind === 'http' ? job.target : null;
   fill(panel, 
     h(
       'dl',
-      { class: 'props' },
+      { class: 'props', id: 'definition-props' },
       [
         ['Namespace', job.namespace],
         ['Created', instant(job.created_at)],
         ['Updated', instant(job.updated_at)],
         ['Labels', Object.entries(job.labels || {}).map(([k, v]) => `${k}=${v}`).join(', ') || '—'],
-        ['Retry', job.retry ? `${job.retry.max_retries} retries, ${job.retry.base_delay_ms} ms × ${job.retry.multiplier}, at most ${job.retry.max_delay_ms} ms` : 'the worker’s default'],
+        ['Retry', retryText(job.retry), 'def-retry'],
+        http ? ['Success', successText(http), 'def-success'] : null,
+        http ? ['Retried on', retryStatusesText(http), 'def-retry-statuses'] : null,
+        ['Completion', completionText(job), 'def-completion'],
+        job.schedule?.kind === 'once' || job.after_completion ? ['After completion', afterCompletionText(job), 'def-after-completion'] : null,
         ['Missed slots', `${job.misfire} (cap ${job.misfire_cap})`],
         ['Overlap', job.overlap || 'allow'],
         ['Jitter', job.jitter_ms ? `${job.jitter_ms} ms` : 'none'],
         ['Calendars', (job.calendars || []).join(', ') || '—'],
-      ].flatMap(([k, v]) => [h('dt', { text: k }), h('dd', { text: v })]),
+      ]
+        .filter(Boolean)
+        .flatMap(([k, v, id]) => [h('dt', { text: k }), h('dd', { id, text: v })]),
     ),
     h('h3', { text: 'As stored (secret header values are shown as ***)' }),
     h('pre', { tabindex: '0', 'aria-label': 'Job definition as JSON', text: JSON.stringify(spec, null, 2) }),
@@ -329,8 +374,52 @@ async function owners(panel, id, signal) {
 
 const REPLAYABLE = new Set(['failed', 'pending', 'retrying', 'running']);
 
+/** Kept response headers (name → value) as a small list; null when there are none. */
+export function headersList(headers, id) {
+  const entries = Object.entries(headers && typeof headers === 'object' ? headers : {});
+  if (!entries.length) return null;
+  return h(
+    'ul',
+    { class: 'kv', id, 'aria-label': 'Response headers kept' },
+    entries.map(([name, value]) => h('li', {}, h('span', { class: 'kv-name mono', text: name }), ': ', h('span', { class: 'mono', text: String(value) }))),
+  );
+}
+
+/** History events in words (the others as the API names them, without underscores). */
+const EVENTS = {
+  completed: 'report received',
+  completion_timed_out: 'report timed out',
+};
+
+function outcomeBadge(outcome) {
+  if (!outcome) return '—';
+  if (outcome === 'succeeded') return badge('ok', outcome);
+  if (outcome === 'failed') return badge('failed', outcome);
+  if (outcome === 'accepted') return badge('running', 'accepted (202)');
+  return badge('retrying', outcome);
+}
+
+/** What an entry adds beside its columns: errors, reasons, waits, what the receiver said. */
+function historyDetail(e) {
+  const parts = [];
+  if (e.event === 'completed') {
+    parts.push(`the receiver reported ${e.outcome ?? 'its outcome'}${e.result ? `: ${e.result}` : ''}`);
+  }
+  if (e.event === 'completion_timed_out') {
+    parts.push([`no report by the deadline `, timeEl(e.deadline), `: attempt ${e.attempt ?? ''} counts as failed and goes to its retry policy`]);
+  }
+  for (const text of [e.error, e.reason, e.destination]) if (text) parts.push(String(text));
+  if (e.redelivered) parts.push('redelivered (a worker took the message again)');
+  if (e.next_attempt_at) parts.push(['next attempt at ', timeEl(e.next_attempt_at)]);
+  if (e.awaiting_until) parts.push(['awaiting the report until ', timeEl(e.awaiting_until)]);
+  const headers = headersList(e.response_headers);
+  if (headers) parts.push(['response headers:', headers]);
+  if (!parts.length) return '—';
+  return parts.map((p) => h('div', { class: 'detail-line' }, p));
+}
+
 function historyTable(history) {
-  const cols = ['event', 'attempt', 'when', 'finished', 'outcome', 'worker', 'HTTP', 'detail'];
+  const cols = ['event', 'attempt', 'when', 'finished', 'outcome', 'worker', 'HTTP', 'why (rule that decided)', 'detail'];
   return h(
     'table',
     { id: 'history' },
@@ -342,15 +431,16 @@ function historyTable(history) {
       history.map((e) =>
         h(
           'tr',
-          {},
-          h('td', { text: e.event ?? '—' }),
+          { dataset: { event: e.event ?? '', outcome: e.outcome ?? '' } },
+          h('td', { text: EVENTS[e.event] || String(e.event ?? '—').replaceAll('_', ' ') }),
           h('td', { text: e.attempt ?? '—' }),
           h('td', {}, timeEl(e.started_at || e.at)),
           h('td', {}, timeEl(e.finished_at)),
-          h('td', {}, e.outcome ? badge(e.outcome === 'succeeded' ? 'ok' : e.outcome === 'failed' ? 'failed' : 'retrying', e.outcome) : '—'),
+          h('td', {}, outcomeBadge(e.outcome)),
           h('td', { text: e.worker_id ?? '—' }),
           h('td', { text: e.http_status ?? '—' }),
-          h('td', { text: [e.error, e.reason, e.destination].filter(Boolean).join(' · ') || '—' }),
+          h('td', { class: 'why', text: e.rule || '—' }),
+          h('td', {}, historyDetail(e)),
         ),
       ),
     ),
@@ -412,7 +502,7 @@ export async function renderSlot(main, { params, signal, go, setTitle }) {
           h('h2', { id: 'row-title', text: 'Ledger row' }),
           h(
             'dl',
-            { class: 'props' },
+            { class: 'props', id: 'row-props' },
             [
               ['Execution id', e.execution_id],
               ['Status', e.status],
@@ -428,7 +518,15 @@ export async function renderSlot(main, { params, signal, go, setTitle }) {
               ['Error', e.error || '—'],
               ['Reason', e.reason || '—'],
               ['Response excerpt', e.response_excerpt || '—'],
-            ].flatMap(([k, v]) => [h('dt', { text: k }), h('dd', { text: String(v) })]),
+              ['Response headers', headersList(e.response_headers) || '—', 'response-headers'],
+              e.next_attempt_at ? ['Next attempt', [timeEl(e.next_attempt_at), ` (${ago(e.next_attempt_at)})`], 'next-attempt-at'] : null,
+              e.awaiting_until ? ['Awaiting report until', [timeEl(e.awaiting_until), ` (${ago(e.awaiting_until)})`], 'awaiting-until'] : null,
+            ]
+              .filter(Boolean)
+              .flatMap(([k, v, ddId]) => [
+                h('dt', { text: k }),
+                v instanceof Node || Array.isArray(v) ? h('dd', { id: ddId }, v) : h('dd', { id: ddId, text: String(v) }),
+              ]),
           ),
           e.history?.length ? historyTable(e.history) : null,
         )
