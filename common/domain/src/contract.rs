@@ -197,7 +197,9 @@ pub fn judge(
 ) -> Judgement {
     let default_success = SuccessRule::default();
     let rule = success.unwrap_or(&default_success);
-    let success_list = list(rule.statuses());
+    // The lists are written only into the rule that names them: a rule is
+    // made for every delivery.
+    let success_list = || list(rule.statuses());
     if rule.statuses().iter().any(|p| p.matches(status)) {
         if let Some(needle) = &rule.body_contains
             && !body.contains(needle.as_str())
@@ -232,7 +234,9 @@ pub fn judge(
         } else {
             ""
         };
-        return Judgement::Success { rule: format!("HTTP {status} is a success status ({success_list}){body_rule}") };
+        return Judgement::Success {
+            rule: format!("HTTP {status} is a success status ({}){body_rule}", success_list()),
+        };
     }
     let retried_on = retry_statuses.unwrap_or(&DEFAULT_RETRY_STATUSES);
     let retried_list = list(retried_on);
@@ -247,14 +251,20 @@ pub fn judge(
             retryable: false,
             unexpected_body: false,
             rule: format!(
-                "HTTP {status} is neither a success ({success_list}) nor in retry_statuses ({retried_list}): failed at once"
+                "HTTP {status} is neither a success ({}) nor in retry_statuses ({retried_list}): failed at once",
+                success_list()
             ),
         }
     }
 }
 
 fn list(patterns: &[StatusPattern]) -> String {
-    patterns.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(patterns.len() * 5);
+    for (i, p) in patterns.iter().enumerate() {
+        let _ = write!(out, "{}{p}", if i == 0 { "" } else { ", " });
+    }
+    out
 }
 
 /// The wait a `Retry-After` value asks for at `now`: delay-seconds or an

@@ -65,9 +65,15 @@ pub fn response_body(s: &str) -> String {
         regex::Regex::new(&format!(r#"(?i)([A-Za-z0-9_.\-]*{SECRET_NAME}[A-Za-z0-9_.\-]*=)[^&\s"]+"#))
             .expect("a valid expression")
     });
+    // Most answers are empty or short: nothing to mask, no work.
+    if s.is_empty() {
+        return String::new();
+    }
     let s = text(s);
-    let s = JSON_MEMBER.replace_all(&s, format!("${{1}}\"{MASK}\"").as_str());
-    FORM_FIELD.replace_all(&s, format!("${{1}}{MASK}").as_str()).into_owned()
+    static MASKED_MEMBER: LazyLock<String> = LazyLock::new(|| format!("${{1}}\"{MASK}\""));
+    static MASKED_FIELD: LazyLock<String> = LazyLock::new(|| format!("${{1}}{MASK}"));
+    let s = JSON_MEMBER.replace_all(&s, MASKED_MEMBER.as_str());
+    FORM_FIELD.replace_all(&s, MASKED_FIELD.as_str()).into_owned()
 }
 
 /// Whether `text` could change `s`: a quick test that lets most log lines

@@ -44,6 +44,13 @@ static CRONSHARD_HEADERS: LazyLock<[HeaderName; 3]> = LazyLock::new(|| {
 });
 static WEBHOOK_HEADERS: LazyLock<[HeaderName; 3]> =
     LazyLock::new(|| [WEBHOOK_ID, WEBHOOK_TIMESTAMP, WEBHOOK_SIGNATURE].map(HeaderName::from_static));
+/// Parsed once: a lookup by `&str` parses the name on every call.
+static KEPT_HEADERS: LazyLock<[HeaderName; contract::KEPT_RESPONSE_HEADERS.len()]> =
+    LazyLock::new(|| contract::KEPT_RESPONSE_HEADERS.map(HeaderName::from_static));
+/// The headers every request carries beside the target's: X-Cronshard-*
+/// (3), webhook-* (3), the completion token; room made at once rather than
+/// by growing the map as they are added.
+const ADDED_HEADERS: usize = 7;
 /// Most redirects followed for one attempt.
 pub const MAX_REDIRECTS: usize = 5;
 
@@ -172,6 +179,7 @@ impl HttpDelivery {
             // one), and without redirects to follow the body is too.
             let mut request = reqwest::Request::new(hop.method.clone(), url);
             *request.timeout_mut() = Some(remaining);
+            request.headers_mut().reserve(target.headers.len() + target.secret_headers.len() + ADDED_HEADERS);
             if let Err(e) = hop_headers(
                 request.headers_mut(),
                 target,
@@ -323,12 +331,12 @@ fn sendable(name: &str, body_dropped: bool) -> bool {
 /// `KEPT_HEADER_VALUE_MAX_BYTES` and redacted as text (a `Location` may
 /// carry a token in its query).
 fn kept_headers(headers: &HeaderMap) -> Vec<(String, String)> {
-    contract::KEPT_RESPONSE_HEADERS
+    KEPT_HEADERS
         .iter()
         .filter_map(|name| {
-            let value = String::from_utf8_lossy(headers.get(*name)?.as_bytes()).into_owned();
+            let value = String::from_utf8_lossy(headers.get(name)?.as_bytes()).into_owned();
             let cut = value.floor_char_boundary(contract::KEPT_HEADER_VALUE_MAX_BYTES);
-            Some(((*name).to_owned(), domain::redact::text(&value[..cut])))
+            Some((name.as_str().to_owned(), domain::redact::text(&value[..cut])))
         })
         .collect()
 }
