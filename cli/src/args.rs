@@ -370,6 +370,34 @@ Examples:
   $ cronshard executions replay --status failed --error-contains 503 --from 2026-11-01T00:00:00Z --to 2026-12-01T00:00:00Z
   $ cronshard executions replay --job $JOB --trigger schedule --max-retries 2 --limit 10")]
     Replay(Replay),
+    /// Report how the work of an async-completion delivery ended (what its
+    /// receiver does after answering 202).
+    #[command(after_help = "The execution id and the completion token are the ones the delivery carried
+(webhook-id and X-Cronshard-Completion-Token). The token authorises this report
+only; no API token is needed. Repeating the same report is safe; a report for an
+attempt that no longer awaits one (timed out, replaced, reported otherwise) is
+refused and changes nothing.
+
+Examples:
+  $ CRONSHARD_COMPLETION_TOKEN=$TOKEN cronshard executions complete $EXECUTION_ID --status succeeded --result \"42 rows\"
+  $ cronshard executions complete $EXECUTION_ID --status failed --completion-token $TOKEN")]
+    Complete(Completion),
+}
+
+/// A completion report.
+#[derive(Args, Debug)]
+pub struct Completion {
+    /// The execution id the delivery carried.
+    pub execution_id: String,
+    /// How the work ended.
+    #[arg(long, value_parser = ["succeeded", "failed"])]
+    pub status: String,
+    /// A short result or reason kept with the execution (at most 1,024 bytes).
+    #[arg(long)]
+    pub result: Option<String>,
+    /// The attempt's completion token.
+    #[arg(long, env = "CRONSHARD_COMPLETION_TOKEN", hide_env_values = true)]
+    pub completion_token: String,
 }
 
 #[derive(Args, Debug)]

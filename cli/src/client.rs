@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, IF_MATCH};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue, IF_MATCH};
 use reqwest::{Method, Url};
 use serde_json::Value;
 
@@ -89,6 +89,22 @@ impl Api {
         body: Option<Body>,
         if_match: Option<i64>,
     ) -> Result<Reply> {
+        let if_match = if_match.map(|version| {
+            (IF_MATCH, HeaderValue::from_str(&format!("\"{version}\"")).expect("a quoted number is a header value"))
+        });
+        self.send_with_headers(method, segments, query, body, if_match.into_iter().collect()).await
+    }
+
+    /// [`Client::send`] with more headers (a completion token, an
+    /// `If-Match`), marked sensitive by the caller where they are secret.
+    pub async fn send_with_headers(
+        &self,
+        method: Method,
+        segments: &[&str],
+        query: &[(&str, String)],
+        body: Option<Body>,
+        headers: Vec<(HeaderName, HeaderValue)>,
+    ) -> Result<Reply> {
         let url = self.url(segments, query);
         let mut request = self.http.request(method, url);
         if let Some(token) = &self.token {
@@ -98,8 +114,8 @@ impl Api {
             value.set_sensitive(true);
             request = request.header(AUTHORIZATION, value);
         }
-        if let Some(version) = if_match {
-            request = request.header(IF_MATCH, format!("\"{version}\""));
+        for (name, value) in headers {
+            request = request.header(name, value);
         }
         request = match body {
             None => request,

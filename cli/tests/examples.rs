@@ -1,8 +1,10 @@
 //! Every example of every `--help` text works: each line `$ cronshard ...`
 //! of the real binary's help is run by bash against the real API (auth on),
 //! in a directory holding the files of `cli/examples/`, with `$JOB` a fresh
-//! job (from job.yaml), `$AT` one of its slots with a failed execution, and
-//! the calendar `holidays` in place, and must exit 0.
+//! job (from job.yaml), `$AT` one of its slots with a failed execution,
+//! `$EXECUTION_ID` another of its slots awaiting its receiver's report with
+//! `$TOKEN` that attempt's completion token, and the calendar `holidays` in
+//! place, and must exit 0.
 
 #[path = "../../api/tests/support/lib.rs"]
 mod app;
@@ -76,6 +78,8 @@ async fn every_example_in_the_help_texts_works_against_the_local_stack() {
         // Fresh fixtures: an example may delete or pause them.
         let job = stack.create(&example("job.yaml")).await["id"].as_str().unwrap().to_owned();
         stack.insert_row(&job, support_at(), "failed", Some("HTTP 503 Service Unavailable")).await;
+        let awaiting_at = support_at() + chrono::TimeDelta::hours(1);
+        let (execution_id, token) = stack.insert_awaiting_row(&job, awaiting_at).await;
         stack.cli().args(["calendars", "put", "holidays", "-f", &example("holidays.yaml")]).ok().await;
 
         let run = stack
@@ -84,6 +88,8 @@ async fn every_example_in_the_help_texts_works_against_the_local_stack() {
             .env("HOME", &dir.0.display().to_string())
             .env("JOB", &job)
             .env("AT", AT)
+            .env("EXECUTION_ID", &execution_id)
+            .env("TOKEN", &token)
             .dir(&dir.0)
             .args(["-o", "pipefail", "-c", line])
             .run_program(Path::new("bash"))

@@ -986,8 +986,10 @@ async fn a_burst_is_claimed_ahead_by_the_adaptive_lookahead_and_delivered_once_o
 
 /// The `pg_stat_activity` rows of a worker's outcome write (`finish_batch`)
 /// waiting on a row lock, in the test's database.
+/// Matched anywhere in the statement: the outcome write is the body of a
+/// `WITH` (it deletes an `after_completion: delete` job in the same one).
 const OUTCOME_WRITE_WAITING_ON_A_LOCK: &str = "datname = current_database() AND wait_event_type = 'Lock'
-    AND query LIKE 'UPDATE scheduled_jobs l SET status = b.status%'";
+    AND query LIKE '%UPDATE scheduled_jobs l SET status = b.status%'";
 
 /// A worker that dies after delivering a slot and before its outcome is
 /// written has not acked the slot's message: the broker hands it to the

@@ -4,7 +4,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use super::Ctx;
-use crate::args::{ExecutionList, Executions, Replay};
+use crate::args::{Completion, ExecutionList, Executions, Replay};
 use crate::client::Body;
 use crate::failure::Result;
 use crate::output::{self, fields, text, utc};
@@ -17,7 +17,33 @@ pub async fn run(ctx: &Ctx, command: Executions) -> Result<String> {
             ctx.show(&reply, explanation_view)
         }
         Executions::Replay(replay) => self::replay(ctx, replay).await,
+        Executions::Complete(report) => complete(ctx, report).await,
     }
+}
+
+async fn complete(ctx: &Ctx, report: Completion) -> Result<String> {
+    let mut token = reqwest::header::HeaderValue::from_str(&report.completion_token).map_err(|_| {
+        crate::failure::Failure::invalid(
+            "the completion token (--completion-token, CRONSHARD_COMPLETION_TOKEN) holds characters a header cannot",
+        )
+    })?;
+    token.set_sensitive(true);
+    let name = reqwest::header::HeaderName::from_static("x-cronshard-completion-token");
+    let mut body = json!({ "status": report.status });
+    if let Some(result) = report.result {
+        body["result"] = json!(result);
+    }
+    let segments = ["executions", report.execution_id.as_str(), "complete"];
+    let reply =
+        ctx.api.send_with_headers(Method::POST, &segments, &[], Some(Body::Json(body)), vec![(name, token)]).await?;
+    ctx.show(&reply, |v| {
+        let now = if v["recorded_now"].as_bool() == Some(false) { " (reported before)" } else { "" };
+        fields(&[
+            ("EXECUTION ID", text(&v["execution_id"])),
+            ("ATTEMPT", text(&v["attempt"])),
+            ("STATUS", format!("{}{now}", text(&v["status"]))),
+        ])
+    })
 }
 
 async fn list(ctx: &Ctx, list: ExecutionList) -> Result<String> {

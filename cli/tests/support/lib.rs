@@ -94,6 +94,28 @@ impl Stack {
             .await
             .expect("inserting a ledger row");
     }
+
+    /// A ledger row of `job` at `at` whose attempt 1 answered 202 and
+    /// awaits its receiver's report for an hour; returns its execution id
+    /// and that attempt's completion token.
+    pub async fn insert_awaiting_row(&self, job: &str, at: DateTime<Utc>) -> (String, String) {
+        self.insert_row(job, at, "running", None).await;
+        let id = Uuid::parse_str(job).unwrap();
+        self.app
+            .sql()
+            .await
+            .execute(
+                "UPDATE scheduled_jobs SET awaiting_until = now() + interval '1 hour', http_status = 202,
+                        finished_at = NULL
+                 WHERE job_id = $1 AND scheduled_at = $2",
+                &[&id, &at],
+            )
+            .await
+            .expect("marking the row awaiting");
+        let execution_id = format!("{job}@{}", at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+        let token = store::completion::token(&testing::test_keyring(), &execution_id, 1).unwrap();
+        (execution_id, token)
+    }
 }
 
 /// One run of the binary, built up like `std::process::Command`.
