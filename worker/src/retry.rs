@@ -105,7 +105,8 @@ impl RetryPublisher {
     pub(crate) async fn publish_retry(&self, m: &FireMessage, next_attempt: u32, delay_ms: u64) -> anyhow::Result<()> {
         let mut retry = m.clone();
         retry.due_at = runtime::clock::now() + chrono::TimeDelta::milliseconds(delay_ms as i64);
-        self.publish_delayed(&retry, next_attempt, broker::amqp::retry_queue_delay_ms(delay_ms), Delayed::Retry).await
+        let queue_delay = broker::amqp::retry_queue_delay_ms(delay_ms);
+        self.publish_delayed(&retry, queue_delay, Delayed::Retry, Headers::attempt(next_attempt)).await
     }
 
     /// The message that times out attempt `attempt`, awaiting its
@@ -121,20 +122,15 @@ impl RetryPublisher {
         check.due_at = deadline;
         let delay_ms = (deadline - runtime::clock::now()).num_milliseconds().max(0) as u64;
         let queue_delay = broker::amqp::retry_queue_delay_ms(delay_ms);
-        self.declare_delay_queue(Delayed::Retry, queue_delay).await?;
         let headers = Headers { completion_check: true, ..Headers::attempt(attempt) };
-        let result = self.publish_to(&self.topology.delay_queue(Delayed::Retry, queue_delay), &check, headers).await;
-        if result.is_err() {
-            self.declared_delay_queues.lock().await.remove(&(Delayed::Retry, queue_delay));
-        }
-        result
+        self.publish_delayed(&check, queue_delay, Delayed::Retry, headers).await
     }
 
     /// The same attempt again after `delay_ms`, through the waiting queue
     /// (a slot that waits for its destination): its due instant is kept,
     /// which its wait is bounded from.
     pub(crate) async fn publish_wait(&self, m: &FireMessage, attempt: u32, delay_ms: u64) -> anyhow::Result<()> {
-        self.publish_delayed(m, attempt, delay_ms, Delayed::Wait).await
+        self.publish_delayed(m, delay_ms, Delayed::Wait, Headers { wait: true, ..Headers::attempt(attempt) }).await
     }
 
     /// Declares the delay queue unless declared lately. Declared again
@@ -153,9 +149,15 @@ impl RetryPublisher {
         Ok(())
     }
 
-    async fn publish_delayed(&self, m: &FireMessage, attempt: u32, delay_ms: u64, kind: Delayed) -> anyhow::Result<()> {
+    /// Through the delay queue of `kind` and `delay_ms`, declared first.
+    async fn publish_delayed(
+        &self,
+        m: &FireMessage,
+        delay_ms: u64,
+        kind: Delayed,
+        headers: Headers,
+    ) -> anyhow::Result<()> {
         self.declare_delay_queue(kind, delay_ms).await?;
-        let headers = Headers { wait: kind == Delayed::Wait, ..Headers::attempt(attempt) };
         let result = self.publish_to(&self.topology.delay_queue(kind, delay_ms), m, headers).await;
         if result.is_err() {
             // The queue may have expired since we declared it.
