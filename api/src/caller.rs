@@ -93,6 +93,82 @@ pub struct Caller {
     pub scope: Scope,
     /// Who acts, as recorded beside what a caller changes (who paused a job).
     pub actor: Actor,
+    /// This request's id and stated reason, for the audit log.
+    pub request: RequestInfo,
+}
+
+/// What the audit log records of a request beside its caller.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestInfo {
+    /// The client's `X-Request-Id` (when it is one), or one made here;
+    /// echoed in the response.
+    pub id: String,
+    /// The request's `X-Audit-Reason`.
+    pub reason: Option<String>,
+}
+
+/// The header a client states why it makes a change with (percent-encoded
+/// UTF-8, at most 500 characters once decoded).
+pub const AUDIT_REASON_HEADER: &str = "x-audit-reason";
+/// The request id header, read and echoed.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+/// Longest reason the audit log keeps (the column checks it too).
+pub const REASON_MAX: usize = 500;
+
+impl RequestInfo {
+    /// Reads a request's id and reason; a bad reason is a 400 naming the header.
+    pub fn from_headers(headers: &axum::http::HeaderMap) -> ApiResult<RequestInfo> {
+        let id = headers
+            .get(REQUEST_ID_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
+            .map(str::to_owned)
+            .unwrap_or_else(|| Uuid::now_v7().to_string());
+        let reason = match headers.get(AUDIT_REASON_HEADER) {
+            None => None,
+            Some(raw) => {
+                let text = raw.to_str().map_err(|_| {
+                    ApiError::BadRequest(
+                        "X-Audit-Reason must be percent-encoded UTF-8 (visible ASCII on the wire)".into(),
+                    )
+                })?;
+                let decoded = percent_decode(text)
+                    .ok_or_else(|| ApiError::BadRequest("X-Audit-Reason is not valid percent-encoded UTF-8".into()))?;
+                check_reason("X-Audit-Reason", &decoded).map_err(ApiError::BadRequest)?;
+                Some(decoded).filter(|r| !r.trim().is_empty())
+            }
+        };
+        Ok(RequestInfo { id, reason })
+    }
+}
+
+/// Checks a reason or note people will read: short and printable.
+pub fn check_reason(what: &str, text: &str) -> Result<(), String> {
+    if text.chars().count() > REASON_MAX {
+        return Err(format!("{what} must be at most {REASON_MAX} characters"));
+    }
+    if let Some(c) = domain::text::first_hidden(text) {
+        return Err(format!("{what}: {}", domain::text::hidden_problem(c)));
+    }
+    Ok(())
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// The token behind a request, as recorded: its id and name for a stored
@@ -124,7 +200,17 @@ impl Actor {
 impl Caller {
     /// A bootstrap token, or anyone while auth is off.
     pub fn bootstrap(actor: Actor) -> Caller {
-        Caller { role: Role::Admin, scope: Scope::Every, actor }
+        Caller { role: Role::Admin, scope: Scope::Every, actor, request: RequestInfo::default() }
+    }
+
+    /// What the audit log records of this request: who, its id, and why
+    /// (`note` when the operation takes one, else the request's reason).
+    pub fn audit<'a>(&'a self, note: Option<&'a str>) -> store::audit::Context<'a> {
+        store::audit::Context {
+            author: self.actor.author(),
+            request_id: &self.request.id,
+            reason: note.or(self.request.reason.as_deref()),
+        }
     }
 
     /// 403 unless the caller's role includes `role`.
@@ -186,8 +272,12 @@ mod tests {
 
     #[test]
     fn roles_include_the_ones_below_and_scopes_cover_their_parts() {
-        let writer =
-            Caller { role: Role::Write, scope: Scope::Only(vec!["a".into(), "b".into()]), actor: Actor::anonymous() };
+        let writer = Caller {
+            role: Role::Write,
+            scope: Scope::Only(vec!["a".into(), "b".into()]),
+            actor: Actor::anonymous(),
+            request: RequestInfo::default(),
+        };
         assert!(writer.require(Role::Read).is_ok() && writer.require(Role::Write).is_ok());
         assert!(matches!(writer.require(Role::Admin), Err(ApiError::Forbidden(_))));
         assert!(writer.scope.covers(&Scope::Only(vec!["a".into()])));
@@ -198,7 +288,12 @@ mod tests {
         assert_eq!(writer.namespace_for_new_job(Some("b")).unwrap(), "b");
         assert!(writer.namespace_for_new_job(Some("c")).is_err());
         assert!(writer.namespace_for_new_job(None).is_err(), "two namespaces: the job must name one");
-        let single = Caller { role: Role::Write, scope: Scope::Only(vec!["a".into()]), actor: Actor::anonymous() };
+        let single = Caller {
+            role: Role::Write,
+            scope: Scope::Only(vec!["a".into()]),
+            actor: Actor::anonymous(),
+            request: RequestInfo::default(),
+        };
         assert_eq!(single.namespace_for_new_job(None).unwrap(), "a");
         assert_eq!(Caller::bootstrap(Actor::anonymous()).namespace_for_new_job(None).unwrap(), "default");
     }

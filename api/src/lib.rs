@@ -114,6 +114,17 @@ pub fn router(state: AppState) -> Router {
                 .delete(routes::jobs::delete),
         )
         .route("/jobs/{id}/pause", post(routes::jobs::pause))
+        .route("/jobs/{id}/versions", get(routes::jobs::history::versions))
+        .route("/jobs/{id}/rollback", post(routes::jobs::history::rollback))
+        .route("/audit", get(routes::audit::list))
+        .route("/alert-channels", post(routes::alerts::create_channel).get(routes::alerts::list_channels))
+        .route("/alert-channels/{id}", delete(routes::alerts::delete_channel))
+        .route("/alert-rules", post(routes::alerts::create_rule).get(routes::alerts::list_rules))
+        .route(
+            "/alert-rules/{id}",
+            axum::routing::patch(routes::alerts::update_rule).delete(routes::alerts::delete_rule),
+        )
+        .route("/alerts", get(routes::alerts::incidents))
         .route("/jobs/{id}/resume", post(routes::jobs::resume))
         .route("/jobs/{id}/next", get(routes::jobs::next))
         .route("/jobs/{id}/trigger", post(routes::jobs::trigger))

@@ -1,5 +1,7 @@
 //! Request handlers, one module per resource.
 
+pub mod alerts;
+pub mod audit;
 pub mod calendars;
 pub mod cluster;
 pub mod completion;

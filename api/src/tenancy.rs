@@ -19,7 +19,7 @@ pub async fn token_caller(client: &impl GenericClient, hash: &[u8]) -> Result<Op
     Ok(row.and_then(|r| {
         let role = Role::parse(r.get(0))?;
         let actor = crate::caller::Actor { token_id: Some(r.get(2)), name: r.get(3) };
-        Some(Caller { role, scope: Scope::from_list(r.get(1)), actor })
+        Some(Caller { role, scope: Scope::from_list(r.get(1)), actor, request: Default::default() })
     }))
 }
 

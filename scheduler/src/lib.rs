@@ -17,6 +17,7 @@
 //! The worker, which delivers what the nodes publish, is its own crate
 //! (`cronshard-worker`).
 
+pub mod alerts;
 pub mod core;
 pub mod dispatch;
 pub mod feed;

@@ -68,6 +68,10 @@ pub struct NodeConfig {
     pub stranded_after: Duration,
     pub maintenance_interval: Duration,
     pub retention: Retention,
+    /// How often each alert rule is evaluated.
+    pub alert_evaluation_interval: Duration,
+    /// How long audit entries are kept.
+    pub audit_retention: Duration,
     /// Clock checks against the database, and the offset beyond which this
     /// node stops firing.
     pub clock: ClockConfig,
@@ -112,6 +116,8 @@ impl NodeConfig {
             stranded_after: Duration::from_secs(defaults::STRANDED_AFTER_SECS),
             maintenance_interval: Duration::from_secs(3600),
             retention: Retention::default(),
+            alert_evaluation_interval: Duration::from_millis(crate::alerts::EVALUATION_INTERVAL_DEFAULT_MS),
+            audit_retention: Duration::from_secs(crate::alerts::AUDIT_RETENTION_DAYS_DEFAULT * 86_400),
             clock: ClockConfig::default(),
         }
     }
@@ -214,6 +220,13 @@ impl Node {
         ));
 
         feeders.spawn(vacuum_ledger(cfg.database_url.clone(), feed_token.clone()));
+        feeders.spawn(crate::alerts::run(
+            self.pg.clone(),
+            cfg.node_id.clone(),
+            cfg.alert_evaluation_interval,
+            cfg.audit_retention,
+            feed_token.clone(),
+        ));
 
         // Calendars before the first slot: a slot must not fire only because
         // its calendar was not read yet. Bounded, like the partitions.

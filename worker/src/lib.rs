@@ -26,6 +26,7 @@
 //! the failed queue), with `heartbeat` (this worker's liveness and its
 //! orphaned rows) and `batch` (statement batching) beside them.
 
+pub mod alerts;
 mod backpressure;
 pub mod batch;
 pub mod deliver;

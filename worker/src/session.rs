@@ -66,6 +66,15 @@ pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> an
         last_beat.clone(),
         beats_stop.clone(),
     ));
+    // Alert notices go out beside deliveries, whatever RabbitMQ's state:
+    // they are read from Postgres.
+    let alerts_stop = CancellationToken::new();
+    let alerts = crate::alerts::AlertSender::new(
+        pg.clone(),
+        store::secrets::Vault::new(config.keyring.clone()),
+        crate::deliver::ssrf::SsrfGuard::new(config.allow_cidrs.clone()),
+    )?;
+    let alerts = tokio::spawn(alerts.run(alerts_stop.clone()));
     let first_delay = Duration::from_millis(200);
     let mut backoff = Backoff::new(first_delay);
     while !token.is_cancelled() {
@@ -85,6 +94,8 @@ pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> an
             }
         }
     }
+    alerts_stop.cancel();
+    let _ = alerts.await;
     beats_stop.cancel();
     let _ = beats.await;
     clock_stop.cancel();

@@ -11,6 +11,8 @@ use serde::Deserialize;
 use domain::calendar::CalendarSpec;
 use store::calendars::{self, Delete, Put};
 
+use store::audit;
+
 use crate::AppState;
 use crate::caller::{Caller, Role};
 use crate::error::{ApiError, ApiResult, field};
@@ -73,8 +75,17 @@ pub async fn put(
     caller.require(Role::Write)?;
     let namespace = address(&caller, query.namespace.as_deref(), &name)?;
     let spec = CalendarSpec::from_json(&body).map_err(ApiError::Validation)?;
-    let client = state.pg.get().await?;
-    Ok(match calendars::put(&client, &namespace, &name, &spec).await? {
+    let mut client = state.pg.get().await?;
+    let tx = client.transaction().await?;
+    let put = calendars::put(&tx, &namespace, &name, &spec).await?;
+    let version = match &put {
+        Put::Created(s) | Put::Replaced(s) => s.version,
+    };
+    let entry = audit::Entry::other(audit::Action::CalendarPut, Some(&namespace), name.clone())
+        .with_details(serde_json::json!({ "version": version, "definition": body }));
+    audit::record(&tx, &caller.audit(None), &[entry]).await?;
+    tx.commit().await?;
+    Ok(match put {
         Put::Created(s) => {
             tracing::info!(calendar = %name, namespace = %namespace, "calendar created");
             (StatusCode::CREATED, Json(s.into()))
@@ -180,6 +191,8 @@ pub async fn delete(
     let tx = client.transaction().await?;
     match calendars::delete(&tx, &namespace, &name).await? {
         Delete::Deleted => {
+            let entry = audit::Entry::other(audit::Action::CalendarDelete, Some(&namespace), name.clone());
+            audit::record(&tx, &caller.audit(None), &[entry]).await?;
             tx.commit().await?;
             tracing::info!(calendar = %name, namespace = %namespace, "calendar deleted");
             Ok(StatusCode::NO_CONTENT)

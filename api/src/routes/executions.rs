@@ -13,6 +13,8 @@ use store::ledger::Execution;
 use store::ledger::changes::{self, ReplaySelection};
 use store::ledger::read::{self, Filter};
 
+use store::audit;
+
 use crate::caller::{Caller, Role};
 use crate::error::{ApiError, ApiResult, field};
 use crate::extract::{JobIdPath, JsonBody, OptionalJsonBody, PathParams, QueryParams};
@@ -146,7 +148,7 @@ pub async fn all(
 /// replay is a fire made on request: the rows it takes are spent from their
 /// namespaces' budgets (`quota::spend_manual_fires`) before the commit, all
 /// or none; over a budget nothing is replayed.
-async fn replay_where(state: &AppState, selection: ReplaySelection) -> ApiResult<Vec<Execution>> {
+async fn replay_where(state: &AppState, caller: &Caller, selection: ReplaySelection) -> ApiResult<Vec<Execution>> {
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
     let (replayed, messages) = changes::replay(&tx, &selection).await?;
@@ -154,6 +156,16 @@ async fn replay_where(state: &AppState, selection: ReplaySelection) -> ApiResult
         let ids: Vec<uuid::Uuid> = replayed.iter().map(|e| e.job_id).collect();
         let fires = store::jobs::count_by_namespace(&tx, &ids).await?;
         crate::quota::spend_manual_fires(state, &tx, &fires).await?;
+        let namespaces = store::jobs::namespaces_of(&tx, &ids).await?;
+        let entries: Vec<audit::Entry> = replayed
+            .iter()
+            .map(|e| {
+                let namespace = namespaces.get(&e.job_id).map(String::as_str).unwrap_or("default");
+                audit::Entry::job(audit::Action::ExecutionReplay, namespace, e.job_id, None)
+                    .with_details(serde_json::json!({ "execution_id": e.execution_id, "scheduled_at": e.scheduled_at }))
+            })
+            .collect();
+        audit::record(&tx, &caller.audit(None), &entries).await?;
     }
     tx.commit().await?;
     // The publish takes a connection of its own: this one goes back first.
@@ -222,7 +234,7 @@ pub async fn replay_one(
         retry,
         max: 1,
     };
-    let replayed = replay_where(&state, selection).await?;
+    let replayed = replay_where(&state, &caller, selection).await?;
     match replayed.into_iter().next() {
         Some(row) => Ok((StatusCode::ACCEPTED, Json(row))),
         None => {
@@ -335,6 +347,6 @@ pub async fn replay_many(
         retry: retry_policy(obj)?,
         max: limit,
     };
-    let items = replay_where(&state, selection).await?;
+    let items = replay_where(&state, &caller, selection).await?;
     Ok((StatusCode::ACCEPTED, Json(ReplayResult { replayed: items.len() as u64, items })))
 }

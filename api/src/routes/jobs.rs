@@ -20,6 +20,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use domain::job::{JobSpec, Target};
+use store::audit::{self, Action};
 use store::jobs::{self, StoredJob};
 use store::ledger::{self, Execution, changes::Cancel};
 
@@ -32,11 +33,12 @@ use crate::{AppState, fires, idempotency, quota, selector};
 
 pub mod batch;
 pub mod bulk;
+pub mod history;
 pub mod patch;
 
 /// What the API shows instead of a secret header's value. Sent back in a
 /// replace, it keeps the stored value.
-pub const SECRET_SHOWN_AS: &str = "***";
+pub const SECRET_SHOWN_AS: &str = domain::diff::SECRET_SHOWN_AS;
 
 /// A job as the API shows it: secret header values are never shown.
 pub fn job_of(job: &StoredJob, now: DateTime<Utc>) -> ApiResult<Job> {
@@ -241,7 +243,7 @@ pub async fn create(
     let has_secrets = matches!(&spec.target, Target::Http(h) if !h.secret_headers.is_empty());
     if key.is_none() && spec.calendars.is_empty() && !has_secrets {
         let new = new_job(id, &spec, &spec_json, &namespace, peak);
-        if let Some(stored) = jobs::create_unlimited(&client, &new, caller.actor.author()).await? {
+        if let Some(stored) = jobs::create_unlimited(&client, &new, &caller.audit(None)).await? {
             let body = serde_json::to_value(job_of(&stored, Utc::now())?)?;
             return Ok(committed_create(&state, &spec, &namespace, body));
         }
@@ -258,7 +260,7 @@ pub async fn create(
         spec_json = serde_json::to_value(&sealed)?;
     }
     let new = new_job(id, &spec, &spec_json, &namespace, peak);
-    let stored = jobs::create(&tx, std::slice::from_ref(&new), caller.actor.author())
+    let stored = jobs::create(&tx, std::slice::from_ref(&new), &caller.audit(None))
         .await?
         .pop()
         .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("the job's insert returned no row")))?;
@@ -603,7 +605,7 @@ pub async fn replace(
     if !given("labels") {
         spec.labels = before.spec.labels.clone();
     }
-    let stored = update_job(&state, &tx, id, &before, spec, named).await?;
+    let stored = update_job(&state, &tx, Change::of(&caller, Action::JobReplace), id, &before, spec, named).await?;
     tx.commit().await?;
     Ok(VersionedJob(job_of(&stored, Utc::now())?))
 }
@@ -618,12 +620,28 @@ fn check_version(id: Uuid, before: &Before, expected: Option<i64>) -> ApiResult<
     }
 }
 
+/// Who makes a change of a job's definition, how, and why: what the audit
+/// log records of it.
+pub(crate) struct Change<'a> {
+    pub caller: &'a Caller,
+    pub action: Action,
+    pub note: Option<&'a str>,
+    pub details: Option<Value>,
+}
+
+impl<'a> Change<'a> {
+    fn of(caller: &'a Caller, action: Action) -> Change<'a> {
+        Change { caller, action, note: None, details: None }
+    }
+}
+
 /// Replaces a locked job's definition with `spec` (validated, with the
 /// `namespace` it names, if any): the step of a replace and of a patch.
 /// Returns the job as stored.
 async fn update_job(
     state: &AppState,
     tx: &impl deadpool_postgres::GenericClient,
+    change: Change<'_>,
     id: Uuid,
     before: &Before,
     spec: JobSpec,
@@ -651,8 +669,18 @@ async fn update_job(
     if spec.schedule != before.spec.schedule {
         fires_ever(&spec)?;
     }
-    let mut spec = keep_stored_secrets(spec, &before.spec)?;
-    seal_secrets(state, &before.namespace, id, &mut spec, Some(&before.spec)).await?;
+    // A rollback's secret values are the old version's, sealed for this
+    // job: they are kept as they are, like the current ones.
+    let secrets_from = match change.action {
+        Action::JobRollback => None,
+        _ => Some(&before.spec),
+    };
+    let mut spec = match secrets_from {
+        Some(stored) => keep_stored_secrets(spec, stored)?,
+        None => spec,
+    };
+    let sealed_reference = secrets_from.cloned().unwrap_or_else(|| spec.clone());
+    seal_secrets(state, &before.namespace, id, &mut spec, Some(&sealed_reference)).await?;
     let peak = quota::peak_fires_per_second(&spec, Utc::now());
     let counted = if spec.paused { 0.0 } else { peak };
     let demand = quota::Demand { new_jobs: 0, peak: counted, peak_before: before.counted_peak };
@@ -660,6 +688,9 @@ async fn update_job(
     crate::tenancy::check_references(tx, &before.namespace, &spec.calendars).await?;
     let stored = jobs::replace(tx, id, &spec.name, &serde_json::to_value(&spec)?, peak).await?;
     settle_change(tx, id, before, spec.paused).await?;
+    let mut entry = audit::Entry::job(change.action, &before.namespace, id, Some(stored.version));
+    entry.details = change.details;
+    audit::record(tx, &change.caller.audit(change.note), &[entry]).await?;
     Ok(stored)
 }
 
@@ -679,11 +710,17 @@ async fn update_job(
     ),
     security(("bearer" = [])),
 )]
-pub async fn delete(State(state): State<AppState>, caller: Caller, JobIdPath(id): JobIdPath) -> ApiResult<StatusCode> {
+pub async fn delete(
+    State(state): State<AppState>,
+    caller: Caller,
+    JobIdPath(id): JobIdPath,
+    OptionalJsonBody(body): OptionalJsonBody,
+) -> ApiResult<StatusCode> {
     caller.require(Role::Write)?;
+    let note = pause_note(body)?;
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
-    let skipped = delete_job(&tx, &caller, id).await?;
+    let skipped = delete_job(&tx, &caller, id, note.as_deref()).await?;
     tx.commit().await?;
     tracing::info!(job.id = %id, cancelled_slots = skipped, "job deleted");
     Ok(StatusCode::NO_CONTENT)
@@ -692,10 +729,16 @@ pub async fn delete(State(state): State<AppState>, caller: Caller, JobIdPath(id)
 /// Deletes a live job of the caller's namespaces (a tombstone, a new
 /// version) and cancels what it had not delivered. Returns the ledger rows
 /// cancelled.
-async fn delete_job(tx: &impl deadpool_postgres::GenericClient, caller: &Caller, id: Uuid) -> ApiResult<u64> {
-    if !jobs::delete(tx, id, caller.scope.sql().as_deref()).await? {
-        return Err(not_found(id));
-    }
+async fn delete_job(
+    tx: &impl deadpool_postgres::GenericClient,
+    caller: &Caller,
+    id: Uuid,
+    note: Option<&str>,
+) -> ApiResult<u64> {
+    let (namespace, version) =
+        jobs::delete(tx, id, caller.scope.sql().as_deref()).await?.ok_or_else(|| not_found(id))?;
+    let entry = audit::Entry::job(Action::JobDelete, &namespace, id, Some(version));
+    audit::record(tx, &caller.audit(note), &[entry]).await?;
     Ok(ledger::changes::cancel_claimed(tx, id, Cancel::Deleted).await?)
 }
 
@@ -733,6 +776,9 @@ pub(crate) async fn pause_or_resume(
     }
     let stored = jobs::set_paused(tx, id, paused, caller.actor.author(), note).await?;
     settle_change(tx, id, &before, paused).await?;
+    let action = if paused { Action::JobPause } else { Action::JobResume };
+    let entry = audit::Entry::job(action, &before.namespace, id, Some(stored.version));
+    audit::record(tx, &caller.audit(note), &[entry]).await?;
     Ok(stored)
 }
 
@@ -838,8 +884,8 @@ pub async fn resume(
     JobIdPath(id): JobIdPath,
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> ApiResult<VersionedJob> {
-    body_fields(body, &[])?;
-    set_paused(&state, &caller, id, false, None).await
+    let note = pause_note(body)?;
+    set_paused(&state, &caller, id, false, note.as_deref()).await
 }
 
 /// An unknown parameter is a 400 naming it, not silently ignored.
@@ -921,8 +967,10 @@ pub async fn trigger(
     State(state): State<AppState>,
     caller: Caller,
     JobIdPath(id): JobIdPath,
+    OptionalJsonBody(body): OptionalJsonBody,
 ) -> ApiResult<(StatusCode, Json<Execution>)> {
     caller.require(Role::Write)?;
+    let note = pause_note(body)?;
     let mut client = state.pg.get().await?;
     // The namespace's budget of fires made on request is spent first: a
     // request over it makes no fire and costs no write.
@@ -930,7 +978,7 @@ pub async fn trigger(
         jobs::namespace_of(&client, id, caller.scope.sql().as_deref()).await?.ok_or_else(|| not_found(id))?;
     quota::spend_manual_fires(&state, &client, &std::collections::BTreeMap::from([(namespace, 1)])).await?;
     let tx = client.transaction().await?;
-    let (execution, messages) = trigger_job(&tx, &caller, id).await?;
+    let (execution, messages) = trigger_job(&tx, &caller, id, note.as_deref()).await?;
     tx.commit().await?;
     // The publish takes a connection of its own: this one goes back first.
     drop(client);
@@ -944,7 +992,13 @@ async fn trigger_job(
     tx: &impl deadpool_postgres::GenericClient,
     caller: &Caller,
     id: Uuid,
+    note: Option<&str>,
 ) -> ApiResult<(Execution, Vec<(domain::message::FireMessage, u32)>)> {
-    let version = jobs::version_for_fire(tx, id, caller.scope.sql().as_deref()).await?.ok_or_else(|| not_found(id))?;
-    Ok(ledger::changes::insert_manual(tx, id, version).await?)
+    let (version, namespace) =
+        jobs::version_for_fire(tx, id, caller.scope.sql().as_deref()).await?.ok_or_else(|| not_found(id))?;
+    let (execution, messages) = ledger::changes::insert_manual(tx, id, version).await?;
+    let entry = audit::Entry::job(Action::JobTrigger, &namespace, id, None)
+        .with_details(serde_json::json!({ "execution_id": execution.execution_id }));
+    audit::record(tx, &caller.audit(note), &[entry]).await?;
+    Ok((execution, messages))
 }

@@ -8,6 +8,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
+use store::audit;
 use uuid::Uuid;
 
 use store::signing_keys::{self, NewSigningKey, SigningKey, SigningKeyError};
@@ -66,7 +67,7 @@ async fn make(
     caller.require(Role::Admin)?;
     let namespace = caller.namespace_for_new_job(namespace)?;
     let mut client = state.pg.get().await?;
-    let made = signing_keys::create(&mut client, &state.vault, &namespace, &caller.actor.name, overlap)
+    let made = signing_keys::create(&mut client, &state.vault, &namespace, &caller.audit(None), overlap)
         .await
         .map_err(problem)?;
     tracing::info!(namespace = %namespace, key.id = %made.key.id, rotation = overlap.is_some(), by = %caller.actor.name, "signing key made");
@@ -184,8 +185,12 @@ pub async fn revoke(
 ) -> ApiResult<Json<SigningKey>> {
     caller.require(Role::Admin)?;
     let namespace = caller.namespace_for_new_job(query.namespace.as_deref())?;
-    let client = state.pg.get().await?;
-    let key = signing_keys::revoke(&client, &namespace, id, &caller.actor.name).await.map_err(problem)?;
+    let mut client = state.pg.get().await?;
+    let tx = client.transaction().await?;
+    let key = signing_keys::revoke(&tx, &namespace, id, &caller.actor.name).await.map_err(problem)?;
+    let entry = audit::Entry::other(audit::Action::SigningKeyRevoke, Some(&namespace), id.to_string());
+    audit::record(&tx, &caller.audit(None), &[entry]).await?;
+    tx.commit().await?;
     tracing::info!(namespace = %namespace, key.id = %id, by = %caller.actor.name, "signing key revoked");
     Ok(Json(key))
 }

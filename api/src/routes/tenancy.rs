@@ -6,7 +6,8 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
+use store::audit;
 use uuid::Uuid;
 
 use crate::AppState;
@@ -91,11 +92,16 @@ pub async fn create_namespace(
     let obj = object(&body, &["name", "max_jobs", "max_fires_per_second"])?;
     let name = namespace_name(obj.get("name"), "name")?;
     let (jobs, fires) = (max_jobs(obj)?, limit(obj, "max_fires_per_second")?);
-    let client = state.pg.get().await?;
+    let mut client = state.pg.get().await?;
+    let tx = client.transaction().await?;
     let quotas = tenancy::Quotas { max_jobs: jobs, max_fires_per_second: fires };
-    if !tenancy::write_namespace(&client, &name, quotas, tenancy::Write::Create).await? {
+    if !tenancy::write_namespace(&tx, &name, quotas, tenancy::Write::Create).await? {
         return Err(ApiError::Conflict(format!("namespace {name:?} exists")));
     }
+    let entry = audit::Entry::other(audit::Action::NamespaceCreate, Some(&name), name.clone())
+        .with_details(json!({ "max_jobs": jobs, "max_fires_per_second": fires }));
+    audit::record(&tx, &caller.audit(None), &[entry]).await?;
+    tx.commit().await?;
     let namespace = tenancy::namespace(&client, &name, false).await?.ok_or_else(|| no_namespace(&name))?;
     Ok((StatusCode::CREATED, Json(namespace)))
 }
@@ -174,11 +180,16 @@ pub async fn update_namespace(
     namespace_path(&name)?;
     let obj = object(&body, &["max_jobs", "max_fires_per_second"])?;
     let (jobs, fires) = (max_jobs(obj)?, limit(obj, "max_fires_per_second")?);
-    let client = state.pg.get().await?;
+    let mut client = state.pg.get().await?;
+    let tx = client.transaction().await?;
     let quotas = tenancy::Quotas { max_jobs: jobs, max_fires_per_second: fires };
-    if !tenancy::write_namespace(&client, &name, quotas, tenancy::Write::Update).await? {
+    if !tenancy::write_namespace(&tx, &name, quotas, tenancy::Write::Update).await? {
         return Err(no_namespace(&name));
     }
+    let entry = audit::Entry::other(audit::Action::NamespaceUpdate, Some(&name), name.clone())
+        .with_details(json!({ "max_jobs": jobs, "max_fires_per_second": fires }));
+    audit::record(&tx, &caller.audit(None), &[entry]).await?;
+    tx.commit().await?;
     Ok(Json(tenancy::namespace(&client, &name, false).await?.ok_or_else(|| no_namespace(&name))?))
 }
 
@@ -209,9 +220,16 @@ pub async fn delete_namespace(
     if name == "default" {
         return Err(ApiError::Conflict("the default namespace cannot be deleted".into()));
     }
-    let client = state.pg.get().await?;
-    match tenancy::delete_namespace(&client, &name).await? {
-        Ok(true) => Ok(StatusCode::NO_CONTENT),
+    let mut client = state.pg.get().await?;
+    let tx = client.transaction().await?;
+    match tenancy::delete_namespace(&tx, &name).await? {
+        Ok(true) => {
+            // Cluster-wide: the namespace's own entries go unread with it.
+            let entry = audit::Entry::other(audit::Action::NamespaceDelete, None, name.clone());
+            audit::record(&tx, &caller.audit(None), &[entry]).await?;
+            tx.commit().await?;
+            Ok(StatusCode::NO_CONTENT)
+        }
         Ok(false) => Err(no_namespace(&name)),
         Err(jobs) => Err(ApiError::Conflict(format!(
             "namespace {name:?} has {jobs} job(s), deleted ones included (their history stays under it)"
@@ -289,7 +307,13 @@ pub async fn create_token(
         }
     }
     let token = new_token();
-    let (id, created_at) = tenancy::insert_token(&client, &name, &token_hash(&token), role, &scope).await?;
+    let mut client = client;
+    let tx = client.transaction().await?;
+    let (id, created_at) = tenancy::insert_token(&tx, &name, &token_hash(&token), role, &scope).await?;
+    let details = json!({ "name": name, "role": role.as_str(), "namespaces": scope.to_list() });
+    audit::record(&tx, &caller.audit(None), &token_entries(audit::Action::TokenCreate, id, &scope, Some(details)))
+        .await?;
+    tx.commit().await?;
     tracing::info!(token.id = %id, token.name = %name, role = role.as_str(), "API token created");
     let info = TokenInfo { id, name, role, namespaces: scope.to_list(), created_at, revoked_at: None };
     Ok((StatusCode::CREATED, Json(NewToken { info, token })))
@@ -338,10 +362,36 @@ pub async fn revoke_token(
     caller.require(Role::Admin)?;
     let missing = || ApiError::NotFound(format!("no token with id {id:?}"));
     let id: Uuid = id.parse().map_err(|_| missing())?;
-    let client = state.pg.get().await?;
-    tenancy::token(&client, id, &caller.scope).await?.ok_or_else(missing)?;
-    tenancy::revoke_token(&client, id).await?;
+    let mut client = state.pg.get().await?;
+    let tx = client.transaction().await?;
+    let token = tenancy::token(&tx, id, &caller.scope).await?.ok_or_else(missing)?;
+    tenancy::revoke_token(&tx, id).await?;
+    let details = json!({ "name": token.name });
+    let scope = Scope::from_list(token.namespaces);
+    audit::record(&tx, &caller.audit(None), &token_entries(audit::Action::TokenRevoke, id, &scope, Some(details)))
+        .await?;
+    tx.commit().await?;
     state.token_cache.clear();
     tracing::info!(token.id = %id, "API token revoked");
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// A token's change, entered once per namespace it acts in (each
+/// namespace's admins read it), or once for the cluster for a token of
+/// every namespace.
+fn token_entries(action: audit::Action, id: Uuid, scope: &Scope, details: Option<Value>) -> Vec<audit::Entry> {
+    let namespaces: Vec<Option<&str>> = match scope {
+        Scope::Every => vec![None],
+        Scope::Only(names) => names.iter().map(|n| Some(n.as_str())).collect(),
+    };
+    namespaces
+        .into_iter()
+        .map(|ns| {
+            let entry = audit::Entry::other(action, ns, id.to_string());
+            match &details {
+                Some(d) => entry.with_details(d.clone()),
+                None => entry,
+            }
+        })
+        .collect()
 }

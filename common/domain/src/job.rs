@@ -77,6 +77,48 @@ pub struct Limits {
     pub allow_cidrs: Vec<ipnet::IpNet>,
 }
 
+/// What is wrong with `raw` as an http(s) URL the cluster will call (a
+/// callback, an alert channel): too long, hidden characters, not http(s),
+/// no host, credentials in it, or an IP literal in a refused range unless
+/// `limits` allows it. `what` names such URLs in the refusal. Empty when
+/// it is fine.
+///
+/// What is stored is the text given, not the parsed URL, and the URL
+/// parser drops tabs and line breaks and percent-encodes other controls
+/// without a word: a control, bidi or zero-width character anywhere is
+/// refused first, so none is stored, returned or printed.
+pub fn http_url_problems(raw: &str, limits: &Limits, what: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if raw.len() > limits::URL_MAX_BYTES {
+        problems.push(format!("must be at most {} bytes", limits::URL_MAX_BYTES));
+        return problems;
+    }
+    if let Some(c) = first_hidden(raw) {
+        problems.push(format!("{} (percent-encode it if the URL needs it)", hidden_problem(c)));
+        return problems;
+    }
+    match url::Url::parse(raw) {
+        Ok(u) if u.scheme() == "http" || u.scheme() == "https" => {
+            if u.host_str().is_none_or(str::is_empty) {
+                problems.push("must name a host".to_owned());
+            }
+            if !u.username().is_empty() || u.password().is_some() {
+                problems.push("must not carry credentials; use target.secret_headers".to_owned());
+            }
+            if let Some(refusal) =
+                crate::netguard::literal_host(&u).and_then(|ip| crate::netguard::refusal(ip, &limits.allow_cidrs))
+            {
+                problems.push(format!(
+                    "refers to {refusal}; {what} are refused unless the operator allows them with CALLBACK_ALLOW_CIDRS"
+                ));
+            }
+        }
+        Ok(u) => problems.push(format!("scheme {} is not allowed; use http or https", quoted(u.scheme()))),
+        Err(e) => problems.push(format!("is not a valid URL ({e})")),
+    }
+    problems
+}
+
 impl Default for Limits {
     /// The API's defaults: a 1 s minimum interval, no internal address allowed.
     fn default() -> Self {
@@ -1179,45 +1221,11 @@ impl Validator<'_> {
         }
     }
 
-    /// An http(s) URL. An IP literal must pass the SSRF rules (the worker
-    /// checks the addresses a name resolves to when it connects); `what`
-    /// says what is refused, for the message.
-    ///
-    /// What is stored is the text given, not the parsed URL, and the URL
-    /// parser drops tabs and line breaks and percent-encodes other controls
-    /// without a word: a control, bidi or zero-width character anywhere is
-    /// refused first, so none is stored, returned or printed.
+    /// An http(s) URL: [`http_url_problems`] (the worker checks the
+    /// addresses a name resolves to when it connects).
     fn http_url(&mut self, raw: &str, field: &str, what: &str) {
-        if raw.len() > limits::URL_MAX_BYTES {
-            self.err(field, format!("must be at most {} bytes", limits::URL_MAX_BYTES));
-            return;
-        }
-        if let Some(c) = first_hidden(raw) {
-            self.err(field, format!("{} (percent-encode it if the URL needs it)", hidden_problem(c)));
-            return;
-        }
-        match url::Url::parse(raw) {
-            Ok(u) if u.scheme() == "http" || u.scheme() == "https" => {
-                if u.host_str().is_none_or(str::is_empty) {
-                    self.err(field, "must name a host");
-                }
-                if !u.username().is_empty() || u.password().is_some() {
-                    self.err(field, "must not carry credentials; use target.secret_headers");
-                }
-                if let Some(refusal) = crate::netguard::literal_host(&u)
-                    .and_then(|ip| crate::netguard::refusal(ip, &self.limits.allow_cidrs))
-                {
-                    self.err(
-                        field,
-                        format!(
-                            "refers to {refusal}; {what} are refused unless the operator allows them with \
-                             CALLBACK_ALLOW_CIDRS"
-                        ),
-                    );
-                }
-            }
-            Ok(u) => self.err(field, format!("scheme {} is not allowed; use http or https", quoted(u.scheme()))),
-            Err(e) => self.err(field, format!("is not a valid URL ({e})")),
+        for problem in http_url_problems(raw, &self.limits, what) {
+            self.err(field, problem);
         }
     }
 

@@ -4,8 +4,10 @@
 //! a worker receives, and the rules for addresses and text. No I/O: nothing
 //! here connects, sleeps or reads a clock it was not given.
 
+pub mod alert;
 pub mod calendar;
 pub mod contract;
+pub mod diff;
 pub mod execution;
 pub mod job;
 pub mod labels;

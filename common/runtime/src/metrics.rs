@@ -75,6 +75,14 @@ catalog! {
         "Ledger rows no process was going to move, moved on by a sweep (label status); any count is a finding.";
     BROKER_READY_MESSAGES = "cronshard_broker_ready_messages", Gauge,
         "Messages in the main and waiting queues not yet taken by a worker, as a scheduler's stranded-row sweep last counted them.";
+    ALERT_EVALUATIONS_TOTAL = "cronshard_alert_evaluations_total", Counter,
+        "Alert rules this scheduler evaluated.";
+    ALERT_NOTICES_TOTAL = "cronshard_alert_notices_total", Counter,
+        "Alert notices a worker tried to send (label outcome: delivered, retrying, failed, deferred by the channel's rate limit).";
+    NAMESPACE_DELIVERIES_TOTAL = "cronshard_namespace_deliveries_total", Counter,
+        "Outcomes written by a worker, per namespace (labels namespace, outcome: succeeded, retrying, failed, awaiting); past 1,000 namespaces per worker, the rest count under namespace=\"_other\".";
+    NAMESPACE_LATENESS_SECONDS = "cronshard_namespace_lateness_seconds", Histogram,
+        "How late after its due instant a slot's first attempt started, per namespace (label namespace; bounded as above).";
     LEDGER_VACUUMS_TOTAL = "cronshard_ledger_vacuums_total", Counter,
         "Ledger partitions vacuumed by a scheduler because their dead row versions passed the partitions' autovacuum trigger.";
     MISFIRE_RECORDED_TOTAL = "cronshard_misfire_recorded_total", Counter,

@@ -117,18 +117,22 @@ pub struct NewJob<'a> {
 pub async fn create_unlimited(
     client: &impl GenericClient,
     job: &NewJob<'_>,
-    author: Author<'_>,
+    audit: &crate::audit::Context<'_>,
 ) -> Result<Option<StoredJob>, tokio_postgres::Error> {
     static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         format!(
-            "WITH defer AS MATERIALIZED ({})
+            "WITH defer AS MATERIALIZED ({}),
+             created AS (
              INSERT INTO jobs (id, name, spec, paused, namespace, peak_fires_per_second, paused_at, paused_by, paused_by_token)
              SELECT $1, $2, $3, $4, n.name, $6, CASE WHEN $4 THEN now() END, CASE WHEN $4 THEN $7 END,
                     CASE WHEN $4 THEN $8::uuid END
              FROM namespaces n, defer
               WHERE n.name = $5 AND n.max_jobs IS NULL AND n.max_fires_per_second IS NULL
-             RETURNING {NEW_COLUMNS}",
-            crate::notify::DEFER_TO_AFTER_COMMIT_IN_STATEMENT
+             RETURNING {NEW_COLUMNS}),
+             audit AS ({})
+             SELECT * FROM created",
+            crate::notify::DEFER_TO_AFTER_COMMIT_IN_STATEMENT,
+            crate::audit::insert_for_created_jobs(7),
         )
     });
     let statement = client.prepare_cached(&SQL).await?;
@@ -142,8 +146,10 @@ pub async fn create_unlimited(
                 &job.paused,
                 &job.namespace,
                 &job.peak_fires_per_second,
-                &author.name,
-                &author.token_id,
+                &audit.author.name,
+                &audit.author.token_id,
+                &audit.request_id,
+                &audit.reason,
             ],
         )
         .await?;
@@ -156,7 +162,7 @@ pub async fn create_unlimited(
 pub async fn create(
     client: &impl GenericClient,
     jobs: &[NewJob<'_>],
-    author: Author<'_>,
+    audit: &crate::audit::Context<'_>,
 ) -> Result<Vec<StoredJob>, tokio_postgres::Error> {
     let ids: Vec<Uuid> = jobs.iter().map(|j| j.id).collect();
     let names: Vec<&str> = jobs.iter().map(|j| j.name).collect();
@@ -164,20 +170,47 @@ pub async fn create(
     let paused: Vec<bool> = jobs.iter().map(|j| j.paused).collect();
     let namespaces: Vec<&str> = jobs.iter().map(|j| j.namespace).collect();
     let peaks: Vec<f64> = jobs.iter().map(|j| j.peak_fires_per_second).collect();
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "WITH created AS (
+             INSERT INTO jobs (id, name, spec, paused, namespace, peak_fires_per_second, paused_at, paused_by, paused_by_token)
+             SELECT j.*, CASE WHEN j.paused THEN now() END, CASE WHEN j.paused THEN $7 END,
+                    CASE WHEN j.paused THEN $8::uuid END
+             FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::bool[], $5::text[], $6::float8[])
+                 AS j(id, name, spec, paused, namespace, peak_fires_per_second)
+             RETURNING {NEW_COLUMNS}),
+             audit AS ({})
+             SELECT * FROM created",
+            crate::audit::insert_for_created_jobs(7),
+        )
+    });
     let rows = client
         .query(
-            &format!(
-                "INSERT INTO jobs (id, name, spec, paused, namespace, peak_fires_per_second, paused_at, paused_by, paused_by_token)
-                 SELECT j.*, CASE WHEN j.paused THEN now() END, CASE WHEN j.paused THEN $7 END,
-                        CASE WHEN j.paused THEN $8::uuid END
-                 FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::bool[], $5::text[], $6::float8[])
-                     AS j(id, name, spec, paused, namespace, peak_fires_per_second)
-                 RETURNING {NEW_COLUMNS}"
-            ),
-            &[&ids, &names, &specs, &paused, &namespaces, &peaks, &author.name, &author.token_id],
+            SQL.as_str(),
+            &[
+                &ids,
+                &names,
+                &specs,
+                &paused,
+                &namespaces,
+                &peaks,
+                &audit.author.name,
+                &audit.author.token_id,
+                &audit.request_id,
+                &audit.reason,
+            ],
         )
         .await?;
     Ok(rows.iter().map(StoredJob::from_row).collect())
+}
+
+/// The namespaces of `ids` (deleted jobs included).
+pub async fn namespaces_of(
+    client: &impl GenericClient,
+    ids: &[Uuid],
+) -> Result<std::collections::HashMap<Uuid, String>, tokio_postgres::Error> {
+    let rows = client.query("SELECT id, namespace FROM jobs WHERE id = ANY($1)", &[&ids]).await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
 /// A live job of the given namespaces.
@@ -263,20 +296,23 @@ pub async fn namespace_of(
     Ok(row.map(|r| r.get(0)))
 }
 
-/// The version of a live job of the given namespaces, share-locked until
-/// the transaction ends (a manual fire: the job must not change under it).
+/// The version and namespace of a live job of the given namespaces,
+/// share-locked until the transaction ends (a manual fire: the job must not
+/// change under it).
 pub async fn version_for_fire(
     client: &impl GenericClient,
     id: Uuid,
     scope: Option<&[String]>,
-) -> Result<Option<i64>, tokio_postgres::Error> {
+) -> Result<Option<(i64, String)>, tokio_postgres::Error> {
     let row = client
         .query_opt(
-            &format!("SELECT version FROM jobs WHERE id = $1 AND deleted_at IS NULL AND {IN_SCOPE} FOR SHARE"),
+            &format!(
+                "SELECT version, namespace FROM jobs WHERE id = $1 AND deleted_at IS NULL AND {IN_SCOPE} FOR SHARE"
+            ),
             &[&id, &scope],
         )
         .await?;
-    Ok(row.map(|r| r.get(0)))
+    Ok(row.map(|r| (r.get(0), r.get(1))))
 }
 
 /// A job as it was before a change, locked for the change's transaction.
@@ -371,22 +407,23 @@ pub const DELETE_AFTER_COMPLETION: &str = "UPDATE jobs SET deleted_at = now(), v
       AND deleted_at IS NULL AND spec->>'after_completion' = 'delete'";
 
 /// Deletes a live job of the given namespaces (a tombstone, a new
-/// version); false when there is none.
+/// version); returns its namespace and that version, `None` when there is
+/// no such job.
 pub async fn delete(
     client: &impl GenericClient,
     id: Uuid,
     scope: Option<&[String]>,
-) -> Result<bool, tokio_postgres::Error> {
-    let n = client
-        .execute(
+) -> Result<Option<(String, i64)>, tokio_postgres::Error> {
+    let row = client
+        .query_opt(
             &format!(
                 "UPDATE jobs SET deleted_at = now(), version = version + 1
-                 WHERE id = $1 AND deleted_at IS NULL AND {IN_SCOPE}"
+                 WHERE id = $1 AND deleted_at IS NULL AND {IN_SCOPE} RETURNING namespace, version"
             ),
             &[&id, &scope],
         )
         .await?;
-    Ok(n > 0)
+    Ok(row.map(|r| (r.get(0), r.get(1))))
 }
 
 /// Where a stored definition lives: a job's current one, or one version of

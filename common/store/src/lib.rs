@@ -6,6 +6,8 @@
 //! talks to the broker: a row that is to be published is returned to the
 //! caller, and the broker's outbox publishes it after the commit.
 
+pub mod alerts;
+pub mod audit;
 pub mod calendars;
 pub mod completion;
 pub mod db;
@@ -14,4 +16,5 @@ pub mod jobs;
 pub mod ledger;
 pub mod notify;
 pub mod secrets;
+pub mod selector;
 pub mod signing_keys;

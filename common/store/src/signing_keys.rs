@@ -124,9 +124,10 @@ pub async fn create(
     client: &mut deadpool_postgres::Object,
     vault: &Vault,
     namespace: &str,
-    created_by: &str,
+    audit: &crate::audit::Context<'_>,
     overlap: Option<std::time::Duration>,
 ) -> Result<NewSigningKey, SigningKeyError> {
+    let created_by = audit.author.name;
     let tx = client.transaction().await?;
     tx.execute("SELECT pg_advisory_xact_lock(hashtext('cronshard-signing-keys:' || $1))", &[&namespace]).await?;
     let signing: i64 = tx
@@ -161,6 +162,11 @@ pub async fn create(
             &[&id, &namespace, &sealed, &created_by],
         )
         .await?;
+    let action =
+        if overlap.is_some() { crate::audit::Action::SigningKeyRotate } else { crate::audit::Action::SigningKeyCreate };
+    let details = serde_json::json!({ "overlap_seconds": overlap.map(|o| o.as_secs()) });
+    let entry = crate::audit::Entry::other(action, Some(namespace), id.to_string()).with_details(details);
+    crate::audit::record(&tx, audit, &[entry]).await?;
     tx.commit().await?;
     Ok(NewSigningKey { key: from_row(&row), secret: format!("{SECRET_PREFIX}{}", STANDARD.encode(bytes)) })
 }

@@ -55,6 +55,12 @@ struct Args {
     /// have also caught up with it (a message behind a backlog is late, not lost).
     #[arg(long, env = "STRANDED_AFTER_SECS", default_value_t = defaults::STRANDED_AFTER_SECS)]
     stranded_after_secs: u64,
+    /// How often each alert rule is evaluated, in milliseconds.
+    #[arg(long, env = "ALERT_EVALUATION_INTERVAL_MS", default_value_t = scheduler::alerts::EVALUATION_INTERVAL_DEFAULT_MS)]
+    alert_evaluation_interval_ms: u64,
+    /// Days an audit entry is kept; older ones are dropped hourly.
+    #[arg(long, env = "AUDIT_RETENTION_DAYS", default_value_t = scheduler::alerts::AUDIT_RETENTION_DAYS_DEFAULT)]
+    audit_retention_days: u64,
     #[command(flatten)]
     ledger: LedgerArgs,
     #[command(flatten)]
@@ -90,6 +96,8 @@ async fn run() -> anyhow::Result<()> {
     config.catchup_rate = args.catchup_rate.max(1);
     config.stranded_after = Duration::from_secs(args.stranded_after_secs.max(1));
     config.retention = retention;
+    config.alert_evaluation_interval = Duration::from_millis(args.alert_evaluation_interval_ms.max(100));
+    config.audit_retention = Duration::from_secs(args.audit_retention_days.max(1) * 86_400);
     config.clock = args.clock.config();
     config.queue_type = args.service.amqp_queue_type;
     let node = Node {

@@ -123,7 +123,7 @@ impl Signer {
         Err(entry.refresh.clone())
     }
 
-    async fn keys(&self, namespace: &str) -> Result<SigningKeys, SecretError> {
+    pub async fn keys(&self, namespace: &str) -> Result<SigningKeys, SecretError> {
         let refresh = match self.fresh(namespace) {
             Ok(keys) => return Ok(keys),
             Err(refresh) => refresh,

@@ -207,7 +207,7 @@ pub async fn batch(
         }
         let new: Vec<_> =
             valid.iter().zip(&specs).map(|(v, spec)| new_job(v.id, &v.spec, spec, &v.namespace, v.peak)).collect();
-        let rows = store::jobs::create(&tx, &new, caller.actor.author()).await?;
+        let rows = store::jobs::create(&tx, &new, &caller.audit(None)).await?;
         let now = Utc::now();
         for row in &rows {
             let job = job_of(row, now)?;

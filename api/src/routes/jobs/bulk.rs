@@ -225,10 +225,10 @@ async fn step(
             Ok(Vec::new())
         }
         BulkAction::Delete => {
-            delete_job(tx, caller, id).await?;
+            delete_job(tx, caller, id, None).await?;
             Ok(Vec::new())
         }
-        BulkAction::Trigger => Ok(trigger_job(tx, caller, id).await?.1),
+        BulkAction::Trigger => Ok(trigger_job(tx, caller, id, None).await?.1),
     }
 }
 

@@ -93,7 +93,9 @@ pub async fn patch(
     definition["paused"] = Value::Bool(before.paused);
     merge(&mut definition, &patch);
     let (spec, named) = parsed(&definition, &state.limits)?;
-    let stored = update_job(&state, &tx, id, &before, spec, named).await?;
+    let stored =
+        update_job(&state, &tx, super::Change::of(&caller, store::audit::Action::JobPatch), id, &before, spec, named)
+            .await?;
     tx.commit().await?;
     Ok(VersionedJob(job_of(&stored, Utc::now())?))
 }

@@ -421,3 +421,55 @@ mod tests {
         assert_eq!(lateness_ms(job, at, start, 0), (offset + TimeDelta::milliseconds(40)).num_milliseconds());
     }
 }
+
+/// The slots of each job due after its cursor and at or before `until`,
+/// oldest first, at most `per_job` each, as an alert rule judges them
+/// (`domain::alert::judge`): a primary key range per job. `jobs` holds
+/// (job, cursor, jitter_ms).
+pub async fn slots_to_judge(
+    client: &impl deadpool_postgres::GenericClient,
+    jobs: &[(Uuid, DateTime<Utc>, i64)],
+    until: DateTime<Utc>,
+    per_job: i64,
+) -> Result<Vec<(Uuid, domain::alert::JudgedSlot)>, tokio_postgres::Error> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<Uuid> = jobs.iter().map(|j| j.0).collect();
+    let after: Vec<DateTime<Utc>> = jobs.iter().map(|j| j.1).collect();
+    let jitter: Vec<i64> = jobs.iter().map(|j| j.2).collect();
+    let rows = client
+        .query(
+            concat!(
+                "SELECT j.job_id, j.jitter, l.scheduled_at, l.execution_id, l.status, l.reason, l.error, l.http_status,
+                        l.finished_at, ",
+                first_started_at!(),
+                " AS first_start
+                 FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[]) AS j(job_id, after, jitter)
+                 CROSS JOIN LATERAL (SELECT * FROM scheduled_jobs l WHERE l.job_id = j.job_id
+                     AND l.scheduled_at > j.after AND l.scheduled_at <= $4 ORDER BY l.scheduled_at LIMIT $5) l
+                 ORDER BY j.job_id, l.scheduled_at"
+            ),
+            &[&ids, &after, &jitter, &until, &per_job],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let job_id: Uuid = r.get("job_id");
+            let scheduled_at: DateTime<Utc> = r.get("scheduled_at");
+            let first_start: Option<DateTime<Utc>> = r.get("first_start");
+            let slot = domain::alert::JudgedSlot {
+                scheduled_at,
+                execution_id: r.get("execution_id"),
+                status: r.get("status"),
+                reason: r.get("reason"),
+                error: r.get("error"),
+                http_status: r.get("http_status"),
+                finished_at: r.get("finished_at"),
+                lateness_ms: first_start.map(|f| lateness_ms(job_id, scheduled_at, f, r.get("jitter"))),
+            };
+            (job_id, slot)
+        })
+        .collect())
+}
