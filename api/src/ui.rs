@@ -59,6 +59,9 @@ const ASSETS: &[Asset] = &[
     asset!("chart.js", JS),
     asset!("preview.js", JS),
     asset!("signing-keys.js", JS),
+    asset!("history.js", JS),
+    asset!("audit.js", JS),
+    asset!("alerts.js", JS),
 ];
 
 /// Each asset's strong `ETag` (a hash of its bytes), computed once.

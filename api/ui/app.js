@@ -12,6 +12,8 @@ import * as failures from './failures.js';
 import * as cluster from './cluster.js';
 import * as preview from './preview.js';
 import * as signingKeys from './signing-keys.js';
+import * as audit from './audit.js';
+import * as alerts from './alerts.js';
 
 const ROUTES = [
   { re: /^\/login$/, nav: null, title: 'Sign in', render: renderLogin, open: true },
@@ -24,6 +26,8 @@ const ROUTES = [
   { re: /^\/cluster$/, nav: 'cluster', title: 'Cluster', render: cluster.render },
   { re: /^\/preview$/, nav: 'preview', title: 'Schedule preview', render: preview.render },
   { re: /^\/signing-keys$/, nav: 'signing-keys', title: 'Signing keys', render: signingKeys.render },
+  { re: /^\/alerts$/, nav: 'alerts', title: 'Alerts', render: alerts.render },
+  { re: /^\/audit$/, nav: 'audit', title: 'Audit log', render: audit.render },
 ];
 
 let current = null; // the AbortController of the page shown
@@ -67,6 +71,7 @@ async function route() {
     else showNotice(m);
   }
   const loggedIn = Boolean(session.token());
+  showAuditLink();
   document.getElementById('nav').hidden = !loggedIn;
   document.getElementById('logout').hidden = !loggedIn;
   for (const a of document.querySelectorAll('[data-nav]')) {
@@ -93,6 +98,39 @@ async function route() {
     h1.tabIndex = -1;
     h1.focus({ preventScroll: false });
   }
+}
+
+// ----------------------------------------------------------- audit link
+
+// Whether the token may read the audit log (an admin's): asked once per
+// token with the smallest page, held in memory only. The nav shows Audit
+// to such tokens; the page itself still says so on a 403.
+const auditAccess = { token: null, allowed: false, asking: null };
+
+function showAuditLink() {
+  const item = document.getElementById('nav-audit');
+  const token = session.token();
+  if (!token) {
+    item.hidden = true;
+    return;
+  }
+  if (auditAccess.token === token && !auditAccess.asking) {
+    item.hidden = !auditAccess.allowed;
+    return;
+  }
+  if (auditAccess.token === token) return; // being asked
+  auditAccess.token = token;
+  auditAccess.allowed = false;
+  item.hidden = true;
+  const asking = request('GET', '/v1/audit?limit=1')
+    .then(() => true, () => false)
+    .then((allowed) => {
+      if (auditAccess.asking !== asking) return;
+      auditAccess.asking = null;
+      auditAccess.allowed = allowed;
+      item.hidden = !(allowed && session.token() === token);
+    });
+  auditAccess.asking = asking;
 }
 
 // ---------------------------------------------------------------- login

@@ -1,7 +1,8 @@
 // Create a job (POST /v1/jobs) or edit one (PUT /v1/jobs/{id} with the
 // whole definition and If-Match of the version shown: a change made by
-// someone else meanwhile is a 412, never silently overwritten). The API
-// validates; its 422 field errors appear next to the fields they name.
+// someone else meanwhile is a 412, never silently overwritten), with an
+// optional reason for the audit log (X-Audit-Reason). The API validates;
+// its 422 field errors appear next to the fields they name.
 
 import { ApiError, request, seg } from './api.js';
 import { field, fill, h, showError, showFieldErrors } from './dom.js';
@@ -288,6 +289,13 @@ export async function render(main, { params, signal, go, setTitle }) {
       ),
     ),
     h('datalist', { id: 'zones' }, zones.map((z) => h('option', { value: z }))),
+    F(
+      'audit-reason',
+      id ? 'Why this change (optional)' : 'Why this job (optional)',
+      'audit_reason',
+      I('audit_reason', '', { maxlength: 500, autocomplete: 'off' }),
+      'Kept in the audit log and the job’s history (sent as X-Audit-Reason). At most 500 characters.',
+    ),
     h(
       'div',
       { class: 'actions' },
@@ -371,12 +379,15 @@ export async function render(main, { params, signal, go, setTitle }) {
       jitter: v('retry.jitter') === 'equal' ? undefined : v('retry.jitter'),
     };
     if (Object.values(retry).some((x) => x !== undefined)) body.retry = retry;
+    // The reason travels as a header, percent-encoded UTF-8.
+    const reason = text(v('audit_reason'));
+    const why = reason ? { 'x-audit-reason': encodeURIComponent(reason) } : {};
     const button = form.querySelector('button[type="submit"]');
     button.disabled = true;
     try {
       const res = id
-        ? await request('PUT', `/v1/jobs/${seg(id)}`, { body, headers: { 'if-match': `"${version}"` } })
-        : await request('POST', '/v1/jobs', { body });
+        ? await request('PUT', `/v1/jobs/${seg(id)}`, { body, headers: { 'if-match': `"${version}"`, ...why } })
+        : await request('POST', '/v1/jobs', { body, headers: why });
       go(`/jobs/${res.data.id}`, id ? `Saved: ${res.data.name} is now at version ${res.data.version}.` : `Created ${res.data.name}.`);
     } catch (e) {
       if (e instanceof ApiError && e.status === 422 && e.fieldErrors.length) {

@@ -1,12 +1,16 @@
-// One job: actions (edit, pause, resume, trigger, delete), its ledger as a
-// timeline (GET /v1/jobs/{id}/executions, newest first, one page at a time),
-// its definition, its next fire times and its owners; and a slot's explain
-// view (GET /v1/jobs/{id}/executions/{scheduled_at}) with replay.
+// One job: actions (edit, pause, resume, trigger, delete, each with an
+// optional note for the audit log), its open alert incidents, its ledger as
+// a timeline (GET /v1/jobs/{id}/executions, newest first, one page at a
+// time), its history of versions with rollback, its definition, its next
+// fire times and its owners; and a slot's explain view
+// (GET /v1/jobs/{id}/executions/{scheduled_at}) with replay.
 
-import { get, getOptional, post, qs, request, seg } from './api.js';
-import { ago, arrowNavigation, duration, fill, h, instant, showError, showNotice, tabs, timeEl } from './dom.js';
+import { ApiError, get, getOptional, post, qs, request, seg } from './api.js';
+import { ago, arrowNavigation, duration, field, fill, h, instant, showError, showNotice, tabs, timeEl } from './dom.js';
 import { OUTCOMES, badge, classify, describe, lateness } from './status.js';
 import { scheduleText, stateBadge, targetText } from './jobs.js';
+import { historyPanel } from './history.js';
+import { channelMap, incidentItem } from './alerts.js';
 
 const PAGE = 50;
 const REFRESH_MS = 5000;
@@ -16,59 +20,89 @@ export async function render(main, { params, query, signal, go, setTitle }) {
   const { data: job } = await request('GET', `/v1/jobs/${seg(id)}`, { signal });
   setTitle(job.name);
 
+  // One note for whichever action is taken next: kept in the audit log (a
+  // pause's note is also shown with the paused job).
+  const noteInput = h('input', { maxlength: '500', autocomplete: 'off' });
+  const noteField = field({
+    id: 'f-action-note',
+    label: 'Note (optional)',
+    path: 'note',
+    control: noteInput,
+    hint: 'Why: kept with Pause, Resume, Trigger now or Delete in the audit log and the job’s history; a pause’s note is shown with the paused job. At most 500 characters.',
+  });
+  const noteError = noteField.querySelector('.field-error');
+  const noted = () => {
+    const note = noteInput.value.trim();
+    return note ? { note } : undefined;
+  };
   const act = (label, fn, cls = 'secondary') =>
     h('button', {
       type: 'button',
       class: cls,
       text: label,
       onclick: async (ev) => {
-        ev.currentTarget.disabled = true;
+        const button = ev.currentTarget;
+        button.disabled = true;
+        noteError.hidden = true;
+        noteInput.removeAttribute('aria-invalid');
         try {
           await fn();
         } catch (e) {
+          const refusedNote = e instanceof ApiError && e.fieldErrors.find((f) => f.field === 'note');
+          if (refusedNote) {
+            noteError.textContent = refusedNote.message;
+            noteError.hidden = false;
+            noteInput.setAttribute('aria-invalid', 'true');
+          }
           showError(e);
-          ev.target.disabled = false;
+          button.disabled = false;
         }
       },
     });
   const actions = h(
     'div',
-    { class: 'actions', role: 'group', 'aria-label': 'Job actions' },
-    h('a', { class: 'button', href: `#/jobs/${id}/edit`, text: 'Edit' }),
-    job.paused
-      ? act('Resume', async () => {
-          await post(`/v1/jobs/${seg(id)}/resume`);
-          go(`/jobs/${id}`, `Resumed ${job.name}.`);
-        })
-      : act('Pause', async () => {
-          const note = window.prompt(`Why pause "${job.name}"? (optional, shown to whoever finds it paused)`, '');
-          if (note === null) throw new Error('Not paused.');
-          await post(`/v1/jobs/${seg(id)}/pause`, note.trim() ? { note: note.trim() } : undefined);
-          go(`/jobs/${id}`, `Paused ${job.name}.`);
-        }),
-    act('Trigger now', async () => {
-      const e = await post(`/v1/jobs/${seg(id)}/trigger`);
-      go(`/jobs/${id}`, `Triggered ${job.name}: execution ${e?.execution_id ?? ''} is ${e?.status ?? 'pending'}.`);
-    }),
-    act(
-      'Delete',
-      async () => {
-        if (!window.confirm(`Delete the job "${job.name}"? It never fires again; its history stays readable.`)) {
-          throw new Error('Not deleted.');
-        }
-        await request('DELETE', `/v1/jobs/${seg(id)}`);
-        go('/jobs', `Deleted ${job.name}.`);
-      },
-      'danger',
+    { class: 'panel job-actions', role: 'group', 'aria-label': 'Job actions' },
+    noteField,
+    h(
+      'div',
+      { class: 'actions' },
+      h('a', { class: 'button', href: `#/jobs/${id}/edit`, text: 'Edit' }),
+      job.paused
+        ? act('Resume', async () => {
+            await post(`/v1/jobs/${seg(id)}/resume`, noted());
+            go(`/jobs/${id}`, `Resumed ${job.name}.`);
+          })
+        : act('Pause', async () => {
+            await post(`/v1/jobs/${seg(id)}/pause`, noted());
+            go(`/jobs/${id}`, `Paused ${job.name}.`);
+          }),
+      act('Trigger now', async () => {
+        const e = await post(`/v1/jobs/${seg(id)}/trigger`, noted());
+        go(`/jobs/${id}`, `Triggered ${job.name}: execution ${e?.execution_id ?? ''} is ${e?.status ?? 'pending'}.`);
+      }),
+      act(
+        'Delete',
+        async () => {
+          if (!window.confirm(`Delete the job "${job.name}"? It never fires again; its history stays readable.`)) {
+            throw new Error('Not deleted.');
+          }
+          await request('DELETE', `/v1/jobs/${seg(id)}`, { body: noted() });
+          go('/jobs', `Deleted ${job.name}.`);
+        },
+        'danger',
+      ),
+      h('a', { class: 'button secondary', href: `#/alerts?job=${encodeURIComponent(id)}`, text: 'New alert rule' }),
     ),
   );
 
   const tabList = [
     { id: 'timeline', label: 'Timeline', render: (p) => timeline(p, job, signal) },
+    { id: 'history', label: 'History', render: (p) => historyPanel(p, job, { signal, go }) },
     { id: 'definition', label: 'Definition', render: (p) => definition(p, job) },
     { id: 'next', label: 'Next fires', render: (p) => nextFires(p, job, signal) },
     { id: 'owners', label: 'Owners', render: (p) => owners(p, id, signal) },
   ];
+  const alertsHost = h('section', { id: 'job-alerts', class: 'job-alerts', hidden: true, 'aria-labelledby': 'job-alerts-title' });
   const selected = query.get('tab') || 'timeline';
   const tabEl = tabs('Job views', tabList, selected, (tab) => {
     const url = `#/jobs/${id}${tab === 'timeline' ? '' : `?tab=${tab}`}`;
@@ -104,9 +138,32 @@ export async function render(main, { params, query, signal, go, setTitle }) {
           )
         : null,
     ),
+    alertsHost,
     actions,
     tabEl,
   );
+  openIncidents(alertsHost, id, signal);
+}
+
+// ------------------------------------------------------- open incidents
+
+/** The job's open alert incidents (GET /v1/alerts?job=ID&open=true), above its actions when there are any. */
+async function openIncidents(host, id, signal) {
+  try {
+    const r = await getOptional(`/v1/alerts${qs({ job: id, open: 'true' })}`, { signal });
+    if (!r?.items.length) return;
+    const channels = channelMap(await getOptional('/v1/alert-channels', { signal }).catch(() => null));
+    fill(
+      host,
+      h('h2', { id: 'job-alerts-title', text: `Open alert${r.items.length === 1 ? '' : 's'} (${r.items.length})` }),
+      h('ol', { class: 'incidents', 'aria-labelledby': 'job-alerts-title' }, r.items.map((i) => incidentItem(i, channels, { showJob: false }))),
+      h('p', {}, h('a', { href: '#/alerts', text: 'All incidents and the rules' })),
+    );
+    host.hidden = false;
+  } catch (e) {
+    if (e?.name !== 'AbortError') fill(host, h('p', { class: 'msg msg-error', text: `The job’s alerts could not be loaded: ${e.message}` }));
+    host.hidden = false;
+  }
 }
 
 // ------------------------------------------------------------- timeline
