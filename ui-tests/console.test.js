@@ -4,12 +4,15 @@
 // expression first: the error shows at the field), watch its slots appear,
 // explain one, see a failing job's slot fail, replay it from the Failures
 // page, and look at the cluster (node, worker, lateness chart) and a
-// schedule preview. A screenshot of each page goes to the run directory
+// schedule preview; read a job's history and roll it back, find a pause and
+// its note in the audit log, and make an alert channel and rule that open
+// an incident. A screenshot of each page goes to the run directory
 // (UI_TEST_RUN_DIR, default .run/ui-tests/<time>/screenshots); with
 // UI_TEST_SCREENSHOTS_TO_DOCS=1 the key ones are copied to docs/screenshots/.
 
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { copyFileSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -20,7 +23,7 @@ import { startStack, until } from './stack.js';
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const RUN_DIR = process.env.UI_TEST_RUN_DIR || path.join(ROOT, '.run', 'ui-tests', new Date().toISOString().replace(/[:.]/g, '-'));
 const SHOTS = path.join(RUN_DIR, 'screenshots');
-const DOCS_SHOTS = ['jobs', 'job-form-error', 'job-timeline', 'timeline-outcomes', 'slot-explain', 'failures', 'cluster', 'preview'];
+const DOCS_SHOTS = ['jobs', 'job-form-error', 'job-timeline', 'timeline-outcomes', 'slot-explain', 'failures', 'cluster', 'preview', 'job-history', 'audit', 'alerts'];
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 
 let stack;
@@ -300,8 +303,8 @@ test('edit (If-Match of the version shown), pause, resume and trigger from the j
   assert.equal(back.status, 200);
 
   await page.goto(`${stack.api}/ui/#/jobs/${okJob}`);
-  // The pause asks why; the note and who paused are stored and shown.
-  page.once('dialog', (d) => d.accept('receiver maintenance'));
+  // The pause takes a note; the note and who paused are stored and shown.
+  await page.fill('#f-action-note', 'receiver maintenance');
   await page.click('button:text("Pause")');
   await page.waitForSelector('.title-row >> text=paused');
   const pausedJob = (await stack.call('GET', `/v1/jobs/${okJob}`)).body;
@@ -573,6 +576,259 @@ test('signing keys: a new secret is shown once; rotate; revoke; a reload shows n
   assert.ok(!stored.includes('whsec_'), 'no secret in the browser storage');
   assert.ok(requests.every((r) => !r.url.includes('whsec_')), 'no secret in a URL');
   for (const id of [second, ...more]) await stack.call('DELETE', `/v1/signing-keys/${id}`);
+});
+
+test("the job history shows an edit's changed path, author and reason; a rollback from it makes a new version", async () => {
+  const made = await stack.call('POST', '/v1/jobs', {
+    name: 'history-job',
+    paused: true,
+    schedule: { kind: 'interval', every_ms: 3_600_000 },
+    target: { kind: 'http', url: `${stack.receiver.url}/ok` },
+  });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  const id = made.body.id;
+  await page.goto(`${stack.api}/ui/#/jobs/${id}/edit`);
+  await page.waitForSelector('#job-form');
+  await page.fill('#f-schedule-every', '7200000');
+  await page.fill('#f-audit-reason', 'every two hours is enough');
+  await page.click('button:text-matches("^Save")');
+  await page.waitForSelector('#tl-refresh');
+  assert.match(await page.textContent('#notice'), /history-job is now at version 2/);
+
+  await page.click('#tab-history');
+  const v2 = page.locator('#versions li[data-version="2"]');
+  await v2.waitFor();
+  assert.match(await v2.locator('h3').textContent(), /Version 2 \(current\)/);
+  assert.equal(await v2.locator('.version-author').textContent(), 'bootstrap token #1');
+  assert.match(await v2.locator('.version-action').textContent(), /job\.replace/);
+  assert.equal(await v2.locator('.version-reason').textContent(), 'every two hours is enough', 'the X-Audit-Reason of the save');
+  assert.equal(await v2.locator('li[data-path="schedule.every_ms"]').textContent(), 'schedule.every_ms: 3600000 → 7200000');
+  assert.equal(await v2.locator('button.rollback-open').count(), 0, 'the current version is not rolled back to');
+  const v1 = page.locator('#versions li[data-version="1"]');
+  assert.match(await v1.locator('.version-action').textContent(), /created/);
+  assert.equal(await page.$$eval('#versions > li', (lis) => lis.map((li) => li.dataset.version).join(',')), '2,1', 'newest first');
+  await shot('job-history');
+
+  // Rolling back asks first; cancelled, nothing changes.
+  await v1.locator('button.rollback-open').click();
+  assert.equal(await v1.locator('button.rollback-open').getAttribute('aria-expanded'), 'true');
+  assert.equal(await page.evaluate(() => document.activeElement?.name), 'note', 'the note takes the focus');
+  await v1.locator('input[name="note"]').fill('the two-hour run missed the 09:00 report');
+  page.once('dialog', (d) => d.dismiss());
+  await v1.locator('button.rollback-submit').click();
+  assert.equal((await stack.call('GET', `/v1/jobs/${id}`)).body.version, 2);
+  page.once('dialog', (d) => d.accept());
+  await v1.locator('button.rollback-submit').click();
+  await page.waitForSelector('#notice:has-text("Rolled back")');
+  assert.match(await page.textContent('#notice'), /Rolled back history-job to version 1’s definition: it is now at version 3/);
+  const job = (await stack.call('GET', `/v1/jobs/${id}`)).body;
+  assert.equal(job.version, 3);
+  assert.equal(job.schedule.every_ms, 3_600_000, "version 1's schedule again");
+  assert.equal(job.paused, true, 'paused or not stays as it was');
+  assert.match(hash(), new RegExp(`^#/jobs/${id}\\?tab=history$`), 'the page stays on the history');
+  const v3 = page.locator('#versions li[data-version="3"]');
+  await v3.waitFor();
+  assert.equal(await v3.getAttribute('data-action'), 'job.rollback');
+  assert.equal(await v3.locator('.version-reason').textContent(), 'the two-hour run missed the 09:00 report');
+  assert.equal(await v3.locator('li[data-path="schedule.every_ms"]').textContent(), 'schedule.every_ms: 7200000 → 3600000');
+  assert.equal(await page.locator('#versions li[data-version="2"] button.rollback-open').count(), 1, 'the old current version may be rolled back to now');
+  await stack.call('DELETE', `/v1/jobs/${id}`);
+});
+
+test('the audit page lists a pause with its note, pages through older entries, and tells a token that is not an admin why it sees nothing', async () => {
+  const made = await stack.call('POST', '/v1/jobs', {
+    name: 'audit-job',
+    schedule: { kind: 'interval', every_ms: 3_600_000 },
+    target: { kind: 'http', url: `${stack.receiver.url}/ok` },
+  });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  const id = made.body.id;
+  await page.goto(`${stack.api}/ui/#/jobs/${id}`);
+  await page.fill('#f-action-note', 'receiver moves to the new rack');
+  await page.click('button:text("Pause")');
+  await page.waitForSelector('.title-row >> text=paused');
+
+  // An admin token has the Audit page in the navigation.
+  await page.waitForSelector('#nav-audit:not([hidden])');
+  await page.click('nav >> text=Audit');
+  await page.waitForSelector('#audit');
+  assert.equal(hash(), '#/audit');
+  await page.fill('#f-audit-action', 'job.pause');
+  await page.fill('#f-audit-job', id);
+  await page.click('button:text("Search")');
+  await page.waitForFunction(() => location.hash.includes('action=job.pause') && document.querySelector('#audit tr.audit-entry'));
+  const rows = page.locator('#audit tr.audit-entry');
+  assert.equal(await rows.count(), 1);
+  const row = rows.first();
+  assert.equal(await row.getAttribute('data-action'), 'job.pause');
+  assert.equal(await row.locator('.audit-reason').textContent(), 'receiver moves to the new rack');
+  assert.equal(await row.locator('.audit-actor').textContent(), 'bootstrap token #1');
+  assert.match(await row.textContent(), new RegExp(id));
+  const entry = (await stack.call('GET', `/v1/audit?action=job.pause&job=${id}`)).body.items[0];
+  const detail = page.locator(`#audit-entry-${entry.id}`);
+  assert.equal(await detail.isVisible(), false);
+  await row.locator('button.audit-toggle').click();
+  await detail.waitFor();
+  assert.equal(await row.locator('button.audit-toggle').getAttribute('aria-expanded'), 'true');
+  assert.match(await detail.textContent(), new RegExp(`Request id${entry.request_id}`));
+  assert.match(await detail.locator('li[data-path="paused"]').textContent(), /^paused: false → true$/);
+  await shot('audit');
+
+  // Older entries are a page away: more than 50 changes of one job.
+  for (let i = 0; i < 26; i++) {
+    assert.equal((await stack.call('POST', `/v1/jobs/${id}/resume`)).status, 200);
+    assert.equal((await stack.call('POST', `/v1/jobs/${id}/pause`)).status, 200);
+  }
+  const total = 1 + 1 + 52; // create, the pause above, 26 resumes and pauses
+  await page.goto(`${stack.api}/ui/#/audit?job=${id}`);
+  await page.waitForSelector('#audit-older');
+  const first = await page.$$eval('#audit tr.audit-entry', (trs) => trs.map((tr) => tr.dataset.entry));
+  assert.equal(first.length, 50);
+  await page.click('#audit-older');
+  await page.waitForFunction(() => location.hash.includes('cursor=') && document.querySelector('#audit caption')?.textContent.includes('older page'));
+  const second = await page.$$eval('#audit tr.audit-entry', (trs) => trs.map((tr) => tr.dataset.entry));
+  assert.equal(first.length + second.length, total);
+  assert.ok(Math.min(...first.map(Number)) > Math.max(...second.map(Number)), 'the older page holds older entries');
+  assert.match(await page.locator('#audit tr.audit-entry').last().textContent(), /created/);
+
+  // A read token: no Audit in the navigation, and the page says why.
+  const reader = await stack.call('POST', '/v1/tokens', { name: 'ui-reader', role: 'read', namespaces: ['*'] });
+  assert.equal(reader.status, 201, JSON.stringify(reader.body));
+  const context = await browser.newContext({ viewport: { width: 1280, height: 860 }, locale: 'en-GB', timezoneId: 'UTC' });
+  await context.addInitScript((t) => sessionStorage.setItem('cronshard.console.token', t), reader.body.token);
+  const other = await context.newPage();
+  other.on('pageerror', (e) => pageErrors.push(e.message));
+  const probed = other.waitForResponse((r) => r.url().endsWith('/v1/audit?limit=1'));
+  await other.goto(`${stack.api}/ui/#/audit`);
+  await other.waitForSelector('#audit-forbidden');
+  assert.match(await other.textContent('#audit-forbidden'), /for admin tokens.*403/);
+  assert.equal((await probed).status(), 403);
+  assert.equal(await other.isVisible('#nav-audit'), false, 'no Audit link for a read token');
+  assert.equal(await other.isVisible('nav >> text=Alerts'), true);
+  await context.close();
+  await stack.call('DELETE', `/v1/tokens/${reader.body.id}`);
+  await stack.call('DELETE', `/v1/jobs/${id}`);
+});
+
+test('alerts: a channel and a rule made on the Alerts page are listed, the address never shown; an incident shows there and on its job', async () => {
+  const made = await stack.call('POST', '/v1/jobs', {
+    name: 'alert-job',
+    paused: true,
+    schedule: { kind: 'interval', every_ms: 3_600_000 },
+    target: { kind: 'http', url: `${stack.receiver.url}/fail` },
+    retry: { max_retries: 0 },
+  });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  const id = made.body.id;
+  const hookPath = `/hooks/ops-${randomBytes(8).toString('hex')}`;
+  const hookUrl = `${stack.receiver.url}${hookPath}`;
+
+  await page.goto(`${stack.api}/ui/#/jobs`);
+  await page.click('nav >> text=Alerts');
+  await page.waitForSelector('#channels-none');
+  assert.equal(hash(), '#/alerts');
+  assert.equal(await page.isVisible('#f-rule-no-channel'), true, 'the rule form says a channel comes first');
+
+  // The channel: its address is typed into a password field and never shown back.
+  assert.equal(await page.getAttribute('#f-ch-url', 'type'), 'password');
+  await page.fill('#f-ch-name', 'ops-hook');
+  await page.selectOption('#f-ch-kind', 'webhook');
+  await page.fill('#f-ch-url', hookUrl);
+  await page.click('button:text("Create channel")');
+  const channelRow = page.locator('#alert-channels tr[data-name="ops-hook"]');
+  await channelRow.waitFor();
+  assert.match(await page.textContent('#notice'), /Created the channel ops-hook/);
+  assert.match(await channelRow.textContent(), new RegExp(`webhook${stack.receiver.url.replace(/[.]/g, '\\.')}/…`));
+  assert.equal(await page.inputValue('#f-ch-url'), '', 'the form forgets the address');
+  const channels = (await stack.call('GET', '/v1/alert-channels')).body.items;
+  assert.equal(channels.length, 1);
+  assert.ok(!JSON.stringify(channels).includes(hookPath), 'the API does not show it either');
+
+  // The rule: the threshold field follows the condition.
+  await page.selectOption('#f-rule-condition', 'failed');
+  assert.equal(await page.isVisible('#f-rule-threshold'), false, 'failed takes no threshold');
+  await page.selectOption('#f-rule-condition', 'late');
+  assert.equal(await page.textContent('label[for="f-rule-threshold"]'), 'Late by more than (milliseconds)');
+  await page.selectOption('#f-rule-condition', 'silent');
+  assert.match(await page.textContent('#f-rule-threshold-hint'), /90 days/);
+  await page.selectOption('#f-rule-condition', 'consecutive_failures');
+  assert.equal(await page.isVisible('#f-rule-threshold'), true);
+  assert.equal(await page.textContent('label[for="f-rule-threshold"]'), 'Failures in a row');
+  await page.fill('#f-rule-name', 'ops-failed');
+  await page.fill('#f-rule-jobs', id);
+  await page.check('#f-rule-channels label:text("ops-hook")');
+  // One failure is not "in a row": refused at its field.
+  await page.fill('#f-rule-threshold', '1');
+  await page.click('button:text("Create rule")');
+  await page.waitForSelector('#f-rule-threshold-error:not([hidden])');
+  assert.match(await page.textContent('#f-rule-threshold-error'), /from 2 to 1000/);
+  assert.equal(await page.getAttribute('#f-rule-threshold', 'aria-invalid'), 'true');
+  await page.selectOption('#f-rule-condition', 'failed');
+  await page.click('button:text("Create rule")');
+  const ruleRow = page.locator('#alert-rules tr[data-name="ops-failed"]');
+  await ruleRow.waitFor();
+  assert.match(await page.textContent('#notice'), /Created the rule ops-failed: it fires when an execution fails/);
+  assert.equal(await ruleRow.locator('.rule-condition').textContent(), 'an execution fails');
+  assert.equal(await ruleRow.locator('.rule-channels').textContent(), 'ops-hook');
+  assert.match(await ruleRow.textContent(), new RegExp(id));
+  assert.equal(await ruleRow.getAttribute('data-enabled'), 'true');
+  const rule = (await stack.call('GET', '/v1/alert-rules')).body.items.find((r) => r.name === 'ops-failed');
+  assert.deepEqual([rule.condition, rule.threshold, rule.jobs, rule.channels], ['failed', null, [id], [channels[0].id]]);
+
+  // Disable and enable again.
+  await ruleRow.locator('button.toggle-rule').click();
+  await page.waitForSelector('#alert-rules tr[data-name="ops-failed"][data-enabled="false"]');
+  assert.equal((await stack.call('GET', '/v1/alert-rules')).body.items[0].enabled, false);
+  await page.locator('#alert-rules tr[data-name="ops-failed"] button.toggle-rule').click();
+  await page.waitForSelector('#alert-rules tr[data-name="ops-failed"][data-enabled="true"]');
+  assert.equal((await stack.call('GET', '/v1/alert-rules')).body.items[0].enabled, true);
+
+  // The watched job fails: an incident opens and its notice reaches the channel.
+  const fired = await stack.call('POST', `/v1/jobs/${id}/trigger`);
+  assert.equal(fired.status, 202, JSON.stringify(fired.body));
+  const incident = await until('the incident and its delivered notice', async () => {
+    const open = (await stack.call('GET', `/v1/alerts?job=${id}&open=true`)).body.items[0];
+    return open?.notifications.some((n) => n.state === 'delivered') ? open : null;
+  }, 60_000);
+  assert.ok(stack.receiver.hits.get(hookPath) >= 1, 'the receiver got the notice');
+  await page.click('#alerts-refresh');
+  const item = page.locator(`#alert-incidents li[data-incident="${incident.id}"]`);
+  await item.waitFor();
+  assert.equal(await item.getAttribute('data-open'), 'true');
+  assert.equal(await page.getAttribute('#alert-incidents > li:first-child', 'data-open'), 'true', 'open incidents first');
+  assert.equal(await item.locator('.incident-summary').textContent(), incident.summary);
+  assert.match(incident.summary, /failed/);
+  assert.equal(await item.locator('a.incident-job').textContent(), 'alert-job');
+  assert.equal(await item.locator('a.incident-job').getAttribute('href'), `#/jobs/${id}`);
+  assert.match(await item.locator('li.notice[data-kind="firing"]').textContent(), /Firing notice to ops-hook \(webhook\): .*delivered/);
+  await shot('alerts');
+  const text = await page.textContent('body');
+  assert.ok(!text.includes(hookPath) && !(await page.content()).includes(hookPath), 'the address is nowhere in the page');
+  assert.ok(requests.every((r) => !r.url.includes(hookPath)), 'nor in a URL');
+
+  // The job's page shows its open incident.
+  await item.locator('a.incident-job').click();
+  await page.waitForSelector('#job-alerts li.incident');
+  assert.match(await page.textContent('#job-alerts h2'), /Open alert \(1\)/);
+  assert.match(await page.textContent('#job-alerts li.incident'), /ops-failed/);
+  assert.match(await page.textContent('#job-alerts li.incident'), /delivered/);
+
+  // A channel a rule sends to is not deleted; the rule, then the channel are.
+  await page.click('nav >> text=Alerts');
+  await page.waitForSelector('#alert-channels');
+  page.once('dialog', (d) => d.accept());
+  await page.click('#alert-channels tr[data-name="ops-hook"] button.delete-channel');
+  await page.waitForSelector('#error:has-text("409")');
+  assert.match(await page.textContent('#error'), /HTTP 409.*ops-failed/);
+  page.once('dialog', (d) => d.accept());
+  await page.click('#alert-rules tr[data-name="ops-failed"] button.delete-rule');
+  await page.waitForSelector('#rules-none');
+  page.once('dialog', (d) => d.accept());
+  await page.click('#alert-channels tr[data-name="ops-hook"] button.delete-channel');
+  await page.waitForSelector('#channels-none');
+  assert.match(await page.textContent('#notice'), /Deleted the channel ops-hook/);
+  assert.deepEqual((await stack.call('GET', '/v1/alert-channels')).body.items, []);
+  await stack.call('DELETE', `/v1/jobs/${id}`);
 });
 
 test('a refused token returns to the login; logout forgets the token; the token is never in a URL', async () => {

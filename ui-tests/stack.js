@@ -2,8 +2,9 @@
 // cronshard-api (auth on, a random token), one cronshard-scheduler and one
 // cronshard-worker, on a database, Redis key prefix and queue names of
 // their own, with a random key-encryption key (SECRETS_KEK: signing keys,
-// completion tokens), plus a loopback HTTP receiver (/ok answers 200,
-// /fail 500, /accept 202 with a request id).
+// completion tokens, alert channel addresses), alert rules evaluated every
+// second, plus a loopback HTTP receiver (/ok answers 200, /fail 500,
+// /accept 202 with a request id, anything else 200: alert notices).
 // Everything is removed again by stop(): processes (SIGTERM, then SIGKILL),
 // the database, the Redis keys and the RabbitMQ queues of this run.
 
@@ -154,6 +155,8 @@ export async function startStack(runDir) {
       METRICS_ADDR: `127.0.0.1:${await freePort()}`,
       HEARTBEAT_INTERVAL_MS: '1000',
       POLL_INTERVAL_MS: '1000',
+      // Alert rules evaluated every second: an incident opens within seconds of its slot.
+      ALERT_EVALUATION_INTERVAL_MS: '1000',
     });
     // The failing job must not open the receiver's circuit for the good one.
     run('worker', ['cronshard-worker'], {
