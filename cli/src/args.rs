@@ -69,11 +69,18 @@ pub struct Global {
     #[arg(short = 'o', long, global = true, help_heading = GLOBAL, env = "CRONSHARD_OUTPUT", value_enum, default_value_t = Format::Table)]
     pub output: Format,
 
-    /// Namespace of new jobs and calendars, and the one `jobs list`, `jobs
-    /// bulk`, `calendars` and `signing-keys` act in (default: the token's only namespace,
-    /// or `default`).
+    /// Namespace of new jobs, calendars, alert channels and rules, and the one
+    /// `jobs list`, `jobs bulk`, `calendars`, `signing-keys`, `audit`,
+    /// `channels list` and `alerts rules list` act in (default: the token's
+    /// only namespace, or `default`).
     #[arg(long, global = true, help_heading = GLOBAL, env = "CRONSHARD_NAMESPACE")]
     pub namespace: Option<String>,
+
+    /// Why you make this change (at most 500 characters): recorded as the
+    /// reason in the audit log, sent as `X-Audit-Reason` with every write.
+    /// A command's own --note takes its place.
+    #[arg(long, global = true, help_heading = GLOBAL, value_name = "TEXT")]
+    pub reason: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -114,6 +121,38 @@ pub enum Command {
   $ cronshard signing-keys list"
     )]
     SigningKeys(SigningKeys),
+    /// Who changed what, when and why: the audit log, newest first (admin role).
+    #[command(after_help = "Each entry: when, the namespace, who (the token's name), the action
+(job.create, job.patch, job.pause, job.rollback, calendar.put, token.create,
+alert_rule.update, ...), what it changed (the job and the version it made, or
+the resource's name or id), the reason given (a --note, or --reason), and the
+paths of the fields changed (or the change's details). --action takes an action
+or a resource (job: every job action). --namespace narrows to one namespace.
+
+Examples:
+  $ cronshard audit --job $JOB
+  $ cronshard audit --action job.pause --since 2026-12-01T00:00:00Z
+  $ cronshard audit --actor 'bootstrap token #1' --limit 20
+  $ cronshard audit --action job --all -o json")]
+    Audit(AuditList),
+    /// Create, list and delete the channels alert notices are sent to.
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  $ CRONSHARD_CHANNEL_URL=$SLACK_URL cronshard channels create --name ops-slack --kind slack
+  $ cronshard channels list
+  $ cronshard channels delete $CHANNEL"
+    )]
+    Channels(Channels),
+    /// Alert rules (what to watch, where to send), and the incidents they opened.
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  $ cronshard alerts rules create --name sales-failing --job $JOB --condition failed --channel $CHANNEL
+  $ cronshard alerts rules list
+  $ cronshard alerts list --open"
+    )]
+    Alerts(Alerts),
     /// Show the live scheduler nodes and the Redis shards.
     #[command(after_help = "Examples:
   $ cronshard cluster
@@ -195,14 +234,19 @@ Examples:
     Edit(JobEdit),
     /// Delete a job: it never fires again.
     #[command(after_help = "Examples:
-  $ cronshard jobs delete $JOB")]
+  $ cronshard jobs delete $JOB
+  $ cronshard jobs delete $JOB --note 'replaced by the nightly export'")]
     Delete {
         /// The job id.
         id: String,
+        /// Why it is deleted (at most 500 characters), recorded in the audit log.
+        #[arg(long)]
+        note: Option<String>,
     },
     /// Pause a job: its slots are skipped until it is resumed.
     #[command(after_help = "Who paused it, when and why are kept with the job (shown by jobs get)
-until it is resumed; a replace or patch of its definition keeps them.
+until it is resumed; a replace or patch of its definition keeps them. The note
+is also the reason the audit log records.
 
 Examples:
   $ cronshard jobs pause $JOB
@@ -216,17 +260,62 @@ Examples:
     },
     /// Resume a paused job.
     #[command(after_help = "Examples:
-  $ cronshard jobs resume $JOB")]
+  $ cronshard jobs resume $JOB
+  $ cronshard jobs resume $JOB --note 'receiver back'")]
     Resume {
         /// The job id.
         id: String,
+        /// Why it is resumed (at most 500 characters), recorded in the audit log.
+        #[arg(long)]
+        note: Option<String>,
     },
     /// Fire a job once now, outside its schedule.
     #[command(after_help = "Examples:
-  $ cronshard jobs trigger $JOB")]
+  $ cronshard jobs trigger $JOB
+  $ cronshard jobs trigger $JOB --note 'rerun after the data fix'")]
     Trigger {
         /// The job id.
         id: String,
+        /// Why it is fired (at most 500 characters), recorded in the audit log.
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Show every version a job has had: who made it, how, why, what changed.
+    #[command(after_help = "Oldest first: the version, from when it was in force, the job's state then
+(live, paused, deleted), its author (the token's name), the action that made it
+(job.create, job.patch, job.pause, job.rollback, ...), the reason given, and the
+paths of the fields that differ from the version before. -o json prints each
+version's whole definition (secret header values as ***) and its changes with
+their before and after values. A deleted job's history is shown too.
+
+Examples:
+  $ cronshard jobs history $JOB
+  $ cronshard jobs history $JOB -o json")]
+    History {
+        /// The job id.
+        id: String,
+    },
+    /// Give a job an earlier version's definition again, as a new version.
+    #[command(after_help = "The job gets a new version whose definition is version --to-version's (its
+state, paused or live, stays). The old definition must pass today's validation
+and quotas. --if-version rolls back only if the job is still at that version
+(exit code 4 otherwise). `jobs history` shows the versions.
+
+Examples:
+  $ cronshard jobs rollback $JOB --to-version 1
+  $ cronshard jobs rollback $JOB --to-version 1 --if-version 2 --note 'the new schedule overloads the receiver'")]
+    Rollback {
+        /// The job id.
+        id: String,
+        /// The version whose definition the job takes again.
+        #[arg(long, value_name = "VERSION")]
+        to_version: i64,
+        /// Why (at most 500 characters), recorded in the audit log.
+        #[arg(long)]
+        note: Option<String>,
+        /// Roll back only if the job is still at this version.
+        #[arg(long, value_name = "VERSION")]
+        if_version: Option<i64>,
     },
     /// Show a job's next fire times, with local time and DST marks.
     #[command(after_help = "Examples:
@@ -577,6 +666,200 @@ pub struct Preview {
     /// Fire times at or after this RFC 3339 instant (default now).
     #[arg(long, value_name = "TIME")]
     pub from: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct AuditList {
+    /// Only this job's entries.
+    #[arg(long, value_name = "JOB_ID")]
+    pub job: Option<String>,
+    /// Only changes made by this token (its name or id).
+    #[arg(long, value_name = "NAME|ID")]
+    pub actor: Option<String>,
+    /// Only this action (job.pause), or every action on a resource (job).
+    #[arg(long)]
+    pub action: Option<String>,
+    /// Entries at or after this RFC 3339 instant.
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Entries before this RFC 3339 instant.
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    #[command(flatten)]
+    pub paging: Paging,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Channels {
+    /// Make a channel: an address alert notices are posted to (admin role).
+    #[command(after_help = "The address is a secret (a Slack incoming-webhook URL carries its own
+credential): give it through CRONSHARD_CHANNEL_URL, or with --webhook-url - on
+stdin, rather than as a flag, which shows in the process list. It is never
+printed back: the channel shows it as scheme://host/… only.
+A webhook channel gets JSON notices signed with the namespace's signing keys; a
+slack channel gets Slack messages. --max-per-minute bounds the notices sent to
+it (1 to 600; the API's default is 30); more wait their turn.
+
+Examples:
+  $ CRONSHARD_CHANNEL_URL=$SLACK_URL cronshard channels create --name ops-slack --kind slack
+  $ printf %s \"$HOOK_URL\" | cronshard channels create --name pager-hook --kind webhook --webhook-url - --max-per-minute 60")]
+    Create(ChannelCreate),
+    /// List the channels (their addresses as scheme://host/… only).
+    #[command(after_help = "Examples:
+  $ cronshard channels list
+  $ cronshard channels list -o json")]
+    List,
+    /// Delete a channel no alert rule sends to (admin role).
+    #[command(after_help = "Examples:
+  $ cronshard channels delete $CHANNEL")]
+    Delete {
+        /// The channel's id.
+        id: String,
+    },
+}
+
+/// A new channel. Its address is a secret: `Debug` does not show it.
+#[derive(Args)]
+pub struct ChannelCreate {
+    /// The channel's name (unique in its namespace).
+    #[arg(long)]
+    pub name: String,
+    /// webhook (signed JSON) or slack (a Slack incoming webhook).
+    #[arg(long, value_parser = ["webhook", "slack"])]
+    pub kind: String,
+    /// The address notices are posted to, or - to read it from stdin.
+    /// Prefer the environment variable or stdin: a flag shows in the process list.
+    #[arg(long, value_name = "URL|-", env = "CRONSHARD_CHANNEL_URL", hide_env_values = true)]
+    pub webhook_url: String,
+    /// Most notices sent to it per minute (1 to 600; the API's default is 30).
+    #[arg(long, value_name = "N")]
+    pub max_per_minute: Option<u32>,
+}
+
+impl std::fmt::Debug for ChannelCreate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelCreate")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("webhook_url", &"***")
+            .field("max_per_minute", &self.max_per_minute)
+            .finish()
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Alerts {
+    /// Create, list, switch on or off and delete alert rules.
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  $ cronshard alerts rules create --name sales-failing --job $JOB --condition failed --channel $CHANNEL
+  $ cronshard alerts rules list
+  $ cronshard alerts rules disable $RULE"
+    )]
+    Rules(AlertRules),
+    /// List incidents, newest first, with the state of each notice sent.
+    #[command(after_help = "An incident is a rule's condition holding for one job, from when it opened
+until it resolved. Each notice (firing, then resolved) is pending (waiting for
+its turn or a retry), delivered, or failed (every attempt spent).
+
+Examples:
+  $ cronshard alerts list
+  $ cronshard alerts list --open
+  $ cronshard alerts list --job $JOB --resolved --limit 10
+  $ cronshard alerts list --rule $RULE -o json")]
+    List(AlertList),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AlertRules {
+    /// Make a rule: which jobs it watches, for what, and where it sends.
+    #[command(after_help = "The jobs are --job ID (repeatable) or a label --selector. --condition:
+  failed                an execution failed (no threshold)
+  consecutive_failures  --threshold N executions in a row failed (2 to 1000)
+  missed                a slot was missed or skipped (no threshold)
+  late                  a slot started more than --threshold ms late (1 to 86400000)
+  silent                no success for --threshold ms (1000 to 7776000000, 90 days)
+Notices go to each --channel (1 to 10 ids; `channels list` shows them). With
+--disabled the rule is made switched off.
+
+Examples:
+  $ cronshard alerts rules create --name sales-failing --job $JOB --condition failed --channel $CHANNEL
+  $ cronshard alerts rules create --name payments-3-in-a-row --selector team=payments --condition consecutive_failures --threshold 3 --channel $CHANNEL
+  $ cronshard alerts rules create --name sales-silent --job $JOB --condition silent --threshold 7200000 --channel $CHANNEL --disabled")]
+    Create(RuleCreate),
+    /// List the rules.
+    #[command(after_help = "Examples:
+  $ cronshard alerts rules list
+  $ cronshard alerts rules list -o json")]
+    List,
+    /// Switch a rule on.
+    #[command(after_help = "Examples:
+  $ cronshard alerts rules enable $RULE")]
+    Enable {
+        /// The rule's id.
+        id: String,
+    },
+    /// Switch a rule off: it opens no incident and sends nothing until enabled.
+    #[command(after_help = "Examples:
+  $ cronshard alerts rules disable $RULE")]
+    Disable {
+        /// The rule's id.
+        id: String,
+    },
+    /// Delete a rule, with its incidents.
+    #[command(after_help = "Examples:
+  $ cronshard alerts rules delete $RULE")]
+    Delete {
+        /// The rule's id.
+        id: String,
+    },
+}
+
+#[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("watched").required(true).args(["jobs", "selector"]))]
+pub struct RuleCreate {
+    /// The rule's name (unique in its namespace).
+    #[arg(long)]
+    pub name: String,
+    /// A job the rule watches (repeatable).
+    #[arg(long = "job", value_name = "JOB_ID")]
+    pub jobs: Vec<String>,
+    /// The jobs whose labels match this selector (`k=v`, `k!=v`, `k in (a,b)`, ...).
+    #[arg(long, short = 'l')]
+    pub selector: Option<String>,
+    /// What the rule fires on.
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(domain::alert::Condition::ALL.map(domain::alert::Condition::as_str)))]
+    pub condition: String,
+    /// consecutive_failures: failures in a row; late: milliseconds late;
+    /// silent: milliseconds without a success.
+    #[arg(long, value_name = "N")]
+    pub threshold: Option<i64>,
+    /// A channel notices go to (repeatable, 1 to 10).
+    #[arg(long = "channel", value_name = "CHANNEL_ID", required = true)]
+    pub channels: Vec<String>,
+    /// Make the rule switched off.
+    #[arg(long)]
+    pub disabled: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct AlertList {
+    /// Only incidents still open.
+    #[arg(long, conflicts_with = "resolved")]
+    pub open: bool,
+    /// Only resolved incidents.
+    #[arg(long)]
+    pub resolved: bool,
+    /// Only this job's incidents.
+    #[arg(long, value_name = "JOB_ID")]
+    pub job: Option<String>,
+    /// Only this rule's incidents.
+    #[arg(long, value_name = "RULE_ID")]
+    pub rule: Option<String>,
+    /// How many (1 to 500; the API's default is 50).
+    #[arg(long)]
+    pub limit: Option<u32>,
 }
 
 /// The whole command tree (for completions and the tests).

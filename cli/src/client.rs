@@ -3,6 +3,9 @@
 //! code of their status. The token goes into the `Authorization` header and
 //! nowhere else: no message names it, and the URL is shown as
 //! `domain::redact` shows URLs (password and query values masked).
+//!
+//! A reason given with `--reason` goes with every write (any method but
+//! GET) as `X-Audit-Reason`, percent-encoded UTF-8, for the audit log.
 
 use std::time::Duration;
 
@@ -20,8 +23,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Api {
     base: Url,
     token: Option<String>,
+    /// `X-Audit-Reason` of every write, percent-encoded.
+    reason: Option<HeaderValue>,
     http: reqwest::Client,
 }
+
+/// The header a write states its reason with.
+const AUDIT_REASON: &str = "x-audit-reason";
+/// Longest reason the audit log keeps, in characters.
+const REASON_MAX: usize = 500;
 
 /// A request body.
 pub enum Body {
@@ -53,7 +63,18 @@ impl Api {
             .connect_timeout(CONNECT_TIMEOUT)
             .build()
             .map_err(|e| Failure::other(format!("cannot set up the HTTP client: {e}")))?;
-        Ok(Api { base, token: token.filter(|t| !t.is_empty()), http })
+        Ok(Api { base, token: token.filter(|t| !t.is_empty()), reason: None, http })
+    }
+
+    /// Sends `reason` (`--reason`) with every write as `X-Audit-Reason`.
+    pub fn with_reason(mut self, reason: Option<&str>) -> Result<Api> {
+        let Some(reason) = reason.filter(|r| !r.trim().is_empty()) else { return Ok(self) };
+        if reason.chars().count() > REASON_MAX {
+            return Err(Failure::invalid(format!("--reason must be at most {REASON_MAX} characters")));
+        }
+        let value = HeaderValue::from_str(&percent_encode(reason)).expect("percent-encoded text is a header value");
+        self.reason = Some(value);
+        Ok(self)
     }
 
     /// The API's base URL as it may be shown: password and query values masked.
@@ -106,13 +127,18 @@ impl Api {
         headers: Vec<(HeaderName, HeaderValue)>,
     ) -> Result<Reply> {
         let url = self.url(segments, query);
-        let mut request = self.http.request(method, url);
+        let mut request = self.http.request(method.clone(), url);
         if let Some(token) = &self.token {
             let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
                 Failure::invalid("the token (--token, CRONSHARD_TOKEN) holds characters a header cannot")
             })?;
             value.set_sensitive(true);
             request = request.header(AUTHORIZATION, value);
+        }
+        if method != Method::GET
+            && let Some(reason) = &self.reason
+        {
+            request = request.header(HeaderName::from_static(AUDIT_REASON), reason.clone());
         }
         for (name, value) in headers {
             request = request.header(name, value);
@@ -144,6 +170,21 @@ impl Api {
             format!("cannot reach the API at {}: request {what}: {cause}", self.shown_base()),
         )
     }
+}
+
+/// `text` as UTF-8 with every byte but the unreserved characters of RFC 3986
+/// (letters, digits, `-._~`) written `%XX`: visible ASCII only, as a header
+/// value must be, and decoded back to the same text by the API.
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// A URL as it may be shown: its password and query values masked
@@ -206,6 +247,19 @@ mod tests {
         assert_eq!(api.shown_base(), "http://h:8080/?api_key=***&x=***");
         assert!(Api::new("ftp://h", None).is_err());
         assert!(Api::new("127.0.0.1:8080", None).is_err());
+    }
+
+    #[test]
+    fn a_reason_is_percent_encoded_utf8_and_bounded() {
+        assert_eq!(percent_encode("rollback: über 50% ✓"), "rollback%3A%20%C3%BCber%2050%25%20%E2%9C%93");
+        assert_eq!(percent_encode("a-b.c_d~e"), "a-b.c_d~e");
+        let api = Api::new("http://h", None).unwrap();
+        assert!(api.with_reason(Some("  ")).unwrap().reason.is_none(), "a blank reason is none");
+        let api = Api::new("http://h", None).unwrap();
+        assert!(api.with_reason(Some(&"é".repeat(500))).is_ok());
+        let api = Api::new("http://h", None).unwrap();
+        let err = api.with_reason(Some(&"x".repeat(501))).err().unwrap();
+        assert_eq!((err.exit, err.message.as_str()), (Exit::Invalid, "--reason must be at most 500 characters"));
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! What each subcommand asks the API and how it shows the answer. Each
 //! returns the text for stdout; a failure carries its exit code.
 
+mod alerts;
+mod audit;
 mod calendars;
+mod channels;
 mod executions;
 mod jobs;
 mod signing_keys;
@@ -27,6 +30,20 @@ impl Ctx {
     fn show(&self, reply: &Reply, table: impl FnOnce(&Value) -> String) -> Result<String> {
         let value = reply.json()?;
         output::render(self.format, &reply.text, &value, table)
+    }
+
+    /// A whole listing (`{items}`, no paging): with a namespace given, its
+    /// items only (the listing is of every namespace the token may see);
+    /// `-o json` is then the same document holding those items.
+    fn show_items(&self, reply: &Reply, table: impl FnOnce(&[Value]) -> String) -> Result<String> {
+        let page = reply.json()?;
+        let items = page["items"].as_array().cloned().unwrap_or_default();
+        let Some(namespace) = &self.namespace else {
+            return output::render(self.format, &reply.text, &page, |_| table(&items));
+        };
+        let items: Vec<Value> = items.into_iter().filter(|item| item["namespace"] == namespace.as_str()).collect();
+        let shown = json!({ "items": items });
+        output::render(self.format, &shown.to_string(), &shown, |_| table(&items))
     }
 
     /// An answer without a body (204): a line for people, nothing for scripts.
@@ -87,6 +104,9 @@ pub async fn run(ctx: &Ctx, command: Command) -> Result<String> {
         Command::Executions(c) => executions::run(ctx, c).await,
         Command::Calendars(c) => calendars::run(ctx, c).await,
         Command::SigningKeys(c) => signing_keys::run(ctx, c).await,
+        Command::Audit(list) => audit::run(ctx, list).await,
+        Command::Channels(c) => channels::run(ctx, c).await,
+        Command::Alerts(c) => alerts::run(ctx, c).await,
         Command::Cluster => cluster(ctx).await,
         Command::Preview(p) => preview(ctx, p).await,
         Command::Completions { .. } => unreachable!("completions need no API and are printed by main"),

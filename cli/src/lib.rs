@@ -1,8 +1,9 @@
-//! `cronshard`, the command-line client of the cronshard REST API: jobs,
-//! executions, calendars, the cluster and schedule previews, shown as
-//! tables for people or as the API's JSON (or YAML) for scripts, with exit
-//! codes that tell the kinds of failure apart (`failure::Exit`). It speaks
-//! HTTP only; docs/cli.md is its guide.
+//! `cronshard`, the command-line client of the cronshard REST API: jobs
+//! and their history, executions, calendars, signing keys, the audit log,
+//! alert channels, rules and incidents, the cluster and schedule previews,
+//! shown as tables for people or as the API's JSON (or YAML) for scripts,
+//! with exit codes that tell the kinds of failure apart (`failure::Exit`).
+//! It speaks HTTP only; docs/cli.md is its guide.
 
 pub mod args;
 mod client;
@@ -56,7 +57,7 @@ fn run(cli: Cli) -> Result<String, Failure> {
         return String::from_utf8(out).map_err(|e| Failure::other(e.to_string()));
     }
     let ctx = commands::Ctx {
-        api: client::Api::new(&cli.global.url, cli.global.token)?,
+        api: client::Api::new(&cli.global.url, cli.global.token)?.with_reason(cli.global.reason.as_deref())?,
         format: cli.global.output,
         namespace: cli.global.namespace.filter(|n| !n.is_empty()),
     };

@@ -19,22 +19,34 @@ pub async fn run(ctx: &Ctx, command: Jobs) -> Result<String> {
             ctx.show(&reply, job_view)
         }
         Jobs::Edit(edit) => self::edit(ctx, edit).await,
-        Jobs::Delete { id } => {
-            ctx.api.send(Method::DELETE, &["jobs", &id], &[], None, None).await?;
+        Jobs::Delete { id, note } => {
+            ctx.api.send(Method::DELETE, &["jobs", &id], &[], noted(note), None).await?;
             Ok(ctx.done(format!("job {id} deleted")))
         }
         Jobs::Pause { id, note } => {
-            let body = note.map(|note| Body::Json(serde_json::json!({ "note": note })));
-            let reply = ctx.api.send(Method::POST, &["jobs", &id, "pause"], &[], body, None).await?;
+            let reply = ctx.api.send(Method::POST, &["jobs", &id, "pause"], &[], noted(note), None).await?;
             ctx.show(&reply, job_view)
         }
-        Jobs::Resume { id } => {
-            let reply = ctx.api.send(Method::POST, &["jobs", &id, "resume"], &[], None, None).await?;
+        Jobs::Resume { id, note } => {
+            let reply = ctx.api.send(Method::POST, &["jobs", &id, "resume"], &[], noted(note), None).await?;
             ctx.show(&reply, job_view)
         }
-        Jobs::Trigger { id } => {
-            let reply = ctx.api.send(Method::POST, &["jobs", &id, "trigger"], &[], None, None).await?;
+        Jobs::Trigger { id, note } => {
+            let reply = ctx.api.send(Method::POST, &["jobs", &id, "trigger"], &[], noted(note), None).await?;
             ctx.show(&reply, super::executions::execution_view)
+        }
+        Jobs::History { id } => {
+            let reply = ctx.api.get(&["jobs", &id, "versions"], &[]).await?;
+            ctx.show(&reply, history_view)
+        }
+        Jobs::Rollback { id, to_version, note, if_version } => {
+            let mut body = json!({ "version": to_version });
+            if let Some(note) = note {
+                body["note"] = json!(note);
+            }
+            let reply =
+                ctx.api.send(Method::POST, &["jobs", &id, "rollback"], &[], Some(Body::Json(body)), if_version).await?;
+            ctx.show(&reply, job_view)
         }
         Jobs::Next { id, count, from } => {
             let mut query = Vec::new();
@@ -49,6 +61,11 @@ pub async fn run(ctx: &Ctx, command: Jobs) -> Result<String> {
         }
         Jobs::Bulk { action, selector, yes } => bulk(ctx, action, selector, yes).await,
     }
+}
+
+/// The body of an operation that takes a note (`{"note": ...}`), or none.
+fn noted(note: Option<String>) -> Option<Body> {
+    note.map(|note| Body::Json(json!({ "note": note })))
 }
 
 async fn create(ctx: &Ctx, file: &str) -> Result<String> {
@@ -174,6 +191,28 @@ fn paused(paused: &Value, pause: &Value) -> String {
         out += &format!(": {note}");
     }
     out
+}
+
+/// A job's versions, oldest first, one line each.
+fn history_view(history: &Value) -> String {
+    let versions = history["versions"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let rows: Vec<Vec<String>> = versions
+        .iter()
+        .map(|v| {
+            vec![
+                text(&v["version"]),
+                utc(&v["valid_from"]),
+                text(&v["state"]),
+                super::audit::actor(&v["author"]),
+                text(&v["action"]),
+                output::cut(&text(&v["reason"]), 40),
+                output::cut(&super::audit::changed(&v["changes"]), 60),
+            ]
+        })
+        .collect();
+    let table =
+        output::table(&["VERSION", "VALID FROM (UTC)", "STATE", "AUTHOR", "ACTION", "REASON", "CHANGED"], &rows);
+    format!("job {}\n\n{table}", text(&history["job_id"]))
 }
 
 fn jobs_table(items: &[Value]) -> String {
