@@ -35,6 +35,7 @@ mod heartbeat;
 mod holdings;
 mod late_runs;
 mod lifecycle;
+pub mod namespace_metrics;
 mod pace;
 mod processing;
 mod retry;

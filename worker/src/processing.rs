@@ -308,6 +308,7 @@ async fn handle_slot<'a>(
                 if attempt == 1 {
                     let lateness = ledger::lateness_seconds(started, m.due_at).max(0.0);
                     shared.metrics.lateness.record(lateness);
+                    shared.namespaces.late(&m.namespace, lateness);
                     if arrival.is_first() {
                         shared.waiting_pace.observe_live(Duration::from_secs_f64(lateness));
                     }
@@ -358,6 +359,7 @@ async fn handle_slot<'a>(
                 // the outcome is written is the outcome, charged as such.
                 let text = [&outcome.excerpt, &outcome.error, &outcome.sqs_message_id];
                 let charge = charge.delivered(text.iter().map(|t| t.as_ref().map_or(0, String::len)).sum());
+                shared.namespaces.outcome(&m.namespace, outcome.status);
                 let written = shared.finishes.submit(outcome.clone());
                 let recording = Recording::new(outcome, &shared.rules);
                 let execution_id = m.execution_id.clone();

@@ -121,8 +121,12 @@ impl Bench {
             peak_fires_per_second: 0.0,
         };
         let client = self.pg.get().await.unwrap();
-        let author = store::jobs::Author { name: "test", token_id: None };
-        let stored = store::jobs::create_unlimited(&client, &job, author).await.unwrap().expect("created");
+        let audit = store::audit::Context {
+            author: store::jobs::Author { name: "test", token_id: None },
+            request_id: "test",
+            reason: None,
+        };
+        let stored = store::jobs::create_unlimited(&client, &job, &audit).await.unwrap().expect("created");
         // In force for an hour already, so its slots due before now (late
         // ones) are its own.
         client

@@ -65,6 +65,7 @@ pub(crate) struct Shared {
     pub(super) due_backlog: Arc<DueBacklog>,
     pub(super) holding: Arc<Holding>,
     pub(super) metrics: SlotMetrics,
+    pub(super) namespaces: crate::namespace_metrics::NamespaceMetrics,
     /// How fast slots back from waiting go on.
     pub(super) waiting_pace: WaitingPace,
 }
@@ -138,6 +139,7 @@ impl Shared {
             due_backlog,
             holding,
             metrics: SlotMetrics::new(),
+            namespaces: Default::default(),
             waiting_pace: WaitingPace::new(),
         }
     }
