@@ -159,6 +159,9 @@ test('the jobs list is walked with the arrow keys', async () => {
   // The tabs: arrows move between them and select.
   await page.focus('[role="tab"][aria-selected="true"]');
   await page.keyboard.press('ArrowRight');
+  assert.equal(await page.getAttribute('[role="tab"][aria-selected="true"]', 'id'), 'tab-history');
+  await page.waitForSelector('#panel-history #versions');
+  await page.keyboard.press('ArrowRight');
   assert.equal(await page.getAttribute('[role="tab"][aria-selected="true"]', 'id'), 'tab-definition');
   assert.equal(await page.isVisible('#panel-definition pre'), true);
   for (const id of ids) await stack.call('DELETE', `/v1/jobs/${id}`);
