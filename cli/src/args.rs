@@ -36,8 +36,8 @@ Examples:
 /// The heading of the flags every subcommand takes.
 const GLOBAL: &str = "Global options";
 
-/// cronshard: manage jobs, executions and calendars of a cronshard cluster
-/// through its REST API.
+/// cronshard: manage jobs, executions, calendars and alerts of a cronshard
+/// cluster through its REST API.
 #[derive(Parser, Debug)]
 #[command(name = "cronshard", version, after_help = TOP_HELP, propagate_version = true)]
 pub struct Cli {

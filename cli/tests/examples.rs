@@ -1,10 +1,12 @@
 //! Every example of every `--help` text works: each line `$ cronshard ...`
 //! of the real binary's help is run by bash against the real API (auth on),
 //! in a directory holding the files of `cli/examples/`, with `$JOB` a fresh
-//! job (from job.yaml), `$AT` one of its slots with a failed execution,
-//! `$EXECUTION_ID` another of its slots awaiting its receiver's report with
-//! `$TOKEN` that attempt's completion token, and the calendar `holidays` in
-//! place, and must exit 0.
+//! job (from job.yaml, edited once: at version 2), `$AT` one of its slots
+//! with a failed execution, `$EXECUTION_ID` another of its slots awaiting its
+//! receiver's report with `$TOKEN` that attempt's completion token,
+//! `$CHANNEL` an alert channel no rule sends to, `$RULE` an alert rule (of
+//! another channel), `$SLACK_URL` and `$HOOK_URL` channel addresses, and the
+//! calendar `holidays` in place, and must exit 0.
 
 #[path = "../../api/tests/support/lib.rs"]
 mod app;
@@ -13,6 +15,8 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::path::Path;
+
+use serde_json::json;
 
 use support::{Cli, Stack, TempDir, binary, example, examples_dir};
 
@@ -74,9 +78,30 @@ async fn every_example_in_the_help_texts_works_against_the_local_stack() {
     let bin_dir = binary().parent().unwrap().to_owned();
     let path_var = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
     let mut failures = Vec::new();
-    for line in &examples {
+    for (i, line) in examples.iter().enumerate() {
         // Fresh fixtures: an example may delete or pause them.
         let job = stack.create(&example("job.yaml")).await["id"].as_str().unwrap().to_owned();
+        let edit = stack.app.http.patch(stack.app.url(&format!("/v1/jobs/{job}")));
+        let edited = stack.app.send(stack.authed(edit).json(&json!({"retry": {"max_retries": 4}}))).await;
+        assert_eq!(edited.status, 200, "{}", edited.text);
+        let channel = fixture(
+            &stack,
+            "/v1/alert-channels",
+            json!({"name": format!("fixture-{i}"), "kind": "webhook", "url": HOOK_URL}),
+        )
+        .await;
+        let rule_channel = fixture(
+            &stack,
+            "/v1/alert-channels",
+            json!({"name": format!("fixture-{i}-rule"), "kind": "slack", "url": SLACK_URL}),
+        )
+        .await;
+        let rule = fixture(
+            &stack,
+            "/v1/alert-rules",
+            json!({"name": format!("fixture-{i}"), "jobs": [job], "condition": "failed", "channels": [rule_channel]}),
+        )
+        .await;
         stack.insert_row(&job, support_at(), "failed", Some("HTTP 503 Service Unavailable")).await;
         let awaiting_at = support_at() + chrono::TimeDelta::hours(1);
         let (execution_id, token) = stack.insert_awaiting_row(&job, awaiting_at).await;
@@ -90,6 +115,10 @@ async fn every_example_in_the_help_texts_works_against_the_local_stack() {
             .env("AT", AT)
             .env("EXECUTION_ID", &execution_id)
             .env("TOKEN", &token)
+            .env("CHANNEL", &channel)
+            .env("RULE", &rule)
+            .env("SLACK_URL", SLACK_URL)
+            .env("HOOK_URL", HOOK_URL)
             .dir(&dir.0)
             .args(["-o", "pipefail", "-c", line])
             .run_program(Path::new("bash"))
@@ -99,6 +128,17 @@ async fn every_example_in_the_help_texts_works_against_the_local_stack() {
         }
     }
     assert!(failures.is_empty(), "{} of {} examples failed:\n{}", failures.len(), examples.len(), failures.join("\n"));
+}
+
+/// Channel addresses the examples give (the Slack one as Slack writes them).
+const SLACK_URL: &str = "https://hooks.slack.com/services/T0EXAMPLE/B0EXAMPLE/xExampleWebhookToken";
+const HOOK_URL: &str = "https://alerts.example.com/cronshard";
+
+/// Something made through the API with the bootstrap token; its id.
+async fn fixture(stack: &Stack, path: &str, body: serde_json::Value) -> String {
+    let made = stack.app.send(stack.authed(stack.app.http.post(stack.app.url(path))).json(&body)).await;
+    assert_eq!(made.status, 201, "POST {path}: {}", made.text);
+    made.json()["id"].as_str().unwrap().to_owned()
 }
 
 fn support_at() -> chrono::DateTime<chrono::Utc> {

@@ -73,11 +73,14 @@ pub fn changed(changes: &Value) -> String {
 
 /// A change of something other than a job's definition (`details`):
 /// `key: before → after` for each `{before, after}` that differs, `key=value`
-/// for the rest; `-` for none.
+/// for the rest, `name` first; `-` for none.
 fn details(details: &Value) -> String {
     let Some(map) = details.as_object().filter(|m| !m.is_empty()) else { return "-".to_owned() };
-    let shown: Vec<String> = map
-        .iter()
+    // The name first: what a create or delete was of.
+    let (named, rest): (Vec<_>, Vec<_>) = map.iter().partition(|(key, _)| *key == "name");
+    let shown: Vec<String> = named
+        .into_iter()
+        .chain(rest)
         .filter_map(|(key, v)| {
             let key = crate::text::escape(key);
             match (v.get("before"), v.get("after")) {
@@ -109,7 +112,7 @@ mod tests {
                                    "channels": {"before": ["c"], "after": ["c"]}})),
             "enabled: true → false"
         );
-        assert_eq!(super::details(&json!({"name": "ops", "kind": "slack"})), "kind=slack, name=ops");
+        assert_eq!(super::details(&json!({"name": "ops", "kind": "slack"})), "name=ops, kind=slack");
         assert_eq!(super::details(&json!(null)), "-");
     }
 }

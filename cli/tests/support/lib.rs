@@ -200,6 +200,8 @@ impl Cli {
             .env_remove("CRONSHARD_TOKEN")
             .env_remove("CRONSHARD_OUTPUT")
             .env_remove("CRONSHARD_NAMESPACE")
+            .env_remove("CRONSHARD_CHANNEL_URL")
+            .env_remove("CRONSHARD_COMPLETION_TOKEN")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(if self.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
