@@ -29,6 +29,8 @@ use testing::{SignedRequest, wait_for};
 #[derive(Clone, Default)]
 struct Receiver {
     status: Arc<AtomicU16>,
+    /// `flaky` answers 503 to this many requests first.
+    flaky_failures: Arc<std::sync::atomic::AtomicU32>,
     got: Arc<Mutex<Vec<(String, SignedRequest)>>>,
 }
 
@@ -41,7 +43,15 @@ async fn answer(State(r): State<Receiver>, uri: Uri, headers: HeaderMap, body: B
             .collect(),
         body: body.to_vec(),
     };
-    let status = if path.starts_with("job") { r.status.load(Ordering::SeqCst) } else { 200 };
+    let status = if path.starts_with("job") {
+        r.status.load(Ordering::SeqCst)
+    } else if path == "flaky"
+        && r.flaky_failures.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+    {
+        503
+    } else {
+        200
+    };
     r.got.lock().unwrap().push((path, request));
     StatusCode::from_u16(status).unwrap()
 }
@@ -387,8 +397,76 @@ async fn killing_the_scheduler_that_evaluates_alerts_mid_incident_loses_and_dupl
     assert_eq!(incidents.len(), JOBS, "one incident per job");
     assert_eq!(notices.len(), 2 * JOBS, "one firing and one resolved notice each: {counts:?}");
     let ids: std::collections::BTreeSet<String> =
-        notices.iter().map(|(_, _, r)| r.headers.iter().find(|(n, _)| *n == "webhook-id").unwrap().1.clone()).collect();
+        notices.iter().map(|(_, _, r)| r.headers["webhook-id"].clone()).collect();
     assert_eq!(ids.len(), 2 * JOBS, "every notice has its own webhook-id");
     drop(nodes);
+    stack.stop().await;
+}
+
+/// (state, attempts, seconds until its next attempt, delivered) of each
+/// firing notice of `channel`.
+async fn notices_of(stack: &Stack, channel: &str) -> Vec<(String, i32, f64, bool)> {
+    let client = stack.pg.get().await.unwrap();
+    let id: uuid::Uuid = channel.parse().unwrap();
+    client
+        .query(
+            "SELECT state, attempts, extract(epoch FROM next_attempt_at - now())::float8, delivered_at IS NOT NULL
+             FROM alert_notifications WHERE channel_id = $1 AND kind = 'firing' ORDER BY created_at",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_notice_is_retried_with_backoff_and_a_channel_over_its_rate_makes_notices_wait() {
+    let mut stack = Stack::start("alerts-retry").await;
+    stack.start_node(node_with_fast_alerts(&stack, "n1"));
+    stack.start_worker(stack.worker_config("w1"));
+    let (receiver, base) = Receiver::start().await;
+    receiver.flaky_failures.store(2, Ordering::SeqCst);
+    receiver.answer_jobs_with(500);
+    let a = ticking_job(&stack, "a", &format!("{base}/job-a"), 400, json!({})).await;
+    let b = ticking_job(&stack, "b", &format!("{base}/job-b"), 400, json!({})).await;
+    let flaky = created(
+        &stack,
+        "/v1/alert-channels",
+        json!({ "name": "flaky", "kind": "webhook", "url": format!("{base}/flaky") }),
+    )
+    .await;
+    let narrow = created(
+        &stack,
+        "/v1/alert-channels",
+        json!({ "name": "narrow", "kind": "webhook", "url": format!("{base}/narrow"), "max_per_minute": 1 }),
+    )
+    .await;
+    let (flaky, narrow) = (flaky["id"].as_str().unwrap().to_owned(), narrow["id"].as_str().unwrap().to_owned());
+    created(
+        &stack,
+        "/v1/alert-rules",
+        json!({ "name": "ab-fails", "jobs": [a, b], "condition": "failed", "channels": [flaky, narrow] }),
+    )
+    .await;
+    // Both incidents' notices reach the flaky channel after its two refusals;
+    // the narrow channel takes one and makes the other wait its turn.
+    let (flaky_rows, narrow_rows) = wait_for("retries delivered and a deferral", Duration::from_secs(60), || async {
+        let (f, n) = (notices_of(&stack, &flaky).await, notices_of(&stack, &narrow).await);
+        let flaky_done = f.len() == 2 && f.iter().all(|r| r.3);
+        let deferred = n.len() == 2 && n.iter().any(|r| r.0 == "pending" && r.1 == 0 && r.2 > 1.0);
+        (flaky_done && deferred).then_some((f, n))
+    })
+    .await;
+    let attempts: i32 = flaky_rows.iter().map(|r| r.1).sum();
+    assert_eq!(attempts, 4, "two refusals, each retried once: {flaky_rows:?}");
+    let flaky_got = receiver.notices("flaky");
+    assert_eq!(flaky_got.len(), 4, "every attempt reached the receiver");
+    let ids: std::collections::BTreeSet<String> =
+        flaky_got.iter().map(|(_, _, r)| r.headers["webhook-id"].clone()).collect();
+    assert_eq!(ids.len(), 2, "a retry keeps its notice's webhook-id");
+    assert_eq!(narrow_rows.iter().filter(|r| r.3).count(), 1, "{narrow_rows:?}");
+    assert_eq!(receiver.notices("narrow").len(), 1, "the channel's rate holds the second notice back");
     stack.stop().await;
 }
