@@ -800,7 +800,7 @@ Examples:
         /// The rule's id.
         id: String,
     },
-    /// Switch a rule off: it opens no incident and sends nothing until enabled.
+    /// Switch a rule off: it is not evaluated, and opens no incident, until enabled.
     #[command(after_help = "Examples:
   $ cronshard alerts rules disable $RULE")]
     Disable {
