@@ -137,17 +137,12 @@ pub async fn authenticate(State(state): State<AppState>, mut request: Request, n
     };
     match caller {
         Some(mut caller) => {
-            caller.request = match crate::caller::RequestInfo::from_headers(request.headers()) {
+            caller.request = match crate::caller::RequestInfo::from_request(&request) {
                 Ok(info) => info,
                 Err(e) => return e.into_response(),
             };
-            let request_id = caller.request.id.clone();
             request.extensions_mut().insert(caller);
-            let mut response = next.run(request).await;
-            if let Ok(v) = axum::http::HeaderValue::from_str(&request_id) {
-                response.headers_mut().insert(crate::caller::REQUEST_ID_HEADER, v);
-            }
-            response
+            next.run(request).await
         }
         None => ApiError::Unauthorized.into_response(),
     }

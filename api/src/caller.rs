@@ -115,16 +115,38 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 /// Longest reason the audit log keeps (the column checks it too).
 pub const REASON_MAX: usize = 500;
 
+/// A request's id: the client's `X-Request-Id` when it is 1 to 128 visible
+/// ASCII characters, else one made here. Set on every request by
+/// [`request_id`] and echoed in every response.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+/// The outermost layer: gives every request its id and every response the
+/// `X-Request-Id` header, whatever answers it (a 401, a 400, a handler).
+pub async fn request_id(mut request: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    let id = request
+        .headers()
+        .get(REQUEST_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_owned)
+        .unwrap_or_else(|| Uuid::now_v7().to_string());
+    request.extensions_mut().insert(RequestId(id.clone()));
+    let mut response = next.run(request).await;
+    if let Ok(v) = axum::http::HeaderValue::from_str(&id) {
+        response.headers_mut().insert(REQUEST_ID_HEADER, v);
+    }
+    response
+}
+
 impl RequestInfo {
-    /// Reads a request's id and reason; a bad reason is a 400 naming the header.
-    pub fn from_headers(headers: &axum::http::HeaderMap) -> ApiResult<RequestInfo> {
-        let id = headers
-            .get(REQUEST_ID_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
-            .map(str::to_owned)
-            .unwrap_or_else(|| Uuid::now_v7().to_string());
+    /// Reads a request's id (set by [`request_id`]) and reason; a bad
+    /// reason is a 400 naming the header.
+    pub fn from_request(request: &axum::extract::Request) -> ApiResult<RequestInfo> {
+        let headers = request.headers();
+        let id =
+            request.extensions().get::<RequestId>().map(|r| r.0.clone()).unwrap_or_else(|| Uuid::now_v7().to_string());
         let reason = match headers.get(AUDIT_REASON_HEADER) {
             None => None,
             Some(raw) => {

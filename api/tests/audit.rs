@@ -37,9 +37,14 @@ async fn call_with(
 }
 
 async fn token(app: &TestApp, name: &str, role: &str, namespaces: &[&str]) -> (String, String) {
-    let made =
-        call(app, BOOTSTRAP, Method::POST, "/v1/tokens", Some(&json!({"name": name, "role": role, "namespaces": namespaces})))
-            .await;
+    let made = call(
+        app,
+        BOOTSTRAP,
+        Method::POST,
+        "/v1/tokens",
+        Some(&json!({"name": name, "role": role, "namespaces": namespaces})),
+    )
+    .await;
     assert_eq!(made.status, 201, "{}", made.text);
     (made.json()["token"].as_str().unwrap().to_owned(), made.json()["id"].as_str().unwrap().to_owned())
 }
@@ -66,10 +71,12 @@ async fn a_pause_with_a_note_is_audited_with_the_tokens_name_and_admins_read_onl
     }
     let (alice, alice_id) = token(&app, "oncall-alice", "write", &["team-a"]).await;
     let (admin_a, _) = token(&app, "lead-a", "admin", &["team-a"]).await;
-    let created = call(&app, &alice, Method::POST, "/v1/jobs", Some(&definition("team-a", "https://example.com/a"))).await;
+    let created =
+        call(&app, &alice, Method::POST, "/v1/jobs", Some(&definition("team-a", "https://example.com/a"))).await;
     assert_eq!(created.status, 201, "{}", created.text);
     let id = created.json()["id"].as_str().unwrap().to_owned();
-    let other = call(&app, BOOTSTRAP, Method::POST, "/v1/jobs", Some(&definition("team-b", "https://example.com/b"))).await;
+    let other =
+        call(&app, BOOTSTRAP, Method::POST, "/v1/jobs", Some(&definition("team-b", "https://example.com/b"))).await;
     assert_eq!(other.status, 201);
 
     let paused = call_with(
@@ -179,7 +186,8 @@ async fn a_rollback_restores_the_old_definition_with_its_secrets_as_a_new_versio
     }
     let versions = history.json()["versions"].as_array().unwrap().clone();
     assert_eq!(versions.len(), 2);
-    let paths: Vec<&str> = versions[1]["changes"].as_array().unwrap().iter().map(|c| c["path"].as_str().unwrap()).collect();
+    let paths: Vec<&str> =
+        versions[1]["changes"].as_array().unwrap().iter().map(|c| c["path"].as_str().unwrap()).collect();
     assert!(paths.contains(&"target.url") && paths.contains(&"labels"), "{paths:?}");
     let secret_change = versions[1]["changes"]
         .as_array()
@@ -202,7 +210,8 @@ async fn a_rollback_restores_the_old_definition_with_its_secrets_as_a_new_versio
     )
     .await;
     assert_eq!(stale.status, 412, "{}", stale.text);
-    let unknown = call(&app, BOOTSTRAP, Method::POST, &format!("/v1/jobs/{id}/rollback"), Some(&json!({"version": 9}))).await;
+    let unknown =
+        call(&app, BOOTSTRAP, Method::POST, &format!("/v1/jobs/{id}/rollback"), Some(&json!({"version": 9}))).await;
     assert_eq!(unknown.status, 422, "{}", unknown.text);
     assert!(unknown.text.contains("no version 9"), "{}", unknown.text);
 

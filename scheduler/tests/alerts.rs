@@ -360,8 +360,9 @@ async fn killing_the_scheduler_that_evaluates_alerts_mid_incident_loses_and_dupl
             .map(|r| r.get::<_, String>(0))
     })
     .await;
-    support::kill9(&nodes[&opener]);
-    let _ = nodes.get_mut(&opener).unwrap().wait().await;
+    let mut killed = nodes.remove(&opener).expect("the opener is one of the nodes");
+    support::kill9(&killed);
+    let _ = killed.wait().await;
     nodes.insert("c".into(), scheduler("c"));
     wait_for("an incident per job", Duration::from_secs(90), || async {
         let firing = receiver.notices("alerts").iter().filter(|(t, _, _)| t == "alert.firing").count();
@@ -377,9 +378,10 @@ async fn killing_the_scheduler_that_evaluates_alerts_mid_incident_loses_and_dupl
             .unwrap()
             .get::<_, String>(0)
     };
-    if let Some(node) = nodes.get(&evaluator) {
-        support::kill9(node);
-    }
+    // (The node that opened the latest incident, if it still runs; else the
+    // replacement, which evaluates from now on with the other.)
+    let victim = if nodes.contains_key(&evaluator) { evaluator } else { "c".to_owned() };
+    support::kill9(&nodes[&victim]);
     receiver.answer_jobs_with(200);
     wait_for("every incident resolved", Duration::from_secs(90), || async {
         let resolved = receiver.notices("alerts").iter().filter(|(t, _, _)| t == "alert.resolved").count();
@@ -468,5 +470,56 @@ async fn a_refused_notice_is_retried_with_backoff_and_a_channel_over_its_rate_ma
     assert_eq!(ids.len(), 2, "a retry keeps its notice's webhook-id");
     assert_eq!(narrow_rows.iter().filter(|r| r.3).count(), 1, "{narrow_rows:?}");
     assert_eq!(receiver.notices("narrow").len(), 1, "the channel's rate holds the second notice back");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_of_slots_a_misfire_policy_decided_together_opens_a_missed_incident() {
+    let mut stack = Stack::start("alerts-missed").await;
+    stack.start_node(node_with_fast_alerts(&stack, "n1"));
+    let (receiver, base) = Receiver::start().await;
+    let job = ticking_job(&stack, "hourly", &format!("{base}/job"), 3_600_000, json!({})).await;
+    let channel = created(
+        &stack,
+        "/v1/alert-channels",
+        json!({ "name": "ops", "kind": "webhook", "url": format!("{base}/alerts") }),
+    )
+    .await;
+    let rule = created(
+        &stack,
+        "/v1/alert-rules",
+        json!({ "name": "hourly-missed", "jobs": [job], "condition": "missed", "channels": [channel["id"]] }),
+    )
+    .await;
+    let (rule_id, job_id): (uuid::Uuid, uuid::Uuid) =
+        (rule["id"].as_str().unwrap().parse().unwrap(), job.parse().unwrap());
+    wait_for("the rule to watch the job", Duration::from_secs(30), || async {
+        let client = stack.pg.get().await.unwrap();
+        client
+            .query_opt("SELECT 1 FROM alert_job_state WHERE rule_id = $1 AND job_id = $2", &[&rule_id, &job_id])
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+    // What a scheduler writes for an outage's missed slots: one run, no rows.
+    let client = stack.pg.get().await.unwrap();
+    client
+        .execute(
+            "INSERT INTO decided_ranges (job_id, first_at, last_at, slots, job_version, status, reason)
+             VALUES ($1, now() - interval '3 hours', now(), 3, 1, 'missed', 'misfire:skip')",
+            &[&job_id],
+        )
+        .await
+        .unwrap();
+    // A worker sends the notice.
+    stack.start_worker(stack.worker_config("w1"));
+    wait_for("the missed notice", Duration::from_secs(60), || async {
+        (!receiver.notices("alerts").is_empty()).then_some(())
+    })
+    .await;
+    let notice: Value = serde_json::from_slice(&receiver.notices("alerts")[0].2.body).unwrap();
+    let summary = notice["incident"]["summary"].as_str().unwrap();
+    assert!(summary.contains("3 slots") && summary.contains("missed"), "{summary}");
     stack.stop().await;
 }

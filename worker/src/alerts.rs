@@ -26,7 +26,8 @@ use store::secrets::Vault;
 use crate::deliver::signing::{self, Signer};
 use crate::deliver::ssrf::{GuardedResolver, SsrfGuard};
 
-/// Attempts before a notice is given up (about 2.5 hours of backoff).
+/// Attempts before a notice is given up (19 waits: at most 6,423 s, about
+/// 1 h 47 min, of backoff; at least half that).
 pub const ATTEMPTS_MAX: i32 = 20;
 /// How long one attempt may take.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -129,7 +129,7 @@ pub async fn create_channel(
         .ok_or_else(|| field("kind", "must be webhook or slack"))?;
     let raw = map.get("url").and_then(Value::as_str).ok_or_else(|| field("url", "is required: an http(s) URL"))?;
     if let Some(problem) =
-        domain::job::http_url_problems(raw, &state.limits, "alert channel addresses").into_iter().next()
+        domain::job::http_url_problems(raw, &state.limits, "alert channel addresses", "").into_iter().next()
     {
         return Err(field("url", problem));
     }

@@ -701,11 +701,14 @@ async fn update_job(
     params(
         ("id" = uuid::Uuid, Path, description = "The job id"),
     ),
+    request_body(content = Option<PauseRequest>, content_type = "application/json",
+                 description = "Optional: a `note` saying why, recorded in the audit log"),
     responses(
         (status = 204, description = "Deleted; it never fires again"),
         crate::model::BadRequest,
         crate::model::Unauthorized,
         crate::model::JobNotFound,
+        crate::model::ValidationFailed,
         crate::model::InternalError,
     ),
     security(("bearer" = [])),
@@ -782,8 +785,9 @@ pub(crate) async fn pause_or_resume(
     Ok(stored)
 }
 
-/// The body of a pause: why, for whoever finds the job paused. Optional
-/// (an empty body is a pause without a note); any other field is refused.
+/// The body of a pause (and of a resume, trigger or delete): why, for
+/// whoever finds the job paused and for the audit log. Optional (an empty
+/// body is one without a note); any other field is refused.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 pub struct PauseRequest {
     /// Why the job is paused (at most 500 characters, no control characters).
@@ -869,11 +873,14 @@ fn pause_note(body: Option<Value>) -> ApiResult<Option<String>> {
     params(
         ("id" = uuid::Uuid, Path, description = "The job id"),
     ),
+    request_body(content = Option<PauseRequest>, content_type = "application/json",
+                 description = "Optional: a `note` saying why, recorded in the audit log"),
     responses(
         (status = 200, description = "The resumed job", body = crate::model::Job),
         crate::model::BadRequest,
         crate::model::Unauthorized,
         crate::model::JobNotFound,
+        crate::model::ValidationFailed,
         crate::model::InternalError,
     ),
     security(("bearer" = [])),
@@ -951,6 +958,8 @@ pub async fn next(
     params(
         ("id" = uuid::Uuid, Path, description = "The job id"),
     ),
+    request_body(content = Option<PauseRequest>, content_type = "application/json",
+                 description = "Optional: a `note` saying why, recorded in the audit log"),
     responses(
         (status = 202, description = "Fired once now, outside the schedule: the new execution", body = crate::model::Execution),
         crate::model::BadRequest,
@@ -959,6 +968,7 @@ pub async fn next(
         (status = 409, description = "The namespace's `max_fires_per_second` is 0: it makes no fire on request", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 429, description = "Over the namespace's `max_fires_per_second`, which fires made on request count against; nothing was fired. `Retry-After` says when one fits", body = crate::error::Problem, content_type = "application/problem+json",
          headers(("Retry-After" = u64, description = "Seconds until the namespace's budget has room"))),
+        crate::model::ValidationFailed,
         crate::model::InternalError,
     ),
     security(("bearer" = [])),

@@ -80,14 +80,15 @@ pub struct Limits {
 /// What is wrong with `raw` as an http(s) URL the cluster will call (a
 /// callback, an alert channel): too long, hidden characters, not http(s),
 /// no host, credentials in it, or an IP literal in a refused range unless
-/// `limits` allows it. `what` names such URLs in the refusal. Empty when
-/// it is fine.
+/// `limits` allows it. `what` names such URLs in the refusal, and
+/// `credentials_hint` follows the refusal of credentials (where they go
+/// instead). Empty when it is fine.
 ///
 /// What is stored is the text given, not the parsed URL, and the URL
 /// parser drops tabs and line breaks and percent-encodes other controls
 /// without a word: a control, bidi or zero-width character anywhere is
 /// refused first, so none is stored, returned or printed.
-pub fn http_url_problems(raw: &str, limits: &Limits, what: &str) -> Vec<String> {
+pub fn http_url_problems(raw: &str, limits: &Limits, what: &str, credentials_hint: &str) -> Vec<String> {
     let mut problems = Vec::new();
     if raw.len() > limits::URL_MAX_BYTES {
         problems.push(format!("must be at most {} bytes", limits::URL_MAX_BYTES));
@@ -103,7 +104,7 @@ pub fn http_url_problems(raw: &str, limits: &Limits, what: &str) -> Vec<String> 
                 problems.push("must name a host".to_owned());
             }
             if !u.username().is_empty() || u.password().is_some() {
-                problems.push("must not carry credentials; use target.secret_headers".to_owned());
+                problems.push(format!("must not carry credentials{credentials_hint}"));
             }
             if let Some(refusal) =
                 crate::netguard::literal_host(&u).and_then(|ip| crate::netguard::refusal(ip, &limits.allow_cidrs))
@@ -1224,7 +1225,7 @@ impl Validator<'_> {
     /// An http(s) URL: [`http_url_problems`] (the worker checks the
     /// addresses a name resolves to when it connects).
     fn http_url(&mut self, raw: &str, field: &str, what: &str) {
-        for problem in http_url_problems(raw, &self.limits, what) {
+        for problem in http_url_problems(raw, &self.limits, what, "; use target.secret_headers") {
             self.err(field, problem);
         }
     }

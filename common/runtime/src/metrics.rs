@@ -80,7 +80,7 @@ catalog! {
     ALERT_NOTICES_TOTAL = "cronshard_alert_notices_total", Counter,
         "Alert notices a worker tried to send (label outcome: delivered, retrying, failed, deferred by the channel's rate limit).";
     NAMESPACE_DELIVERIES_TOTAL = "cronshard_namespace_deliveries_total", Counter,
-        "Outcomes written by a worker, per namespace (labels namespace, outcome: succeeded, retrying, failed, awaiting); past 1,000 namespaces per worker, the rest count under namespace=\"_other\".";
+        "Outcomes written by a worker, per namespace (labels namespace, outcome: succeeded, retrying, failed, running for an attempt answered 202 that awaits its report); past 1,000 namespaces per worker, the rest count under namespace=\"_other\".";
     NAMESPACE_LATENESS_SECONDS = "cronshard_namespace_lateness_seconds", Histogram,
         "How late after its due instant a slot's first attempt started, per namespace (label namespace; bounded as above).";
     LEDGER_VACUUMS_TOTAL = "cronshard_ledger_vacuums_total", Counter,

@@ -506,7 +506,14 @@ async fn evaluate(tx: &impl GenericClient, rule: &Rule, node_id: &str) -> anyhow
     // Jobs the rule no longer watches (deleted, relabelled, or taken off
     // its list): their incidents resolve and their state goes.
     let watched_ids: std::collections::HashSet<Uuid> = watched.iter().map(|w| w.id).collect();
-    let gone: Vec<Uuid> = watches.keys().chain(open.keys()).filter(|id| !watched_ids.contains(id)).copied().collect();
+    let gone: Vec<Uuid> = watches
+        .keys()
+        .chain(open.keys())
+        .filter(|id| !watched_ids.contains(id))
+        .copied()
+        .collect::<std::collections::BTreeSet<Uuid>>()
+        .into_iter()
+        .collect();
     for job in &gone {
         if let Some(incident) = open.get(job) {
             resolve(tx, rule, *incident, "the rule no longer watches the job (deleted, or no longer selected)").await?;

@@ -58,8 +58,9 @@ struct Args {
     /// How often each alert rule is evaluated, in milliseconds.
     #[arg(long, env = "ALERT_EVALUATION_INTERVAL_MS", default_value_t = scheduler::alerts::EVALUATION_INTERVAL_DEFAULT_MS)]
     alert_evaluation_interval_ms: u64,
-    /// Days an audit entry is kept; older ones are dropped hourly.
-    #[arg(long, env = "AUDIT_RETENTION_DAYS", default_value_t = scheduler::alerts::AUDIT_RETENTION_DAYS_DEFAULT)]
+    /// Days an audit entry is kept (1 to 36,500); older ones are dropped hourly.
+    #[arg(long, env = "AUDIT_RETENTION_DAYS", default_value_t = scheduler::alerts::AUDIT_RETENTION_DAYS_DEFAULT,
+          value_parser = clap::value_parser!(u64).range(1..=36_500))]
     audit_retention_days: u64,
     #[command(flatten)]
     ledger: LedgerArgs,
@@ -97,7 +98,7 @@ async fn run() -> anyhow::Result<()> {
     config.stranded_after = Duration::from_secs(args.stranded_after_secs.max(1));
     config.retention = retention;
     config.alert_evaluation_interval = Duration::from_millis(args.alert_evaluation_interval_ms.max(100));
-    config.audit_retention = Duration::from_secs(args.audit_retention_days.max(1) * 86_400);
+    config.audit_retention = Duration::from_secs(args.audit_retention_days * 86_400);
     config.clock = args.clock.config();
     config.queue_type = args.service.amqp_queue_type;
     let node = Node {

@@ -424,8 +424,9 @@ mod tests {
 
 /// The slots of each job due after its cursor and at or before `until`,
 /// oldest first, at most `per_job` each, as an alert rule judges them
-/// (`domain::alert::judge`): a primary key range per job. `jobs` holds
-/// (job, cursor, jitter_ms).
+/// (`domain::alert::judge`): a primary key range per job. A run of slots a
+/// misfire policy decided together (`decided_ranges`) is one item, at its
+/// last slot. `jobs` holds (job, cursor, jitter_ms).
 pub async fn slots_to_judge(
     client: &impl deadpool_postgres::GenericClient,
     jobs: &[(Uuid, DateTime<Utc>, i64)],
@@ -441,14 +442,21 @@ pub async fn slots_to_judge(
     let rows = client
         .query(
             concat!(
-                "SELECT j.job_id, j.jitter, l.scheduled_at, l.execution_id, l.status, l.reason, l.error, l.http_status,
-                        l.finished_at, ",
+                "SELECT j.job_id, j.jitter, s.*
+                 FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[]) AS j(job_id, after, jitter)
+                 CROSS JOIN LATERAL (
+                     (SELECT l.scheduled_at, l.execution_id, l.status, l.reason, l.error, l.http_status, l.finished_at, ",
                 first_started_at!(),
                 " AS first_start
-                 FROM unnest($1::uuid[], $2::timestamptz[], $3::bigint[]) AS j(job_id, after, jitter)
-                 CROSS JOIN LATERAL (SELECT * FROM scheduled_jobs l WHERE l.job_id = j.job_id
-                     AND l.scheduled_at > j.after AND l.scheduled_at <= $4 ORDER BY l.scheduled_at LIMIT $5) l
-                 ORDER BY j.job_id, l.scheduled_at"
+                      FROM scheduled_jobs l WHERE l.job_id = j.job_id AND l.scheduled_at > j.after AND l.scheduled_at <= $4
+                      ORDER BY l.scheduled_at LIMIT $5)
+                     UNION ALL
+                     (SELECT r.last_at, 'the run ' || cronshard_instant(r.first_at) || ' to ' || cronshard_instant(r.last_at)
+                             || ' (' || r.slots || ' slots)', r.status, r.reason, NULL, NULL, r.recorded_at, NULL
+                      FROM decided_ranges r WHERE r.job_id = j.job_id AND r.last_at > j.after AND r.last_at <= $4
+                      ORDER BY r.last_at LIMIT $5)
+                     ORDER BY 1 LIMIT $5) s
+                 ORDER BY j.job_id, s.scheduled_at"
             ),
             &[&ids, &after, &jitter, &until, &per_job],
         )
