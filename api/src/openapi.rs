@@ -160,7 +160,7 @@ impl Modify for Tweaks {
         crate::routes::jobs::history::RollbackRequest,
         crate::routes::alerts::AlertChannel,
         crate::routes::alerts::AlertChannelList,
-        crate::routes::alerts::AlertRule,
+        store::alerts::Rule,
         crate::routes::alerts::AlertRuleList,
         crate::routes::alerts::AlertIncidentPage,
         domain::alert::Condition,

@@ -238,41 +238,8 @@ pub async fn delete_channel(
     }
 }
 
-/// A rule, as the API shows it.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct AlertRule {
-    pub id: Uuid,
-    pub namespace: String,
-    pub name: String,
-    /// The jobs watched, by id (or `selector`).
-    pub jobs: Option<Vec<Uuid>>,
-    /// The jobs watched, by label selector (or `jobs`).
-    pub selector: Option<String>,
-    pub condition: Condition,
-    /// `consecutive_failures`: failures in a row; `late`: milliseconds
-    /// late; `silent`: milliseconds without a success. None otherwise.
-    pub threshold: Option<i64>,
-    pub channels: Vec<Uuid>,
-    pub enabled: bool,
-    pub created_at: DateTime<Utc>,
-}
-
-impl From<alerts::Rule> for AlertRule {
-    fn from(r: alerts::Rule) -> Self {
-        AlertRule {
-            id: r.id,
-            namespace: r.namespace,
-            name: r.name,
-            jobs: r.job_ids,
-            selector: r.selector,
-            condition: r.condition,
-            threshold: r.threshold,
-            channels: r.channels,
-            enabled: r.enabled,
-            created_at: r.created_at,
-        }
-    }
-}
+/// A rule, as the API shows it (the store's form: `jobs` or `selector`).
+pub type AlertRule = alerts::Rule;
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AlertRuleList {
@@ -394,7 +361,7 @@ pub async fn create_rule(
         .with_details(serde_json::to_value(&made)?);
     audit::record(&tx, &caller.audit(None), &[entry]).await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(made.into())))
+    Ok((StatusCode::CREATED, Json(made)))
 }
 
 #[utoipa::path(
@@ -411,7 +378,7 @@ pub async fn create_rule(
 pub async fn list_rules(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<AlertRuleList>> {
     let client = state.pg.get().await?;
     let scope = caller.scope.sql();
-    let items = alerts::rules(&client, scope.as_deref()).await?.into_iter().map(Into::into).collect();
+    let items = alerts::rules(&client, scope.as_deref()).await?;
     Ok(Json(AlertRuleList { items }))
 }
 
@@ -467,7 +434,7 @@ pub async fn update_rule(
         audit::Entry::other(Action::AlertRuleUpdate, Some(&rule.namespace), id.to_string()).with_details(details);
     audit::record(&tx, &caller.audit(None), &[entry]).await?;
     tx.commit().await?;
-    Ok(Json(updated.into()))
+    Ok(Json(updated))
 }
 
 #[utoipa::path(

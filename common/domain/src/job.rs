@@ -1225,7 +1225,7 @@ impl Validator<'_> {
     /// An http(s) URL: [`http_url_problems`] (the worker checks the
     /// addresses a name resolves to when it connects).
     fn http_url(&mut self, raw: &str, field: &str, what: &str) {
-        for problem in http_url_problems(raw, &self.limits, what, "; use target.secret_headers") {
+        for problem in http_url_problems(raw, self.limits, what, "; use target.secret_headers") {
             self.err(field, problem);
         }
     }

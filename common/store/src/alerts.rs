@@ -185,15 +185,22 @@ pub async fn delete_channel(
     Ok(DeleteChannel::Deleted(channel_of(&row)))
 }
 
-/// A rule as stored.
+/// A rule, as stored and as the API shows it.
 #[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = AlertRule))]
 pub struct Rule {
     pub id: Uuid,
     pub namespace: String,
     pub name: String,
+    /// The jobs watched, by id (or `selector`).
+    #[serde(rename = "jobs")]
     pub job_ids: Option<Vec<Uuid>>,
+    /// The jobs watched, by label selector (or `jobs`).
     pub selector: Option<String>,
     pub condition: Condition,
+    /// `consecutive_failures`: failures in a row; `late`: milliseconds
+    /// late; `silent`: milliseconds without a success. None otherwise.
     pub threshold: Option<i64>,
     pub channels: Vec<Uuid>,
     pub enabled: bool,

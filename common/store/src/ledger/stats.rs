@@ -399,29 +399,6 @@ pub async fn outcomes(
     Ok(out)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nearest_rank_percentiles() {
-        let v: Vec<i64> = (1..=100).collect();
-        assert_eq!((percentile(&v, 0.5), percentile(&v, 0.99), percentile(&v, 1.0)), (50, 99, 100));
-        assert_eq!((percentile(&[7], 0.5), percentile(&[7], 0.99)), (7, 7));
-        assert_eq!((percentile(&[1, 2], 0.5), percentile(&[1, 2], 0.99)), (1, 2));
-    }
-
-    #[test]
-    fn lateness_counts_from_the_jittered_instant() {
-        let job = Uuid::from_u128(7);
-        let at: DateTime<Utc> = "2026-12-01T08:00:00Z".parse().unwrap();
-        let offset = domain::schedule::jitter_offset(job, at, 5_000);
-        let start = at + offset + TimeDelta::milliseconds(40);
-        assert_eq!(lateness_ms(job, at, start, 5_000), 40);
-        assert_eq!(lateness_ms(job, at, start, 0), (offset + TimeDelta::milliseconds(40)).num_milliseconds());
-    }
-}
-
 /// The slots of each job due after its cursor and at or before `until`,
 /// oldest first, at most `per_job` each, as an alert rule judges them
 /// (`domain::alert::judge`): a primary key range per job. A run of slots a
@@ -480,4 +457,27 @@ pub async fn slots_to_judge(
             (job_id, slot)
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<i64> = (1..=100).collect();
+        assert_eq!((percentile(&v, 0.5), percentile(&v, 0.99), percentile(&v, 1.0)), (50, 99, 100));
+        assert_eq!((percentile(&[7], 0.5), percentile(&[7], 0.99)), (7, 7));
+        assert_eq!((percentile(&[1, 2], 0.5), percentile(&[1, 2], 0.99)), (1, 2));
+    }
+
+    #[test]
+    fn lateness_counts_from_the_jittered_instant() {
+        let job = Uuid::from_u128(7);
+        let at: DateTime<Utc> = "2026-12-01T08:00:00Z".parse().unwrap();
+        let offset = domain::schedule::jitter_offset(job, at, 5_000);
+        let start = at + offset + TimeDelta::milliseconds(40);
+        assert_eq!(lateness_ms(job, at, start, 5_000), 40);
+        assert_eq!(lateness_ms(job, at, start, 0), (offset + TimeDelta::milliseconds(40)).num_milliseconds());
+    }
 }
