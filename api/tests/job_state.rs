@@ -122,9 +122,10 @@ async fn a_pause_keeps_who_when_and_why_through_put_and_patch_and_a_put_keeps_la
     let job = call(&app, BOOTSTRAP, Method::GET, &format!("/v1/jobs/{id}"), None).await;
     assert_eq!(job.json()["paused"], true);
 
-    // Resume clears the pause state; it takes no fields (nothing is dropped silently).
+    // Resume clears the pause state; it takes a note (for the audit log)
+    // and no other field (nothing is dropped silently).
     let refused =
-        call(&app, BOOTSTRAP, Method::POST, &format!("/v1/jobs/{id}/resume"), Some(&json!({"note": "x"}))).await;
+        call(&app, BOOTSTRAP, Method::POST, &format!("/v1/jobs/{id}/resume"), Some(&json!({"reason": "x"}))).await;
     assert_problem(&refused, 422);
     let resumed = call(&app, BOOTSTRAP, Method::POST, &format!("/v1/jobs/{id}/resume"), None).await;
     assert_eq!(resumed.status, 200, "{}", resumed.text);
