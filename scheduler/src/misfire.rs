@@ -18,7 +18,7 @@ use chrono::{DateTime, Utc};
 use domain::job::MisfirePolicy;
 use domain::misfire::Verdict;
 use domain::schedule::CompiledSchedule;
-use domain::slot::Status;
+use domain::slot::{Status, reason};
 
 #[derive(Debug, Default, PartialEq)]
 pub struct Decision {
@@ -67,16 +67,20 @@ pub fn decide(
     let decided = domain::misfire::decide(schedule, policy, cap, since, until);
     let record = decided.unfired.map(|unfired| {
         let (status, reason) = match unfired.verdict {
-            Verdict::Skip => (Status::Skipped, "misfire policy skip".to_owned()),
+            Verdict::Skip => (Status::Skipped, format!("{}skip", reason::MISFIRE_PREFIX)),
             Verdict::Coalesce => {
                 // Coalesced only into a fired slot: `fire_once` keeps the latest.
                 let into = decided.fire.last().copied().unwrap_or(unfired.last);
                 (
                     Status::Skipped,
-                    format!("misfire policy fire_once: coalesced into {}", domain::execution::format_instant(into)),
+                    format!(
+                        "{}fire_once: coalesced into {}",
+                        reason::MISFIRE_PREFIX,
+                        domain::execution::format_instant(into)
+                    ),
                 )
             }
-            Verdict::Miss => (Status::Missed, format!("misfire policy fire_all: beyond misfire_cap {cap}")),
+            Verdict::Miss => (Status::Missed, format!("{}fire_all: beyond misfire_cap {cap}", reason::MISFIRE_PREFIX)),
             Verdict::Fire => unreachable!("the unfired slots of a series are never fired"),
         };
         Run { first: unfired.first, last: unfired.last, slots: unfired.slots, status, reason }

@@ -24,9 +24,10 @@ pub enum Condition {
     Failed,
     /// `threshold` executions in a row failed.
     ConsecutiveFailures,
-    /// A slot was missed (misfire policy), skipped because the previous
-    /// execution was still running (overlap), or not fired because its
-    /// calendar could not be read.
+    /// A slot was missed or skipped by its job's misfire policy (an outage
+    /// of the schedulers, workers that fell behind), skipped because the
+    /// previous execution was still running (overlap), or not fired because
+    /// its calendar could not be read.
     Missed,
     /// A slot's first attempt started more than `threshold` ms after it was due.
     Late,
@@ -96,14 +97,16 @@ impl JudgedSlot {
     /// Whether its outcome is settled: nothing will change it unless an
     /// operator replays it.
     pub fn is_final(&self) -> bool {
-        matches!(self.status, Status::Succeeded | Status::Failed | Status::Skipped | Status::Missed)
+        self.status.is_final()
     }
 
     fn is_missed(&self) -> bool {
         let reason = self.reason.as_deref().unwrap_or_default();
         self.status == Status::Missed
             || (self.status == Status::Skipped
-                && (reason == reason::OVERLAP || reason.starts_with(reason::CALENDAR_UNAVAILABLE_PREFIX)))
+                && (reason == reason::OVERLAP
+                    || reason.starts_with(reason::MISFIRE_PREFIX)
+                    || reason.starts_with(reason::CALENDAR_UNAVAILABLE_PREFIX)))
     }
 }
 
@@ -349,6 +352,10 @@ mod tests {
         assert_eq!(v, Verdict::Quiet, "a paused slot is not a missed one");
         let (_, v) = judge(Condition::Missed, None, watch(), &[overlap], false, t(10));
         assert!(matches!(v, Verdict::Open { .. }));
+        let mut misfire = slot(2, Status::Skipped);
+        misfire.reason = Some(format!("{}skip", reason::MISFIRE_PREFIX));
+        let (_, v) = judge(Condition::Missed, None, watch(), &[misfire], false, t(10));
+        assert!(matches!(v, Verdict::Open { .. }), "a slot the misfire policy skipped is missed");
         let mut late = slot(3, Status::Succeeded);
         late.lateness_ms = Some(5_000);
         let (_, v) = judge(Condition::Late, Some(1_000), watch(), &[late], false, t(10));

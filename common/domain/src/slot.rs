@@ -104,6 +104,12 @@ impl<'a> tokio_postgres::types::FromSql<'a> for Status {
 /// The `reason` of rows decided without (or instead of more) delivery,
 /// beside those the job's changes and misfire policy write.
 pub mod reason {
+    /// Prefix of what a misfire policy decided (`misfire policy skip`,
+    /// `misfire policy fire_once: coalesced into …`, `misfire policy
+    /// fire_all: beyond misfire_cap N`), written by the schedulers for an
+    /// outage's slots and by the workers for slots that reached them late.
+    pub const MISFIRE_PREFIX: &str = "misfire policy ";
+
     /// Overlap policy `forbid`: an older execution was still in flight.
     pub const OVERLAP: &str = "overlap";
     /// Overlap policy `replace`: a newer execution superseded this one.
