@@ -523,3 +523,37 @@ async fn a_run_of_slots_a_misfire_policy_decided_together_opens_a_missed_inciden
     assert!(summary.contains("3 slots") && summary.contains("missed"), "{summary}");
     stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slot_that_failed_before_the_rules_first_evaluation_is_judged() {
+    let mut stack = Stack::start("alerts-first").await;
+    stack.start_worker(stack.worker_config("w1"));
+    let (receiver, base) = Receiver::start().await;
+    receiver.answer_jobs_with(500);
+    let job = ticking_job(&stack, "rare", &format!("{base}/job"), 3_600_000, json!({})).await;
+    let channel = created(
+        &stack,
+        "/v1/alert-channels",
+        json!({ "name": "ops", "kind": "webhook", "url": format!("{base}/alerts") }),
+    )
+    .await;
+    created(
+        &stack,
+        "/v1/alert-rules",
+        json!({ "name": "rare-fails", "jobs": [job], "condition": "failed", "channels": [channel["id"]] }),
+    )
+    .await;
+    // No scheduler runs yet: the rule has never been evaluated when the job fails.
+    let (status, _) = api(&stack, reqwest::Method::POST, &format!("/v1/jobs/{job}/trigger"), None).await;
+    assert_eq!(status, 202);
+    wait_for("the manual fire to fail", Duration::from_secs(30), || async {
+        (slots_with(&stack, &job, "failed").await == 1).then_some(())
+    })
+    .await;
+    stack.start_node(node_with_fast_alerts(&stack, "n1"));
+    wait_for("the notice of the failure before the first evaluation", Duration::from_secs(30), || async {
+        (!receiver.notices("alerts").is_empty()).then_some(())
+    })
+    .await;
+    stack.stop().await;
+}

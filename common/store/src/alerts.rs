@@ -476,6 +476,7 @@ struct Watched {
     id: Uuid,
     name: String,
     jitter_ms: i64,
+    created_at: DateTime<Utc>,
 }
 
 /// Evaluates one rule (locked by the caller's transaction) at the
@@ -530,8 +531,15 @@ async fn evaluate(tx: &impl GenericClient, rule: &Rule, node_id: &str) -> anyhow
     if !gone.is_empty() {
         tx.execute("DELETE FROM alert_job_state WHERE rule_id = $1 AND job_id = ANY($2)", &[&rule.id, &gone]).await?;
     }
-    let cursors: Vec<(Uuid, DateTime<Utc>, i64)> =
-        watched.iter().map(|w| (w.id, watches.get(&w.id).map_or(now, |s| s.judged_through), w.jitter_ms)).collect();
+    // A job the rule has not judged yet is watched from when the rule was
+    // made (or the job, if later): not from the first evaluation, which
+    // may come after the job's first slots (an evaluation interval, or an
+    // outage of every scheduler).
+    let watch_from = |w: &Watched| rule.created_at.max(w.created_at).min(now);
+    let cursors: Vec<(Uuid, DateTime<Utc>, i64)> = watched
+        .iter()
+        .map(|w| (w.id, watches.get(&w.id).map_or_else(|| watch_from(w), |s| s.judged_through), w.jitter_ms))
+        .collect();
     let slots = crate::ledger::stats::slots_to_judge(tx, &cursors, now, SLOTS_PER_JOB_PER_EVALUATION).await?;
     let mut by_job: std::collections::HashMap<Uuid, Vec<JudgedSlot>> = std::collections::HashMap::new();
     for (job, slot) in slots {
@@ -539,9 +547,9 @@ async fn evaluate(tx: &impl GenericClient, rule: &Rule, node_id: &str) -> anyhow
     }
     let mut carried: Vec<(Uuid, JobWatch)> = Vec::with_capacity(watched.len());
     for job in &watched {
-        let watch = watches.remove(&job.id).unwrap_or(JobWatch {
-            watching_since: now,
-            judged_through: now,
+        let watch = watches.remove(&job.id).unwrap_or_else(|| JobWatch {
+            watching_since: watch_from(job),
+            judged_through: watch_from(job),
             consecutive_failures: 0,
             last_success_at: None,
         });
@@ -573,7 +581,7 @@ async fn evaluate(tx: &impl GenericClient, rule: &Rule, node_id: &str) -> anyhow
 /// The jobs `rule` watches now: its listed ones that are live, or the live
 /// ones its selector matches (at most `JOBS_PER_RULE_MAX`).
 async fn watched_jobs(tx: &impl GenericClient, rule: &Rule) -> anyhow::Result<Vec<Watched>> {
-    let columns = "id, name, coalesce((spec->>'jitter_ms')::bigint, 0) AS jitter_ms";
+    let columns = "id, name, coalesce((spec->>'jitter_ms')::bigint, 0) AS jitter_ms, created_at";
     let rows = match (&rule.job_ids, &rule.selector) {
         (Some(ids), _) => {
             tx.query(
@@ -599,7 +607,15 @@ async fn watched_jobs(tx: &impl GenericClient, rule: &Rule) -> anyhow::Result<Ve
         }
         (None, None) => Vec::new(),
     };
-    Ok(rows.iter().map(|r| Watched { id: r.get("id"), name: r.get("name"), jitter_ms: r.get("jitter_ms") }).collect())
+    Ok(rows
+        .iter()
+        .map(|r| Watched {
+            id: r.get("id"),
+            name: r.get("name"),
+            jitter_ms: r.get("jitter_ms"),
+            created_at: r.get("created_at"),
+        })
+        .collect())
 }
 
 async fn save_watches(tx: &impl GenericClient, rule: Uuid, watches: &[(Uuid, JobWatch)]) -> anyhow::Result<()> {
