@@ -21,7 +21,7 @@ use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::routing::any;
 use serde_json::{Value, json};
 
-use support::Stack;
+use support::{Stack, api};
 use testing::{SignedRequest, wait_for};
 
 /// A receiver on 127.0.0.1: `job` answers with the status set (200 at
@@ -87,16 +87,6 @@ impl Receiver {
             })
             .collect()
     }
-}
-
-async fn api(stack: &Stack, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut request = stack.http.request(method, format!("{}{path}", stack.api));
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
 }
 
 async fn created(stack: &Stack, path: &str, body: Value) -> Value {

@@ -20,7 +20,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{Value, json};
 
 use domain::execution::truncate_ms;
-use support::Stack;
+use support::{Stack, api};
 use testing::{SignedRequest, wait_for};
 
 fn at(t: DateTime<Utc>) -> String {
@@ -283,16 +283,6 @@ async fn a_200_whose_body_misses_the_success_condition_fails_and_the_answer_is_k
     let last = attempts(&row).pop().unwrap();
     assert!(last["rule"].as_str().unwrap().contains("does not contain"), "{last}");
     stack.stop().await;
-}
-
-async fn api(stack: &Stack, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut request = stack.http.request(method, format!("{}{path}", stack.api));
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
 }
 
 /// Every delivery of the job after `from`, newest last.

@@ -316,6 +316,17 @@ impl Stack {
     }
 }
 
+/// A request to the stack's API: its status and JSON body (null when none).
+pub async fn api(stack: &Stack, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+    let mut request = stack.http.request(method, format!("{}{path}", stack.api));
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
 pub fn http_target(url: &str) -> Value {
     json!({ "kind": "http", "url": url, "timeout_ms": 2000 })
 }
