@@ -77,9 +77,10 @@ fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
 }
 
 async fn read_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+    let limit = crate::body_limit_of(req.uri().path());
     Bytes::from_request(req, state).await.map_err(|e| {
         if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::PayloadTooLarge(format!("the request body exceeds {} bytes", crate::BODY_LIMIT_BYTES))
+            ApiError::PayloadTooLarge(format!("the request body exceeds {limit} bytes"))
         } else {
             ApiError::BadRequest(format!("could not read the request body: {e}"))
         }
@@ -216,20 +217,20 @@ impl<'de> serde::de::Visitor<'de> for UniqueKeys<'_> {
     }
 }
 
-/// A job id path segment.
+/// A job path segment (an id, a key or `namespace:key`), resolved to the
+/// job's id among the caller's namespaces.
 pub struct JobIdPath(pub Uuid);
 
-impl<S: Send + Sync> FromRequestParts<S> for JobIdPath {
+impl FromRequestParts<crate::AppState> for JobIdPath {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &crate::AppState) -> Result<Self, Self::Rejection> {
         let axum::extract::Path(raw): axum::extract::Path<String> =
             axum::extract::Path::from_request_parts(parts, state)
                 .await
                 .map_err(|e| ApiError::BadRequest(format!("invalid path: {}", e.body_text())))?;
-        raw.parse::<Uuid>()
-            .map(JobIdPath)
-            .map_err(|_| ApiError::NotFound(format!("no job with id {raw:?} (job ids are UUIDs)")))
+        let caller = parts.extensions.get::<crate::caller::Caller>().cloned().ok_or(ApiError::Unauthorized)?;
+        crate::job_ref::resolve(state, &caller, &raw).await.map(JobIdPath)
     }
 }
 

@@ -11,6 +11,7 @@ pub mod explain;
 pub mod extract;
 pub mod fires;
 pub mod idempotency;
+pub mod job_ref;
 pub mod model;
 pub mod openapi;
 pub mod params;
@@ -39,6 +40,12 @@ use runtime::redis::Keys;
 use crate::error::ApiError;
 
 pub const BODY_LIMIT_BYTES: usize = 256 * 1024;
+
+/// The body limit of the route at `path`: an apply carries a whole folder
+/// of job files, every other route one object or a bounded batch.
+pub fn body_limit_of(path: &str) -> usize {
+    if path == "/v1/apply" { routes::jobs::apply::APPLY_BODY_LIMIT_BYTES } else { BODY_LIMIT_BYTES }
+}
 
 #[derive(Clone)]
 pub struct AppState {
@@ -103,6 +110,10 @@ pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/jobs", post(routes::jobs::create).get(routes::jobs::list))
         .route("/jobs/batch", post(routes::jobs::batch::batch))
+        .route(
+            "/apply",
+            post(routes::jobs::apply::apply).layer(DefaultBodyLimit::max(routes::jobs::apply::APPLY_BODY_LIMIT_BYTES)),
+        )
         .route("/jobs/bulk", post(routes::jobs::bulk::bulk))
         // A fixed segment: matched before `/jobs/{id}` whatever the order here.
         .route("/jobs/outcomes", get(routes::stats::outcomes))

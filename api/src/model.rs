@@ -20,6 +20,10 @@ pub struct Job {
     #[serde(flatten)]
     pub spec: JobSpec,
     pub id: Uuid,
+    /// The name its team chose (a DNS label, unique among the namespace's
+    /// live jobs), usable in paths instead of the id; null for none.
+    #[schema(example = "nightly-report")]
+    pub key: Option<String>,
     /// The namespace the job belongs to (set at create, never changed).
     pub namespace: String,
     /// Bumped by every change; also the `ETag`, and what `If-Match` compares.
@@ -129,10 +133,22 @@ pub enum ReplayableStatus {
 /// One execution (a ledger row), and one with its history: the ledger's types.
 pub use store::ledger::{Execution, ExecutionWithHistory};
 
+/// An execution in a listing, with the key and name of its job, so a
+/// table can say which job without a lookup per row.
+#[derive(Serialize, ToSchema)]
+pub struct ListedExecution {
+    #[serde(flatten)]
+    pub execution: Execution,
+    /// The job's key (null for a job without one).
+    pub job_key: Option<String>,
+    /// The job's name.
+    pub job_name: Option<String>,
+}
+
 /// A page of a job's executions, newest first.
 #[derive(Serialize, ToSchema)]
 pub struct ExecutionPage {
-    pub items: Vec<Execution>,
+    pub items: Vec<ListedExecution>,
     /// Pass as `cursor` for the next page (a `scheduled_at`); null on the last page.
     pub next_cursor: Option<String>,
 }
@@ -140,7 +156,7 @@ pub struct ExecutionPage {
 /// A page of executions across jobs, newest first.
 #[derive(Serialize, ToSchema)]
 pub struct ExecutionSearchPage {
-    pub items: Vec<Execution>,
+    pub items: Vec<ListedExecution>,
     /// Pass as `cursor` for the next page (`{scheduled_at}|{job_id}`); null on the last page.
     pub next_cursor: Option<String>,
 }
@@ -634,4 +650,72 @@ pub struct BatchResult {
     pub created: usize,
     pub refused: usize,
     pub items: Vec<BatchItem>,
+}
+
+/// The body of an apply (every field optional).
+#[derive(Serialize, ToSchema)]
+pub struct ApplyRequest {
+    /// Namespace of the documents that name none, and the only one pruned
+    /// (default: the token's only namespace, or `default`; every one of
+    /// the token's namespaces is pruned when absent).
+    pub namespace: Option<String>,
+    /// Job documents: a create body with a `key` (required), at most 10,000.
+    pub jobs: Vec<Object>,
+    /// Calendar documents: a calendar body with its `name` (and optional
+    /// `namespace`), at most 1,000. Applied before the jobs; never pruned.
+    pub calendars: Vec<Object>,
+    pub prune: Option<PruneRequest>,
+    /// Validate and answer, write nothing.
+    pub dry_run: Option<bool>,
+}
+
+/// Which jobs an apply deletes when no document names them.
+#[derive(Serialize, ToSchema)]
+pub struct PruneRequest {
+    /// A label selector (required, not empty): the keyed jobs it matches
+    /// that no document names are deleted. Jobs without a key never are.
+    #[schema(example = "team=payments")]
+    pub selector: String,
+}
+
+/// What an apply did (or, for a dry run, would do).
+#[derive(Serialize, ToSchema)]
+pub struct ApplyResult {
+    pub dry_run: bool,
+    /// Calendars first, then the jobs in the documents' order, then the
+    /// jobs pruned.
+    pub items: Vec<ApplyItem>,
+    pub summary: ApplySummary,
+}
+
+/// What an apply did with one document (or one pruned job).
+#[derive(Serialize, ToSchema)]
+pub struct ApplyItem {
+    /// `job` or `calendar`.
+    pub kind: &'static str,
+    pub namespace: String,
+    /// A job's key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// A calendar's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// A job's id (null for a calendar, and for a job a dry run would create).
+    pub id: Option<Uuid>,
+    /// A job's version after the apply (null for a calendar, a job a dry run
+    /// would create, and a pruned job).
+    pub version: Option<i64>,
+    pub result: crate::routes::jobs::apply::Outcome,
+    /// For a changed job or calendar: what changed, secret values masked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes: Option<Vec<domain::diff::Change>>,
+}
+
+/// How many documents had each outcome.
+#[derive(Serialize, ToSchema)]
+pub struct ApplySummary {
+    pub created: usize,
+    pub changed: usize,
+    pub unchanged: usize,
+    pub deleted: usize,
 }

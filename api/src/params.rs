@@ -75,18 +75,32 @@ pub fn parse_time(raw: Option<&str>, name: &str) -> ApiResult<Option<DateTime<Ut
     .transpose()
 }
 
-/// A `job_id` filter.
-pub fn parse_job_id(raw: Option<&str>) -> ApiResult<Option<Uuid>> {
-    raw.map(|s| s.parse::<Uuid>().map_err(|_| field("job_id", "must be a job id (UUID)"))).transpose()
+/// A `job_id` filter: a job's id, key or `namespace:key`.
+pub async fn parse_job_id(
+    state: &crate::AppState,
+    caller: &crate::caller::Caller,
+    raw: Option<&str>,
+) -> ApiResult<Option<Uuid>> {
+    let Some(raw) = raw else { return Ok(None) };
+    match crate::job_ref::resolve(state, caller, raw).await {
+        Ok(id) => Ok(Some(id)),
+        Err(ApiError::NotFound(_)) => Err(field("job_id", "names no job: give a job's id, key or namespace:key")),
+        Err(e) => Err(e),
+    }
 }
 
-/// The `{job_id}/{scheduled_at}` path segments naming one slot: an id that
-/// is not a UUID names no job (404); a bad instant is a 422 on `scheduled_at`.
-pub fn parse_slot(job: &str, at: &str) -> ApiResult<(Uuid, DateTime<Utc>)> {
-    let job_id = job.parse::<Uuid>().map_err(|_| ApiError::NotFound(format!("no job with id {job:?}")))?;
+/// A slot named by a path: its job (an id, a key or `namespace:key`) and
+/// an RFC 3339 instant.
+pub async fn parse_slot(
+    state: &crate::AppState,
+    caller: &crate::caller::Caller,
+    job: &str,
+    at: &str,
+) -> ApiResult<(Uuid, DateTime<Utc>)> {
     let at = DateTime::parse_from_rfc3339(at)
         .map_err(|_| field("scheduled_at", "must be an RFC 3339 timestamp such as 2026-12-15T15:00:00.000Z"))?
         .with_timezone(&Utc);
+    let job_id = crate::job_ref::resolve(state, caller, job).await?;
     Ok((job_id, at))
 }
 

@@ -5,8 +5,9 @@
 //! A real stack runs jobs of every kind (cron, interval, one-time, a few with
 //! `max_runs`, a few whose receiver answers 500). For `--seconds`, a few
 //! concurrent operators each take a free job and, timed to land within ±2 s
-//! of one of its slots, PUT a new definition (a new URL tag `v{n}`), pause,
-//! resume, delete, trigger or replay it; schedulers are killed (-9) and
+//! of one of its slots, PUT or apply (by key, as a job file would) a new
+//! definition (a new URL tag `v{n}`), pause, resume, delete, trigger or
+//! replay it; schedulers are killed (-9) and
 //! added meanwhile. Every answered op is recorded with its [sent, received]
 //! window, and every 2xx change becomes a new definition in the model. After
 //! the ledger settles, every slot of the op phase is judged against the
@@ -175,11 +176,13 @@ enum OpKind {
     Delete,
     Trigger,
     Replay,
+    /// A new definition through `POST /v1/apply`, the job named by its key.
+    Apply,
 }
 
 impl OpKind {
-    const ALL: [OpKind; 6] =
-        [OpKind::Put, OpKind::Pause, OpKind::Resume, OpKind::Delete, OpKind::Trigger, OpKind::Replay];
+    const ALL: [OpKind; 7] =
+        [OpKind::Put, OpKind::Pause, OpKind::Resume, OpKind::Delete, OpKind::Trigger, OpKind::Replay, OpKind::Apply];
 
     fn name(self) -> &'static str {
         match self {
@@ -189,6 +192,7 @@ impl OpKind {
             OpKind::Delete => "delete",
             OpKind::Trigger => "trigger",
             OpKind::Replay => "replay",
+            OpKind::Apply => "apply",
         }
     }
 }
@@ -253,7 +257,8 @@ impl World {
         let def = job.defs.last().expect("a job has a definition");
         let weight = |k: OpKind| -> u64 {
             match k {
-                OpKind::Put => 30,
+                OpKind::Put => 20,
+                OpKind::Apply => 15,
                 OpKind::Pause if def.paused => 3,
                 OpKind::Pause => 15,
                 OpKind::Resume if def.paused => 25,
@@ -296,7 +301,7 @@ impl World {
         job.busy = false;
         let detail = if ok {
             match plan.kind {
-                OpKind::Put | OpKind::Pause | OpKind::Resume => match def_from_job(&a.body) {
+                OpKind::Put | OpKind::Apply | OpKind::Pause | OpKind::Resume => match def_from_job(&a.body) {
                     Ok((def, schedule)) => {
                         let d = def.describe();
                         job.defs.push(def);
@@ -443,10 +448,25 @@ fn schedule_for(
     }
 }
 
+/// The schedule a new definition gets: the same one, or half the time a
+/// random one (a one-time slot within the op phase), keeping `max_runs`.
+fn next_schedule(rng: &mut Rng, now: DateTime<Utc>, end: DateTime<Utc>, same: Value, max_runs: Option<u64>) -> Value {
+    if rng.one_in(2) {
+        return same;
+    }
+    let mut s = random_schedule(rng, now, Some((now + TimeDelta::seconds(3), end)));
+    if let Some(m) = max_runs {
+        s["max_runs"] = json!(m);
+    }
+    s
+}
+
 fn job_body(hook: &str, index: usize, fail: bool, tag: u32, schedule: Value, paused: Option<bool>) -> Value {
     let url = if fail { format!("{hook}/churn/{index}/fail/v{tag}") } else { format!("{hook}/churn/{index}/v{tag}") };
     let mut body = json!({
         "name": format!("churn-{index}"),
+        // Its key: an apply finds the job by it.
+        "key": format!("churn-{index}"),
         "schedule": schedule,
         "target": { "kind": "http", "url": url, "timeout_ms": 5000 },
         // fire_all: slots a killed owner left behind fire late rather than
@@ -606,7 +626,7 @@ async fn operate(ctx: &Ctx, plan: &Plan, rng: &mut Rng) {
         let mut w = ctx.world.lock().expect("world");
         let job = &mut w.jobs[plan.job];
         let tag = job.next_tag;
-        if plan.kind == OpKind::Put {
+        if matches!(plan.kind, OpKind::Put | OpKind::Apply) {
             job.next_tag += 1;
         }
         let def = job.defs.last().expect("a job has a definition").clone();
@@ -615,19 +635,32 @@ async fn operate(ctx: &Ctx, plan: &Plan, rng: &mut Rng) {
     let now = Utc::now();
     let (answer, error) = match plan.kind {
         OpKind::Put => {
-            let schedule = if rng.one_in(2) {
-                schedule_json
-            } else {
-                let mut s = random_schedule(rng, now, Some((now + TimeDelta::seconds(3), ctx.end)));
-                if let Some(m) = max_runs {
-                    s["max_runs"] = json!(m);
-                }
-                s
-            };
+            let schedule = next_schedule(rng, now, ctx.end, schedule_json, max_runs);
             // Mostly keep the paused state; a PUT without `paused` also resumes.
             let paused = (rng.below(10) < 7).then_some(def.paused);
             let body = job_body(&ctx.hook, index, fail, tag, schedule, paused);
             ctx.api.call(Method::PUT, &format!("/v1/jobs/{id}"), Some(&body)).await
+        }
+        OpKind::Apply => {
+            let schedule = next_schedule(rng, now, ctx.end, schedule_json, max_runs);
+            let body = job_body(&ctx.hook, index, fail, tag, schedule, None);
+            let (answer, error) = ctx.api.call(Method::POST, "/v1/apply", Some(&json!({ "jobs": [body] }))).await;
+            let result = answer.body["items"][0]["result"].as_str().unwrap_or_default().to_owned();
+            if !(200..300).contains(&answer.status) || error.is_some() {
+                (answer, error)
+            } else if result != "changed" {
+                // A new tag always changes the definition: anything else is
+                // the apply misreading the job.
+                let error = Some(format!("apply answered {result:?} for a new definition"));
+                (Answer { status: 0, ..answer }, error)
+            } else {
+                // The applied job as it now is (the op holds the job: nothing
+                // else changes it meanwhile), timed as the apply.
+                match ctx.api.get(&format!("/v1/jobs/churn-{index}"), &[]).await {
+                    Ok(job) => (Answer { body: job, ..answer }, None),
+                    Err(e) => (Answer { status: 0, ..answer }, Some(format!("reading the applied job: {e:#}"))),
+                }
+            }
         }
         OpKind::Pause => ctx.api.call(Method::POST, &format!("/v1/jobs/{id}/pause"), None).await,
         OpKind::Resume => ctx.api.call(Method::POST, &format!("/v1/jobs/{id}/resume"), None).await,

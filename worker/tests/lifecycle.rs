@@ -114,6 +114,7 @@ impl Bench {
         let id = Uuid::now_v7();
         let job = store::jobs::NewJob {
             id,
+            key: None,
             name,
             spec: &spec,
             paused: false,

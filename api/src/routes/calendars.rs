@@ -77,13 +77,7 @@ pub async fn put(
     let spec = CalendarSpec::from_json(&body).map_err(ApiError::Validation)?;
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
-    let put = calendars::put(&tx, &namespace, &name, &spec).await?;
-    let version = match &put {
-        Put::Created(s) | Put::Replaced(s) => s.version,
-    };
-    let entry = audit::Entry::other(audit::Action::CalendarPut, Some(&namespace), name.clone())
-        .with_details(serde_json::json!({ "version": version, "definition": body }));
-    audit::record(&tx, &caller.audit(None), &[entry]).await?;
+    let put = write(&tx, &caller, &namespace, &name, &spec, &body).await?;
     tx.commit().await?;
     Ok(match put {
         Put::Created(s) => {
@@ -95,6 +89,26 @@ pub async fn put(
             (StatusCode::OK, Json(s.into()))
         }
     })
+}
+
+/// Creates or replaces a calendar (`body`: its definition as sent, what
+/// the audit log records) in the caller's transaction.
+pub(crate) async fn write(
+    tx: &impl deadpool_postgres::GenericClient,
+    caller: &Caller,
+    namespace: &str,
+    name: &str,
+    spec: &CalendarSpec,
+    body: &serde_json::Value,
+) -> ApiResult<Put> {
+    let put = calendars::put(tx, namespace, name, spec).await?;
+    let version = match &put {
+        Put::Created(s) | Put::Replaced(s) => s.version,
+    };
+    let entry = audit::Entry::other(audit::Action::CalendarPut, Some(namespace), name)
+        .with_details(serde_json::json!({ "version": version, "definition": body }));
+    audit::record(tx, &caller.audit(None), &[entry]).await?;
+    Ok(put)
 }
 
 #[utoipa::path(

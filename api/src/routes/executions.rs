@@ -74,7 +74,28 @@ pub async fn of_job(
     let filter = Filter { namespaces: None, job_id: Some(id), status, from, to };
     let (items, more) = read::list(&client, &filter, before.map(|t| (t, None)), limit).await?;
     let next_cursor = more.then(|| items.last().map(|e| format_instant(e.scheduled_at))).flatten();
-    Ok(Json(ExecutionPage { items, next_cursor }))
+    Ok(Json(ExecutionPage { items: with_job_names(&client, items).await?, next_cursor }))
+}
+
+/// Listed executions with their jobs' keys and names (one lookup a page).
+async fn with_job_names(
+    client: &impl deadpool_postgres::GenericClient,
+    items: Vec<Execution>,
+) -> ApiResult<Vec<crate::model::ListedExecution>> {
+    let mut ids: Vec<uuid::Uuid> = items.iter().map(|e| e.job_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let names = store::jobs::names_of(client, &ids).await?;
+    Ok(items
+        .into_iter()
+        .map(|execution| {
+            let (job_key, job_name) = match names.get(&execution.job_id) {
+                Some((key, name)) => (key.clone(), Some(name.clone())),
+                None => (None, None),
+            };
+            crate::model::ListedExecution { execution, job_key, job_name }
+        })
+        .collect())
 }
 
 /// An unknown parameter is a 400 naming it, not silently ignored.
@@ -119,7 +140,7 @@ pub async fn all(
 ) -> ApiResult<Json<ExecutionSearchPage>> {
     let limit = parse_limit(q.limit.as_deref())?;
     let status = parse_status(q.status.as_deref(), &Status::ALL)?;
-    let job_id = parse_job_id(q.job_id.as_deref())?;
+    let job_id = parse_job_id(&state, &caller, q.job_id.as_deref()).await?;
     let from = parse_time(q.from.as_deref(), "from")?;
     let to = parse_time(q.to.as_deref(), "to")?;
     // The cursor is the last row's (scheduled_at, job_id).
@@ -140,7 +161,7 @@ pub async fn all(
     let (items, more) = read::list(&client, &filter, cursor.map(|(t, id)| (t, Some(id))), limit).await?;
     let next_cursor =
         more.then(|| items.last().map(|e| format!("{}|{}", format_instant(e.scheduled_at), e.job_id))).flatten();
-    Ok(Json(ExecutionSearchPage { items, next_cursor }))
+    Ok(Json(ExecutionSearchPage { items: with_job_names(&client, items).await?, next_cursor }))
 }
 
 /// Replays the selected rows (see `ledger::changes::replay`) and publishes
@@ -204,7 +225,7 @@ pub async fn replay_one(
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> ApiResult<(StatusCode, Json<Execution>)> {
     caller.require(Role::Write)?;
-    let (job_id, at) = parse_slot(&job, &at)?;
+    let (job_id, at) = parse_slot(&state, &caller, &job, &at).await?;
     let retry = match &body {
         Some(body) => {
             let obj = body.as_object().ok_or_else(|| field("", "the request body must be a JSON object"))?;
@@ -315,7 +336,7 @@ pub async fn replay_many(
         }
     };
     let status = parse_status(text("status")?, &Status::REPLAYABLE)?.unwrap_or(Status::Failed);
-    let job_id = parse_job_id(text("job_id")?)?;
+    let job_id = parse_job_id(&state, &caller, text("job_id")?).await?;
     let from = parse_time(text("from")?, "from")?;
     let to = parse_time(text("to")?, "to")?;
     let limit = match obj.get("limit") {

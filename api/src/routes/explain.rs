@@ -39,7 +39,7 @@ pub async fn explain(
     caller: Caller,
     PathParams((job, at)): PathParams<(String, String)>,
 ) -> ApiResult<Json<SlotExplanation>> {
-    let (job_id, at) = parse_slot(&job, &at)?;
+    let (job_id, at) = parse_slot(&state, &caller, &job, &at).await?;
     let client = state.pg.get().await?;
     if !tenancy::job_visible(&client, job_id, &caller.scope).await? {
         return Err(not_found(job_id));

@@ -31,6 +31,7 @@ use crate::model::{Job, JobPage, NextFires};
 use crate::params::{not_found, parse_limit, parse_time};
 use crate::{AppState, fires, idempotency, quota, selector};
 
+pub mod apply;
 pub mod batch;
 pub mod bulk;
 pub mod history;
@@ -66,6 +67,7 @@ pub fn job_of(job: &StoredJob, now: DateTime<Utc>) -> ApiResult<Job> {
     });
     Ok(Job {
         id: job.id,
+        key: job.key.clone(),
         namespace: job.namespace.clone(),
         version: job.version,
         created_at: job.created_at,
@@ -117,16 +119,24 @@ fn versioned(status: StatusCode, version: i64, body: impl serde::Serialize) -> R
     response
 }
 
-/// Validates a definition and checks it can ever fire.
-fn validated(body: &Value, limits: &domain::job::Limits) -> ApiResult<(JobSpec, Option<String>)> {
-    let (spec, namespace) = parsed(body, limits)?;
-    fires_ever(&spec)?;
-    Ok((spec, namespace))
+/// A job body, validated: its definition and the properties of the job it
+/// names beside it (its namespace and key), when it names them.
+struct Parsed {
+    pub spec: JobSpec,
+    pub namespace: Option<String>,
+    pub key: Option<String>,
 }
 
-/// Validates a definition's fields; returns it with the `namespace` it
-/// names, if any (a property of the job, not of its definition).
-fn parsed(body: &Value, limits: &domain::job::Limits) -> ApiResult<(JobSpec, Option<String>)> {
+/// Validates a definition and checks it can ever fire.
+fn validated(body: &Value, limits: &domain::job::Limits) -> ApiResult<Parsed> {
+    let parsed = parsed(body, limits)?;
+    fires_ever(&parsed.spec)?;
+    Ok(parsed)
+}
+
+/// Validates a definition's fields; returns it with the `namespace` and
+/// `key` it names, if any (properties of the job, not of its definition).
+fn parsed(body: &Value, limits: &domain::job::Limits) -> ApiResult<Parsed> {
     let mut nul = Vec::new();
     find_nul("", body, &mut nul);
     if !nul.is_empty() {
@@ -139,13 +149,18 @@ fn parsed(body: &Value, limits: &domain::job::Limits) -> ApiResult<(JobSpec, Opt
     if let Some(o) = definition.as_object_mut() {
         o.remove("pause");
     }
-    let namespace = match definition.as_object_mut().and_then(|o| o.remove("namespace")) {
-        None | Some(Value::Null) => None,
-        Some(Value::String(name)) => Some(name),
-        Some(_) => return Err(field("namespace", "must be a string")),
+    let mut property = |name: &str| match definition.as_object_mut().and_then(|o| o.remove(name)) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(value)) => Ok(Some(value)),
+        Some(_) => Err(field(name, "must be a string")),
     };
+    let namespace = property("namespace")?;
+    let key = property("key")?;
+    if let Some(key) = &key {
+        domain::labels::check_job_key(key).map_err(|why| field("key", why))?;
+    }
     let spec = JobSpec::from_json_with(&definition, limits).map_err(ApiError::Validation)?;
-    Ok((spec, namespace))
+    Ok(Parsed { spec, namespace, key })
 }
 
 /// A job that would never fire is almost always a mistake (a past `at`, an
@@ -225,7 +240,7 @@ pub async fn create(
     JsonBody(body): JsonBody,
 ) -> ApiResult<Created> {
     caller.require(Role::Write)?;
-    let (spec, named) = parsed(&body, &state.limits)?;
+    let Parsed { spec, namespace: named, key: job_key } = parsed(&body, &state.limits)?;
     let namespace = caller.namespace_for_new_job(named.as_deref())?;
     let key = idempotency::Key::from_request(&headers, &state, &spec)?;
     let mut client = state.pg.get().await?;
@@ -242,8 +257,9 @@ pub async fn create(
     let mut spec_json = serde_json::to_value(&spec)?;
     let has_secrets = matches!(&spec.target, Target::Http(h) if !h.secret_headers.is_empty());
     if key.is_none() && spec.calendars.is_empty() && !has_secrets {
-        let new = new_job(id, &spec, &spec_json, &namespace, peak);
-        if let Some(stored) = jobs::create_unlimited(&client, &new, &caller.audit(None)).await? {
+        let new = new_job(id, job_key.as_deref(), &spec, &spec_json, &namespace, peak);
+        let created = jobs::create_unlimited(&client, &new, &caller.audit(None)).await;
+        if let Some(stored) = key_taken(created, job_key.as_deref().map(|k| (namespace.as_str(), k)))? {
             let body = serde_json::to_value(job_of(&stored, Utc::now())?)?;
             return Ok(committed_create(&state, &spec, &namespace, body));
         }
@@ -259,9 +275,9 @@ pub async fn create(
         seal_secrets(&state, &namespace, id, &mut sealed, None).await?;
         spec_json = serde_json::to_value(&sealed)?;
     }
-    let new = new_job(id, &spec, &spec_json, &namespace, peak);
-    let stored = jobs::create(&tx, std::slice::from_ref(&new), &caller.audit(None))
-        .await?
+    let new = new_job(id, job_key.as_deref(), &spec, &spec_json, &namespace, peak);
+    let created = jobs::create(&tx, std::slice::from_ref(&new), &caller.audit(None)).await;
+    let stored = key_taken(created, job_key.as_deref().map(|k| (namespace.as_str(), k)))?
         .pop()
         .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("the job's insert returned no row")))?;
     let job = job_of(&stored, Utc::now())?;
@@ -287,13 +303,40 @@ pub async fn create(
 /// definition as stored, secret values sealed).
 pub(crate) fn new_job<'a>(
     id: Uuid,
+    key: Option<&'a str>,
     spec: &'a JobSpec,
     spec_json: &'a Value,
     namespace: &'a str,
     peak: f64,
 ) -> jobs::NewJob<'a> {
-    jobs::NewJob { id, name: &spec.name, spec: spec_json, paused: spec.paused, namespace, peak_fires_per_second: peak }
+    jobs::NewJob {
+        id,
+        key,
+        name: &spec.name,
+        spec: spec_json,
+        paused: spec.paused,
+        namespace,
+        peak_fires_per_second: peak,
+    }
 }
+
+/// A write's result, with the database's refusal of a key a live job of
+/// the namespace already has made a 409 that names it (`named`: the
+/// namespace and key of a single job; `None` for several).
+pub(crate) fn key_taken<T>(result: Result<T, tokio_postgres::Error>, named: Option<(&str, &str)>) -> ApiResult<T> {
+    result.map_err(|e| {
+        if e.as_db_error().and_then(|d| d.constraint()) != Some(JOBS_LIVE_KEY) {
+            return ApiError::from(e);
+        }
+        ApiError::Conflict(match named {
+            Some((namespace, key)) => format!("namespace {namespace:?} already has a live job with key {key:?}"),
+            None => "a job made meanwhile took one of these keys; nothing was written, retry".to_owned(),
+        })
+    })
+}
+
+/// The unique index that keeps a key to one live job per namespace.
+const JOBS_LIVE_KEY: &str = "jobs_live_key";
 
 /// After a create committed: the schedulers are told, the log says so, and
 /// the response is the new job's.
@@ -470,6 +513,7 @@ async fn record_paused_period(
 
 /// The job as it was before a change, locked for the change's transaction.
 struct Before {
+    key: Option<String>,
     version: i64,
     paused: bool,
     spec: JobSpec,
@@ -531,15 +575,23 @@ pub(crate) async fn seal_secrets(
 /// Locks a live job of the caller's namespaces for a change.
 async fn lock_for_change(tx: &impl deadpool_postgres::GenericClient, caller: &Caller, id: Uuid) -> ApiResult<Before> {
     let locked = jobs::lock_for_change(tx, id, caller.scope.sql().as_deref()).await?.ok_or_else(|| not_found(id))?;
-    Ok(Before {
-        version: locked.version,
-        paused: locked.paused,
-        spec: serde_json::from_value(locked.spec)?,
-        created_at: locked.created_at,
-        namespace: locked.namespace,
-        counted_peak: if locked.paused { 0.0 } else { locked.peak_fires_per_second },
-        peak: locked.peak_fires_per_second,
-    })
+    Before::of(locked)
+}
+
+impl Before {
+    /// A job the store locked for a change.
+    fn of(locked: jobs::Locked) -> ApiResult<Before> {
+        Ok(Before {
+            key: locked.key,
+            version: locked.version,
+            paused: locked.paused,
+            spec: serde_json::from_value(locked.spec)?,
+            created_at: locked.created_at,
+            namespace: locked.namespace,
+            counted_peak: if locked.paused { 0.0 } else { locked.peak_fires_per_second },
+            peak: locked.peak_fires_per_second,
+        })
+    }
 }
 
 /// The ledger's side of a change from `before` to `paused` (the new state).
@@ -590,7 +642,7 @@ pub async fn replace(
 ) -> ApiResult<VersionedJob> {
     caller.require(Role::Write)?;
     let expected = if_match(&headers)?;
-    let (mut spec, named) = parsed(&body, &state.limits)?;
+    let mut definition = parsed(&body, &state.limits)?;
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
     let before = lock_for_change(&tx, &caller, id).await?;
@@ -598,6 +650,16 @@ pub async fn replace(
     // What the body leaves out of the job's state and metadata is kept:
     // a pipeline that PUTs definitions must not resume an operator's pause
     // or drop labels it never knew about.
+    keep_unsaid(&body, &mut definition.spec, &before);
+    let stored = update_job(&state, &tx, Change::of(&caller, Action::JobReplace), id, &before, definition).await?;
+    tx.commit().await?;
+    Ok(VersionedJob(job_of(&stored, Utc::now())?))
+}
+
+/// What a new definition (`body`, as sent) leaves out of the job's state
+/// and metadata is kept: a pipeline that writes definitions must not resume
+/// an operator's pause or drop labels it never knew about.
+fn keep_unsaid(body: &Value, spec: &mut JobSpec, before: &Before) {
     let given = |key: &str| body.get(key).is_some_and(|v| !v.is_null());
     if !given("paused") {
         spec.paused = before.paused;
@@ -605,9 +667,6 @@ pub async fn replace(
     if !given("labels") {
         spec.labels = before.spec.labels.clone();
     }
-    let stored = update_job(&state, &tx, Change::of(&caller, Action::JobReplace), id, &before, spec, named).await?;
-    tx.commit().await?;
-    Ok(VersionedJob(job_of(&stored, Utc::now())?))
 }
 
 /// 412 unless the job is at the version `If-Match` asked for (`None`: any).
@@ -635,23 +694,24 @@ impl<'a> Change<'a> {
     }
 }
 
-/// Replaces a locked job's definition with `spec` (validated, with the
-/// `namespace` it names, if any): the step of a replace and of a patch.
-/// Returns the job as stored.
+/// Replaces a locked job's definition with `definition` (validated, with
+/// the namespace and key it names, if any): the step of a replace, a patch,
+/// a rollback and an apply. Returns the job as stored.
 async fn update_job(
     state: &AppState,
     tx: &impl deadpool_postgres::GenericClient,
     change: Change<'_>,
     id: Uuid,
     before: &Before,
-    spec: JobSpec,
-    named: Option<String>,
+    definition: Parsed,
 ) -> ApiResult<StoredJob> {
+    let Parsed { spec, namespace: named, key } = definition;
     if let Some(named) = named
         && named != before.namespace
     {
         return Err(field("namespace", format!("is {:?}; a job cannot move to another namespace", before.namespace)));
     }
+    let key = kept_key(before.key.as_deref(), key)?;
     if spec.paused != before.paused {
         return Err(field(
             "paused",
@@ -686,12 +746,26 @@ async fn update_job(
     let demand = quota::Demand { new_jobs: 0, peak: counted, peak_before: before.counted_peak };
     quota::check(tx, &before.namespace, demand).await?;
     crate::tenancy::check_references(tx, &before.namespace, &spec.calendars).await?;
-    let stored = jobs::replace(tx, id, &spec.name, &serde_json::to_value(&spec)?, peak).await?;
+    let replaced = jobs::replace(tx, id, key.as_deref(), &spec.name, &serde_json::to_value(&spec)?, peak).await;
+    let stored = key_taken(replaced, key.as_deref().map(|k| (before.namespace.as_str(), k)))?;
     settle_change(tx, id, before, spec.paused).await?;
     let mut entry = audit::Entry::job(change.action, &before.namespace, id, Some(stored.version));
     entry.details = change.details;
     audit::record(tx, &change.caller.audit(change.note), &[entry]).await?;
     Ok(stored)
+}
+
+/// A job's key after a change that names `given` (or none): set once. A
+/// job without one may be given one (a team adopting it into its job
+/// files); a set key never changes, and a body that leaves it out keeps it.
+fn kept_key(current: Option<&str>, given: Option<String>) -> ApiResult<Option<String>> {
+    match (current, given) {
+        (Some(current), Some(given)) if current != given => Err(field(
+            "key",
+            format!("is {given:?}, but the job's key is {current:?}; a key never changes (create a new job instead)"),
+        )),
+        (current, given) => Ok(given.or_else(|| current.map(str::to_owned))),
+    }
 }
 
 #[utoipa::path(

@@ -78,6 +78,23 @@ pub fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// Path words under `/v1/jobs/` that are routes of their own, so never a
+/// job's key (`/v1/jobs/batch` must stay the batch route).
+pub const RESERVED_JOB_KEYS: [&str; 3] = ["batch", "bulk", "outcomes"];
+
+/// A job's key: a name (as [`check_name`]) that a path can tell from a job
+/// id, so never shaped like a UUID, and never a fixed path word.
+pub fn check_job_key(key: &str) -> Result<(), String> {
+    check_name(key)?;
+    if uuid::Uuid::try_parse(key).is_ok() {
+        return Err(format!("{} is shaped like a job id (a UUID); a key must not be", quoted(key)));
+    }
+    if RESERVED_JOB_KEYS.contains(&key) {
+        return Err(format!("{} is reserved (a route of its own under /v1/jobs)", quoted(key)));
+    }
+    Ok(())
+}
+
 /// Requirements one selector may hold.
 pub const SELECTOR_TERMS_MAX: usize = 64;
 /// Values one `in` / `notin` set may hold.

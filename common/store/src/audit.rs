@@ -28,6 +28,8 @@ pub enum Action {
     JobDelete,
     JobTrigger,
     JobRollback,
+    /// A definition replaced by an apply of job files.
+    JobApply,
     ExecutionReplay,
     CalendarPut,
     CalendarDelete,
@@ -47,7 +49,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [Action; 24] = [
+    pub const ALL: [Action; 25] = [
         Action::JobCreate,
         Action::JobReplace,
         Action::JobPatch,
@@ -56,6 +58,7 @@ impl Action {
         Action::JobDelete,
         Action::JobTrigger,
         Action::JobRollback,
+        Action::JobApply,
         Action::ExecutionReplay,
         Action::CalendarPut,
         Action::CalendarDelete,
@@ -84,6 +87,7 @@ impl Action {
             Action::JobDelete => "job.delete",
             Action::JobTrigger => "job.trigger",
             Action::JobRollback => "job.rollback",
+            Action::JobApply => "job.apply",
             Action::ExecutionReplay => "execution.replay",
             Action::CalendarPut => "calendar.put",
             Action::CalendarDelete => "calendar.delete",

@@ -21,8 +21,8 @@ pub mod feed;
 /// The columns of a [`StoredJob`], without the run count.
 macro_rules! job_columns {
     () => {
-        "id, namespace, version, spec, paused, created_at, updated_at, peak_fires_per_second, paused_at, paused_by, \
-         paused_by_token, pause_note"
+        "id, namespace, key, version, spec, paused, created_at, updated_at, peak_fires_per_second, paused_at, \
+         paused_by, paused_by_token, pause_note"
     };
 }
 
@@ -43,6 +43,8 @@ const IN_SCOPE: &str = "($2::text[] IS NULL OR namespace = ANY($2))";
 pub struct StoredJob {
     pub id: Uuid,
     pub namespace: String,
+    /// The name its team chose, unique among the namespace's live jobs.
+    pub key: Option<String>,
     pub version: i64,
     pub spec: Value,
     pub paused: bool,
@@ -71,6 +73,7 @@ impl StoredJob {
         StoredJob {
             id: row.get("id"),
             namespace: row.get("namespace"),
+            key: row.get("key"),
             version: row.get("version"),
             spec: row.get("spec"),
             paused: row.get("paused"),
@@ -100,6 +103,7 @@ pub struct Author<'a> {
 #[derive(Debug, Clone)]
 pub struct NewJob<'a> {
     pub id: Uuid,
+    pub key: Option<&'a str>,
     pub name: &'a str,
     pub spec: &'a Value,
     /// Created paused: recorded as paused by the creator.
@@ -123,9 +127,9 @@ pub async fn create_unlimited(
         format!(
             "WITH defer AS MATERIALIZED ({}),
              created AS (
-             INSERT INTO jobs (id, name, spec, paused, namespace, peak_fires_per_second, paused_at, paused_by, paused_by_token)
+             INSERT INTO jobs (id, name, spec, paused, namespace, peak_fires_per_second, paused_at, paused_by, paused_by_token, key)
              SELECT $1, $2, $3, $4, n.name, $6, CASE WHEN $4 THEN now() END, CASE WHEN $4 THEN $7 END,
-                    CASE WHEN $4 THEN $8::uuid END
+                    CASE WHEN $4 THEN $8::uuid END, $11
              FROM namespaces n, defer
               WHERE n.name = $5 AND n.max_jobs IS NULL AND n.max_fires_per_second IS NULL
              RETURNING {NEW_COLUMNS}),
@@ -150,6 +154,7 @@ pub async fn create_unlimited(
                 &audit.author.token_id,
                 &audit.request_id,
                 &audit.reason,
+                &job.key,
             ],
         )
         .await?;
@@ -170,14 +175,15 @@ pub async fn create(
     let paused: Vec<bool> = jobs.iter().map(|j| j.paused).collect();
     let namespaces: Vec<&str> = jobs.iter().map(|j| j.namespace).collect();
     let peaks: Vec<f64> = jobs.iter().map(|j| j.peak_fires_per_second).collect();
+    let keys: Vec<Option<&str>> = jobs.iter().map(|j| j.key).collect();
     static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         format!(
             "WITH created AS (
-             INSERT INTO jobs (id, name, spec, paused, namespace, peak_fires_per_second, paused_at, paused_by, paused_by_token)
+             INSERT INTO jobs (id, name, spec, paused, namespace, peak_fires_per_second, key, paused_at, paused_by, paused_by_token)
              SELECT j.*, CASE WHEN j.paused THEN now() END, CASE WHEN j.paused THEN $7 END,
                     CASE WHEN j.paused THEN $8::uuid END
-             FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::bool[], $5::text[], $6::float8[])
-                 AS j(id, name, spec, paused, namespace, peak_fires_per_second)
+             FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::bool[], $5::text[], $6::float8[], $11::text[])
+                 AS j(id, name, spec, paused, namespace, peak_fires_per_second, key)
              RETURNING {NEW_COLUMNS}),
              audit AS ({})
              SELECT * FROM created",
@@ -198,6 +204,7 @@ pub async fn create(
                 &audit.author.token_id,
                 &audit.request_id,
                 &audit.reason,
+                &keys,
             ],
         )
         .await?;
@@ -318,6 +325,7 @@ pub async fn version_for_fire(
 /// A job as it was before a change, locked for the change's transaction.
 #[derive(Debug, Clone)]
 pub struct Locked {
+    pub key: Option<String>,
     pub version: i64,
     pub paused: bool,
     pub spec: Value,
@@ -336,27 +344,102 @@ pub async fn lock_for_change(
     let row = client
         .query_opt(
             &format!(
-                "SELECT version, paused, spec, created_at, namespace, peak_fires_per_second FROM jobs
-                 WHERE id = $1 AND deleted_at IS NULL AND {IN_SCOPE} FOR UPDATE"
+                "SELECT {LOCKED_COLUMNS} FROM jobs WHERE id = $1 AND deleted_at IS NULL AND {IN_SCOPE} FOR UPDATE"
             ),
             &[&id, &scope],
         )
         .await?;
-    Ok(row.map(|r| Locked {
-        version: r.get(0),
-        paused: r.get(1),
-        spec: r.get(2),
-        created_at: r.get(3),
-        namespace: r.get(4),
-        peak_fires_per_second: r.get(5),
-    }))
+    Ok(row.as_ref().map(Locked::from_row))
 }
 
-/// Replaces a locked job's definition (a new version); its state is the
-/// caller's to keep (`spec.paused` must equal the stored `paused`).
+const LOCKED_COLUMNS: &str = "id, key, version, paused, spec, created_at, namespace, peak_fires_per_second";
+
+impl Locked {
+    fn from_row(r: &Row) -> Locked {
+        Locked {
+            key: r.get("key"),
+            version: r.get("version"),
+            paused: r.get("paused"),
+            spec: r.get("spec"),
+            created_at: r.get("created_at"),
+            namespace: r.get("namespace"),
+            peak_fires_per_second: r.get("peak_fires_per_second"),
+        }
+    }
+}
+
+/// Locks, in id order, the live jobs named by (namespace, key) pairs, of
+/// the given namespaces: an apply's existing jobs.
+pub async fn lock_by_keys(
+    client: &impl GenericClient,
+    names: &[(&str, &str)],
+    scope: Option<&[String]>,
+) -> Result<Vec<(Uuid, Locked)>, tokio_postgres::Error> {
+    let namespaces: Vec<&str> = names.iter().map(|n| n.0).collect();
+    let keys: Vec<&str> = names.iter().map(|n| n.1).collect();
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {LOCKED_COLUMNS} FROM jobs
+                 WHERE (namespace, key) IN (SELECT * FROM unnest($1::text[], $3::text[]))
+                   AND deleted_at IS NULL AND {IN_SCOPE}
+                 ORDER BY id FOR UPDATE"
+            ),
+            &[&namespaces, &scope, &keys],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get("id"), Locked::from_row(r))).collect())
+}
+
+/// A job a key names in the given namespaces (and `namespace`, if given).
+#[derive(Debug, Clone)]
+pub struct KeyMatch {
+    pub id: Uuid,
+    pub namespace: String,
+    pub live: bool,
+}
+
+/// The jobs with `key` in the given namespaces (and `namespace`, if
+/// given): the live ones, or when none is, the most recently deleted one.
+pub async fn by_key(
+    client: &impl GenericClient,
+    key: &str,
+    namespace: Option<&str>,
+    scope: Option<&[String]>,
+) -> Result<Vec<KeyMatch>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            &format!(
+                "SELECT id, namespace, deleted_at IS NULL AS live FROM jobs
+                 WHERE key = $1 AND {IN_SCOPE} AND ($3::text IS NULL OR namespace = $3)
+                 ORDER BY deleted_at DESC NULLS FIRST LIMIT 20"
+            ),
+            &[&key, &scope, &namespace],
+        )
+        .await?;
+    let found: Vec<KeyMatch> =
+        rows.iter().map(|r| KeyMatch { id: r.get(0), namespace: r.get(1), live: r.get(2) }).collect();
+    let live: Vec<KeyMatch> = found.iter().filter(|m| m.live).cloned().collect();
+    Ok(if live.is_empty() { found.into_iter().take(1).collect() } else { live })
+}
+
+/// The keys and names of the given jobs (deleted ones included), for
+/// listings that show which job a row is about.
+pub async fn names_of(
+    client: &impl GenericClient,
+    ids: &[Uuid],
+) -> Result<std::collections::HashMap<Uuid, (Option<String>, String)>, tokio_postgres::Error> {
+    let rows = client.query("SELECT id, key, name FROM jobs WHERE id = ANY($1)", &[&ids]).await?;
+    Ok(rows.iter().map(|r| (r.get(0), (r.get(1), r.get(2)))).collect())
+}
+
+/// Replaces a locked job's definition (a new version) and sets its `key`
+/// (the caller keeps a set key as it is); its state is the caller's to keep
+/// (`spec.paused` must equal the stored `paused`).
 pub async fn replace(
     client: &impl GenericClient,
     id: Uuid,
+    key: Option<&str>,
     name: &str,
     spec: &Value,
     peak_fires_per_second: f64,
@@ -364,10 +447,10 @@ pub async fn replace(
     let row = client
         .query_one(
             &format!(
-                "UPDATE jobs SET name = $2, spec = $3, peak_fires_per_second = $4, version = version + 1
+                "UPDATE jobs SET name = $2, spec = $3, peak_fires_per_second = $4, key = $5, version = version + 1
                  WHERE id = $1 RETURNING {COLUMNS}"
             ),
-            &[&id, &name, spec, &peak_fires_per_second],
+            &[&id, &name, spec, &peak_fires_per_second, &key],
         )
         .await?;
     Ok(StoredJob::from_row(&row))
@@ -602,18 +685,29 @@ pub enum BulkLock {
 #[derive(Debug, Clone)]
 pub struct Matched {
     pub id: Uuid,
+    pub key: Option<String>,
     pub paused: bool,
     pub namespace: String,
+}
+
+/// Which jobs a bulk action may match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Matching {
+    Any,
+    /// Only jobs with a key (what an apply's prune may delete).
+    Keyed,
 }
 
 /// Locks, in id order, the live jobs of the given namespaces (and
 /// `namespace`, if given) whose labels meet `labels_sql` (parameters from
 /// `$3`), at most `limit`: two bulk calls over overlapping jobs wait for
 /// each other instead of deadlocking.
+#[allow(clippy::too_many_arguments)]
 pub async fn lock_matching(
     client: &impl GenericClient,
     scope: Option<&[String]>,
     namespace: Option<&str>,
+    matching: Matching,
     labels_sql: &str,
     labels_params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     limit: usize,
@@ -623,21 +717,26 @@ pub async fn lock_matching(
         BulkLock::Share => "FOR SHARE",
         BulkLock::Update => "FOR UPDATE",
     };
+    let keyed = match matching {
+        Matching::Any => "TRUE",
+        Matching::Keyed => "key IS NOT NULL",
+    };
     let own: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&scope, &namespace];
     let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
         own.into_iter().chain(labels_params.iter().copied()).collect();
     let rows = client
         .query(
             &format!(
-                "SELECT id, paused, namespace FROM jobs
+                "SELECT id, paused, namespace, key FROM jobs
                  WHERE deleted_at IS NULL
                    AND ($1::text[] IS NULL OR namespace = ANY($1))
                    AND ($2::text IS NULL OR namespace = $2)
+                   AND {keyed}
                    AND {labels_sql}
                  ORDER BY id LIMIT {limit} {lock}"
             ),
             &params,
         )
         .await?;
-    Ok(rows.iter().map(|r| Matched { id: r.get(0), paused: r.get(1), namespace: r.get(2) }).collect())
+    Ok(rows.iter().map(|r| Matched { id: r.get(0), paused: r.get(1), namespace: r.get(2), key: r.get(3) }).collect())
 }

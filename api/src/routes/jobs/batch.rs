@@ -33,6 +33,7 @@ pub const BATCH_MAX: usize = 1_000;
 struct Valid {
     index: usize,
     id: Uuid,
+    key: Option<String>,
     spec: JobSpec,
     namespace: String,
     peak: f64,
@@ -108,11 +109,11 @@ pub async fn batch(
         .enumerate()
         .map(|(index, job)| {
             let checked = validated(job, &state.limits)
-                .and_then(|(spec, named)| Ok((caller.namespace_for_new_job(named.as_deref())?, spec)));
+                .and_then(|p| Ok((caller.namespace_for_new_job(p.namespace.as_deref())?, p.spec, p.key)));
             match checked {
-                Ok((namespace, spec)) => {
+                Ok((namespace, spec, key)) => {
                     let peak = quota::peak_fires_per_second(&spec, Utc::now());
-                    Ok(Outcome::Valid(Box::new(Valid { index, id: Uuid::now_v7(), spec, namespace, peak })))
+                    Ok(Outcome::Valid(Box::new(Valid { index, id: Uuid::now_v7(), key, spec, namespace, peak })))
                 }
                 Err(e) => refusal(index, e),
             }
@@ -138,6 +139,16 @@ pub async fn batch(
 
     let tx = client.transaction().await?;
     tx.batch_execute(store::notify::DEFER_TO_AFTER_COMMIT).await?;
+    for (i, e) in taken_keys(&tx, &caller, &outcomes).await? {
+        if atomic {
+            return Err(e);
+        }
+        let index = match &outcomes[i] {
+            Outcome::Valid(v) => v.index,
+            Outcome::Refused { index, .. } => *index,
+        };
+        outcomes[i] = refusal(index, e)?;
+    }
     // Per namespace: its quota for all its new jobs at once, and the
     // calendars they name (locked until commit, as for a single create).
     let mut by_namespace: BTreeMap<String, Vec<usize>> = BTreeMap::new();
@@ -205,9 +216,14 @@ pub async fn batch(
                 specs.push(serde_json::to_value(&v.spec)?);
             }
         }
-        let new: Vec<_> =
-            valid.iter().zip(&specs).map(|(v, spec)| new_job(v.id, &v.spec, spec, &v.namespace, v.peak)).collect();
-        let rows = store::jobs::create(&tx, &new, &caller.audit(None)).await?;
+        let new: Vec<_> = valid
+            .iter()
+            .zip(&specs)
+            .map(|(v, spec)| new_job(v.id, v.key.as_deref(), &v.spec, spec, &v.namespace, v.peak))
+            .collect();
+        let inserted = store::jobs::create(&tx, &new, &caller.audit(None)).await;
+        // A key taken by a create that committed since `taken_keys` looked.
+        let rows = super::key_taken(inserted, None)?;
         let now = Utc::now();
         for row in &rows {
             let job = job_of(row, now)?;
@@ -246,6 +262,49 @@ pub async fn batch(
         idempotency::purge_expired(&client).await;
     }
     Ok(BatchAnswer { status: status.as_u16(), body, replayed: false })
+}
+
+/// The valid jobs whose key another job of the batch (an earlier one) or a
+/// live job of their namespace already has: each with its 409.
+async fn taken_keys(
+    tx: &impl deadpool_postgres::GenericClient,
+    caller: &Caller,
+    outcomes: &[Outcome],
+) -> ApiResult<Vec<(usize, ApiError)>> {
+    let keyed: Vec<(usize, &Valid, &str)> = outcomes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| match o {
+            Outcome::Valid(v) => v.key.as_deref().map(|k| (i, &**v, k)),
+            Outcome::Refused { .. } => None,
+        })
+        .collect();
+    if keyed.is_empty() {
+        return Ok(Vec::new());
+    }
+    let names: Vec<(&str, &str)> = keyed.iter().map(|(_, v, k)| (v.namespace.as_str(), *k)).collect();
+    let scope = caller.scope.sql();
+    let live: std::collections::HashSet<(String, String)> = store::jobs::lock_by_keys(tx, &names, scope.as_deref())
+        .await?
+        .into_iter()
+        .filter_map(|(_, j)| j.key.map(|k| (j.namespace, k)))
+        .collect();
+    let mut first: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    let mut taken = Vec::new();
+    for (i, v, key) in keyed {
+        let conflict = if live.contains(&(v.namespace.clone(), key.to_owned())) {
+            Some(format!("namespace {:?} already has a live job with key {key:?}", v.namespace))
+        } else {
+            first.get(&(v.namespace.as_str(), key)).map(|earlier| format!("key {key:?} is also jobs[{earlier}]'s"))
+        };
+        match conflict {
+            Some(detail) => taken.push((i, prefixed(v.index, ApiError::Conflict(detail)))),
+            None => {
+                first.insert((v.namespace.as_str(), key), v.index);
+            }
+        }
+    }
+    Ok(taken)
 }
 
 /// An atomic batch with an invalid job is one 422 naming each job's fields.

@@ -148,9 +148,17 @@ pub async fn bulk(
     let tx = client.transaction().await?;
     // Every matched job is locked up front, in id order, so two bulk calls
     // over overlapping jobs wait for each other instead of deadlocking.
-    let rows =
-        jobs::lock_matching(&tx, scope.as_deref(), namespace.as_deref(), &labels.sql, &params, BULK_MAX + 1, lock)
-            .await?;
+    let rows = jobs::lock_matching(
+        &tx,
+        scope.as_deref(),
+        namespace.as_deref(),
+        jobs::Matching::Any,
+        &labels.sql,
+        &params,
+        BULK_MAX + 1,
+        lock,
+    )
+    .await?;
     if rows.len() > BULK_MAX {
         return Err(crate::error::field(
             "selector",

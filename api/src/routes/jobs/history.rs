@@ -158,7 +158,7 @@ pub async fn rollback(
         return Err(field("version", format!("is the job's current version ({})", before.version)));
     }
     // Today's rules: the old definition is validated again, as a replace's body.
-    let (mut spec, _) = parsed(&old, &state.limits).map_err(|e| match e {
+    let mut definition = parsed(&old, &state.limits).map_err(|e| match e {
         ApiError::Validation(errors) => ApiError::Validation(
             errors
                 .into_iter()
@@ -170,14 +170,14 @@ pub async fn rollback(
         ),
         e => e,
     })?;
-    spec.paused = before.paused;
+    definition.spec.paused = before.paused;
     let change = JobChange {
         caller: &caller,
         action: Action::JobRollback,
         note: request.note.as_deref(),
         details: Some(serde_json::json!({ "to_version": request.version, "from_version": before.version })),
     };
-    let stored = update_job(&state, &tx, change, id, &before, spec, None).await?;
+    let stored = update_job(&state, &tx, change, id, &before, definition).await?;
     tx.commit().await?;
     tracing::info!(job.id = %id, to_version = request.version, version = stored.version, "job rolled back");
     Ok(VersionedJob(job_of(&stored, Utc::now())?))

@@ -92,9 +92,9 @@ pub async fn patch(
     // The column is the truth about pausing (the spec's copy follows it).
     definition["paused"] = Value::Bool(before.paused);
     merge(&mut definition, &patch);
-    let (spec, named) = parsed(&definition, &state.limits)?;
+    let parsed = parsed(&definition, &state.limits)?;
     let stored =
-        update_job(&state, &tx, super::Change::of(&caller, store::audit::Action::JobPatch), id, &before, spec, named)
+        update_job(&state, &tx, super::Change::of(&caller, store::audit::Action::JobPatch), id, &before, parsed)
             .await?;
     tx.commit().await?;
     Ok(VersionedJob(job_of(&stored, Utc::now())?))
