@@ -183,7 +183,8 @@ pub struct ReplayRequest {
     /// Which executions: `failed` (the default), or those no process holds:
     /// `pending` once due, `retrying`, `running` on a worker presumed gone.
     pub status: Option<ReplayableStatus>,
-    pub job_id: Option<Uuid>,
+    /// The job: its id, its key, or `namespace:key`.
+    pub job_id: Option<String>,
     /// Scheduled at or after (inclusive).
     pub from: Option<chrono::DateTime<chrono::Utc>>,
     /// Scheduled before (exclusive).

@@ -31,12 +31,12 @@ pub struct ApiArgs {
     api: PathBuf,
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
+pub fn percentile(sorted: &[Duration], p: f64) -> f64 {
     crate::report::percentile(sorted, p).as_secs_f64() * 1000.0
 }
 
 /// Runs `total` requests over `concurrency` clients; returns each latency.
-async fn drive<F, Fut>(total: usize, concurrency: usize, request: F) -> anyhow::Result<Vec<Duration>>
+pub async fn drive<F, Fut>(total: usize, concurrency: usize, request: F) -> anyhow::Result<Vec<Duration>>
 where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
@@ -67,17 +67,12 @@ where
     Ok(all)
 }
 
-pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.api.exists(),
-        "{} not found: build with `cargo build --release --workspace --bins`",
-        args.api.display()
-    );
-    let db = crate::benchdb::BenchDb::create(&args.admin_database_url).await?;
-    let url = db.url.clone();
+/// A release API on a free loopback port over database `url`, once ready:
+/// the process (killed when dropped) and its base URL.
+pub async fn start_api(binary: &std::path::Path, url: &str) -> anyhow::Result<(tokio::process::Child, String)> {
     let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-    let mut api = tokio::process::Command::new(&args.api)
-        .env("DATABASE_URL", &url)
+    let api = tokio::process::Command::new(binary)
+        .env("DATABASE_URL", url)
         .env("LISTEN_ADDR", addr.to_string())
         .env("CLUSTER_NAME", crate::benchdb::cluster_name("bench"))
         .env("RUST_LOG", "warn")
@@ -86,12 +81,24 @@ pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
         .spawn()
         .context("starting the API")?;
     let base = format!("http://{addr}");
-    let http = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency).build()?;
+    let http = reqwest::Client::new();
     let ready = Instant::now() + Duration::from_secs(30);
     while http.get(format!("{base}/readyz")).send().await.map(|r| r.status() != 200).unwrap_or(true) {
         anyhow::ensure!(Instant::now() < ready, "the API did not become ready");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    Ok((api, base))
+}
+
+pub async fn run(args: ApiArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.api.exists(),
+        "{} not found: build with `cargo build --release --workspace --bins`",
+        args.api.display()
+    );
+    let db = crate::benchdb::BenchDb::create(&args.admin_database_url).await?;
+    let (mut api, base) = start_api(&args.api, &db.url).await?;
+    let http = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency).build()?;
 
     let ids = Arc::new(std::sync::Mutex::new(Vec::with_capacity(args.creates)));
     let (h, b, sink) = (http.clone(), base.clone(), ids.clone());

@@ -35,6 +35,7 @@
 //! the suite and writes the document.
 
 mod api_bench;
+mod apply_bench;
 mod benchdb;
 mod ceiling;
 mod chaos;
@@ -79,6 +80,8 @@ enum Command {
     Deliver(deliver::DeliverArgs),
     /// REST API: creates/s and GET latency under concurrent clients.
     Api(api_bench::ApiArgs),
+    /// Jobs kept in files: an apply of N jobs (created, unchanged, one changed) against batch creates and PUTs.
+    Apply(apply_bench::ApplyArgs),
     /// N one-shot jobs due in the same instant: lateness, misses, duplicates.
     Herd(herd::HerdArgs),
     /// Periodic jobs producing R fires/s for D seconds: lateness over time, CPU and memory.
@@ -111,6 +114,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Rebalance(args) => rebalance::run(args),
         Command::Deliver(args) => deliver::run(args).await,
         Command::Api(args) => api_bench::run(args).await,
+        Command::Apply(args) => apply_bench::run(args).await,
         Command::Herd(args) => herd::run(args).await,
         Command::Steady(args) => steady::run_steady(args).await,
         Command::Failover(args) => steady::run_failover(args).await,

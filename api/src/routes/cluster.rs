@@ -71,7 +71,7 @@ pub async fn status(State(state): State<AppState>) -> ApiResult<Json<Cluster>> {
     get,
     path = "/v1/jobs/{id}/owners",
     tag = "cluster",
-    params(("id" = uuid::Uuid, Path, description = "The job id")),
+    params(("id" = String, Path, description = "The job: its id, its key, or namespace:key")),
     responses(
         (status = 200, description = "The scheduler nodes that own the job by rendezvous hashing over the live nodes", body = crate::model::JobOwners),
         crate::model::BadRequest,

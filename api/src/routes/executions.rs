@@ -38,7 +38,7 @@ pub struct ExecQuery {
     path = "/v1/jobs/{id}/executions",
     tag = "executions",
     params(
-        ("id" = uuid::Uuid, Path, description = "The job id"),
+        ("id" = String, Path, description = "The job: its id, its key, or namespace:key"),
         ("status" = Option<crate::model::ExecutionStatus>, Query, description = "Only executions in this status"),
         ("from" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "Scheduled at or after (RFC 3339)"),
         ("to" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "Scheduled before (RFC 3339)"),
@@ -118,7 +118,7 @@ pub struct AllQuery {
     tag = "executions",
     params(
         ("status" = Option<crate::model::ExecutionStatus>, Query, description = "Only executions in this status"),
-        ("job_id" = Option<uuid::Uuid>, Query, description = "Only executions of this job"),
+        ("job_id" = Option<String>, Query, description = "Only executions of this job (its id, key or namespace:key)"),
         ("from" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "Scheduled at or after (RFC 3339)"),
         ("to" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "Scheduled before (RFC 3339)"),
         ("limit" = Option<i64>, Query, minimum = 1, maximum = 500, description = "Page size (default 50)"),
@@ -201,7 +201,7 @@ async fn replay_where(state: &AppState, caller: &Caller, selection: ReplaySelect
     path = "/v1/executions/{job_id}/{scheduled_at}/replay",
     tag = "executions",
     params(
-        ("job_id" = uuid::Uuid, Path, description = "The job id"),
+        ("job_id" = String, Path, description = "The job: its id, its key, or namespace:key"),
         ("scheduled_at" = chrono::DateTime<chrono::Utc>, Path, description = "The slot (RFC 3339)"),
     ),
     request_body(content = Option<crate::model::ReplayOneRequest>, description = "Optional: `{retry}`, the replayed execution's retry policy (default: the job's)", content_type = "application/json"),

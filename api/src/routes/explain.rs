@@ -21,7 +21,7 @@ use crate::{AppState, tenancy};
     path = "/v1/jobs/{id}/executions/{scheduled_at}",
     tag = "executions",
     params(
-        ("id" = uuid::Uuid, Path, description = "The job id"),
+        ("id" = String, Path, description = "The job: its id, its key, or namespace:key"),
         ("scheduled_at" = chrono::DateTime<chrono::Utc>, Path, description = "The slot (RFC 3339), e.g. 2026-12-15T15:00:00.000Z"),
     ),
     responses(

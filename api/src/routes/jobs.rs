@@ -351,7 +351,7 @@ fn committed_create(state: &AppState, spec: &JobSpec, namespace: &str, body: Val
     path = "/v1/jobs/{id}",
     tag = "jobs",
     params(
-        ("id" = uuid::Uuid, Path, description = "The job id"),
+        ("id" = String, Path, description = "The job: its id, its key, or namespace:key"),
     ),
     responses(
         (status = 200, description = "The job; `ETag` is its version", body = crate::model::Job),
@@ -617,7 +617,7 @@ async fn settle_change(
                    resume routes), and labels the body leaves out are kept (`{}` clears them). `pause` in the \
                    body is read-only and ignored. A schedule set in the past is refused; an unchanged one is not.",
     params(
-        ("id" = uuid::Uuid, Path, description = "The job id"),
+        ("id" = String, Path, description = "The job: its id, its key, or namespace:key"),
         ("If-Match" = Option<String>, Header, description = "The version the change is based on, e.g. \"3\"; `*` or absent: any"),
     ),
     request_body(content = domain::job::JobSpec, content_type = "application/json"),
@@ -773,7 +773,7 @@ fn kept_key(current: Option<&str>, given: Option<String>) -> ApiResult<Option<St
     path = "/v1/jobs/{id}",
     tag = "jobs",
     params(
-        ("id" = uuid::Uuid, Path, description = "The job id"),
+        ("id" = String, Path, description = "The job: its id, its key, or namespace:key"),
     ),
     request_body(content = Option<PauseRequest>, content_type = "application/json",
                  description = "Optional: a `note` saying why, recorded in the audit log"),
@@ -889,7 +889,7 @@ const PAUSE_NOTE_MAX: usize = 500;
     path = "/v1/jobs/{id}/pause",
     tag = "jobs",
     params(
-        ("id" = uuid::Uuid, Path, description = "The job id"),
+        ("id" = String, Path, description = "The job: its id, its key, or namespace:key"),
     ),
     request_body(content = Option<PauseRequest>, content_type = "application/json",
                  description = "Optional: a `note` saying why; an empty body pauses without one"),
@@ -945,7 +945,7 @@ fn pause_note(body: Option<Value>) -> ApiResult<Option<String>> {
     path = "/v1/jobs/{id}/resume",
     tag = "jobs",
     params(
-        ("id" = uuid::Uuid, Path, description = "The job id"),
+        ("id" = String, Path, description = "The job: its id, its key, or namespace:key"),
     ),
     request_body(content = Option<PauseRequest>, content_type = "application/json",
                  description = "Optional: a `note` saying why, recorded in the audit log"),
@@ -982,7 +982,7 @@ pub struct NextQuery {
     path = "/v1/jobs/{id}/next",
     tag = "jobs",
     params(
-        ("id" = uuid::Uuid, Path, description = "The job id"),
+        ("id" = String, Path, description = "The job: its id, its key, or namespace:key"),
         ("count" = Option<i64>, Query, minimum = 1, maximum = 1000, description = "How many (default 10)"),
         ("from" = Option<chrono::DateTime<chrono::Utc>>, Query,
          description = "Fire times at or after this RFC 3339 instant (default now), e.g. 2026-10-25T00:00:00Z"),
@@ -1030,7 +1030,7 @@ pub async fn next(
     path = "/v1/jobs/{id}/trigger",
     tag = "jobs",
     params(
-        ("id" = uuid::Uuid, Path, description = "The job id"),
+        ("id" = String, Path, description = "The job: its id, its key, or namespace:key"),
     ),
     request_body(content = Option<PauseRequest>, content_type = "application/json",
                  description = "Optional: a `note` saying why, recorded in the audit log"),

@@ -45,7 +45,7 @@ pub fn merge(target: &mut Value, patch: &Value) {
     description = "A JSON Merge Patch of the job's stored definition. Like a replace it keeps the job's state: a \
                    patch that would pause or resume it is refused (use the pause and resume routes).",
     params(
-        ("id" = uuid::Uuid, Path, description = "The job id"),
+        ("id" = String, Path, description = "The job: its id, its key, or namespace:key"),
         ("If-Match" = Option<String>, Header, description = "The version the change is based on, e.g. \"3\"; `*` or absent: any"),
     ),
     request_body(
