@@ -3,15 +3,20 @@
 //! API, with `$JOB` a job's id, `$AT` one of its failed slots, and the files
 //! of `cli/examples/` in the working directory.
 
+use std::time::Duration;
+
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 use crate::output::Format;
 
 const TOP_HELP: &str = "\
 Configuration:
-  The flags fall back to environment variables: CRONSHARD_URL, CRONSHARD_TOKEN,
-  CRONSHARD_OUTPUT and CRONSHARD_NAMESPACE. Prefer CRONSHARD_TOKEN to --token:
-  a flag shows in the process list. --help never shows the token's or the URL's value.
+  Each setting is taken from the first of: its flag, its environment variable
+  (CRONSHARD_URL, CRONSHARD_TOKEN, CRONSHARD_OUTPUT, CRONSHARD_NAMESPACE), the
+  context in use (--context, CRONSHARD_CONTEXT, else the config file's current
+  context; see `cronshard config --help`), the default. Prefer a context or
+  CRONSHARD_TOKEN to --token: a flag shows in the process list. A context's token
+  is sent only to its own URL. --help never shows the token's or the URL's value.
 
 Output:
   -o table (default) prints aligned columns with instants in UTC (RFC 3339, ms);
@@ -23,14 +28,16 @@ Exit codes:
   1  any other failure (an answer the CLI cannot read)
   2  usage or invalid input: a bad flag, an unreadable file, the API's 400/413/415/422
      (each invalid field is printed as `field: message`)
-  3  not found (404)
+  3  not found (404), or no such context
   4  conflict or stale version (409, 412)
   5  server error (5xx) or the API cannot be reached (the URL is named)
   6  unauthorized or forbidden (401, 403)
+  7  `cronshard diff` only: the documents differ from the cluster
 
 Examples:
   $ cronshard jobs list
   $ cronshard -o json jobs get $JOB
+  $ cronshard --context prod jobs describe nightly-report
   $ cronshard preview --cron '30 2 * * *' --tz Europe/Berlin --from 2026-03-28T00:00:00Z --count 3";
 
 /// The heading of the flags every subcommand takes.
@@ -49,32 +56,30 @@ pub struct Cli {
 
 #[derive(Args, Debug)]
 pub struct Global {
-    /// The API's base URL.
-    #[arg(
-        long,
-        global = true,
-        help_heading = GLOBAL,
-        env = "CRONSHARD_URL",
-        default_value = "http://127.0.0.1:8080",
-        hide_env_values = true
-    )]
-    pub url: String,
+    /// The API's base URL (default http://127.0.0.1:8080).
+    #[arg(long, global = true, help_heading = GLOBAL, env = "CRONSHARD_URL", hide_env_values = true)]
+    pub url: Option<String>,
 
-    /// Bearer token (sent as `Authorization: Bearer`). Prefer the
-    /// environment variable: a flag shows in the process list.
+    /// Bearer token (sent as `Authorization: Bearer`). Prefer a context or
+    /// the environment variable: a flag shows in the process list.
     #[arg(long, global = true, help_heading = GLOBAL, env = "CRONSHARD_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
 
-    /// Output format.
-    #[arg(short = 'o', long, global = true, help_heading = GLOBAL, env = "CRONSHARD_OUTPUT", value_enum, default_value_t = Format::Table)]
-    pub output: Format,
+    /// Output format (default table).
+    #[arg(short = 'o', long, global = true, help_heading = GLOBAL, env = "CRONSHARD_OUTPUT", value_enum)]
+    pub output: Option<Format>,
 
     /// Namespace of new jobs, calendars, alert channels and rules, and the one
-    /// `jobs list`, `jobs bulk`, `calendars`, `signing-keys`, `audit`,
+    /// `jobs list`, `jobs bulk`, `apply`, `calendars`, `signing-keys`, `audit`,
     /// `channels list` and `alerts rules list` act in (default: the token's
     /// only namespace, or `default`).
     #[arg(long, global = true, help_heading = GLOBAL, env = "CRONSHARD_NAMESPACE")]
     pub namespace: Option<String>,
+
+    /// The context of the config file to use for this command (instead of
+    /// its current context).
+    #[arg(long, global = true, help_heading = GLOBAL, env = "CRONSHARD_CONTEXT", value_name = "NAME")]
+    pub context: Option<String>,
 
     /// Why you make this change (at most 500 characters): recorded as the
     /// reason in the audit log, sent as `X-Audit-Reason` with every write.
@@ -94,6 +99,41 @@ pub enum Command {
   $ cronshard jobs edit $JOB --set retry.max_retries=5"
     )]
     Jobs(Jobs),
+    /// Make the cluster's jobs and calendars match files (jobs as code).
+    #[command(after_help = "Each FILE is YAML (documents separated by ---) or JSON; a DIR is read
+recursively for *.yaml, *.yml and *.json, in sorted order (names starting with a
+dot skipped); - is stdin. A document is one object or a list of objects, each
+with `kind: Job` (the default) or `kind: Calendar`; the rest of a Job is the job
+as POST /v1/jobs takes it plus its `key` (its identity), the rest of a Calendar
+is the calendar with its `name`. Every document goes in one request, applied in
+one transaction: all or nothing. An existing job keeps its state (paused stays
+paused). --namespace is the namespace of documents that name none.
+
+--prune --selector S also deletes the live jobs that match S, that an apply made
+and that the documents no longer name (never a job made by hand, never a
+calendar). --dry-run computes and shows the same result and changes nothing.
+
+In target.secret_headers values, ${VAR} is replaced by the environment variable
+VAR (an unset one is an error naming the file; nothing is sent), so secrets
+stay out of the files.
+
+Examples:
+  $ cronshard apply -f jobs/
+  $ cronshard apply -f jobs/ --prune --selector team=examples
+  $ cronshard apply -f jobs/nightly-report.yaml --dry-run
+  $ cronshard apply -f jobs/ -o json | jq .summary")]
+    Apply(Apply),
+    /// Show what `apply` would change, and exit 7 if anything would.
+    #[command(after_help = "The same request as `apply --dry-run` (the same files, --prune and
+--selector): each job or calendar that would be created, changed or deleted,
+with each changed field as `path: before -> after` (secret values as ***).
+Exit code 0: nothing would change; 7: something would; any other: a failure.
+
+Examples:
+  $ cronshard diff -f jobs/
+  $ cronshard diff -f jobs/ --prune --selector team=examples
+  $ cronshard diff -f jobs/ -o json")]
+    Diff(Documents),
     /// List executions (ledger rows), explain a slot, replay failures.
     #[command(
         subcommand,
@@ -153,6 +193,22 @@ Examples:
   $ cronshard alerts list --open"
     )]
     Alerts(Alerts),
+    /// Keep named contexts (URL, namespace, output, token) in the config file.
+    #[command(
+        subcommand,
+        after_help = "The file is $CRONSHARD_CONFIG, else $XDG_CONFIG_HOME/cronshard/config.yaml, else
+~/.config/cronshard/config.yaml; it is written with mode 0600 (it may hold
+tokens). A context supplies what no flag and no environment variable gives: its
+url, namespace and output, and its token, which is sent only to its own url.
+--context NAME (or CRONSHARD_CONTEXT) picks a context for one command instead of
+the current one.
+
+Examples:
+  $ cronshard config get-contexts
+  $ cronshard config use-context prod
+  $ cronshard --context prod jobs list"
+    )]
+    Config(Config),
     /// Show the live scheduler nodes and the Redis shards.
     #[command(after_help = "Examples:
   $ cronshard cluster
@@ -214,8 +270,30 @@ Examples:
   $ cronshard jobs get $JOB
   $ cronshard jobs get $JOB -o yaml")]
     Get {
-        /// The job id.
+        /// The job: its id, its key, or namespace:key.
         id: String,
+    },
+    /// Show a job whole: its definition, its state, its next fire times and its
+    /// last executions.
+    #[command(after_help = "The definition (with its key, misfire and overlap policies, jitter and
+calendars), whether it is paused (by whom, when, why), its next fire times
+(--next, default 5) and its last executions (--executions, default 10), newest
+first, with their status and error or reason. -o json prints
+{job, next: {fire_times}, executions: {items}}, each as the API gives it.
+
+Examples:
+  $ cronshard jobs describe $JOB
+  $ cronshard jobs describe nightly-report
+  $ cronshard jobs describe default:nightly-report --next 3 --executions 20 -o yaml")]
+    Describe {
+        /// The job: its id, its key, or namespace:key.
+        id: String,
+        /// How many next fire times (1 to 1000).
+        #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        next: u32,
+        /// How many of the last executions (1 to 500).
+        #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=500))]
+        executions: u32,
     },
     /// Change fields of a job (a JSON Merge Patch), guarded by its version.
     #[command(after_help = "--set path=value sets one field: the path is dotted keys, the value JSON when it
@@ -237,7 +315,7 @@ Examples:
   $ cronshard jobs delete $JOB
   $ cronshard jobs delete $JOB --note 'replaced by the nightly export'")]
     Delete {
-        /// The job id.
+        /// The job: its id, its key, or namespace:key.
         id: String,
         /// Why it is deleted (at most 500 characters), recorded in the audit log.
         #[arg(long)]
@@ -252,7 +330,7 @@ Examples:
   $ cronshard jobs pause $JOB
   $ cronshard jobs pause $JOB --note 'receiver maintenance until 14:00'")]
     Pause {
-        /// The job id.
+        /// The job: its id, its key, or namespace:key.
         id: String,
         /// Why it is paused (at most 500 characters), for whoever finds it paused.
         #[arg(long)]
@@ -263,7 +341,7 @@ Examples:
   $ cronshard jobs resume $JOB
   $ cronshard jobs resume $JOB --note 'receiver back'")]
     Resume {
-        /// The job id.
+        /// The job: its id, its key, or namespace:key.
         id: String,
         /// Why it is resumed (at most 500 characters), recorded in the audit log.
         #[arg(long)]
@@ -274,7 +352,7 @@ Examples:
   $ cronshard jobs trigger $JOB
   $ cronshard jobs trigger $JOB --note 'rerun after the data fix'")]
     Trigger {
-        /// The job id.
+        /// The job: its id, its key, or namespace:key.
         id: String,
         /// Why it is fired (at most 500 characters), recorded in the audit log.
         #[arg(long)]
@@ -292,7 +370,7 @@ Examples:
   $ cronshard jobs history $JOB
   $ cronshard jobs history $JOB -o json")]
     History {
-        /// The job id.
+        /// The job: its id, its key, or namespace:key.
         id: String,
     },
     /// Give a job an earlier version's definition again, as a new version.
@@ -305,7 +383,7 @@ Examples:
   $ cronshard jobs rollback $JOB --to-version 1
   $ cronshard jobs rollback $JOB --to-version 1 --if-version 2 --note 'the new schedule overloads the receiver'")]
     Rollback {
-        /// The job id.
+        /// The job: its id, its key, or namespace:key.
         id: String,
         /// The version whose definition the job takes again.
         #[arg(long, value_name = "VERSION")]
@@ -322,7 +400,7 @@ Examples:
   $ cronshard jobs next $JOB
   $ cronshard jobs next $JOB --count 3 --from 2026-10-24T00:00:00Z")]
     Next {
-        /// The job id.
+        /// The job: its id, its key, or namespace:key.
         id: String,
         /// How many fire times (1 to 1000; the API's default is 10).
         #[arg(long)]
@@ -385,7 +463,7 @@ pub struct Paging {
 #[derive(Args, Debug)]
 #[command(group = clap::ArgGroup::new("change").required(true).multiple(true).args(["set", "file"]))]
 pub struct JobEdit {
-    /// The job id.
+    /// The job: its id, its key, or namespace:key.
     pub id: String,
     /// A field to change, as path=value (repeatable).
     #[arg(long = "set", value_name = "PATH=VALUE")]
@@ -400,6 +478,74 @@ pub struct JobEdit {
     /// version read earlier), instead of the version read now.
     #[arg(long, value_name = "VERSION")]
     pub if_version: Option<i64>,
+}
+
+/// The files `apply` and `diff` read, and what to prune.
+#[derive(Args, Debug)]
+pub struct Documents {
+    /// A YAML or JSON file, a directory read recursively, or - for stdin (repeatable).
+    #[arg(short = 'f', long = "file", value_name = "FILE|DIR", required = true)]
+    pub files: Vec<String>,
+    /// Also delete the live jobs that match --selector, that an apply made
+    /// and that the files no longer name.
+    #[arg(long, requires = "selector")]
+    pub prune: bool,
+    /// The label selector of the jobs --prune may delete (`team=payments`, ...).
+    #[arg(long, short = 'l', requires = "prune")]
+    pub selector: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct Apply {
+    #[command(flatten)]
+    pub documents: Documents,
+    /// Compute and show the result; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Config {
+    /// Make a context, or change the fields given of an existing one.
+    #[command(after_help = "--url is needed for a new context. The global --namespace and -o set the
+context's namespace and output (only as flags: the environment variables are
+not stored). The token is read from stdin with --token-stdin, so it never shows
+in the shell's history or the process list; without it, a context keeps the
+token it has. The first context made becomes the current one.
+
+Examples:
+  $ printf %s \"$PROD_TOKEN\" | cronshard config set-context prod --url https://cronshard.example.com --namespace payments --token-stdin
+  $ cronshard config set-context staging --url https://cronshard.staging.example.com -o yaml")]
+    SetContext {
+        /// The context's name.
+        name: String,
+        /// Read the context's token from stdin (a pipe or a file, not a terminal).
+        #[arg(long)]
+        token_stdin: bool,
+    },
+    /// Make a context the current one.
+    #[command(after_help = "Examples:
+  $ cronshard config use-context prod")]
+    UseContext {
+        /// The context's name.
+        name: String,
+    },
+    /// List the contexts (whether each has a token, never the token).
+    #[command(after_help = "Examples:
+  $ cronshard config get-contexts
+  $ cronshard config get-contexts -o json")]
+    GetContexts,
+    /// Print the current context's name.
+    #[command(after_help = "Examples:
+  $ cronshard config current-context")]
+    CurrentContext,
+    /// Delete a context, with its token.
+    #[command(after_help = "Examples:
+  $ cronshard config delete-context staging")]
+    DeleteContext {
+        /// The context's name.
+        name: String,
+    },
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -423,14 +569,23 @@ impl BulkAction {
 
 #[derive(Subcommand, Debug)]
 pub enum Executions {
-    /// List executions, newest first: of one job, or across jobs.
+    /// List executions, newest first: of one job, or across jobs; or follow them.
     #[command(after_help = "--status takes a ledger status (pending, running, succeeded, failed, retrying,
-skipped, missed, ...); the API names the allowed ones if it is not one.
+skipped, missed, ...); the API names the allowed ones if it is not one. The JOB
+column shows the job's key, else its name.
+
+--watch prints the newest page (--limit rows, default 50), oldest first, then
+polls it every --interval and prints each row not seen yet or whose status or
+attempts changed, until Ctrl-C, --for or --count. -o json prints one execution
+per line (JSON Lines), -o yaml one YAML document each. A poll that cannot reach
+the API is reported on stderr and tried again.
 
 Examples:
   $ cronshard executions list --job $JOB
   $ cronshard executions list --status failed --from 2026-11-01T00:00:00Z --to 2026-12-01T00:00:00Z
-  $ cronshard executions list --status failed --all -o json")]
+  $ cronshard executions list --status failed --all -o json
+  $ cronshard executions list --job $JOB --watch --count 2
+  $ cronshard executions list --watch --interval 1s --for 3s -o json")]
     List(ExecutionList),
     /// Explain one slot of a job: did it fire, and if not, why?
     #[command(after_help = "Prints the verdict (the row's status, or why there is no row), a summary and the
@@ -440,13 +595,14 @@ Examples:
   $ cronshard executions explain $JOB $AT
   $ cronshard executions explain $JOB 2026-12-15T09:00:00.000Z -o json")]
     Explain {
-        /// The job id.
+        /// The job: its id, its key, or namespace:key.
+        #[arg(value_name = "JOB")]
         job_id: String,
         /// The slot, an RFC 3339 instant.
         scheduled_at: String,
     },
     /// Replay one execution, or in bulk every one a filter selects.
-    #[command(after_help = "With JOB_ID and SCHEDULED_AT: that execution, back to pending under a new fire id.
+    #[command(after_help = "With JOB and SCHEDULED_AT: that execution, back to pending under a new fire id.
 Without them: every execution the filters select (status failed unless --status
 says otherwise; at most --limit, default 100). Each gets a fresh retry budget:
 the job's own retry policy, with each of --max-retries, --base-delay-ms,
@@ -492,7 +648,7 @@ pub struct Completion {
 #[derive(Args, Debug)]
 pub struct ExecutionList {
     /// Only this job's executions.
-    #[arg(long, value_name = "JOB_ID")]
+    #[arg(long, value_name = "JOB")]
     pub job: Option<String>,
     /// Only executions in this status.
     #[arg(long)]
@@ -505,12 +661,52 @@ pub struct ExecutionList {
     pub to: Option<String>,
     #[command(flatten)]
     pub paging: Paging,
+    /// Follow the executions as they land: print the rows not seen yet, or
+    /// whose status changed, until Ctrl-C (or --for, --count).
+    #[arg(long, short = 'w', conflicts_with_all = ["cursor", "all"])]
+    pub watch: bool,
+    /// With --watch: how long to wait between two polls (1s to 5m).
+    #[arg(long, value_name = "DURATION", requires = "watch", default_value = "2s", value_parser = interval)]
+    pub interval: Duration,
+    /// With --watch: stop after this long (`90s`, `15m`, `2h`).
+    #[arg(long = "for", value_name = "DURATION", requires = "watch", value_parser = duration)]
+    pub for_: Option<Duration>,
+    /// With --watch: stop once this many rows have been printed.
+    #[arg(long, value_name = "N", requires = "watch", value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: Option<u64>,
+}
+
+/// A duration as `500ms`, `30s`, `15m`, `2h` (a bare number is seconds).
+pub fn duration(raw: &str) -> Result<Duration, String> {
+    let raw = raw.trim();
+    let split = raw.find(|c: char| !c.is_ascii_digit()).unwrap_or(raw.len());
+    let (number, unit) = raw.split_at(split);
+    let n: u64 = number.parse().map_err(|_| format!("{raw:?} is not a duration such as 30s, 15m or 2h"))?;
+    let ms = match unit {
+        "ms" => Some(n),
+        "" | "s" => n.checked_mul(1_000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        _ => return Err(format!("{raw:?}: the unit must be ms, s, m or h")),
+    };
+    ms.map(Duration::from_millis).ok_or_else(|| format!("{raw:?} is too long"))
+}
+
+/// A poll interval: a [`duration`] from 1 s to 5 min, so a watch neither
+/// hammers the API nor looks stuck.
+fn interval(raw: &str) -> Result<Duration, String> {
+    let d = duration(raw)?;
+    if (Duration::from_secs(1)..=Duration::from_secs(300)).contains(&d) {
+        Ok(d)
+    } else {
+        Err("must be from 1s to 5m".to_owned())
+    }
 }
 
 #[derive(Args, Debug)]
 pub struct Replay {
-    /// The job of the one execution to replay.
-    #[arg(requires = "scheduled_at")]
+    /// The job of the one execution to replay (its id, key, or namespace:key).
+    #[arg(requires = "scheduled_at", value_name = "JOB")]
     pub job_id: Option<String>,
     /// The slot of the one execution to replay (RFC 3339).
     pub scheduled_at: Option<String>,
@@ -518,7 +714,7 @@ pub struct Replay {
     #[arg(long, conflicts_with = "job_id")]
     pub status: Option<String>,
     /// Bulk: only this job's executions.
-    #[arg(long, value_name = "JOB_ID", conflicts_with = "job_id")]
+    #[arg(long, value_name = "JOB", conflicts_with = "job_id")]
     pub job: Option<String>,
     /// Bulk: only executions made by this trigger (schedule, manual, ...).
     #[arg(long, conflicts_with = "job_id")]
@@ -671,7 +867,7 @@ pub struct Preview {
 #[derive(Args, Debug)]
 pub struct AuditList {
     /// Only this job's entries.
-    #[arg(long, value_name = "JOB_ID")]
+    #[arg(long, value_name = "JOB")]
     pub job: Option<String>,
     /// Only changes made by this token (its name or id).
     #[arg(long, value_name = "NAME|ID")]
@@ -823,7 +1019,7 @@ pub struct RuleCreate {
     #[arg(long)]
     pub name: String,
     /// A job the rule watches (repeatable).
-    #[arg(long = "job", value_name = "JOB_ID")]
+    #[arg(long = "job", value_name = "JOB")]
     pub jobs: Vec<String>,
     /// The jobs whose labels match this selector (`k=v`, `k!=v`, `k in (a,b)`, ...).
     #[arg(long, short = 'l')]
@@ -852,7 +1048,7 @@ pub struct AlertList {
     #[arg(long)]
     pub resolved: bool,
     /// Only this job's incidents.
-    #[arg(long, value_name = "JOB_ID")]
+    #[arg(long, value_name = "JOB")]
     pub job: Option<String>,
     /// Only this rule's incidents.
     #[arg(long, value_name = "RULE_ID")]

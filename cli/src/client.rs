@@ -53,10 +53,7 @@ impl Reply {
 
 impl Api {
     pub fn new(base: &str, token: Option<String>) -> Result<Api> {
-        let base = Url::parse(base)
-            .ok()
-            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
-            .ok_or_else(|| Failure::invalid("--url (CRONSHARD_URL) must be an http or https URL"))?;
+        let base = base_url(base)?;
         let http = reqwest::Client::builder()
             .user_agent(concat!("cronshard-cli/", env!("CARGO_PKG_VERSION")))
             .timeout(REQUEST_TIMEOUT)
@@ -172,6 +169,13 @@ impl Api {
     }
 }
 
+/// An API base URL: http or https, with a host.
+pub fn base_url(raw: &str) -> Result<Url> {
+    Url::parse(raw).ok().filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some()).ok_or_else(|| {
+        Failure::invalid("the API's URL (--url, CRONSHARD_URL or the context's) must be an http or https URL")
+    })
+}
+
 /// `text` as UTF-8 with every byte but the unreserved characters of RFC 3986
 /// (letters, digits, `-._~`) written `%XX`: visible ASCII only, as a header
 /// value must be, and decoded back to the same text by the API.
@@ -224,7 +228,9 @@ pub fn problem(status: u16, text: &str) -> Failure {
     let mut failure = Failure::new(exit, message);
     failure.details = details;
     if exit == Exit::Denied && status == 401 {
-        failure.details.push("set the token with CRONSHARD_TOKEN (or --token)".to_owned());
+        failure.details.push(
+            "set the token with CRONSHARD_TOKEN, a context (cronshard config set-context), or --token".to_owned(),
+        );
     }
     failure
 }

@@ -2,9 +2,11 @@
 //! returns the text for stdout; a failure carries its exit code.
 
 mod alerts;
+mod apply;
 mod audit;
 mod calendars;
 mod channels;
+pub mod config;
 mod executions;
 mod jobs;
 mod signing_keys;
@@ -14,9 +16,22 @@ use serde_json::{Map, Value, json};
 
 use crate::args::{Command, Paging, Preview};
 use crate::client::{Api, Body, Reply};
-use crate::failure::Result;
+use crate::failure::{Exit, Failure, Result};
 use crate::input;
 use crate::output::{self, Format};
+
+/// A command's text for stdout and its exit code: 0, but for a `diff`
+/// that found differences.
+pub struct Done {
+    pub out: String,
+    pub exit: Exit,
+}
+
+impl From<String> for Done {
+    fn from(out: String) -> Done {
+        Done { out, exit: Exit::Ok }
+    }
+}
 
 /// What every command needs: the API, the output format, the namespace.
 pub struct Ctx {
@@ -52,6 +67,22 @@ impl Ctx {
             Format::Table => format!("{message}\n"),
             Format::Json | Format::Yaml => String::new(),
         }
+    }
+
+    /// The id of the job `job` names (its id, key or `namespace:key`), for
+    /// the filters that take an id (a query's `job`, a body's `job_id`):
+    /// an id as it is; a key as the API resolves it in paths, the live job
+    /// with it, else the deleted job that last had it (its history answers
+    /// for both).
+    async fn job_id(&self, job: &str) -> Result<String> {
+        if looks_like_id(job) {
+            return Ok(job.to_owned());
+        }
+        let history = self.api.get(&["jobs", job, "versions"], &[]).await?.json()?;
+        history["job_id"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| Failure::other(format!("the API named no job id for {job:?}")))
     }
 
     /// `?namespace=` when one was given.
@@ -98,9 +129,11 @@ impl Ctx {
     }
 }
 
-pub async fn run(ctx: &Ctx, command: Command) -> Result<String> {
-    match command {
+pub async fn run(ctx: &Ctx, command: Command) -> Result<Done> {
+    let out = match command {
         Command::Jobs(c) => jobs::run(ctx, c).await,
+        Command::Apply(a) => return apply::apply(ctx, a.documents, a.dry_run).await,
+        Command::Diff(documents) => return apply::diff(ctx, documents).await,
         Command::Executions(c) => executions::run(ctx, c).await,
         Command::Calendars(c) => calendars::run(ctx, c).await,
         Command::SigningKeys(c) => signing_keys::run(ctx, c).await,
@@ -109,8 +142,19 @@ pub async fn run(ctx: &Ctx, command: Command) -> Result<String> {
         Command::Alerts(c) => alerts::run(ctx, c).await,
         Command::Cluster => cluster(ctx).await,
         Command::Preview(p) => preview(ctx, p).await,
-        Command::Completions { .. } => unreachable!("completions need no API and are printed by main"),
-    }
+        Command::Completions { .. } | Command::Config(_) => {
+            unreachable!("completions and the config file need no API and are run by main")
+        }
+    };
+    out.map(Done::from)
+}
+
+/// The shape of a UUID (8-4-4-4-12 hex digits): a key never has it (the
+/// API refuses such keys), so it is an id and needs no lookup.
+fn looks_like_id(job: &str) -> bool {
+    let groups: Vec<&str> = job.split('-').collect();
+    groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+        && groups.iter().all(|g| g.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 async fn cluster(ctx: &Ctx) -> Result<String> {

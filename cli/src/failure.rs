@@ -13,7 +13,7 @@ pub enum Exit {
     /// Bad usage or invalid input: clap's errors, unreadable files, and
     /// the API's 400, 413, 415 and 422.
     Invalid = 2,
-    /// 404: no such job, execution or calendar.
+    /// 404: no such job, execution or calendar; or no such context.
     NotFound = 3,
     /// 409 or 412: a conflict with the stored state or a stale `If-Match`.
     Conflict = 4,
@@ -21,6 +21,9 @@ pub enum Exit {
     Unavailable = 5,
     /// 401 or 403: no or a wrong token, or a role too low.
     Denied = 6,
+    /// Not a failure: `cronshard diff` found something the documents would
+    /// change (like `diff` and `kubectl diff`, which exit 1, but 1 is taken).
+    Differs = 7,
 }
 
 impl Exit {

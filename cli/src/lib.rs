@@ -1,13 +1,16 @@
 //! `cronshard`, the command-line client of the cronshard REST API: jobs
-//! and their history, executions, calendars, signing keys, the audit log,
-//! alert channels, rules and incidents, the cluster and schedule previews,
-//! shown as tables for people or as the API's JSON (or YAML) for scripts,
-//! with exit codes that tell the kinds of failure apart (`failure::Exit`).
-//! It speaks HTTP only; docs/cli.md is its guide.
+//! and their history, jobs as code (`apply`, `diff`), executions,
+//! calendars, signing keys, the audit log, alert channels, rules and
+//! incidents, the cluster and schedule previews, shown as tables for people
+//! or as the API's JSON (or YAML) for scripts, with exit codes that tell the
+//! kinds of failure apart (`failure::Exit`). Settings come from flags, the
+//! environment or a context of the config file (`config`). It speaks HTTP
+//! only; docs/cli.md is its guide.
 
 pub mod args;
 mod client;
 mod commands;
+mod config;
 pub mod failure;
 mod input;
 mod output;
@@ -18,26 +21,27 @@ use domain::{redact, text};
 
 use std::io::Write;
 
-use clap::Parser;
+use clap::FromArgMatches;
 
 use crate::args::{Cli, Command};
 use crate::failure::{Exit, Failure};
 
 /// Runs the command line of this process; returns the exit code.
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    // Usage errors exit 2, --help and --version 0 (clap's codes).
+    let parsed = args::command().try_get_matches().and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         Err(e) => {
-            // Usage errors exit 2, --help and --version 0 (clap's codes).
             let _ = e.print();
             return e.exit_code();
         }
     };
-    match run(cli) {
-        Ok(out) => match std::io::stdout().lock().write_all(out.as_bytes()) {
-            Ok(()) => Exit::Ok as i32,
+    match run(cli, &matches) {
+        Ok(done) => match std::io::stdout().lock().write_all(done.out.as_bytes()) {
+            Ok(()) => done.exit as i32,
             // A reader that stopped early (`| head`) is not a failure.
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Exit::Ok as i32,
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => done.exit as i32,
             Err(e) => {
                 eprintln!("error: cannot write the output: {e}");
                 Exit::Other as i32
@@ -50,16 +54,22 @@ pub fn main() -> i32 {
     }
 }
 
-fn run(cli: Cli) -> Result<String, Failure> {
-    if let Command::Completions { shell } = cli.command {
-        let mut out = Vec::new();
-        clap_complete::generate(shell, &mut args::command(), "cronshard", &mut out);
-        return String::from_utf8(out).map_err(|e| Failure::other(e.to_string()));
+fn run(cli: Cli, matches: &clap::ArgMatches) -> Result<commands::Done, Failure> {
+    match cli.command {
+        Command::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut args::command(), "cronshard", &mut out);
+            return String::from_utf8(out).map(Into::into).map_err(|e| Failure::other(e.to_string()));
+        }
+        // The config file's own commands need no API (and no context).
+        Command::Config(command) => return commands::config::run(&cli.global, matches, command).map(Into::into),
+        _ => {}
     }
+    let settings = config::settings(&cli.global)?;
     let ctx = commands::Ctx {
-        api: client::Api::new(&cli.global.url, cli.global.token)?.with_reason(cli.global.reason.as_deref())?,
-        format: cli.global.output,
-        namespace: cli.global.namespace.filter(|n| !n.is_empty()),
+        api: client::Api::new(&settings.url, settings.token)?.with_reason(cli.global.reason.as_deref())?,
+        format: settings.format,
+        namespace: settings.namespace,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

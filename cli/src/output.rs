@@ -46,6 +46,11 @@ pub fn yaml(value: &Value) -> Result<String> {
     Ok(with_newline(json_escaped(&json)))
 }
 
+/// One value as one line of JSON (JSON Lines), hidden characters escaped.
+pub fn json_line(value: &Value) -> String {
+    json_escaped(&value.to_string())
+}
+
 /// A valid JSON document with every hidden character (`domain::text`)
 /// written as a `\uXXXX` escape: such characters can only stand inside
 /// strings, where the escape means the same character, so the document is

@@ -681,3 +681,211 @@ async fn an_unreachable_api_url_is_shown_without_its_query_values() {
     assert!(run.stderr.contains("cannot reach the API at http://127.0.0.1:1/?api_key=***&mode=***"), "{run:?}");
     assert!(!run.stderr.contains(SECRET), "{run:?}");
 }
+
+/// A job with a key is named by it, or by `namespace:key`, wherever a
+/// command takes a job: in paths (the API resolves it) and in the filters
+/// that take an id (the CLI looks the id up), a deleted job's key too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_is_named_by_its_key_or_namespace_and_key_everywhere() {
+    let stack = Stack::start("cli-keys").await;
+    let id = stack
+        .create_json(&json!({"key": "sales-report", "name": "daily-sales-report",
+                             "schedule": {"kind": "cron", "expr": "0 8 * * *", "timezone": "Europe/Berlin"},
+                             "target": {"kind": "http", "url": "https://reports.example.com/run"}}))
+        .await;
+    let keyless = stack.create(&example("job.json")).await["id"].as_str().unwrap().to_owned();
+    for job in ["sales-report", "default:sales-report", id.as_str()] {
+        let run = stack.cli().args(["jobs", "get", job]).ok().await;
+        assert_eq!((run.field("ID"), run.field("KEY")), (id.clone(), "sales-report".to_owned()), "{job}");
+    }
+    let run = stack.cli().args(["jobs", "list"]).ok().await;
+    assert_aligned(&run.stdout, &["ID", "KEY", "NAME", "NAMESPACE", "SCHEDULE"]);
+    assert!(run.lines().iter().any(|l| l.starts_with(&format!("{id}  sales-report  daily-sales-report"))), "{run:?}");
+
+    let run = stack.cli().args(["jobs", "edit", "sales-report", "--set", "retry.max_retries=4"]).ok().await;
+    assert_eq!(run.field("VERSION"), "2");
+    let run = stack.cli().args(["jobs", "pause", "default:sales-report", "--note", "by key"]).ok().await;
+    assert!(run.field("PAUSED").ends_with(": by key"), "{run:?}");
+    stack.cli().args(["jobs", "resume", "sales-report"]).ok().await;
+    stack.cli().args(["jobs", "next", "sales-report", "--count", "1"]).ok().await;
+    let run = stack.cli().args(["jobs", "history", "sales-report"]).ok().await;
+    assert_eq!(run.lines()[0], format!("job {id}"));
+    let run = stack.cli().args(["jobs", "trigger", "sales-report"]).ok().await;
+    assert_eq!(run.field("JOB ID"), id);
+
+    // Execution tables name the job by its key, else its name.
+    let t1 = "2026-11-18T07:00:00.000Z";
+    stack.insert_row(&id, at(t1), "failed", Some("HTTP 503 Service Unavailable")).await;
+    stack.insert_row(&keyless, at("2026-11-18T06:00:00.000Z"), "succeeded", None).await;
+    let run = stack.cli().args(["executions", "list", "--status", "failed", "--job", "sales-report"]).ok().await;
+    assert!(run.lines()[1].starts_with(&format!("{t1}  sales-report  failed")), "{run:?}");
+    let run = stack.cli().args(["executions", "list"]).ok().await;
+    assert!(run.stdout.contains("  hourly-ledger-cleanup  succeeded"), "a job without a key by its name: {run:?}");
+    assert!(!run.stdout.contains(&id), "no job id in the table: {run:?}");
+    let run = stack.cli().args(["executions", "explain", "sales-report", t1]).ok().await;
+    assert_eq!(run.field("VERDICT"), "failed (fired)");
+    // Filters that take an id: the CLI looks the key up.
+    let run = stack.cli().args(["-o", "json", "executions", "replay", "--job", "sales-report"]).ok().await;
+    assert_eq!(run.json()["replayed"], 1, "{run:?}");
+    let run = stack.cli().args(["-o", "json", "audit", "--job", "default:sales-report"]).ok().await;
+    let audit = run.json();
+    let actions: Vec<&str> = audit["items"].as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap()).collect();
+    assert!(actions.contains(&"job.create") && actions.contains(&"job.pause"), "{actions:?}");
+    stack.cli().args(["audit", "--job", "no-such-job"]).fails(3).await;
+
+    // Deleted: no longer live, but its key still names it for its history.
+    stack.cli().args(["jobs", "delete", "sales-report"]).ok().await;
+    stack.cli().args(["jobs", "get", "sales-report"]).fails(3).await;
+    let run = stack.cli().args(["jobs", "history", "sales-report"]).ok().await;
+    assert!(run.stdout.contains("job.delete"), "{run:?}");
+    let run = stack.cli().args(["-o", "json", "audit", "--job", "sales-report"]).ok().await;
+    assert_eq!(run.json()["items"][0]["action"], "job.delete");
+    stack.cli().args(["jobs", "get", "nope"]).fails(3).await;
+}
+
+/// `jobs describe`: the definition whole, who paused it and why, the next
+/// fire times and the last executions, newest first; -o json all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_shows_the_definition_the_state_the_next_fires_and_the_last_executions() {
+    let stack = Stack::start("cli-describe").await;
+    let id = stack
+        .create_json(&json!({"key": "nightly", "name": "nightly export", "overlap": "forbid", "jitter_ms": 5000,
+                             "misfire": "skip", "retry": {"max_retries": 2},
+                             "schedule": {"kind": "cron", "expr": "0 2 * * *", "timezone": "Europe/Berlin"},
+                             "target": {"kind": "http", "url": "https://x.example.com/run", "method": "PUT"},
+                             "labels": {"team": "data"}}))
+        .await;
+    for day in 1..=12 {
+        let status = if day % 2 == 0 { "succeeded" } else { "failed" };
+        let error = (status == "failed").then_some("HTTP 500 Internal Server Error");
+        stack.insert_row(&id, at(&format!("2026-11-{day:02}T01:00:00Z")), status, error).await;
+    }
+
+    let run = stack.cli().args(["jobs", "describe", "nightly"]).ok().await;
+    let value = |key: &str| {
+        run.lines()
+            .iter()
+            .find_map(|l| l.trim_start().strip_prefix(&format!("{key}:")))
+            .unwrap_or_else(|| panic!("no {key} in {run:?}"))
+            .trim()
+            .to_owned()
+    };
+    assert_eq!((value("ID"), value("KEY"), value("NAME")), (id.clone(), "nightly".into(), "nightly export".into()));
+    assert_eq!(value("TARGET"), "http PUT https://x.example.com/run");
+    assert_eq!(value("OVERLAP"), "forbid");
+    assert_eq!(value("JITTER"), "up to 5000 ms");
+    assert_eq!(value("MISFIRE"), "skip (at most 100 replayed)");
+    assert!(value("RETRY").starts_with("max 2 retries, 30000 ms first"), "{run:?}");
+    assert_eq!(value("PAUSED"), "false");
+    let section = |title: &str| -> Vec<String> {
+        let lines = run.lines();
+        let start = lines.iter().position(|l| *l == title).unwrap_or_else(|| panic!("no {title} in {run:?}"));
+        lines[start + 1..].iter().take_while(|l| !l.is_empty()).map(|l| l.to_string()).collect()
+    };
+    let fires = section("Next fire times:");
+    assert_eq!(fires.len(), 6, "a header and 5 fire times: {run:?}");
+    assert!(fires[0].trim_start().starts_with("AT (UTC)") && fires[0].contains("DELIVERED AT (UTC)"), "{run:?}");
+    let executions = section("Last executions (newest first):");
+    assert_eq!(executions.len(), 11, "a header and 10 executions: {run:?}");
+    assert_aligned(
+        &executions.iter().map(|l| l.trim_start().to_owned()).collect::<Vec<_>>().join("\n"),
+        &["SCHEDULED AT (UTC)", "STATUS", "TRIGGER", "ATTEMPTS", "HTTP", "ERROR / REASON"],
+    );
+    assert!(executions[1].trim_start().starts_with("2026-11-12T01:00:00.000Z  succeeded"), "{run:?}");
+    assert!(executions[2].contains("failed") && executions[2].contains("HTTP 500 Internal Server Error"), "{run:?}");
+
+    // Paused: by whom, when, why.
+    stack.cli().args(["jobs", "pause", "nightly", "--note", "warehouse migration"]).ok().await;
+    let run = stack.cli().args(["jobs", "describe", &id, "--executions", "3", "--next", "2"]).ok().await;
+    let state: Vec<&str> =
+        run.lines().into_iter().skip_while(|l| *l != "State:").skip(1).take_while(|l| !l.is_empty()).collect();
+    let state: Vec<String> = state.iter().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect();
+    assert_eq!(state[0], "PAUSED: true");
+    assert_eq!(state[1], "PAUSED BY: bootstrap token #1");
+    assert!(state[2].starts_with("PAUSED AT (UTC): 20") && state[2].ends_with('Z'), "{state:?}");
+    assert_eq!(state[3], "NOTE: warehouse migration");
+
+    let run = stack
+        .cli()
+        .args(["-o", "json", "jobs", "describe", "default:nightly", "--executions", "3", "--next", "2"])
+        .ok()
+        .await;
+    let whole = run.json();
+    assert_eq!(whole["job"]["id"], json!(id));
+    assert_eq!(whole["executions"]["items"].as_array().unwrap().len(), 3);
+    assert_eq!(whole["executions"]["items"][0]["job_key"], "nightly");
+    assert!(whole["next"]["fire_times"].is_array(), "{whole}");
+    stack.cli().args(["jobs", "describe", "nightly", "--executions", "0"]).fails(2).await;
+    stack.cli().args(["jobs", "describe", "missing"]).fails(3).await;
+}
+
+/// `executions list --watch`: the newest page, then only the rows that
+/// land or change, until --count, --for or Ctrl-C.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_prints_new_rows_and_status_changes_as_they_land() {
+    let stack = Stack::start("cli-watch").await;
+    let id = stack
+        .create_json(
+            &json!({"key": "watched", "name": "watched", "schedule": {"kind": "interval", "every_ms": 3600000},
+                             "target": {"kind": "http", "url": "https://x.example.com/"}}),
+        )
+        .await;
+    let (t1, t2) = ("2026-11-18T07:00:00.000Z", "2026-11-18T08:00:00.000Z");
+    stack.insert_row(&id, at(t1), "retrying", Some("HTTP 503 Service Unavailable")).await;
+
+    let watch = stack.cli().args(["executions", "list", "--job", "watched", "--watch", "--interval", "1s"]);
+    let watch = watch.args(["--count", "3", "--for", "40s"]).run();
+    let land = async {
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        stack.insert_row(&id, at(t2), "succeeded", None).await;
+        stack
+            .app
+            .sql()
+            .await
+            .execute(
+                "UPDATE scheduled_jobs SET status = 'failed', attempts = 4 WHERE job_id = $1 AND scheduled_at = $2",
+                &[&uuid::Uuid::parse_str(&id).unwrap(), &at(t1)],
+            )
+            .await
+            .unwrap();
+    };
+    let (run, ()) = tokio::join!(watch, land);
+    assert_eq!(run.code, 0, "{run:?}");
+    let lines = run.lines();
+    assert_eq!(lines.len(), 4, "a header and 3 rows: {run:?}");
+    assert!(lines[0].starts_with("SCHEDULED AT (UTC)        JOB                             STATUS"), "{run:?}");
+    assert!(lines[1].starts_with(&format!("{t1}  watched")) && lines[1].contains("retrying"), "{run:?}");
+    let later: Vec<&str> = lines[2..].to_vec();
+    assert!(later.iter().any(|l| l.starts_with(t2) && l.contains("succeeded")), "the new row: {run:?}");
+    assert!(later.iter().any(|l| l.starts_with(t1) && l.contains("failed")), "the change: {run:?}");
+
+    // JSON Lines, bounded by --for; nothing new, nothing more.
+    let started = std::time::Instant::now();
+    let run =
+        stack.cli().args(["-o", "json", "executions", "list", "--watch", "--interval", "1s", "--for", "2s"]).ok().await;
+    assert!(started.elapsed() < std::time::Duration::from_secs(15), "{run:?}");
+    let rows: Vec<Value> = run.lines().iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 2, "each execution once: {run:?}");
+    assert_eq!((rows[0]["scheduled_at"].as_str(), rows[0]["job_key"].as_str()), (Some(t1), Some("watched")));
+    // Usage: --for without --watch, an interval out of bounds.
+    stack.cli().args(["executions", "list", "--for", "2s"]).fails(2).await;
+    stack.cli().args(["executions", "list", "--watch", "--interval", "10ms"]).fails(2).await;
+    stack.cli().args(["executions", "list", "--watch", "--all"]).fails(2).await;
+
+    // Ctrl-C ends a watch quietly.
+    let mut child = tokio::process::Command::new(binary())
+        .args(["executions", "list", "--watch"])
+        .env("CRONSHARD_URL", stack.base())
+        .env("CRONSHARD_TOKEN", support::TOKEN)
+        .env("CRONSHARD_CONFIG", "/nonexistent/config.yaml")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let pid = child.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    let status =
+        tokio::time::timeout(std::time::Duration::from_secs(10), child.wait()).await.expect("stopped").unwrap();
+    assert_eq!(status.code(), Some(0));
+}

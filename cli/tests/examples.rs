@@ -1,12 +1,16 @@
 //! Every example of every `--help` text works: each line `$ cronshard ...`
-//! of the real binary's help is run by bash against the real API (auth on),
-//! in a directory holding the files of `cli/examples/`, with `$JOB` a fresh
-//! job (from job.yaml, edited once: at version 2), `$AT` one of its slots
-//! with a failed execution, `$EXECUTION_ID` another of its slots awaiting its
-//! receiver's report with `$TOKEN` that attempt's completion token,
-//! `$CHANNEL` an alert channel no rule sends to, `$RULE` an alert rule (of
-//! another channel), `$SLACK_URL` and `$HOOK_URL` channel addresses, and the
-//! calendar `holidays` in place, and must exit 0.
+//! of the real binary's help is run by bash against the real API (auth on,
+//! loopback callbacks allowed as on the local stack), in a directory holding
+//! the files of `cli/examples/` and, as `jobs/`, those of the repository's
+//! `examples/jobs/` (applied, with `$REPORTS_TOKEN` set), with `$JOB` a
+//! fresh job (from job.yaml, edited once: at version 2), `$AT` one of its
+//! slots with a failed execution, `$EXECUTION_ID` another of its slots
+//! awaiting its receiver's report with `$TOKEN` that attempt's completion
+//! token, `$CHANNEL` an alert channel no rule sends to, `$RULE` an alert
+//! rule (of another channel), `$SLACK_URL` and `$HOOK_URL` channel
+//! addresses, the calendar `holidays` in place, `$PROD_TOKEN` a token, and
+//! a fresh config file whose contexts are `local` (current) and `prod`
+//! (this API, with its token) and `staging`, and must exit 0.
 
 #[path = "../../api/tests/support/lib.rs"]
 mod app;
@@ -18,7 +22,9 @@ use std::path::Path;
 
 use serde_json::json;
 
-use support::{Cli, Stack, TempDir, binary, example, examples_dir};
+use support::{
+    Cli, REPORTS_TOKEN, Stack, TOKEN, TempDir, binary, copy_files, example, examples_dir, jobs_examples_dir,
+};
 
 /// The slot `$AT` names: 08:00 Berlin (a fire time of job.yaml) in the
 /// range the bulk replay example covers.
@@ -41,12 +47,11 @@ fn examples_in(help: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_example_in_the_help_texts_works_against_the_local_stack() {
-    let stack = Stack::start("cli-examples").await;
+    let stack = Stack::start_loopback("cli-examples").await;
     let dir = TempDir::new("examples");
-    for entry in std::fs::read_dir(examples_dir()).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), dir.0.join(entry.file_name())).unwrap();
-    }
+    copy_files(&examples_dir(), &dir.0);
+    copy_files(&jobs_examples_dir(), &dir.0.join("jobs"));
+    let config = dir.0.join("config.yaml");
 
     // The examples, from the binary's own --help of every (sub)command.
     let mut all_paths = Vec::new();
@@ -106,6 +111,9 @@ async fn every_example_in_the_help_texts_works_against_the_local_stack() {
         let awaiting_at = support_at() + chrono::TimeDelta::hours(1);
         let (execution_id, token) = stack.insert_awaiting_row(&job, awaiting_at).await;
         stack.cli().args(["calendars", "put", "holidays", "-f", &example("holidays.yaml")]).ok().await;
+        let jobs = dir.0.join("jobs").to_string_lossy().into_owned();
+        stack.cli().env("REPORTS_TOKEN", REPORTS_TOKEN).args(["apply", "-f", &jobs]).ok().await;
+        std::fs::write(&config, contexts(&stack.base())).unwrap();
 
         let run = stack
             .cli()
@@ -119,6 +127,9 @@ async fn every_example_in_the_help_texts_works_against_the_local_stack() {
             .env("RULE", &rule)
             .env("SLACK_URL", SLACK_URL)
             .env("HOOK_URL", HOOK_URL)
+            .env("REPORTS_TOKEN", REPORTS_TOKEN)
+            .env("PROD_TOKEN", TOKEN)
+            .env("CRONSHARD_CONFIG", &config.to_string_lossy())
             .dir(&dir.0)
             .args(["-o", "pipefail", "-c", line])
             .run_program(Path::new("bash"))
@@ -128,6 +139,15 @@ async fn every_example_in_the_help_texts_works_against_the_local_stack() {
         }
     }
     assert!(failures.is_empty(), "{} of {} examples failed:\n{}", failures.len(), examples.len(), failures.join("\n"));
+}
+
+/// The config file of each example: `local` (current) and `prod` at this
+/// API with its token, `staging` elsewhere.
+fn contexts(base: &str) -> String {
+    format!(
+        "current_context: local\ncontexts:\n  local:\n    url: {base}\n    token: {TOKEN}\n  prod:\n    url: {base}\n    \
+         namespace: default\n    token: {TOKEN}\n  staging:\n    url: https://cronshard.staging.example.com\n"
+    )
 }
 
 /// Channel addresses the examples give (the Slack one as Slack writes them).

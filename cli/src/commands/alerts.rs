@@ -42,7 +42,13 @@ async fn create(ctx: &Ctx, rule: RuleCreate) -> Result<String> {
     });
     match rule.selector {
         Some(selector) => body["selector"] = json!(selector),
-        None => body["jobs"] = json!(rule.jobs),
+        None => {
+            let mut ids = Vec::with_capacity(rule.jobs.len());
+            for job in &rule.jobs {
+                ids.push(ctx.job_id(job).await?);
+            }
+            body["jobs"] = json!(ids);
+        }
     }
     if let Some(threshold) = rule.threshold {
         body["threshold"] = json!(threshold);
@@ -61,8 +67,12 @@ async fn switch(ctx: &Ctx, id: &str, enabled: bool) -> Result<String> {
 }
 
 async fn incidents(ctx: &Ctx, list: AlertList) -> Result<String> {
+    let job = match &list.job {
+        Some(job) => Some(ctx.job_id(job).await?),
+        None => None,
+    };
     let mut query: Vec<(&'static str, String)> =
-        [("job", list.job), ("rule", list.rule)].into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect();
+        [("job", job), ("rule", list.rule)].into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect();
     if list.open || list.resolved {
         query.push(("open", list.open.to_string()));
     }

@@ -18,6 +18,7 @@ pub async fn run(ctx: &Ctx, command: Jobs) -> Result<String> {
             let reply = ctx.api.get(&["jobs", &id], &[]).await?;
             ctx.show(&reply, job_view)
         }
+        Jobs::Describe { id, next, executions } => describe(ctx, &id, next, executions).await,
         Jobs::Edit(edit) => self::edit(ctx, edit).await,
         Jobs::Delete { id, note } => {
             ctx.api.send(Method::DELETE, &["jobs", &id], &[], noted(note), None).await?;
@@ -97,6 +98,18 @@ async fn list(ctx: &Ctx, list: JobList) -> Result<String> {
     ctx.list(&["jobs"], query, &list.paging, jobs_table).await
 }
 
+/// The job, its next fire times and its last executions, as one document:
+/// `{job, next, executions}`, each the API's answer. The job is read first
+/// and then asked about by its id, so all three are of the same job.
+async fn describe(ctx: &Ctx, job: &str, next: u32, executions: u32) -> Result<String> {
+    let job = ctx.api.get(&["jobs", job], &[]).await?.json()?;
+    let id = job["id"].as_str().ok_or_else(|| Failure::other("the job as read has no id"))?.to_owned();
+    let fires = ctx.api.get(&["jobs", &id, "next"], &[("count", next.to_string())]).await?.json()?;
+    let runs = ctx.api.get(&["jobs", &id, "executions"], &[("limit", executions.to_string())]).await?.json()?;
+    let whole = json!({ "job": job, "next": fires, "executions": runs });
+    output::render(ctx.format, &whole.to_string(), &whole, describe_view)
+}
+
 /// Reads the job's version (unless `--force` or `--if-version`), then sends
 /// the merge patch with `If-Match` of it: a change made in between is a 412.
 async fn edit(ctx: &Ctx, edit: JobEdit) -> Result<String> {
@@ -147,21 +160,16 @@ async fn bulk(ctx: &Ctx, action: BulkAction, selector: String, yes: bool) -> Res
 
 /// One job, field by field.
 pub fn job_view(job: &Value) -> String {
-    let target = &job["target"];
-    let target = match target["kind"].as_str() {
-        Some("http") => format!("http {} {}", target["method"].as_str().unwrap_or("POST"), text(&target["url"])),
-        Some("sqs") => format!("sqs {}", text(&target["queue_url"])),
-        _ => text(target),
-    };
     let mut rows = vec![
         ("ID", text(&job["id"])),
+        ("KEY", text(&job["key"])),
         ("NAME", text(&job["name"])),
         ("NAMESPACE", text(&job["namespace"])),
         ("VERSION", text(&job["version"])),
         ("SCHEDULE", output::schedule(&job["schedule"])),
         ("PAUSED", paused(&job["paused"], &job["pause"])),
         ("NEXT FIRE (UTC)", utc(&job["next_fire_at"])),
-        ("TARGET", target),
+        ("TARGET", target(&job["target"])),
         ("LABELS", output::labels(&job["labels"])),
     ];
     if let Some(retry) = job["retry"].as_object() {
@@ -173,6 +181,95 @@ pub fn job_view(job: &Value) -> String {
     rows.push(("CREATED (UTC)", utc(&job["created_at"])));
     rows.push(("UPDATED (UTC)", utc(&job["updated_at"])));
     fields(&rows)
+}
+
+/// `jobs describe`: the definition whole, the state, the next fire times,
+/// the last executions.
+fn describe_view(whole: &Value) -> String {
+    let job = &whole["job"];
+    let mut rows = vec![
+        ("ID", text(&job["id"])),
+        ("KEY", text(&job["key"])),
+        ("NAME", text(&job["name"])),
+        ("NAMESPACE", text(&job["namespace"])),
+        ("VERSION", text(&job["version"])),
+        ("SCHEDULE", output::schedule(&job["schedule"])),
+        ("TARGET", target(&job["target"])),
+        ("LABELS", output::labels(&job["labels"])),
+        ("RETRY", retry(&job["retry"])),
+        ("MISFIRE", format!("{} (at most {} replayed)", text(&job["misfire"]), text(&job["misfire_cap"]))),
+        ("OVERLAP", job["overlap"].as_str().unwrap_or("allow").to_owned()),
+        ("JITTER", job["jitter_ms"].as_u64().map_or("-".to_owned(), |ms| format!("up to {ms} ms"))),
+        (
+            "CALENDARS",
+            job["calendars"].as_array().map_or("-".to_owned(), |c| c.iter().map(text).collect::<Vec<_>>().join(",")),
+        ),
+    ];
+    if let Some(completion) = job["completion"].as_object() {
+        let mode = text(&completion["mode"]);
+        let shown = if mode == "async" {
+            format!("async (reported within {} ms)", text(&completion["timeout_ms"]))
+        } else {
+            mode
+        };
+        rows.push(("COMPLETION", shown));
+    }
+    if let Some(after) = job["after_completion"].as_str() {
+        rows.push(("AFTER COMPLETION", after.to_owned()));
+    }
+    rows.push(("CREATED (UTC)", utc(&job["created_at"])));
+    rows.push(("UPDATED (UTC)", utc(&job["updated_at"])));
+    let mut state = vec![("PAUSED", text(&job["paused"]))];
+    let pause = &job["pause"];
+    if job["paused"] == true {
+        state.push(("PAUSED BY", text(&pause["by"])));
+        state.push(("PAUSED AT (UTC)", utc(&pause["at"])));
+        state.push(("NOTE", text(&pause["note"])));
+    }
+    state.push(("NEXT FIRE (UTC)", utc(&job["next_fire_at"])));
+    let executions = whole["executions"]["items"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let fires = &whole["next"]["fire_times"];
+    let mut out = format!("{}\n\nState:\n{}\n\nNext fire times:\n", fields(&rows), indent(&fields(&state)));
+    if fires.as_array().is_some_and(|f| !f.is_empty()) {
+        out += &indent(&output::fire_times(fires));
+    } else {
+        out += "  (none)";
+    }
+    out += "\n\nLast executions (newest first):\n";
+    if executions.is_empty() {
+        out += "  (none)";
+    } else {
+        out += &indent(&super::executions::job_executions_table(executions));
+    }
+    out
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n")
+}
+
+/// A target in one phrase: `http POST URL` or `sqs QUEUE_URL`.
+fn target(target: &Value) -> String {
+    match target["kind"].as_str() {
+        Some("http") => format!("http {} {}", target["method"].as_str().unwrap_or("POST"), text(&target["url"])),
+        Some("sqs") => format!("sqs {}", text(&target["queue_url"])),
+        _ => text(target),
+    }
+}
+
+/// A retry policy in one phrase; `none` without one.
+fn retry(retry: &Value) -> String {
+    if !retry.is_object() {
+        return "none".to_owned();
+    }
+    format!(
+        "max {} retries, {} ms first, x{}, at most {} ms apart, {} jitter",
+        text(&retry["max_retries"]),
+        text(&retry["base_delay_ms"]),
+        text(&retry["multiplier"]),
+        text(&retry["max_delay_ms"]),
+        retry["jitter"].as_str().unwrap_or("equal")
+    )
 }
 
 /// "false", or "true" with who paused the job, when and why.
@@ -221,6 +318,7 @@ fn jobs_table(items: &[Value]) -> String {
         .map(|j| {
             vec![
                 text(&j["id"]),
+                text(&j["key"]),
                 output::cut(&text(&j["name"]), 40),
                 text(&j["namespace"]),
                 output::schedule(&j["schedule"]),
@@ -230,5 +328,5 @@ fn jobs_table(items: &[Value]) -> String {
             ]
         })
         .collect();
-    output::table(&["ID", "NAME", "NAMESPACE", "SCHEDULE", "PAUSED", "NEXT FIRE (UTC)", "LABELS"], &rows)
+    output::table(&["ID", "KEY", "NAME", "NAMESPACE", "SCHEDULE", "PAUSED", "NEXT FIRE (UTC)", "LABELS"], &rows)
 }

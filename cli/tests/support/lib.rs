@@ -31,6 +31,25 @@ pub fn example(name: &str) -> String {
     examples_dir().join(name).to_string_lossy().into_owned()
 }
 
+/// The repository's `examples/jobs/`: job and calendar files for `apply`.
+pub fn jobs_examples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/jobs")
+}
+
+/// The value `${REPORTS_TOKEN}` of `examples/jobs/nightly-report.yaml` gets.
+pub const REPORTS_TOKEN: &str = "reports-secret-7c1e";
+
+/// Copies the files of `from` (not its subdirectories) into `to`.
+pub fn copy_files(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
 pub struct Stack {
     pub app: TestApp,
 }
@@ -45,6 +64,16 @@ impl Stack {
         Stack { app: TestApp::start_with(label, opts).await }
     }
 
+    /// A stack whose jobs may call loopback addresses (`CALLBACK_ALLOW_CIDRS=127.0.0.0/8`,
+    /// as `deploy/up.sh` runs it), as the files of `examples/jobs/` do.
+    pub async fn start_loopback(label: &str) -> Stack {
+        let limits = domain::job::Limits {
+            allow_cidrs: domain::netguard::parse_allow_list("127.0.0.0/8").unwrap(),
+            ..Default::default()
+        };
+        Stack::start_with(label, Options { job_limits: limits, ..Default::default() }).await
+    }
+
     pub fn base(&self) -> String {
         self.app.url("")
     }
@@ -57,6 +86,13 @@ impl Stack {
     /// A request to the API with the bootstrap token.
     pub fn authed(&self, rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         rb.bearer_auth(TOKEN)
+    }
+
+    /// Makes the namespace `name` (POST /v1/namespaces), expecting 201.
+    pub async fn namespace(&self, name: &str) {
+        let post = self.app.http.post(self.app.url("/v1/namespaces"));
+        let made = self.app.send(self.authed(post).json(&serde_json::json!({ "name": name }))).await;
+        assert_eq!(made.status, 201, "POST /v1/namespaces {name}: {}", made.text);
     }
 
     /// GET /v1/jobs/{id} with the bootstrap token, expecting 200.
@@ -202,6 +238,10 @@ impl Cli {
             .env_remove("CRONSHARD_NAMESPACE")
             .env_remove("CRONSHARD_CHANNEL_URL")
             .env_remove("CRONSHARD_COMPLETION_TOKEN")
+            .env_remove("CRONSHARD_CONTEXT")
+            .env_remove("XDG_CONFIG_HOME")
+            // No config file of this machine's: a test that wants one names it.
+            .env("CRONSHARD_CONFIG", "/nonexistent/cronshard-cli-tests/config.yaml")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(if self.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
