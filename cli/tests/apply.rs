@@ -34,11 +34,17 @@ fn results(stdout: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A job made by hand, labelled as the examples are.
+fn without_key() -> Value {
+    json!({"name": "made by hand", "labels": {"team": "examples"}, "schedule": {"kind": "interval", "every_ms": 60000},
+           "target": {"kind": "http", "url": "https://x.example.com/"}})
+}
+
 /// The keys of the live jobs labelled `team=examples`.
 async fn live_keys(stack: &Stack) -> Vec<String> {
     let page = stack.cli().args(["-o", "json", "jobs", "list", "-l", "team=examples", "--all"]).ok().await.json();
     let mut keys: Vec<String> =
-        page["items"].as_array().unwrap().iter().map(|j| j["key"].as_str().unwrap().to_owned()).collect();
+        page["items"].as_array().unwrap().iter().filter_map(|j| j["key"].as_str().map(str::to_owned)).collect();
     keys.sort();
     keys
 }
@@ -141,13 +147,16 @@ async fn the_examples_folder_applies_then_is_unchanged_then_diffs_and_prunes_one
     let run = apply(&stack).args(["diff", "-f", &folder, "--prune", "-l", "team=examples"]).ok().await;
     assert_eq!(run.stdout, "no differences (6 unchanged)\n");
 
-    // A job made by hand (POST /v1/jobs), even keyed and labelled alike, is never pruned.
-    let by_hand = json!({"key": "by-hand", "name": "made by hand", "labels": {"team": "examples"},
-                         "schedule": {"kind": "interval", "every_ms": 60000},
-                         "target": {"kind": "http", "url": "https://x.example.com/"}});
-    stack.cli().args(["jobs", "create", "-f", "-"]).stdin(by_hand.to_string()).ok().await;
+    // A job without a key is never pruned, whatever its labels: no file can name it.
+    stack.cli().args(["jobs", "create", "-f", "-"]).stdin(without_key().to_string()).ok().await;
+    let run = apply(&stack).args(["diff", "-f", &folder, "--prune", "-l", "team=examples"]).ok().await;
+    assert_eq!(run.stdout, "no differences (6 unchanged)\n");
+    // A keyed one the selector matches is the folder's, however it was made.
+    let mut keyed = without_key();
+    keyed["key"] = json!("by-hand");
+    stack.cli().args(["jobs", "create", "-f", "-"]).stdin(keyed.to_string()).ok().await;
     let run = apply(&stack).args(["diff", "-f", &folder, "--prune", "-l", "team=examples"]).run().await;
-    assert_eq!((run.code, run.stdout.as_str()), (0, "no differences (6 unchanged)\n"), "{run:?}");
+    assert_eq!((run.code, results(&run.stdout)), (7, vec![("by-hand".to_owned(), "deleted".to_owned())]), "{run:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
