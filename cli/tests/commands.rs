@@ -733,6 +733,19 @@ async fn a_job_is_named_by_its_key_or_namespace_and_key_everywhere() {
     assert!(actions.contains(&"job.create") && actions.contains(&"job.pause"), "{actions:?}");
     stack.cli().args(["audit", "--job", "no-such-job"]).fails(3).await;
 
+    // A job made without a key is adopted into files by giving it one.
+    let run = stack.cli().args(["jobs", "edit", &keyless, "--set", "key=ledger-cleanup"]).ok().await;
+    assert_eq!(run.field("KEY"), "ledger-cleanup");
+    assert_eq!(stack.cli().args(["jobs", "get", "ledger-cleanup"]).ok().await.field("ID"), keyless);
+    // A bare key of several namespaces is refused, naming the way out.
+    stack.namespace("team-b").await;
+    let other = json!({"key": "ledger-cleanup", "namespace": "team-b", "name": "x",
+                       "schedule": {"kind": "interval", "every_ms": 60000}, "target": {"kind": "http", "url": "https://x.example.com/"}});
+    let other = stack.create_json(&other).await;
+    let run = stack.cli().args(["jobs", "get", "ledger-cleanup"]).fails(2).await;
+    assert!(run.stderr.contains("namespace:key"), "{run:?}");
+    assert_eq!(stack.cli().args(["jobs", "get", "team-b:ledger-cleanup"]).ok().await.field("ID"), other);
+
     // Deleted: no longer live, but its key still names it for its history.
     stack.cli().args(["jobs", "delete", "sales-report"]).ok().await;
     stack.cli().args(["jobs", "get", "sales-report"]).fails(3).await;

@@ -229,7 +229,10 @@ fn describe_view(whole: &Value) -> String {
     state.push(("NEXT FIRE (UTC)", utc(&job["next_fire_at"])));
     let executions = whole["executions"]["items"].as_array().map(Vec::as_slice).unwrap_or_default();
     let fires = &whole["next"]["fire_times"];
-    let mut out = format!("{}\n\nState:\n{}\n\nNext fire times:\n", fields(&rows), indent(&fields(&state)));
+    // The schedule's times; a paused job's are shown too (what a resume
+    // would fire), marked so.
+    let heading = if job["paused"] == true { "Next fire times (none fires while paused):" } else { "Next fire times:" };
+    let mut out = format!("{}\n\nState:\n{}\n\n{heading}\n", fields(&rows), indent(&fields(&state)));
     if fires.as_array().is_some_and(|f| !f.is_empty()) {
         out += &indent(&output::fire_times(fires));
     } else {
