@@ -109,9 +109,9 @@ is the calendar with its `name`. Every document goes in one request, applied in
 one transaction: all or nothing. An existing job keeps its state (paused stays
 paused). --namespace is the namespace of documents that name none.
 
---prune --selector S also deletes the live jobs that match S, that an apply made
-and that the documents no longer name (never a job made by hand, never a
-calendar). --dry-run computes and shows the same result and changes nothing.
+--prune --selector S also deletes the live jobs with a key that match S and that
+the documents no longer name (never a job without a key, never a calendar).
+--dry-run computes and shows the same result and changes nothing.
 
 In target.secret_headers values, ${VAR} is replaced by the environment variable
 VAR (an unset one is an error naming the file; nothing is sent), so secrets
@@ -486,8 +486,8 @@ pub struct Documents {
     /// A YAML or JSON file, a directory read recursively, or - for stdin (repeatable).
     #[arg(short = 'f', long = "file", value_name = "FILE|DIR", required = true)]
     pub files: Vec<String>,
-    /// Also delete the live jobs that match --selector, that an apply made
-    /// and that the files no longer name.
+    /// Also delete the live jobs with a key that match --selector and that
+    /// the files no longer name.
     #[arg(long, requires = "selector")]
     pub prune: bool,
     /// The label selector of the jobs --prune may delete (`team=payments`, ...).
