@@ -6,7 +6,8 @@
 // page, and look at the cluster (node, worker, lateness chart) and a
 // schedule preview; read a job's history and roll it back, find a pause and
 // its note in the audit log, and make an alert channel and rule that open
-// an incident. A screenshot of each page goes to the run directory
+// an incident; give a job a key and find it, its page and its executions
+// by that key. A screenshot of each page goes to the run directory
 // (UI_TEST_RUN_DIR, default .run/ui-tests/<time>/screenshots); with
 // UI_TEST_SCREENSHOTS_TO_DOCS=1 the key ones are copied to docs/screenshots/.
 
@@ -347,6 +348,128 @@ test('the jobs list shows recent outcomes (or says why not)', async () => {
   if (outcomes) assert.match(await page.textContent('#jobs-table'), /succeeded/);
   else assert.equal(await page.isVisible('#counts-note'), true);
   await shot('jobs');
+});
+
+test('job keys: set in the form (refused when bad or taken), the address namespace:key, the key on the job page, the jobs list and an execution row', async () => {
+  // A key that is no DNS label is refused at its field.
+  await page.goto(`${stack.api}/ui/#/jobs/new`);
+  await page.waitForSelector('#job-form');
+  assert.equal(await page.getAttribute('#f-key', 'readonly'), null, 'a new job takes a key');
+  await page.fill('#f-name', 'Nightly report');
+  await page.fill('#f-key', 'Nightly_Report');
+  await page.check('#f-paused');
+  await page.fill('#f-schedule-expr', '0 3 * * *');
+  await page.fill('#f-target-url', `${stack.receiver.url}/ok`);
+  await page.click('button:text("Create job")');
+  await page.waitForSelector('#f-key-error:not([hidden])');
+  assert.equal(await page.getAttribute('#f-key', 'aria-invalid'), 'true');
+  assert.match(await page.textContent('.error-summary'), /key/);
+
+  await page.fill('#f-key', 'nightly-report');
+  await page.click('button:text("Create job")');
+  await page.waitForSelector('#tl-refresh');
+  assert.equal(hash(), '#/jobs/default:nightly-report', 'the console names a keyed job by namespace:key');
+  assert.match(await page.textContent('#notice'), /Created Nightly report/);
+  const job = (await stack.call('GET', '/v1/jobs/default:nightly-report')).body;
+  assert.equal(job.key, 'nightly-report');
+  assert.equal(job.name, 'Nightly report');
+
+  // A key another live job of the namespace has: the 409 at the field.
+  await page.goto(`${stack.api}/ui/#/jobs/new`);
+  await page.waitForSelector('#job-form');
+  await page.fill('#f-name', 'Another report');
+  await page.fill('#f-key', 'nightly-report');
+  await page.check('#f-paused');
+  await page.fill('#f-schedule-expr', '0 4 * * *');
+  await page.fill('#f-target-url', `${stack.receiver.url}/ok`);
+  await page.click('button:text("Create job")');
+  await page.waitForSelector('#f-key-error:not([hidden])');
+  assert.match(await page.textContent('#f-key-error'), /already has a live job with key "nightly-report"/);
+  assert.match(await page.textContent('#error'), /refused/);
+  await shot('job-form-key-taken');
+
+  // An execution, through the API by key.
+  const fired = await stack.call('POST', '/v1/jobs/default:nightly-report/trigger');
+  assert.equal(fired.status, 202, JSON.stringify(fired.body));
+  await until('the triggered execution to succeed', async () => {
+    const r = await stack.call('GET', `/v1/jobs/${job.id}/executions`);
+    return r.body.items.some((e) => e.status === 'succeeded');
+  }, 30_000);
+
+  // The job's address, opened directly.
+  await page.goto(`${stack.api}/ui/#/jobs/default:nightly-report`);
+  await page.reload();
+  await page.waitForSelector('ol.timeline li[data-status="succeeded"]');
+  assert.equal(await page.textContent('h1'), 'Nightly report');
+  assert.equal(await page.textContent('#job-key'), 'nightly-report');
+  assert.equal(hash(), '#/jobs/default:nightly-report');
+  assert.match(await page.getAttribute('ol.timeline a.slot-link', 'href'), /^#\/jobs\/default:nightly-report\/slots\//);
+  await shot('job-key');
+
+  // The edit form shows the key, read-only; saving keeps it.
+  await page.click('a:text("Edit")');
+  await page.waitForSelector('#job-form');
+  assert.equal(hash(), '#/jobs/default:nightly-report/edit');
+  assert.equal(await page.inputValue('#f-key'), 'nightly-report');
+  assert.equal(await page.getAttribute('#f-key', 'readonly'), '', 'a set key never changes');
+  await page.fill('#f-name', 'Nightly report (UTC)');
+  await page.click('button:text-matches("^Save")');
+  await page.waitForSelector('#tl-refresh');
+  assert.equal(hash(), '#/jobs/default:nightly-report');
+  assert.equal((await stack.call('GET', `/v1/jobs/${job.id}`)).body.key, 'nightly-report');
+
+  // The jobs list: the key in its column, and the key filter finds the job.
+  await page.goto(`${stack.api}/ui/#/jobs`);
+  await page.waitForSelector('#f-key');
+  await page.fill('#f-key', 'nightly-report');
+  await page.click('button:text("Search")');
+  await page.waitForFunction(() => location.hash === '#/jobs?key=nightly-report' && document.querySelector('#jobs-table'));
+  assert.equal(await page.locator('#jobs-table tbody tr').count(), 1);
+  assert.equal(await page.textContent('#jobs-table tbody tr .job-key'), 'nightly-report');
+  assert.equal(await page.textContent('#jobs-table a.row-link'), 'Nightly report (UTC)');
+  assert.equal(await page.getAttribute('#jobs-table a.row-link', 'href'), '#/jobs/default:nightly-report');
+  await shot('jobs-by-key');
+  await page.goto(`${stack.api}/ui/#/jobs?key=no-such-job`);
+  await page.waitForSelector('#jobs-none');
+  assert.match(await page.textContent('#jobs-none'), /No live job has the key no-such-job/);
+
+  // The Executions page names the job by its key, filtered by it too, and links to it.
+  await page.click('nav >> text=Executions');
+  await page.waitForSelector('#f-ex-job');
+  await page.fill('#f-ex-job', 'default:nightly-report');
+  await page.click('button:text("Search")');
+  const row = page.locator('#executions tbody tr[data-status="succeeded"]').first();
+  await row.waitFor();
+  const named = await page.$$eval('#executions a.execution-job', (as) => [...new Set(as.map((a) => a.textContent))]);
+  assert.deepEqual(named, ['nightly-report'], 'only the job filtered for');
+  assert.equal(await row.locator('a.execution-job').textContent(), 'nightly-report');
+  assert.equal(await row.locator('a.execution-job').getAttribute('title'), 'Nightly report (UTC)');
+  await shot('executions');
+  await row.locator('a.execution-job').click();
+  await page.waitForSelector('#job-key');
+  assert.equal(hash(), '#/jobs/default:nightly-report', 'the job page puts its key in the address');
+
+  // A job without a key may be given one.
+  const plain = await stack.call('POST', '/v1/jobs', {
+    name: 'keyless',
+    paused: true,
+    schedule: { kind: 'interval', every_ms: 3_600_000 },
+    target: { kind: 'http', url: `${stack.receiver.url}/ok` },
+  });
+  assert.equal(plain.status, 201, JSON.stringify(plain.body));
+  assert.equal(plain.body.key, null);
+  await page.goto(`${stack.api}/ui/#/jobs/${plain.body.id}`);
+  await page.waitForSelector('#job-key');
+  assert.equal(await page.textContent('#job-key'), 'none');
+  await page.click('a:text("Edit")');
+  await page.waitForSelector('#job-form');
+  assert.equal(await page.getAttribute('#f-key', 'readonly'), null);
+  await page.fill('#f-key', 'keyless-no-more');
+  await page.click('button:text-matches("^Save")');
+  await page.waitForSelector('#tl-refresh');
+  assert.equal(hash(), '#/jobs/default:keyless-no-more');
+  assert.equal((await stack.call('GET', `/v1/jobs/${plain.body.id}`)).body.key, 'keyless-no-more');
+  for (const id of [job.id, plain.body.id]) await stack.call('DELETE', `/v1/jobs/${id}`);
 });
 
 const slotUrl = (job, at) => `${stack.api}/ui/#/jobs/${job}/slots/${encodeURIComponent(at)}`;

@@ -54,6 +54,7 @@ const ASSETS: &[Asset] = &[
     asset!("jobs.js", JS),
     asset!("job-form.js", JS),
     asset!("job.js", JS),
+    asset!("executions.js", JS),
     asset!("failures.js", JS),
     asset!("cluster.js", JS),
     asset!("chart.js", JS),

@@ -1,4 +1,4 @@
-// The console's shell: hash routing (#/jobs, #/jobs/ID, #/signing-keys, ...: the server
+// The console's shell: hash routing (#/jobs, #/jobs/REF, #/signing-keys, ...: the server
 // serves one page), the login and logout, and focus management on each
 // page change. Each page module exports render(main, ctx); ctx.signal is
 // aborted when the operator leaves the page (requests and timers stop).
@@ -8,6 +8,7 @@ import { clearMessages, field, fill, h, showError, showNotice } from './dom.js';
 import * as jobs from './jobs.js';
 import * as jobForm from './job-form.js';
 import * as job from './job.js';
+import * as executions from './executions.js';
 import * as failures from './failures.js';
 import * as cluster from './cluster.js';
 import * as preview from './preview.js';
@@ -22,6 +23,7 @@ const ROUTES = [
   { re: /^\/jobs\/([^/]+)\/edit$/, nav: 'jobs', title: 'Edit job', render: jobForm.render },
   { re: /^\/jobs\/([^/]+)\/slots\/([^/]+)$/, nav: 'jobs', title: 'Slot', render: job.renderSlot },
   { re: /^\/jobs\/([^/]+)$/, nav: 'jobs', title: 'Job', render: job.render },
+  { re: /^\/executions$/, nav: 'executions', title: 'Executions', render: executions.render },
   { re: /^\/failures$/, nav: 'failures', title: 'Failures', render: failures.render },
   { re: /^\/cluster$/, nav: 'cluster', title: 'Cluster', render: cluster.render },
   { re: /^\/preview$/, nav: 'preview', title: 'Schedule preview', render: preview.render },
@@ -33,7 +35,7 @@ const ROUTES = [
 let current = null; // the AbortController of the page shown
 let pendingMessage = null; // said on the next page (after a redirect)
 
-/** Goes to a route (`/jobs/ID`), optionally saying something there. */
+/** Goes to a route (`/jobs/REF`), optionally saying something there. */
 export function go(path, message) {
   pendingMessage = message || null;
   const target = `#${path}`;

@@ -98,7 +98,7 @@ function ownerLookup(signal) {
     'form',
     { class: 'panel', 'aria-labelledby': 'owner-title' },
     h('h2', { id: 'owner-title', text: 'Who owns a job?' }),
-    h('div', { class: 'row' }, field({ id: 'f-owner-job', label: 'Job id', path: 'id', control: input }), h('div', { class: 'field' }, h('button', { type: 'submit', text: 'Look up' }))),
+    h('div', { class: 'row' }, field({ id: 'f-owner-job', label: 'Job id or key', path: 'id', control: input }), h('div', { class: 'field' }, h('button', { type: 'submit', text: 'Look up' }))),
     out,
   );
   form.addEventListener('submit', async (ev) => {

@@ -1,11 +1,15 @@
 // Failures in a window, grouped by error (GET /v1/executions/failures), and
 // a bulk replay of one group (POST /v1/executions/replay with the group's
-// error text). On a server without the grouping route, the newest page of
-// failed executions (GET /v1/executions?status=failed) is grouped here
-// instead, and the page says so: still one bounded call.
+// error text); beneath, the window's newest failed executions, each naming
+// its job by key or name (GET /v1/executions?status=failed, one small
+// page). On a server without the grouping route, the newest page of
+// failed executions is grouped here instead, and the page says so: still
+// one bounded call.
 
 import { ApiError, get, post, qs } from './api.js';
 import { field, fill, h, instant, showError, showNotice, timeEl } from './dom.js';
+import { executionTable } from './executions.js';
+import { executionJob } from './jobs.js';
 import { badge } from './status.js';
 
 const WINDOWS = [
@@ -20,6 +24,8 @@ const FALLBACK_PAGE = 500;
 const ERROR_FILTER_MAX = 500;
 /** The most one bulk replay takes. */
 const REPLAY_MAX = 1000;
+/** Failed executions listed beneath the groups. */
+const NEWEST = 10;
 
 function windowOf(query) {
   const hours = query.get('hours') || (query.get('from') ? 'custom' : '24');
@@ -32,15 +38,19 @@ function windowOf(query) {
 }
 
 async function groups(win, signal) {
+  let r = null;
   try {
-    const r = await get(`/v1/executions/failures${qs({ from: win.from, to: win.to })}`, { signal });
+    r = await get(`/v1/executions/failures${qs({ from: win.from, to: win.to })}`, { signal });
+  } catch (e) {
+    if (!(e instanceof ApiError && e.unavailable)) throw e;
+  }
+  if (r) {
     const notes = [];
     // The server groups a bounded number of the newest failures; say when it stopped there.
     if (r.capped) notes.push(`The window holds more failures than the server groups: the counts are those of the newest ${r.rows_read}.`);
     if (r.more_groups) notes.push(`${r.more_groups} less frequent error groups are not shown.`);
-    return { groups: r.groups || [], note: notes.length ? notes.join(' ') : null };
-  } catch (e) {
-    if (!(e instanceof ApiError && e.unavailable)) throw e;
+    const newest = await get(`/v1/executions${qs({ status: 'failed', from: win.from, to: win.to, limit: NEWEST })}`, { signal });
+    return { groups: r.groups || [], note: notes.length ? notes.join(' ') : null, newest: newest.items };
   }
   const page = await get(`/v1/executions${qs({ status: 'failed', from: win.from, to: win.to, limit: FALLBACK_PAGE })}`, { signal });
   const byError = new Map();
@@ -59,6 +69,7 @@ async function groups(win, signal) {
   const list = [...byError.values()].map((g) => ({ ...g, jobs: g.jobs.size })).sort((a, b) => b.count - a.count);
   return {
     groups: list,
+    newest: page.items.slice(0, NEWEST),
     note: `Grouped here from the newest ${page.items.length} failed executions${page.next_cursor ? ' (there are more)' : ''}: this server has no GET /v1/executions/failures.`,
   };
 }
@@ -89,8 +100,9 @@ export async function render(main, { query, signal, go }) {
 
   let list;
   let note;
+  let newest;
   try {
-    ({ groups: list, note } = await groups(win, signal));
+    ({ groups: list, note, newest } = await groups(win, signal));
   } catch (e) {
     if (e?.name === 'AbortError') throw e;
     // Keep the window form usable; say what went wrong where the table would be.
@@ -136,7 +148,12 @@ export async function render(main, { query, signal, go }) {
       h('td', { class: 'num', text: String(g.jobs) }),
       h('td', {}, timeEl(g.first_at)),
       h('td', {}, timeEl(g.last_at)),
-      h('td', {}, ex ? h('a', { href: `#/jobs/${ex.job_id}/slots/${encodeURIComponent(ex.scheduled_at)}`, text: 'explain one' }) : '—'),
+      h(
+        'td',
+        {},
+        ex ? h('a', { href: `#/jobs/${ex.job_id}/slots/${encodeURIComponent(ex.scheduled_at)}`, text: 'explain one' }) : '—',
+        ex && (ex.job_key || ex.job_name) ? [' of ', executionJob(ex)] : null,
+      ),
       h('td', { id: `replayed-${i}` }, replay),
     );
   });
@@ -153,6 +170,13 @@ export async function render(main, { query, signal, go }) {
         )
       : h('p', { class: 'note', text: 'No failed execution in this window.' }),
     h('p', { class: 'muted', text: 'A group’s replay takes the failed executions of the window whose error contains the group’s text (case-insensitive), at most 1,000 a click.' }),
+    newest.length
+      ? [
+          h('h2', { id: 'newest-failures-title', text: 'The newest failures' }),
+          executionTable(newest, { id: 'newest-failures', caption: `The ${newest.length} newest failed executions of the window, with their jobs` }),
+          h('p', {}, h('a', { href: `#/executions${qs({ status: 'failed', from: win.from, to: win.to })}`, text: 'Every failed execution of the window' })),
+        ]
+      : null,
   );
 }
 

@@ -7,6 +7,7 @@
 
 import { ApiError, get, request, seg } from './api.js';
 import { fill, h, showError, timeEl } from './dom.js';
+import { jobRef } from './jobs.js';
 import { badge } from './status.js';
 
 /** The audited actions, in words (the code is shown beside them). */
@@ -153,7 +154,7 @@ function rollbackForm(job, v, { go }) {
         body: text ? { version: v.version, note: text } : { version: v.version },
         headers: { 'if-match': `"${job.version}"` },
       });
-      go(`/jobs/${job.id}?tab=history`, `Rolled back ${r.data.name} to version ${v.version}’s definition: it is now at version ${r.data.version}.`);
+      go(`/jobs/${jobRef(r.data)}?tab=history`, `Rolled back ${r.data.name} to version ${v.version}’s definition: it is now at version ${r.data.version}.`);
     } catch (e) {
       if (e instanceof ApiError && e.status === 412) {
         showError(`Not rolled back (HTTP 412): ${e.message}. The job changed since this page was loaded; reload it to see its history.`);

@@ -1,11 +1,15 @@
 // Create a job (POST /v1/jobs) or edit one (PUT /v1/jobs/{id} with the
 // whole definition and If-Match of the version shown: a change made by
 // someone else meanwhile is a 412, never silently overwritten), with an
-// optional reason for the audit log (X-Audit-Reason). The API validates;
-// its 422 field errors appear next to the fields they name.
+// optional reason for the audit log (X-Audit-Reason). A key is set once:
+// at creation, or on a job that has none; a set key is shown read-only.
+// The API validates; its 422 field errors appear next to the fields they
+// name (a key another live job of the namespace has is a 409, said there
+// too).
 
 import { ApiError, request, seg } from './api.js';
 import { field, fill, h, showError, showFieldErrors } from './dom.js';
+import { jobRef } from './jobs.js';
 
 const SECRET = '***';
 
@@ -223,6 +227,15 @@ export async function render(main, { params, signal, go, setTitle }) {
         'div',
         { class: 'grid-form' },
         F('name', 'Name', 'name', I('name', job?.name, { required: true, maxlength: 200 })),
+        job?.key
+          ? F('key', 'Key', 'key', I('key', job.key, { readonly: true, spellcheck: 'false' }), 'Set once; a key never changes.')
+          : F(
+              'key',
+              'Key (optional)',
+              'key',
+              I('key', '', { maxlength: 63, spellcheck: 'false', autocapitalize: 'off', autocomplete: 'off', placeholder: 'nightly-report' }),
+              `${id ? 'This job has none yet. ' : ''}Unique among the namespace’s live jobs; addresses and the API take it instead of the id. a-z, 0-9 and -, at most 63 characters. Set once, never changed.`,
+            ),
         id
           ? null
           : F('namespace', 'Namespace', 'namespace', I('namespace', '', { placeholder: 'default' }), 'Empty: the token’s namespace.'),
@@ -300,7 +313,7 @@ export async function render(main, { params, signal, go, setTitle }) {
       'div',
       { class: 'actions' },
       h('button', { type: 'submit', text: id ? `Save (version ${version})` : 'Create job' }),
-      h('a', { class: 'button secondary', href: id ? `#/jobs/${id}` : '#/jobs', text: 'Cancel' }),
+      h('a', { class: 'button secondary', href: id ? `#/jobs/${jobRef(job)}` : '#/jobs', text: 'Cancel' }),
     ),
   );
 
@@ -369,6 +382,7 @@ export async function render(main, { params, signal, go, setTitle }) {
       calendars: v('calendars').split(',').map((c) => c.trim()).filter(Boolean),
     };
     if (!id && text(v('namespace'))) body.namespace = text(v('namespace'));
+    if (text(v('key'))) body.key = text(v('key'));
     if (v('completion.mode') === 'async') body.completion = { mode: 'async', timeout_ms: num(v('completion.timeout_ms')) };
     if (kind === 'once' && v('after_completion') !== 'keep') body.after_completion = v('after_completion');
     const retry = {
@@ -388,11 +402,15 @@ export async function render(main, { params, signal, go, setTitle }) {
       const res = id
         ? await request('PUT', `/v1/jobs/${seg(id)}`, { body, headers: { 'if-match': `"${version}"`, ...why } })
         : await request('POST', '/v1/jobs', { body, headers: why });
-      go(`/jobs/${res.data.id}`, id ? `Saved: ${res.data.name} is now at version ${res.data.version}.` : `Created ${res.data.name}.`);
+      go(`/jobs/${jobRef(res.data)}`, id ? `Saved: ${res.data.name} is now at version ${res.data.version}.` : `Created ${res.data.name}.`);
     } catch (e) {
       if (e instanceof ApiError && e.status === 422 && e.fieldErrors.length) {
         showError(`The server refused the job: ${e.fieldErrors.length} field(s) to fix, marked below.`);
         showFieldErrors(form, e.fieldErrors, form.querySelector('#form-errors')).focus();
+      } else if (e instanceof ApiError && e.status === 409 && body.key && !job?.key && /\bkey\b/.test(e.message)) {
+        // The key is taken (not a quota's 409): said at its field, like a refused field.
+        showError(`The server refused the job: ${e.message}`);
+        showFieldErrors(form, [{ field: 'key', message: e.message }], form.querySelector('#form-errors')).focus();
       } else if (e instanceof ApiError && e.status === 412) {
         showError(`Not saved (HTTP 412): ${e.message}. Someone changed this job since you opened it; reload the page to edit the current version.`);
       } else {

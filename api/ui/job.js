@@ -1,4 +1,6 @@
-// One job: actions (edit, pause, resume, trigger, delete, each with an
+// One job, named in the address by its id, its key or namespace:key (the
+// API resolves each; the page's own links use namespace:key when the job has
+// a key): actions (edit, pause, resume, trigger, delete, each with an
 // optional note for the audit log), its open alert incidents, its ledger as
 // a timeline (GET /v1/jobs/{id}/executions, newest first, one page at a
 // time), its history of versions with rollback, its definition, its next
@@ -8,7 +10,7 @@
 import { ApiError, get, getOptional, post, qs, request, seg } from './api.js';
 import { ago, arrowNavigation, duration, field, fill, h, instant, showError, showNotice, tabs, timeEl } from './dom.js';
 import { OUTCOMES, badge, classify, describe, lateness } from './status.js';
-import { scheduleText, stateBadge, targetText } from './jobs.js';
+import { jobRef, scheduleText, stateBadge, targetText } from './jobs.js';
 import { historyPanel } from './history.js';
 import { channelMap, incidentItem } from './alerts.js';
 
@@ -16,9 +18,12 @@ const PAGE = 50;
 const REFRESH_MS = 5000;
 
 export async function render(main, { params, query, signal, go, setTitle }) {
-  const id = params[0];
-  const { data: job } = await request('GET', `/v1/jobs/${seg(id)}`, { signal });
+  const { data: job } = await request('GET', `/v1/jobs/${seg(params[0])}`, { signal });
   setTitle(job.name);
+  // Calls name the job by its id (the job shown, whatever its key names
+  // later); the console's links by its reference, which the address becomes.
+  const id = job.id;
+  const ref = jobRef(job);
 
   // One note for whichever action is taken next: kept in the audit log (a
   // pause's note is also shown with the paused job).
@@ -66,19 +71,19 @@ export async function render(main, { params, query, signal, go, setTitle }) {
     h(
       'div',
       { class: 'actions' },
-      h('a', { class: 'button', href: `#/jobs/${id}/edit`, text: 'Edit' }),
+      h('a', { class: 'button', href: `#/jobs/${ref}/edit`, text: 'Edit' }),
       job.paused
         ? act('Resume', async () => {
             await post(`/v1/jobs/${seg(id)}/resume`, noted());
-            go(`/jobs/${id}`, `Resumed ${job.name}.`);
+            go(`/jobs/${ref}`, `Resumed ${job.name}.`);
           })
         : act('Pause', async () => {
             await post(`/v1/jobs/${seg(id)}/pause`, noted());
-            go(`/jobs/${id}`, `Paused ${job.name}.`);
+            go(`/jobs/${ref}`, `Paused ${job.name}.`);
           }),
       act('Trigger now', async () => {
         const e = await post(`/v1/jobs/${seg(id)}/trigger`, noted());
-        go(`/jobs/${id}`, `Triggered ${job.name}: execution ${e?.execution_id ?? ''} is ${e?.status ?? 'pending'}.`);
+        go(`/jobs/${ref}`, `Triggered ${job.name}: execution ${e?.execution_id ?? ''} is ${e?.status ?? 'pending'}.`);
       }),
       act(
         'Delete',
@@ -105,7 +110,7 @@ export async function render(main, { params, query, signal, go, setTitle }) {
   const alertsHost = h('section', { id: 'job-alerts', class: 'job-alerts', hidden: true, 'aria-labelledby': 'job-alerts-title' });
   const selected = query.get('tab') || 'timeline';
   const tabEl = tabs('Job views', tabList, selected, (tab) => {
-    const url = `#/jobs/${id}${tab === 'timeline' ? '' : `?tab=${tab}`}`;
+    const url = `#/jobs/${ref}${tab === 'timeline' ? '' : `?tab=${tab}`}`;
     if (location.hash !== url) history.replaceState(null, '', url);
   });
 
@@ -114,6 +119,8 @@ export async function render(main, { params, query, signal, go, setTitle }) {
     h(
       'dl',
       { class: 'props' },
+      h('dt', { text: 'Key' }),
+      job.key ? h('dd', { class: 'mono', id: 'job-key', text: job.key }) : h('dd', { class: 'muted', id: 'job-key', text: 'none' }),
       h('dt', { text: 'Id' }),
       h('dd', { class: 'mono', text: job.id }),
       h('dt', { text: 'Schedule' }),
@@ -185,7 +192,7 @@ function slotLink(job, e) {
     { class: `o-${kind}`, dataset: { status: e.status, outcome: kind } },
     h(
       'a',
-      { href: `#/jobs/${job.id}/slots/${encodeURIComponent(e.scheduled_at)}`, class: 'slot-link' },
+      { href: `#/jobs/${jobRef(job)}/slots/${encodeURIComponent(e.scheduled_at)}`, class: 'slot-link' },
       h('time', { datetime: e.scheduled_at }, instant(e.scheduled_at)),
       badge(kind, describe(e, kind)),
       h('span', { class: 'slot-meta', text: meta.join(' · ') }),
@@ -511,6 +518,8 @@ export async function renderSlot(main, { params, signal, go, setTitle }) {
     getOptional(`/v1/jobs/${seg(id)}`, { signal }),
   ]);
   setTitle(`Slot ${at}`);
+  // A deleted job is not read (null): its slots stay reachable by the address's reference.
+  const ref = job ? jobRef(job) : id;
   const x = r.explanation;
   const e = r.execution;
   const kind = e ? classify(e, job?.jitter_ms || 0) : null;
@@ -524,17 +533,17 @@ export async function renderSlot(main, { params, signal, go, setTitle }) {
     onclick: async (ev) => {
       ev.currentTarget.disabled = true;
       try {
-        const row = await post(`/v1/executions/${seg(id)}/${seg(r.scheduled_at)}/replay`);
-        go(`/jobs/${id}/slots/${encodeURIComponent(r.scheduled_at)}`, `Replayed: the slot is ${row.status} again, with a fresh retry budget (fire id ${row.fire_id}).`);
+        const row = await post(`/v1/executions/${seg(e.job_id)}/${seg(r.scheduled_at)}/replay`);
+        go(`/jobs/${ref}/slots/${encodeURIComponent(r.scheduled_at)}`, `Replayed: the slot is ${row.status} again, with a fresh retry budget (fire id ${row.fire_id}).`);
       } catch (err) {
         showError(err);
       }
     },
   });
-  const nav = (label, t) => (t ? h('a', { class: 'button secondary', href: `#/jobs/${id}/slots/${encodeURIComponent(t)}`, text: label }) : null);
+  const nav = (label, t) => (t ? h('a', { class: 'button secondary', href: `#/jobs/${ref}/slots/${encodeURIComponent(t)}`, text: label }) : null);
 
   fill(main, 
-    h('p', {}, h('a', { href: `#/jobs/${id}`, text: `← ${job ? job.name : id}` })),
+    h('p', {}, h('a', { href: `#/jobs/${ref}`, text: `← ${job ? job.name : id}` })),
     h('div', { class: 'title-row' }, h('h1', {}, 'Slot ', h('time', { datetime: r.scheduled_at }, instant(r.scheduled_at))), verdictBadge),
     h(
       'section',

@@ -1,14 +1,37 @@
 // Jobs: one page of GET /v1/jobs (cursor paging, never a full load) with
-// the API's filters, and per row the recent outcome counts from
-// GET /v1/jobs/outcomes (one call for the page's ids; a server without
-// that route shows the list without them).
+// the API's filters, or the one job a key names (GET /v1/jobs/{ref}), and
+// per row the recent outcome counts from GET /v1/jobs/outcomes (one call
+// for the page's ids; a server without that route shows the list without
+// them). Also how the console names a job in its addresses.
 
-import { ApiError, get, qs } from './api.js';
+import { ApiError, get, qs, seg } from './api.js';
 import { arrowNavigation, field, fill, h, instant, showFieldErrors } from './dom.js';
 import { COUNT_KINDS, badge } from './status.js';
 
 const PAGE_SIZE = 50;
 const FILTERS = ['name_prefix', 'selector', 'kind', 'paused', 'namespace'];
+/** Looked up on its own (GET /v1/jobs/{ref}), not a filter of the listing. */
+const KEY = 'key';
+
+/**
+ * A job in the console's addresses: `namespace:key` when it has a key (the
+ * same job for as long as it lives, and readable), its id otherwise. The
+ * API takes either wherever a path names a job.
+ */
+export function jobRef(job) {
+  return job.key ? `${job.namespace}:${job.key}` : job.id;
+}
+
+/** The job an execution belongs to, as a link: its key, else its name (the id only when the server says neither). */
+export function executionJob(e) {
+  // By id: the execution's own job, even one deleted since whose key another job has now.
+  return h('a', {
+    href: `#/jobs/${e.job_id}`,
+    class: e.job_key ? 'execution-job mono' : 'execution-job',
+    title: e.job_key ? e.job_name : null,
+    text: e.job_key || e.job_name || e.job_id,
+  });
+}
 
 // Cursors of the pages seen, per filter set, for "Previous page".
 const trail = new Map();
@@ -43,9 +66,27 @@ function countsCell(counts) {
   return parts.length ? h('span', { class: 'counts' }, parts) : h('span', { class: 'muted', text: 'none' });
 }
 
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * The one job `ref` names (a key, `namespace:key` or an id; a bare key is
+ * taken in the namespace filter's namespace when there is one), as a page
+ * of the listing: empty when no live job has it.
+ */
+async function byKey(ref, namespace, signal) {
+  const qualified = namespace && !ref.includes(':') && !UUID.test(ref) ? `${namespace}:${ref}` : ref;
+  try {
+    return { items: [await get(`/v1/jobs/${seg(qualified)}`, { signal })], next_cursor: null };
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 404) return { items: [], next_cursor: null };
+    throw e;
+  }
+}
+
 export async function render(main, { query, signal, go }) {
   const filters = Object.fromEntries(FILTERS.map((k) => [k, query.get(k) || '']));
-  const cursor = query.get('cursor') || '';
+  const wanted = query.get(KEY) || '';
+  const cursor = wanted ? '' : query.get('cursor') || '';
   const key = JSON.stringify(filters);
   const seen = trail.get(key) || [''];
   if (!seen.includes(cursor)) seen.push(cursor);
@@ -61,6 +102,13 @@ export async function render(main, { query, signal, go }) {
       'div',
       { class: 'row' },
       field({ id: 'f-name-prefix', label: 'Name starts with', path: 'name_prefix', control: input('name_prefix', { type: 'search' }) }),
+      field({
+        id: 'f-key',
+        label: 'Key',
+        path: KEY,
+        control: h('input', { value: wanted, spellcheck: 'false', autocapitalize: 'off', placeholder: 'nightly-report' }),
+        hint: 'Exact (or namespace:key, or an id): finds that one job.',
+      }),
       field({
         id: 'f-selector',
         label: 'Label selector',
@@ -86,7 +134,7 @@ export async function render(main, { query, signal, go }) {
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
     const data = new FormData(form);
-    go(`/jobs${qs(Object.fromEntries(FILTERS.map((k) => [k, String(data.get(k) || '').trim()])))}`);
+    go(`/jobs${qs(Object.fromEntries([...FILTERS, KEY].map((k) => [k, String(data.get(k) || '').trim()])))}`);
   });
 
   const listHost = h('div', { 'aria-busy': 'true' }, h('p', { class: 'muted', text: 'Loading jobs…' }));
@@ -98,11 +146,11 @@ export async function render(main, { query, signal, go }) {
 
   let page;
   try {
-    page = await get(`/v1/jobs${qs({ ...filters, cursor, limit: PAGE_SIZE })}`, { signal });
+    page = wanted ? await byKey(wanted, filters.namespace, signal) : await get(`/v1/jobs${qs({ ...filters, cursor, limit: PAGE_SIZE })}`, { signal });
   } catch (e) {
-    if (e instanceof ApiError && e.status === 422) {
-      // A bad filter: say which, next to it.
-      showFieldErrors(form, e.fieldErrors, listHost).focus();
+    if (e instanceof ApiError && (e.status === 422 || (wanted && e.status === 400))) {
+      // A bad filter (or a key several namespaces have): say which, next to it.
+      showFieldErrors(form, e.status === 400 ? [{ field: KEY, message: e.message }] : e.fieldErrors, listHost).focus();
       listHost.removeAttribute('aria-busy');
       return;
     }
@@ -130,7 +178,8 @@ export async function render(main, { query, signal, go }) {
     h(
       'tr',
       {},
-      h('th', { scope: 'row' }, h('a', { href: `#/jobs/${j.id}`, class: 'row-link', text: j.name })),
+      h('th', { scope: 'row' }, h('a', { href: `#/jobs/${jobRef(j)}`, class: 'row-link', text: j.name })),
+      h('td', { class: j.key ? 'mono job-key' : 'muted job-key', text: j.key || '—' }),
       h('td', { text: j.namespace }),
       h('td', { class: 'mono', text: scheduleText(j.schedule) }),
       h('td', {}, stateBadge(j)),
@@ -141,14 +190,14 @@ export async function render(main, { query, signal, go }) {
   const table = h(
     'table',
     { id: 'jobs-table', 'aria-describedby': 'jobs-help' },
-    h('caption', { text: `Jobs${cursor ? ' (a later page)' : ''}: ${page.items.length} shown` }),
+    h('caption', { text: wanted ? `The job with key ${wanted}` : `Jobs${cursor ? ' (a later page)' : ''}: ${page.items.length} shown` }),
     h(
       'thead',
       {},
       h(
         'tr',
         {},
-        ['Name', 'Namespace', 'Schedule', 'State', 'Next fire (UTC)', 'Last 24 h'].map((t) => h('th', { scope: 'col', text: t })),
+        ['Name', 'Key', 'Namespace', 'Schedule', 'State', 'Next fire (UTC)', 'Last 24 h'].map((t) => h('th', { scope: 'col', text: t })),
       ),
     ),
     h('tbody', {}, rows),
@@ -160,20 +209,23 @@ export async function render(main, { query, signal, go }) {
   const pager = h(
     'nav',
     { class: 'actions', 'aria-label': 'Pages of jobs' },
+    wanted ? h('a', { class: 'button secondary', href: `#/jobs${qs({ ...filters })}`, text: 'All jobs' }) : null,
     cursor ? h('a', { class: 'button secondary', href: `#/jobs${qs({ ...filters })}`, text: 'First page' }) : null,
     prevCursor !== null && cursor
       ? h('a', { class: 'button secondary', href: `#/jobs${qs({ ...filters, cursor: prevCursor })}`, text: 'Previous page' })
       : null,
     page.next_cursor
       ? h('a', { class: 'button secondary', href: `#/jobs${qs({ ...filters, cursor: page.next_cursor })}`, rel: 'next', text: 'Next page' })
-      : h('span', { class: 'muted', text: 'Last page.' }),
+      : wanted
+        ? null
+        : h('span', { class: 'muted', text: 'Last page.' }),
   );
 
   listHost.removeAttribute('aria-busy');
   fill(listHost, 
     h('p', { id: 'jobs-help', class: 'table-help', text: 'In the table, ↑ and ↓ move between jobs, Home and End to the first and last, Enter opens one.' }),
     countsNote ? h('p', { class: 'note', id: 'counts-note', text: countsNote }) : null,
-    page.items.length ? table : h('p', { class: 'note', text: 'No job matches.' }),
+    page.items.length ? table : h('p', { class: 'note', id: 'jobs-none', text: wanted ? `No live job has the key ${wanted}.` : 'No job matches.' }),
     pager,
   );
 }
