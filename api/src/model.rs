@@ -535,6 +535,10 @@ pub struct LatenessStats {
 #[derive(Serialize, ToSchema)]
 pub struct FailureExample {
     pub job_id: Uuid,
+    /// The job's key (null for a job without one).
+    pub job_key: Option<String>,
+    /// The job's name.
+    pub job_name: Option<String>,
     #[serde(serialize_with = "serialize_instant")]
     pub scheduled_at: DateTime<Utc>,
     pub execution_id: String,

@@ -75,16 +75,18 @@ pub fn parse_time(raw: Option<&str>, name: &str) -> ApiResult<Option<DateTime<Ut
     .transpose()
 }
 
-/// A `job_id` filter: a job's id, key or `namespace:key`.
-pub async fn parse_job_id(
+/// A filter on one job, in parameter `name`: its id, key or
+/// `namespace:key` (absent or empty: no filter).
+pub async fn parse_job_filter(
     state: &crate::AppState,
     caller: &crate::caller::Caller,
+    name: &str,
     raw: Option<&str>,
 ) -> ApiResult<Option<Uuid>> {
-    let Some(raw) = raw else { return Ok(None) };
+    let Some(raw) = raw.filter(|r| !r.is_empty()) else { return Ok(None) };
     match crate::job_ref::resolve(state, caller, raw).await {
         Ok(id) => Ok(Some(id)),
-        Err(ApiError::NotFound(_)) => Err(field("job_id", "names no job: give a job's id, key or namespace:key")),
+        Err(ApiError::NotFound(_)) => Err(field(name, "names no job: give a job's id, key or namespace:key")),
         Err(e) => Err(e),
     }
 }

@@ -134,6 +134,9 @@ async fn keys_are_unique_per_namespace_and_name_a_job_wherever_its_id_does() {
     let paused = call(&app, Method::POST, &format!("/v1/jobs/{k}/pause"), Some(&json!({"note": "by key"}))).await;
     assert_eq!(paused.json()["pause"]["note"], "by key", "{}", paused.text);
     assert_eq!(call(&app, Method::POST, &format!("/v1/jobs/{k}/resume"), None).await.status, 200);
+    let audited = call(&app, Method::GET, &format!("/v1/audit?job={k}&action=job.pause"), None).await;
+    assert_eq!(audited.json()["items"][0]["reason"], "by key", "{}", audited.text);
+    assert_eq!(call(&app, Method::GET, &format!("/v1/alerts?job={k}"), None).await.status, 200);
     assert_eq!(call(&app, Method::GET, &format!("/v1/jobs/{k}/next?count=2"), None).await.status, 200);
     assert_eq!(call(&app, Method::GET, &format!("/v1/jobs/{k}/versions"), None).await.status, 200);
     assert_eq!(call(&app, Method::GET, &format!("/v1/jobs/{k}/executions"), None).await.status, 200);

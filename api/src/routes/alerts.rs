@@ -493,7 +493,7 @@ pub struct IncidentQuery {
     path = "/v1/alerts",
     tag = "alerts",
     params(
-        ("job" = Option<Uuid>, Query, description = "Only this job's incidents"),
+        ("job" = Option<String>, Query, description = "Only this job's incidents (its id, key or namespace:key)"),
         ("rule" = Option<Uuid>, Query, description = "Only this rule's incidents"),
         ("open" = Option<bool>, Query, description = "Only open (true) or resolved (false) ones"),
         ("limit" = Option<i64>, Query, minimum = 1, maximum = 500, description = "How many, newest first (default 50)"),
@@ -527,7 +527,7 @@ pub async fn incidents(
     let scope = caller.scope.sql();
     let filter = alerts::IncidentFilter {
         scope: scope.as_deref(),
-        job_id: id("job", q.job.as_deref())?,
+        job_id: crate::params::parse_job_filter(&state, &caller, "job", q.job.as_deref()).await?,
         rule_id: id("rule", q.rule.as_deref())?,
         open,
         limit: parse_limit(q.limit.as_deref())?,

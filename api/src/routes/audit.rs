@@ -40,7 +40,7 @@ pub struct AuditEntry {
     /// The request's `X-Request-Id` (or one the API made), as echoed in its response.
     pub request_id: String,
     /// `resource.verb`: job.create, job.replace, job.patch, job.pause, job.resume,
-    /// job.delete, job.trigger, job.rollback, execution.replay, calendar.put,
+    /// job.delete, job.trigger, job.rollback, job.apply, execution.replay, calendar.put,
     /// calendar.delete, namespace.create|update|delete, token.create|revoke,
     /// signing_key.create|rotate|revoke, alert_channel.create|delete,
     /// alert_rule.create|update|delete.
@@ -117,7 +117,7 @@ pub struct AuditQuery {
     tag = "audit",
     params(
         ("namespace" = Option<String>, Query, description = "Only this namespace's entries"),
-        ("job" = Option<Uuid>, Query, description = "Only this job's entries"),
+        ("job" = Option<String>, Query, description = "Only this job's entries (its id, key or namespace:key)"),
         ("actor" = Option<String>, Query, description = "Only changes by this token (its name or id)"),
         ("action" = Option<String>, Query, example = "job.pause",
          description = "Only this action (`job.pause`), or every action on a resource (`job`)"),
@@ -144,10 +144,7 @@ pub async fn list(
     caller.require(Role::Admin)?;
     let limit = parse_limit(q.limit.as_deref())?;
     crate::params::namespace_param(q.namespace.as_deref())?;
-    let job_id = match q.job.as_deref() {
-        None | Some("") => None,
-        Some(s) => Some(s.parse::<Uuid>().map_err(|_| field("job", "must be a job id (a UUID)"))?),
-    };
+    let job_id = crate::params::parse_job_filter(&state, &caller, "job", q.job.as_deref()).await?;
     let before_id = match q.cursor.as_deref() {
         None | Some("") => None,
         Some(c) => Some(c.parse::<i64>().map_err(|_| field("cursor", "is not a cursor returned by this endpoint"))?),

@@ -19,7 +19,7 @@ use crate::caller::{Caller, Role};
 use crate::error::{ApiError, ApiResult, field};
 use crate::extract::{JobIdPath, JsonBody, OptionalJsonBody, PathParams, QueryParams};
 use crate::model::{ExecutionPage, ExecutionSearchPage, ReplayResult};
-use crate::params::{not_found, parse_cursor, parse_job_id, parse_limit, parse_slot, parse_status, parse_time};
+use crate::params::{not_found, parse_cursor, parse_job_filter, parse_limit, parse_slot, parse_status, parse_time};
 use crate::{AppState, tenancy};
 
 /// An unknown parameter is a 400 naming it, not silently ignored.
@@ -89,10 +89,7 @@ async fn with_job_names(
     Ok(items
         .into_iter()
         .map(|execution| {
-            let (job_key, job_name) = match names.get(&execution.job_id) {
-                Some((key, name)) => (key.clone(), Some(name.clone())),
-                None => (None, None),
-            };
+            let (job_key, job_name) = names.of(execution.job_id);
             crate::model::ListedExecution { execution, job_key, job_name }
         })
         .collect())
@@ -140,7 +137,7 @@ pub async fn all(
 ) -> ApiResult<Json<ExecutionSearchPage>> {
     let limit = parse_limit(q.limit.as_deref())?;
     let status = parse_status(q.status.as_deref(), &Status::ALL)?;
-    let job_id = parse_job_id(&state, &caller, q.job_id.as_deref()).await?;
+    let job_id = parse_job_filter(&state, &caller, "job_id", q.job_id.as_deref()).await?;
     let from = parse_time(q.from.as_deref(), "from")?;
     let to = parse_time(q.to.as_deref(), "to")?;
     // The cursor is the last row's (scheduled_at, job_id).
@@ -336,7 +333,7 @@ pub async fn replay_many(
         }
     };
     let status = parse_status(text("status")?, &Status::REPLAYABLE)?.unwrap_or(Status::Failed);
-    let job_id = parse_job_id(&state, &caller, text("job_id")?).await?;
+    let job_id = parse_job_filter(&state, &caller, "job_id", text("job_id")?).await?;
     let from = parse_time(text("from")?, "from")?;
     let to = parse_time(text("to")?, "to")?;
     let limit = match obj.get("limit") {

@@ -136,16 +136,27 @@ pub async fn failures(
     let client = state.pg.get().await?;
     let scope = caller.scope.sql();
     let read = stats::failures(&client, scope.as_deref(), from, to, FAILURES_MAX_ROWS, limit as usize).await?;
+    let ids: Vec<uuid::Uuid> = read.groups.iter().map(|g| g.example.0).collect();
+    let names = store::jobs::names_of(&client, &ids).await?;
     let groups = read
         .groups
         .into_iter()
-        .map(|g| FailureGroup {
-            error: g.error,
-            count: g.count,
-            jobs: g.jobs,
-            first_at: g.first_at,
-            last_at: g.last_at,
-            example: FailureExample { job_id: g.example.0, scheduled_at: g.example.1, execution_id: g.example.2 },
+        .map(|g| {
+            let (job_key, job_name) = names.of(g.example.0);
+            FailureGroup {
+                error: g.error,
+                count: g.count,
+                jobs: g.jobs,
+                first_at: g.first_at,
+                last_at: g.last_at,
+                example: FailureExample {
+                    job_id: g.example.0,
+                    job_key,
+                    job_name,
+                    scheduled_at: g.example.1,
+                    execution_id: g.example.2,
+                },
+            }
         })
         .collect();
     Ok(Json(FailureGroups {

@@ -423,14 +423,25 @@ pub async fn by_key(
     Ok(if live.is_empty() { found.into_iter().take(1).collect() } else { live })
 }
 
-/// The keys and names of the given jobs (deleted ones included), for
-/// listings that show which job a row is about.
-pub async fn names_of(
-    client: &impl GenericClient,
-    ids: &[Uuid],
-) -> Result<std::collections::HashMap<Uuid, (Option<String>, String)>, tokio_postgres::Error> {
+/// The keys and names of jobs, for listings that show which job a row is
+/// about.
+#[derive(Debug, Default)]
+pub struct Names(std::collections::HashMap<Uuid, (Option<String>, String)>);
+
+impl Names {
+    /// Job `id`'s key and name (both `None` for a job not read).
+    pub fn of(&self, id: Uuid) -> (Option<String>, Option<String>) {
+        match self.0.get(&id) {
+            Some((key, name)) => (key.clone(), Some(name.clone())),
+            None => (None, None),
+        }
+    }
+}
+
+/// The keys and names of the given jobs (deleted ones included).
+pub async fn names_of(client: &impl GenericClient, ids: &[Uuid]) -> Result<Names, tokio_postgres::Error> {
     let rows = client.query("SELECT id, key, name FROM jobs WHERE id = ANY($1)", &[&ids]).await?;
-    Ok(rows.iter().map(|r| (r.get(0), (r.get(1), r.get(2)))).collect())
+    Ok(Names(rows.iter().map(|r| (r.get(0), (r.get(1), r.get(2)))).collect()))
 }
 
 /// Replaces a locked job's definition (a new version) and sets its `key`
