@@ -70,10 +70,10 @@ impl Ctx {
     }
 
     /// The id of the job `job` names (its id, key or `namespace:key`), for
-    /// the filters that take an id (a query's `job`, a body's `job_id`):
-    /// an id as it is; a key as the API resolves it in paths, the live job
-    /// with it, else the deleted job that last had it (its history answers
-    /// for both).
+    /// a request that takes ids only (an alert rule's `jobs`; paths and
+    /// filters take keys themselves): an id as it is; a key as the API
+    /// resolves it in paths, the live job with it, else the deleted job that
+    /// last had it (its history answers for both).
     async fn job_id(&self, job: &str) -> Result<String> {
         if looks_like_id(job) {
             return Ok(job.to_owned());

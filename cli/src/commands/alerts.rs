@@ -67,12 +67,8 @@ async fn switch(ctx: &Ctx, id: &str, enabled: bool) -> Result<String> {
 }
 
 async fn incidents(ctx: &Ctx, list: AlertList) -> Result<String> {
-    let job = match &list.job {
-        Some(job) => Some(ctx.job_id(job).await?),
-        None => None,
-    };
     let mut query: Vec<(&'static str, String)> =
-        [("job", job), ("rule", list.rule)].into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect();
+        [("job", list.job), ("rule", list.rule)].into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect();
     if list.open || list.resolved {
         query.push(("open", list.open.to_string()));
     }

@@ -9,12 +9,13 @@ use crate::output::{self, text, utc};
 
 pub async fn run(ctx: &Ctx, list: AuditList) -> Result<String> {
     let mut query = ctx.namespace_query();
-    let job = match &list.job {
-        Some(job) => Some(ctx.job_id(job).await?),
-        None => None,
-    };
-    let filters =
-        [("job", job), ("actor", list.actor), ("action", list.action), ("since", list.since), ("until", list.until)];
+    let filters = [
+        ("job", list.job),
+        ("actor", list.actor),
+        ("action", list.action),
+        ("since", list.since),
+        ("until", list.until),
+    ];
     query.extend(filters.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
     ctx.list(&["audit"], query, &list.paging, audit_table).await
 }

@@ -73,13 +73,9 @@ async fn replay(ctx: &Ctx, r: Replay) -> Result<String> {
         return ctx.show(&reply, execution_view);
     }
     let mut body = serde_json::Map::new();
-    let job = match &r.job {
-        Some(job) => Some(ctx.job_id(job).await?),
-        None => None,
-    };
     let filters = [
         ("status", r.status),
-        ("job_id", job),
+        ("job_id", r.job),
         ("trigger", r.trigger),
         ("error_contains", r.error_contains),
         ("from", r.from),
