@@ -91,6 +91,7 @@ pub fn sample_message() -> anyhow::Result<FireMessage> {
         retry_from: 0,
         // As a scheduled slot carries it: the same size as a herd's fire.
         misfire: Some(spec.misfire),
+        starting_deadline_ms: spec.starting_deadline_ms,
         completion: None,
         after_completion: Default::default(),
     })

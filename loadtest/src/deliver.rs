@@ -82,6 +82,7 @@ pub async fn run(args: DeliverArgs) -> anyhow::Result<()> {
             overlap: Default::default(),
             retry_from: 0,
             misfire: None,
+            starting_deadline_ms: None,
             completion: None,
             after_completion: Default::default(),
         });

@@ -388,7 +388,7 @@ impl Core {
         // This version is in force from `updated_at` on: it takes the slots
         // due at or after it (those before belong to the previous version).
         let changed_at = row.created_at.max(row.updated_at) - TimeDelta::microseconds(1);
-        let mut from = changed_at.max(now - self.misfire_threshold);
+        let mut from = changed_at.max(now - spec.misfire_threshold(self.misfire_threshold));
         let mut owned = Owned {
             runs,
             max_runs: spec.schedule.max_runs,
@@ -490,9 +490,9 @@ impl Core {
         late: &mut Vec<Slot>,
     ) -> u64 {
         let covered = history.looked_back_to.max(history.last_slot.unwrap_or(DateTime::<Utc>::MIN_UTC));
-        let misfired_before = now - self.misfire_threshold;
         let mut runs = row.runs;
         for past in &history.past {
+            let misfired_before = now - past.spec.misfire_threshold(self.misfire_threshold);
             let max_runs = past.spec.schedule.max_runs;
             let Ok(schedule) = past.spec.compile(row.created_at) else { continue };
             let since = covered.max(past.valid_from - TimeDelta::microseconds(1));

@@ -477,6 +477,95 @@ async fn after_two_minutes_with_every_node_down_missed_slots_follow_each_misfire
     stack.stop().await;
 }
 
+/// A job's own `starting_deadline_ms` decides how late its slots may still
+/// fire after an outage: with every scheduler down for about 10 s and the
+/// cluster's threshold at 3 s, a job whose deadline is 30 s fires each slot
+/// it missed as a scheduled slot, once, while its twin without a deadline
+/// has them decided by its misfire policy (`skip`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_outage_a_jobs_own_starting_deadline_decides_which_missed_slots_still_fire() {
+    const EVERY_S: i64 = 2;
+    let sink = Sink::start().await;
+    let stack = Stack::start("deadline").await;
+    let env = stack.proc_env();
+    let node = |id: &str| {
+        env.command("cronshard-scheduler")
+            .env("NODE_ID", id)
+            .env("HEARTBEAT_INTERVAL_MS", "1000")
+            .env("MISFIRE_THRESHOLD_MS", "3000")
+            .spawn()
+            .unwrap()
+    };
+    let mut nodes = vec![node("node-0")];
+    let _worker = env.worker("worker-0");
+    wait_for("a live node", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 1).then_some(()) })
+        .await;
+    let start = truncate_ms(Utc::now() + TimeDelta::seconds(2));
+    let mut jobs = Vec::new();
+    for (name, deadline) in [("own-deadline", Some(30_000)), ("cluster-threshold", None)] {
+        let mut body = json!({
+            "name": name,
+            "schedule": { "kind": "interval", "every_ms": EVERY_S * 1000, "start_at": format_instant(start) },
+            "target": http_target(&sink.url(name)),
+            "misfire": "skip",
+        });
+        if let Some(ms) = deadline {
+            body["starting_deadline_ms"] = json!(ms);
+        }
+        let job = stack.create_job(body).await;
+        assert_eq!(job["starting_deadline_ms"], json!(deadline), "{job}");
+        jobs.push((name, job["id"].as_str().unwrap().to_owned()));
+    }
+    until_delivered_past(&sink, start + TimeDelta::seconds(EVERY_S), Duration::from_secs(30)).await;
+
+    let _ = std::process::Command::new("kill").arg("-TERM").arg(nodes[0].id().unwrap().to_string()).status();
+    assert!(tokio::time::timeout(Duration::from_secs(30), nodes[0].wait()).await.unwrap().unwrap().success());
+    let stopped_at = Utc::now();
+    // The outage itself is the thing under test: nothing to await but time.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let restarted_at = Utc::now();
+    nodes = vec![node("node-0")];
+
+    let slots_until =
+        |t: DateTime<Utc>| (0..).map(|k| start + TimeDelta::seconds(EVERY_S * k)).take_while(move |s| *s <= t);
+    let ledgers = wait_for("every slot decided", Duration::from_secs(60), || async {
+        let mut all = Vec::new();
+        for (name, id) in &jobs {
+            let rows = ledger_of(&stack, id, TimeDelta::seconds(EVERY_S)).await;
+            let decided =
+                rows.iter().all(|(_, status, _)| ["succeeded", "skipped", "missed"].contains(&status.as_str()));
+            let covered = slots_until(restarted_at).all(|s| rows.iter().any(|(t, _, _)| *t == s));
+            if !(decided && covered) {
+                return None;
+            }
+            all.push((*name, id.clone(), rows));
+        }
+        Some(all)
+    })
+    .await;
+    for (name, id, rows) in ledgers {
+        // The slots due while no scheduler ran (those armed ahead before
+        // the stop may have gone out on time).
+        let outage: Vec<_> =
+            rows.iter().filter(|(t, _, _)| *t > stopped_at + TimeDelta::seconds(3) && *t < restarted_at).collect();
+        assert!(outage.len() >= 3, "{name}: {rows:?}");
+        let received = sink.received_on(name);
+        for (t, status, trigger) in &outage {
+            let eid = domain::execution::execution_id(id.parse().unwrap(), *t);
+            let deliveries = received.iter().filter(|r| r.execution_id == eid).count();
+            if name == "own-deadline" {
+                assert_eq!((status.as_str(), trigger.as_str()), ("succeeded", "schedule"), "{name} {t}: {rows:?}");
+                assert_eq!(deliveries, 1, "{name}: {eid} delivered once");
+            } else {
+                assert_eq!((status.as_str(), trigger.as_str()), ("skipped", "misfire"), "{name} {t}: {rows:?}");
+                assert_eq!(deliveries, 0, "{name}: {eid} skipped, never delivered");
+            }
+        }
+    }
+    drop(nodes);
+    stack.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_a_worker_mid_delivery_loses_nothing_and_records_one_execution() {
     let sink = Sink::start().await;

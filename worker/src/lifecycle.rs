@@ -449,7 +449,8 @@ impl<'m> Lifecycle<'m> {
             let late = now - m.due_at;
             // Would not fire if the job ran since it was due: the ledger
             // knows its runs (and skips it under `skip`), so it is asked.
-            if misfire::late_slot(Some(policy), late, self.misfire_threshold, m.retry_from, true) != Verdict::Fire {
+            let threshold = m.starting_deadline_ms.map_or(self.misfire_threshold, domain::job::misfire_threshold_of);
+            if misfire::late_slot(Some(policy), late, threshold, m.retry_from, true) != Verdict::Fire {
                 let late = LateSlot {
                     job_id: m.job_id,
                     scheduled_at: m.scheduled_at,
@@ -810,6 +811,8 @@ mod tests {
         redelivered: bool,
         trigger: Trigger,
         misfire: Option<MisfirePolicy>,
+        /// The job's own misfire threshold, when it has one.
+        starting_deadline_ms: Option<u64>,
         retry_from: u32,
         forbid_overlap: bool,
         max_retries: Option<u32>,
@@ -830,7 +833,7 @@ mod tests {
             (0u8..4, 0u32..3, any::<bool>(), proptest::option::of(0u32..4)),
             -20_000i64..90_000,
             proptest::collection::vec(any::<u8>(), 40),
-            (any::<bool>(), 0u8..4),
+            (any::<bool>(), 0u8..4, proptest::option::of(1_000u64..90_000)),
         )
             .prop_map(
                 |(
@@ -838,7 +841,7 @@ mod tests {
                     (misfire, retry_from, forbid, max_retries),
                     arrives_ms,
                     answers,
-                    (async_completion, check),
+                    (async_completion, check, starting_deadline_ms),
                 )| {
                     // A check is one arrival in four of an async job's.
                     let completion_check = async_completion && check == 0;
@@ -852,6 +855,7 @@ mod tests {
                             Some(MisfirePolicy::FireOnce),
                             Some(MisfirePolicy::FireAll),
                         ][misfire as usize],
+                        starting_deadline_ms,
                         retry_from: retry_from.min(attempt - 1),
                         forbid_overlap: forbid,
                         max_retries,
@@ -878,6 +882,7 @@ mod tests {
         let mut m = testing::fire_message(target(), t0());
         m.trigger = s.trigger;
         m.misfire = s.misfire;
+        m.starting_deadline_ms = s.starting_deadline_ms;
         m.retry_from = s.retry_from;
         m.overlap = if s.forbid_overlap { Overlap::Forbid } else { Overlap::Allow };
         m.retry = s.max_retries.map(|max_retries| RetryPolicy { max_retries, ..rules().retry_defaults });
@@ -1212,7 +1217,9 @@ mod tests {
             // A late first attempt of a scheduled slot under skip/fire_once is
             // asked of the ledger before anything else, and delivered only if
             // the ledger lets it; no other slot is asked.
-            let late = s.arrives_ms > THRESHOLD_SECS * 1000;
+            // Late by the job's own deadline when it has one, else the cluster's.
+            let threshold_ms = s.starting_deadline_ms.map_or(THRESHOLD_SECS * 1000, |ms| ms as i64);
+            let late = s.arrives_ms > threshold_ms;
             let may_skip = matches!(s.misfire, Some(MisfirePolicy::Skip | MisfirePolicy::FireOnce));
             let misfire_rule_applies = s.attempt == 1 && !s.waited && s.retry_from == 0 && may_skip && late;
             prop_assert_eq!(trace.asked_late.is_some(), misfire_rule_applies, "{:?}", trace);

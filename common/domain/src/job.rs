@@ -53,6 +53,10 @@ pub mod limits {
     /// The widest jitter (an hour): a worker holds a pre-armed slot until
     /// its jittered instant, so the spread is bounded.
     pub const JITTER_MAX_MS: u64 = 3_600_000;
+    /// A job's own misfire threshold: at least a second (a slot is never
+    /// less late than the claim's round trip), at most a week.
+    pub const STARTING_DEADLINE_MIN_MS: u64 = 1_000;
+    pub const STARTING_DEADLINE_MAX_MS: u64 = 7 * 86_400_000;
     /// Calendars one job may reference.
     pub const CALENDARS_MAX: usize = 16;
     /// Bounds of `completion.timeout_ms`.
@@ -153,6 +157,15 @@ pub struct JobSpec {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(required = false))]
     pub misfire: MisfirePolicy,
+    /// How late a slot may still fire before the misfire policy decides it
+    /// (the job's own misfire threshold, like Kubernetes' `startingDeadlineSeconds`);
+    /// absent: the cluster's `MISFIRE_THRESHOLD_MS`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = false, minimum = 1_000, maximum = 604_800_000, example = 300_000)
+    )]
+    pub starting_deadline_ms: Option<u64>,
     /// Most missed slots `fire_all` replays after an outage; the rest are `missed`.
     #[serde(default = "default_misfire_cap")]
     #[cfg_attr(feature = "openapi", schema(required = false, minimum = 1, maximum = 10_000, default = 100))]
@@ -591,6 +604,18 @@ impl JobSpec {
     pub fn compile(&self, created_at: DateTime<Utc>) -> Result<CompiledSchedule, ScheduleError> {
         self.schedule.compile(created_at)
     }
+
+    /// How late a slot of this job may still fire: its own
+    /// `starting_deadline_ms`, else the cluster's threshold.
+    pub fn misfire_threshold(&self, cluster: chrono::TimeDelta) -> chrono::TimeDelta {
+        self.starting_deadline_ms.map_or(cluster, misfire_threshold_of)
+    }
+}
+
+/// A `starting_deadline_ms` as a duration (bounded by validation; a stored
+/// value beyond chrono's range reads as the largest).
+pub fn misfire_threshold_of(ms: u64) -> chrono::TimeDelta {
+    chrono::TimeDelta::try_milliseconds(ms.min(i64::MAX as u64) as i64).unwrap_or(chrono::TimeDelta::MAX)
 }
 
 /// At most `limits::FIELD_ERRORS_MAX` errors: when there are more, the last
@@ -708,6 +733,7 @@ impl Validator<'_> {
             "retry",
             "misfire",
             "misfire_cap",
+            "starting_deadline_ms",
             "paused",
             "labels",
             "overlap",
@@ -750,6 +776,9 @@ impl Validator<'_> {
             Some(v) => self.uint(v, "misfire_cap", 1, limits::MISFIRE_CAP_MAX.into()).unwrap_or(1) as u32,
             None => default_misfire_cap(),
         };
+        let starting_deadline_ms = Self::field(map, "starting_deadline_ms").and_then(|v| {
+            self.uint(v, "starting_deadline_ms", limits::STARTING_DEADLINE_MIN_MS, limits::STARTING_DEADLINE_MAX_MS)
+        });
         let paused = match Self::field(map, "paused") {
             Some(Value::Bool(b)) => *b,
             Some(_) => {
@@ -817,6 +846,7 @@ impl Validator<'_> {
             retry,
             misfire,
             misfire_cap,
+            starting_deadline_ms,
             paused,
             labels,
             overlap,

@@ -110,6 +110,10 @@ pub struct FireMessage {
     /// older schedulers): delivered however late.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub misfire: Option<MisfirePolicy>,
+    /// The job's own misfire threshold (`starting_deadline_ms`), on a
+    /// scheduled slot that has one. Absent: the worker's cluster setting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starting_deadline_ms: Option<u64>,
     /// The job's completion (async: a 202 leaves the attempt running until
     /// the receiver reports). Absent: the HTTP answer is the outcome.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -166,6 +170,7 @@ impl FireMessage {
             overlap: spec.overlap,
             retry_from,
             misfire: (trigger == Trigger::Schedule).then_some(spec.misfire),
+            starting_deadline_ms: spec.starting_deadline_ms.filter(|_| trigger == Trigger::Schedule),
             completion: spec.completion,
             after_completion: spec.after_completion,
         };
@@ -225,6 +230,7 @@ mod tests {
             overlap: Default::default(),
             retry_from: 0,
             misfire: None,
+            starting_deadline_ms: None,
             completion: None,
             after_completion: Default::default(),
         }

@@ -232,6 +232,7 @@ pub fn fire_message(target: domain::job::Target, at: chrono::DateTime<chrono::Ut
         overlap: Default::default(),
         retry_from: 0,
         misfire: None,
+        starting_deadline_ms: None,
         completion: None,
         after_completion: Default::default(),
     }
