@@ -5,25 +5,40 @@
 //! are `DateTime<Utc>` at millisecond precision; schedule inputs (`at`,
 //! `anchor`, `start_at`, `end_at`) are truncated to whole milliseconds.
 //!
-//! Cron expressions are matched against local wall-clock time. Across DST
-//! transitions a wall time that occurs twice fires only at its first
-//! occurrence, and a wall time that does not exist fires at the end of the gap;
-//! fire times are always strictly increasing.
+//! Cron expressions are matched against local wall-clock time and mapped to
+//! instants by the schedule's [`DstRule`]: by default a wall time that occurs
+//! twice fires only at its first occurrence, and a wall time that does not
+//! exist fires at the end of the gap. Fire times are always strictly
+//! increasing.
+//!
+//! The expressions are evaluated here, over bit sets of each field, rather
+//! than by the `cron` crate (which only parses the plain fields): the crate
+//! knows neither `L`, `W` nor `#`, and a day predicate on top of its
+//! iterator would walk every minute of a day that does not match.
 
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use chrono::{DateTime, Datelike, LocalResult, NaiveDateTime, TimeDelta, TimeZone, Utc};
+use chrono::{DateTime, Datelike, LocalResult, NaiveDate, NaiveDateTime, TimeDelta, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
+use serde::{Deserialize, Serialize};
 
-/// How many matching wall times one `next_after` call may skip (they map to
-/// instants `<= after`, e.g. inside a repeated hour) before giving up. A
-/// per-second expression skips at most 3600 per repeated hour.
-const MAX_SKIPPED_CANDIDATES: usize = 100_000;
+/// How many matching wall times one `next_after` call may pass over before
+/// giving up. Each scan starts where its answer can begin (see
+/// [`CronSchedule::scan_start`]) and jumps over a skipped gap in one step,
+/// so a call passes over a handful at most; the bound only stops a zone
+/// whose transitions would defeat that.
+const MAX_SKIPPED_CANDIDATES: usize = 10_000;
+
+/// The calendar cron fire times are looked for in: the one of the `cron`
+/// crate these schedules were first evaluated by, kept so that no fire time
+/// moved when the evaluation came here.
+const FIRST_YEAR: i32 = 1970;
+const LAST_YEAR: i32 = 2100;
 
 /// A schedule that cannot be compiled. `field` names the offending key of the
-/// schedule object (`expr`, `timezone`, `every_ms`, ...).
+/// schedule object (`expr`, `exprs`, `timezone`, `every_ms`, ...).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]
 pub struct ScheduleError {
@@ -51,18 +66,91 @@ pub fn truncate_to_millis(t: DateTime<Utc>) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap_or(t)
 }
 
-/// A cron expression bound to a time zone.
+/// What a cron schedule does with the wall times a daylight saving time
+/// transition repeats or skips (`schedule.dst`). The default is the rule
+/// every cron schedule had before it could be chosen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DstRule {
+    #[serde(default)]
+    pub repeated: Repeated,
+    #[serde(default)]
+    pub missing: Missing,
+}
+
+impl DstRule {
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// A wall time that occurs twice (the clocks go back).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Repeated {
+    /// Fires at its first occurrence only.
+    #[default]
+    First,
+    /// Fires at its second occurrence only.
+    Last,
+    /// Fires at each occurrence.
+    Both,
+}
+
+impl Repeated {
+    pub const NAMES: &str = "first, last, both";
+
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "first" => Some(Self::First),
+            "last" => Some(Self::Last),
+            "both" => Some(Self::Both),
+            _ => None,
+        }
+    }
+}
+
+/// A wall time that does not exist (the clocks go forward).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Missing {
+    /// Does not fire.
+    Skip,
+    /// Fires at the end of the gap, once however many such wall times fall in it.
+    #[default]
+    Shift,
+}
+
+impl Missing {
+    pub const NAMES: &str = "skip, shift";
+
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "skip" => Some(Self::Skip),
+            "shift" => Some(Self::Shift),
+            _ => None,
+        }
+    }
+}
+
+/// One or more cron expressions bound to a time zone and a [`DstRule`]; it
+/// fires at the union of their wall times, once where they coincide.
 ///
 /// Accepted syntax: 5 fields (`minute hour day-of-month month day-of-week`),
 /// 6 fields (seconds first), or one of `@yearly @annually @monthly @weekly
 /// @daily @midnight @hourly`. Day of week is 0-7 (0 and 7 are Sunday) or
-/// `SUN`-`SAT`; months are 1-12 or `JAN`-`DEC`. As in crontab, when both
-/// day-of-month and day-of-week are restricted (neither starts with `*` or
-/// `?`), a day matches if either matches. A 7th (year) field is rejected.
+/// `SUN`-`SAT`, plus `nL` (the last weekday n of the month) and `n#k` (the
+/// k-th weekday n); months are 1-12 or `JAN`-`DEC`; day of month is 1-31
+/// plus `L` (the last day), `L-n` (n days before it), `nW` (the weekday
+/// nearest day n, within the month) and `LW` (the last weekday). As in
+/// crontab, when both day-of-month and day-of-week are restricted (neither
+/// starts with `*` or `?`), a day matches if either matches. A 7th (year)
+/// field is rejected.
 ///
 /// Parsed schedules are shared: a node holding a million jobs that use a
-/// handful of expressions keeps a handful of parsed copies (a parsed
-/// `cron::Schedule` is a kilobyte or more of sets).
+/// handful of schedules keeps a handful of parsed copies.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CronSchedule {
     inner: Arc<CronInner>,
@@ -70,16 +158,17 @@ pub struct CronSchedule {
 
 #[derive(Debug, PartialEq, Eq)]
 struct CronInner {
-    expr: String,
+    exprs: Vec<String>,
     timezone: Tz,
-    /// Evaluated over naive local time disguised as UTC. Two entries when the
-    /// day-of-month/day-of-week OR rule applies (the crate ANDs them).
-    local: Vec<cron::Schedule>,
+    dst: DstRule,
+    specs: Vec<CronFields>,
 }
 
-type CronCache = Mutex<HashMap<(String, Tz), Weak<CronInner>>>;
+/// Everything that makes two parses the same schedule.
+type CronKey = (Vec<String>, Tz, DstRule);
+type CronCache = Mutex<HashMap<CronKey, Weak<CronInner>>>;
 
-/// Distinct (expression, zone) pairs remembered; beyond it parses are not shared.
+/// Distinct schedules remembered; beyond it parses are not shared.
 const CRON_CACHE_MAX: usize = 10_000;
 
 fn cron_cache() -> &'static CronCache {
@@ -87,15 +176,45 @@ fn cron_cache() -> &'static CronCache {
     CACHE.get_or_init(Default::default)
 }
 
+/// Which occurrence of a repeated wall time an instant is taken from; a
+/// schedule whose rule is `both` fires at the union of the two mappings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Occurrence {
+    First,
+    Last,
+}
+
 impl CronSchedule {
+    /// One expression with the default DST rule (calendar rules, and most jobs).
     pub fn parse(expr: &str, timezone: &str) -> Result<Self, ScheduleError> {
+        Self::parse_all(&[expr], timezone, DstRule::default())
+    }
+
+    /// Several expressions (at least one) fired as one schedule. An error in
+    /// one of several names it by its position (`exprs[2]: ...`).
+    pub fn parse_all(exprs: &[impl AsRef<str>], timezone: &str, dst: DstRule) -> Result<Self, ScheduleError> {
         let timezone = parse_timezone(timezone)?;
-        let key = (expr.to_owned(), timezone);
+        let exprs: Vec<String> = exprs.iter().map(|e| e.as_ref().to_owned()).collect();
+        if exprs.is_empty() {
+            return Err(ScheduleError::new("exprs", "must hold at least one cron expression"));
+        }
+        let key = (exprs, timezone, dst);
         if let Some(inner) = cron_cache().lock().ok().and_then(|c| c.get(&key).and_then(Weak::upgrade)) {
             return Ok(Self { inner });
         }
-        let local = compile_expr(expr)?;
-        let inner = Arc::new(CronInner { expr: expr.to_owned(), timezone, local });
+        let many = key.0.len() > 1;
+        let specs = key
+            .0
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                compile_expr(e).map_err(|err| match many {
+                    true => ScheduleError::new("exprs", format!("exprs[{i}]: {}", err.message)),
+                    false => err,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let inner = Arc::new(CronInner { exprs: key.0.clone(), timezone, dst, specs });
         if let Ok(mut cache) = cron_cache().lock() {
             if cache.len() >= CRON_CACHE_MAX {
                 cache.retain(|_, w| w.strong_count() > 0);
@@ -109,86 +228,175 @@ impl CronSchedule {
 
     /// The first fire time strictly after `after`.
     pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        // The cron crate's calendar is 1970..=2100; staying near it also keeps
-        // naive_local() clear of chrono's range limits.
-        if after.year() > 2100 {
+        // Staying inside the calendar also keeps naive_local() clear of
+        // chrono's range limits.
+        if after.year() > LAST_YEAR {
             return None;
         }
-        let floor = DateTime::UNIX_EPOCH - TimeDelta::days(2);
-        // Local→UTC mapping is monotone, so no wall time before `after`'s own
-        // can map past `after`.
-        let cron = &*self.inner;
-        let wall = after.max(floor).with_timezone(&cron.timezone).naive_local().and_utc();
-        let mut candidates = Merged { iters: cron.local.iter().map(|s| s.after(&wall).peekable()).collect() };
+        let after = after.max(DateTime::UNIX_EPOCH - TimeDelta::days(2));
+        match self.inner.dst.repeated {
+            Repeated::First => self.next_mapped(after, Occurrence::First),
+            Repeated::Last => self.next_mapped(after, Occurrence::Last),
+            // Each mapping is monotone; their union is every occurrence.
+            Repeated::Both => {
+                let first = self.next_mapped(after, Occurrence::First);
+                let last = self.next_mapped(after, Occurrence::Last);
+                match (first, last) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
+            }
+        }
+    }
+
+    /// The first instant after `after` that a matching wall time maps to
+    /// when a repeated wall time is taken at `occurrence`. The mapping is
+    /// monotone in the wall time, so the first candidate past `after` is
+    /// the answer.
+    fn next_mapped(&self, after: DateTime<Utc>, occurrence: Occurrence) -> Option<DateTime<Utc>> {
+        let tz = self.inner.timezone;
+        let mut from = self.scan_start(after, occurrence);
         for _ in 0..MAX_SKIPPED_CANDIDATES {
-            let local = candidates.next()?;
-            let instant = local_to_instant(cron.timezone, local.naive_utc())?;
+            let wall = self.next_wall_time(from)?;
+            let instant = match tz.from_local_datetime(&wall) {
+                LocalResult::Single(t) => t.to_utc(),
+                LocalResult::Ambiguous(a, b) => match occurrence {
+                    Occurrence::First => a.to_utc().min(b.to_utc()),
+                    Occurrence::Last => a.to_utc().max(b.to_utc()),
+                },
+                LocalResult::None => {
+                    let end = gap_end(tz, wall)?;
+                    match self.inner.dst.missing {
+                        Missing::Shift => end,
+                        // Every wall time before the end's own is in the gap.
+                        Missing::Skip => {
+                            from = end.with_timezone(&tz).naive_local();
+                            continue;
+                        }
+                    }
+                }
+            };
             if instant > after {
                 return Some(instant);
             }
+            from = wall + TimeDelta::seconds(1);
         }
         None
+    }
+
+    /// The earliest wall time whose instant under `occurrence` can be after
+    /// `after`: `after`'s own wall time, except inside a repeated stretch.
+    /// There the first pass's wall times map to instants before the second
+    /// pass: `Last` takes them from the stretch's start when `after` is in
+    /// the first pass, and `First` skips to the stretch's end when `after`
+    /// is in the second (else it would pass over every wall time of the
+    /// stretch, all of them already fired).
+    fn scan_start(&self, after: DateTime<Utc>, occurrence: Occurrence) -> NaiveDateTime {
+        let tz = self.inner.timezone;
+        let wall = after.with_timezone(&tz).naive_local().max(first_wall());
+        let LocalResult::Ambiguous(a, b) = tz.from_local_datetime(&wall) else { return wall };
+        let (early, late) = (a.to_utc().min(b.to_utc()), a.to_utc().max(b.to_utc()));
+        let Some(change) = offset_change(tz, early, late) else { return wall };
+        match occurrence {
+            Occurrence::Last if after < late => change.with_timezone(&tz).naive_local(),
+            Occurrence::First if after >= late => {
+                let first_pass_offset = wall - early.naive_utc();
+                change.naive_utc() + first_pass_offset
+            }
+            _ => wall,
+        }
     }
 
     pub fn timezone(&self) -> Tz {
         self.inner.timezone
     }
 
-    /// Whether the wall time of `at` in the schedule's zone matches the
-    /// expression, at the expression's resolution: the second for 6 fields,
+    pub fn dst(&self) -> DstRule {
+        self.inner.dst
+    }
+
+    /// The expressions as given.
+    pub fn exprs(&self) -> &[String] {
+        &self.inner.exprs
+    }
+
+    /// The first wall time at or after `from` (rounded up to the second)
+    /// that an expression names, whether or not it exists in the zone.
+    pub fn next_wall_time(&self, from: NaiveDateTime) -> Option<NaiveDateTime> {
+        let from = ceil_to_second(from.max(first_wall()))?;
+        self.inner.specs.iter().filter_map(|s| s.next_at_or_after(from)).min()
+    }
+
+    /// Whether the wall time of `at` in the schedule's zone matches an
+    /// expression, at that expression's resolution: the second for 6 fields,
     /// the minute for 5 fields and shortcuts (so `* * * * SAT,SUN` matches
     /// every instant of a weekend). Calendars use it for exclusion rules.
     pub fn matches_wall_time(&self, at: DateTime<Utc>) -> bool {
-        use chrono::Timelike;
-        let cron = &*self.inner;
-        let wall = at.with_timezone(&cron.timezone).naive_local();
-        let seconds_field = cron.expr.split_whitespace().count() == 6;
-        let wall = if seconds_field {
-            wall.with_nanosecond(0)
-        } else {
-            wall.with_second(0).and_then(|w| w.with_nanosecond(0))
-        };
-        let Some(wall) = wall else { return false };
-        cron.local.iter().any(|s| s.includes(wall.and_utc()))
+        let wall = at.with_timezone(&self.inner.timezone).naive_local();
+        self.inner.specs.iter().any(|s| {
+            let truncated = match s.with_seconds {
+                true => wall.with_nanosecond(0),
+                false => wall.with_second(0).and_then(|w| w.with_nanosecond(0)),
+            };
+            truncated.is_some_and(|w| s.matches(w))
+        })
     }
 
-    /// The expression as given to [`CronSchedule::parse`].
-    pub fn expr(&self) -> &str {
-        &self.inner.expr
+    /// The shortest gap, in seconds, between two fires of the expressions
+    /// together, judged from their seconds, minutes and hours as if every
+    /// day fired (the day fields only remove fires; across midnight the gap
+    /// is counted as if the next day fired too) and without DST shifts.
+    pub fn min_gap_secs(&self) -> u64 {
+        let mut fires = vec![0u64; 86_400 / 64 + 1];
+        for s in &self.inner.specs {
+            for h in bits(u64::from(s.hours)) {
+                for m in bits(s.minutes) {
+                    for sec in bits(s.seconds) {
+                        let t = h * 3600 + m * 60 + sec;
+                        fires[t as usize / 64] |= 1 << (t % 64);
+                    }
+                }
+            }
+        }
+        let times: Vec<u32> = (0..86_400u32).filter(|t| fires[*t as usize / 64] >> (t % 64) & 1 == 1).collect();
+        let (Some(first), Some(last)) = (times.first(), times.last()) else { return 86_400 };
+        let wrap = first + 86_400 - last;
+        u64::from(times.windows(2).map(|w| w[1] - w[0]).fold(wrap, u32::min))
     }
 
     #[cfg(test)]
     fn matches_wall(&self, local: NaiveDateTime) -> bool {
-        self.inner.local.iter().any(|s| s.includes(local.and_utc()))
+        self.inner.specs.iter().any(|s| s.matches(local))
     }
 }
 
-/// Ascending union of several ascending candidate streams, without duplicates.
-struct Merged<'a> {
-    iters: Vec<std::iter::Peekable<cron::ScheduleIterator<'a, Utc>>>,
-}
-
-impl Iterator for Merged<'_> {
-    type Item = DateTime<Utc>;
-
-    fn next(&mut self) -> Option<DateTime<Utc>> {
-        let min = self.iters.iter_mut().filter_map(|i| i.peek().copied()).min()?;
-        for it in &mut self.iters {
-            if it.peek() == Some(&min) {
-                it.next();
-            }
+/// The first second after `early` whose UTC offset is `late`'s (the two
+/// instants of one repeated wall time straddle one change of offset).
+fn offset_change(tz: Tz, early: DateTime<Utc>, late: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    use chrono::Offset;
+    let offset = |secs: i64| DateTime::from_timestamp(secs, 0).map(|t| t.with_timezone(&tz).offset().fix());
+    let target = late.with_timezone(&tz).offset().fix();
+    // Invariant: offset(lo) differs from the target, offset(hi) is it.
+    let (mut lo, mut hi) = (early.timestamp(), late.timestamp() + 1);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if offset(mid)? == target {
+            hi = mid;
+        } else {
+            lo = mid;
         }
-        Some(min)
     }
+    DateTime::from_timestamp(hi, 0)
 }
 
-/// Maps a wall time to an instant: the first occurrence if it is repeated,
-/// the end of the gap if it was skipped.
-fn local_to_instant(tz: Tz, local: NaiveDateTime) -> Option<DateTime<Utc>> {
-    match tz.from_local_datetime(&local) {
-        LocalResult::Single(t) => Some(t.to_utc()),
-        LocalResult::Ambiguous(a, b) => Some(a.to_utc().min(b.to_utc())),
-        LocalResult::None => gap_end(tz, local),
+fn first_wall() -> NaiveDateTime {
+    NaiveDate::from_ymd_opt(FIRST_YEAR, 1, 1).unwrap_or_default().and_time(Default::default())
+}
+
+fn ceil_to_second(t: NaiveDateTime) -> Option<NaiveDateTime> {
+    match t.nanosecond() {
+        0 => Some(t),
+        n => t.checked_add_signed(TimeDelta::nanoseconds(1_000_000_000 - i64::from(n))),
     }
 }
 
@@ -210,19 +418,198 @@ fn gap_end(tz: Tz, local: NaiveDateTime) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp(hi, 0)
 }
 
-/// Name and allowed values of each crate field, for error messages.
+/// The positions of the set bits of `set`, lowest first.
+fn bits(set: u64) -> impl Iterator<Item = u32> {
+    (0..64).filter(move |b| set >> b & 1 == 1)
+}
+
+/// The lowest set bit of `set` at or above `from`.
+fn next_bit(set: u64, from: u32) -> Option<u32> {
+    if from >= 64 {
+        return None;
+    }
+    let above = set >> from << from;
+    (above != 0).then(|| above.trailing_zeros())
+}
+
+/// One expression as sets: bit n of each field is set when value n matches.
+#[derive(Debug, PartialEq, Eq)]
+struct CronFields {
+    seconds: u64,
+    minutes: u64,
+    hours: u32,
+    /// Bits 1-12.
+    months: u16,
+    days: DaySpec,
+    /// A 6-field expression, matched at the second; else at the minute.
+    with_seconds: bool,
+}
+
+/// The day fields, resolved month by month ([`DaySpec::mask`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct DaySpec {
+    /// Day-of-month numbers, bits 1-31.
+    dom: u32,
+    /// `L-n`: bit n (`L` itself is bit 0).
+    before_last: u32,
+    /// `nW`: bit n.
+    nearest_weekday: u32,
+    /// `LW`.
+    last_weekday: bool,
+    /// Weekdays, bit 0 = Sunday.
+    dow: u8,
+    /// `nL`: bit n.
+    last_dow: u8,
+    /// `n#k`: bit k of entry n.
+    nth_dow: [u8; 7],
+    /// Both fields restricted: a day matches either (crontab); else both.
+    either: bool,
+}
+
+impl DaySpec {
+    /// The matching days of one month, bits 1-31.
+    fn mask(&self, year: i32, month: u32) -> u32 {
+        let Some(first) = NaiveDate::from_ymd_opt(year, month, 1) else { return 0 };
+        let len = days_in_month(year, month);
+        let all = ((1u64 << (len + 1)) - 2) as u32;
+        // Weekday of day 1, 0 = Sunday; day d is weekday (w1 + d - 1) % 7.
+        let w1 = first.weekday().num_days_from_sunday();
+        let weekday = |d: u32| (w1 + d - 1) % 7;
+        let nearest = |n: u32| match weekday(n) {
+            6 if n == 1 => 3,
+            6 => n - 1,
+            0 if n == len => n - 2,
+            0 => n + 1,
+            _ => n,
+        };
+
+        let mut dom = self.dom & all;
+        for n in bits(u64::from(self.before_last)).filter(|n| *n < len) {
+            dom |= 1 << (len - n);
+        }
+        for n in bits(u64::from(self.nearest_weekday)).filter(|n| *n <= len) {
+            dom |= 1 << nearest(n);
+        }
+        if self.last_weekday {
+            dom |= 1 << nearest(len);
+        }
+
+        let mut dow = 0u32;
+        for w in bits(u64::from(self.dow)) {
+            // The first day with weekday w, then every 7th.
+            let mut d = 1 + (w + 7 - w1) % 7;
+            while d <= len {
+                dow |= 1 << d;
+                d += 7;
+            }
+        }
+        for w in bits(u64::from(self.last_dow)) {
+            dow |= 1 << (len - (weekday(len) + 7 - w) % 7);
+        }
+        for (w, ks) in self.nth_dow.iter().enumerate() {
+            let first_w = 1 + (w as u32 + 7 - w1) % 7;
+            for k in bits(u64::from(*ks)) {
+                let d = first_w + 7 * (k - 1);
+                if d <= len {
+                    dow |= 1 << d;
+                }
+            }
+        }
+        if self.either { dom | dow } else { dom & dow }
+    }
+}
+
+fn days_in_month(year: i32, month: u32) -> u32 {
+    match month {
+        4 | 6 | 9 | 11 => 30,
+        2 if NaiveDate::from_ymd_opt(year, 2, 29).is_some() => 29,
+        2 => 28,
+        _ => 31,
+    }
+}
+
+impl CronFields {
+    fn matches(&self, wall: NaiveDateTime) -> bool {
+        self.months >> wall.month() & 1 == 1
+            && self.days.mask(wall.year(), wall.month()) >> wall.day() & 1 == 1
+            && self.hours >> wall.hour() & 1 == 1
+            && self.minutes >> wall.minute() & 1 == 1
+            && self.seconds >> wall.second() & 1 == 1
+            && wall.nanosecond() == 0
+    }
+
+    /// The first matching wall time at or after `from` (a whole second):
+    /// month by month, then the first matching day, then the first time of
+    /// day, each a bit scan, so a call costs a few steps per month passed.
+    fn next_at_or_after(&self, from: NaiveDateTime) -> Option<NaiveDateTime> {
+        let (mut year, mut month, mut day) = (from.year(), from.month(), from.day());
+        let mut time = from.num_seconds_from_midnight();
+        while year <= LAST_YEAR {
+            let next_month = |year: i32, month: u32| if month == 12 { (year + 1, 1) } else { (year, month + 1) };
+            if self.months >> month & 1 == 0 {
+                (year, month) = next_month(year, month);
+                (day, time) = (1, 0);
+                continue;
+            }
+            let days = u64::from(self.days.mask(year, month)) >> day << day;
+            if days == 0 {
+                (year, month) = next_month(year, month);
+                (day, time) = (1, 0);
+                continue;
+            }
+            let found = days.trailing_zeros();
+            if found != day {
+                (day, time) = (found, 0);
+            }
+            match self.time_at_or_after(time) {
+                Some(t) => {
+                    return NaiveDate::from_ymd_opt(year, month, day)?.and_hms_opt(t / 3600, t / 60 % 60, t % 60);
+                }
+                None => (day, time) = (day + 1, 0),
+            }
+        }
+        None
+    }
+
+    /// The first matching second of the day at or after `time` (seconds
+    /// since midnight).
+    fn time_at_or_after(&self, time: u32) -> Option<u32> {
+        let (h, m, s) = (time / 3600, time / 60 % 60, time % 60);
+        let first_second = next_bit(self.seconds, 0)?;
+        let first_minute = next_bit(self.minutes, 0)?;
+        let at = |h: u32, m: u32, s: u32| h * 3600 + m * 60 + s;
+        if self.hours >> h & 1 == 1 {
+            if self.minutes >> m & 1 == 1
+                && let Some(s) = next_bit(self.seconds, s)
+            {
+                return Some(at(h, m, s));
+            }
+            if let Some(m) = next_bit(self.minutes, m + 1) {
+                return Some(at(h, m, first_second));
+            }
+        }
+        let h = next_bit(u64::from(self.hours), h + 1)?;
+        Some(at(h, first_minute, first_second))
+    }
+}
+
+/// Name and allowed values of each field, for error messages.
 const FIELDS: [(&str, &str); 6] = [
     ("seconds", "0-59"),
     ("minute", "0-59"),
     ("hour", "0-23"),
-    ("day-of-month", "1-31"),
+    ("day-of-month", "1-31, L, L-n, nW or LW"),
     ("month", "1-12 or JAN-DEC"),
-    ("day-of-week", "0-7 or SUN-SAT"),
+    ("day-of-week", "0-7 or SUN-SAT, nL or n#k"),
 ];
+const DOM: usize = 3;
+const DOW: usize = 5;
 
-/// Translates our syntax into 6-field expressions for the `cron` crate, which
-/// numbers weekdays 1-7 from Sunday and knows fewer shortcuts.
-fn compile_expr(expr: &str) -> Result<Vec<cron::Schedule>, ScheduleError> {
+/// Parses one expression of our syntax. Seconds, minutes, hours, months and
+/// the plain part of day-of-month are read by the `cron` crate (6 fields,
+/// seconds first); day-of-week and the day-of-month forms the crate does
+/// not know are read here.
+fn compile_expr(expr: &str) -> Result<CronFields, ScheduleError> {
     let trimmed = expr.trim();
     let text = match trimmed.strip_prefix('@') {
         Some(name) => shortcut(name)?,
@@ -252,25 +639,31 @@ fn compile_expr(expr: &str) -> Result<Vec<cron::Schedule>, ScheduleError> {
             )));
         }
     };
-    let crate_dow = translate_dow(dow)?;
-    let original = [sec, min, hour, dom, month, dow];
-    let translated = [sec, min, hour, dom, month, crate_dow.as_str()];
-
+    let mut days = parse_dow(dow)?;
+    let plain_dom = parse_dom_specials(dom, &mut days)?;
     // Vixie cron: a field starting with `*` counts as unrestricted.
     let restricted = |f: &str| !f.starts_with(['*', '?']);
-    let variants = if restricted(dom) && restricted(dow) {
-        let mut by_dom = translated;
-        by_dom[5] = "*";
-        let mut by_dow = translated;
-        by_dow[3] = "*";
-        vec![by_dom, by_dow]
-    } else {
-        vec![translated]
-    };
-    variants
-        .iter()
-        .map(|v| cron::Schedule::from_str(&v.join(" ")).map_err(|e| diagnose(&original, &translated, &e)))
-        .collect()
+    days.either = restricted(dom) && restricted(dow);
+
+    let original = [sec, min, hour, dom, month, dow];
+    let for_crate = [sec, min, hour, plain_dom.as_deref().unwrap_or("*"), month, "*"];
+    let parsed = cron::Schedule::from_str(&for_crate.join(" ")).map_err(|e| diagnose(&original, &for_crate, &e))?;
+    if plain_dom.is_some() {
+        days.dom = set_of(parsed.days_of_month()) as u32;
+    }
+    Ok(CronFields {
+        seconds: set_of(parsed.seconds()),
+        minutes: set_of(parsed.minutes()),
+        hours: set_of(parsed.hours()) as u32,
+        months: set_of(parsed.months()) as u16,
+        days,
+        with_seconds: fields.len() == 6,
+    })
+}
+
+/// A field the crate parsed, as bits (every value is under 64).
+fn set_of(spec: &impl cron::TimeUnitSpec) -> u64 {
+    spec.iter().fold(0, |acc, v| acc | 1 << v)
 }
 
 fn shortcut(name: &str) -> Result<&'static str, ScheduleError> {
@@ -290,8 +683,8 @@ fn shortcut(name: &str) -> Result<&'static str, ScheduleError> {
 }
 
 /// Names the first field the crate rejects on its own, with the crate's reason.
-fn diagnose(original: &[&str; 6], translated: &[&str; 6], whole: &cron::error::Error) -> ScheduleError {
-    for (i, field) in translated.iter().enumerate() {
+fn diagnose(original: &[&str; 6], for_crate: &[&str; 6], whole: &cron::error::Error) -> ScheduleError {
+    for (i, field) in for_crate.iter().enumerate() {
         let mut probe = ["*"; 6];
         probe[i] = field;
         if let Err(e) = cron::Schedule::from_str(&probe.join(" ")) {
@@ -319,15 +712,77 @@ fn crate_reason(e: &cron::error::Error) -> String {
     if reason.is_empty() { "unexpected syntax".to_owned() } else { reason.join(" ") }
 }
 
-/// Crontab day-of-week (0-7, 0 and 7 = Sunday, names, lists, ranges, steps)
-/// to an explicit list in the crate's numbering (1 = Sunday .. 7 = Saturday).
-fn translate_dow(field: &str) -> Result<String, ScheduleError> {
-    if field == "*" || field == "?" {
-        return Ok(field.to_owned());
-    }
-    let invalid = |why: String| ScheduleError::expr(format!("day-of-week field {field:?} is invalid: {why}"));
-    let mut days = [false; 7];
+/// Takes the items of a day-of-month field that name days relative to the
+/// month (`L`, `L-n`, `nW`, `LW`) into `days`; the rest, for the crate, or
+/// `None` when nothing is left.
+fn parse_dom_specials(field: &str, days: &mut DaySpec) -> Result<Option<String>, ScheduleError> {
+    let (name, allowed) = FIELDS[DOM];
+    let invalid =
+        |why: String| ScheduleError::expr(format!("{name} field {field:?} is invalid (allowed {allowed}): {why}"));
+    let mut plain = Vec::new();
     for item in field.split(',') {
+        let upper = item.to_ascii_uppercase();
+        if !upper.contains(['L', 'W']) {
+            plain.push(item);
+            continue;
+        }
+        if upper == "L" {
+            days.before_last |= 1;
+        } else if upper == "LW" {
+            days.last_weekday = true;
+        } else if let Some(n) = upper.strip_prefix("L-") {
+            match number(n) {
+                Some(n @ 1..=30) => days.before_last |= 1 << n,
+                _ => return Err(invalid(format!("in {item:?}, L-n takes n from 1 to 30 (days before the last)"))),
+            }
+        } else if let Some(n) = upper.strip_suffix('W') {
+            match number(n) {
+                Some(n @ 1..=31) => days.nearest_weekday |= 1 << n,
+                _ => {
+                    return Err(invalid(format!(
+                        "in {item:?}, nW takes one day n from 1 to 31 (the weekday nearest it)"
+                    )));
+                }
+            }
+        } else {
+            return Err(invalid(format!("{item:?} is not a day of the month")));
+        }
+    }
+    Ok((!plain.is_empty()).then(|| plain.join(",")))
+}
+
+/// Crontab day-of-week (0-7, 0 and 7 = Sunday, names, lists, ranges, steps,
+/// `nL`, `n#k`) into `DaySpec`'s weekday sets.
+fn parse_dow(field: &str) -> Result<DaySpec, ScheduleError> {
+    let mut spec = DaySpec::default();
+    if field == "*" || field == "?" {
+        spec.dow = 0x7f;
+        return Ok(spec);
+    }
+    let (name, allowed) = FIELDS[DOW];
+    let invalid =
+        |why: String| ScheduleError::expr(format!("{name} field {field:?} is invalid (allowed {allowed}): {why}"));
+    for item in field.split(',') {
+        let upper = item.to_ascii_uppercase();
+        if upper == "L" {
+            return Err(invalid(
+                "L alone is not a day; write nL for the last weekday n of the month (5L: the last Friday), \
+                 or L in day-of-month for the last day"
+                    .to_owned(),
+            ));
+        }
+        if let Some(day) = upper.strip_suffix('L') {
+            spec.last_dow |= 1 << (dow_value(day).map_err(&invalid)? % 7);
+            continue;
+        }
+        if let Some((day, k)) = item.split_once('#') {
+            let day = dow_value(day).map_err(&invalid)? % 7;
+            match number(k) {
+                Some(k @ 1..=5) => spec.nth_dow[day] |= 1 << k,
+                _ => return Err(invalid(format!("in {item:?}, n#k takes k from 1 to 5 (the k-th such weekday)"))),
+            }
+            continue;
+        }
         let (base, step) = match item.split_once('/') {
             Some((base, step)) => match step.parse::<usize>() {
                 Ok(s @ 1..=7) => (base, Some(s)),
@@ -338,8 +793,8 @@ fn translate_dow(field: &str) -> Result<String, ScheduleError> {
         let (lo, hi) = if base == "*" || base == "?" {
             (0, 7)
         } else if let Some((a, b)) = base.split_once('-') {
-            let a = dow_value(a).map_err(invalid)?;
-            let b = dow_value(b).map_err(invalid)?;
+            let a = dow_value(a).map_err(&invalid)?;
+            let b = dow_value(b).map_err(&invalid)?;
             // `FRI-SUN` / `5-0`: Sunday closes the week as 7.
             let b = if b == 0 && a > 0 { 7 } else { b };
             if a > b {
@@ -347,16 +802,20 @@ fn translate_dow(field: &str) -> Result<String, ScheduleError> {
             }
             (a, b)
         } else {
-            let a = dow_value(base).map_err(invalid)?;
+            let a = dow_value(base).map_err(&invalid)?;
             // `N/step` means N-7/step, as in cronie.
             (a, if step.is_some() { 7 } else { a })
         };
         for d in (lo..=hi).step_by(step.unwrap_or(1)) {
-            days[d % 7] = true;
+            spec.dow |= 1 << (d % 7);
         }
     }
-    let list: Vec<String> = (0..7).filter(|&d| days[d]).map(|d| (d + 1).to_string()).collect();
-    Ok(list.join(","))
+    Ok(spec)
+}
+
+/// A number written in digits only (`str::parse` would take a sign).
+fn number(s: &str) -> Option<u32> {
+    s.bytes().all(|b| b.is_ascii_digit()).then(|| s.parse().ok()).flatten()
 }
 
 fn dow_value(s: &str) -> Result<usize, String> {
@@ -536,7 +995,7 @@ mod tests {
     }
 
     use super::*;
-    use chrono::{Offset, Timelike, Weekday};
+    use chrono::{Offset, Weekday};
     use proptest::prelude::*;
 
     fn utc(s: &str) -> DateTime<Utc> {
@@ -645,9 +1104,9 @@ mod tests {
         assert_eq!(weekdays("0 0 * * 1-5/2")[..4], [Mon, Wed, Fri, Mon]);
         assert_eq!(weekdays("0 0 * * 1/3")[..4], [Mon, Thu, Sun, Mon]);
         assert_eq!(weekdays("0 0 * * 0-6"), weekdays("0 0 * * *"));
-        assert_eq!(translate_dow("0-7").unwrap(), "1,2,3,4,5,6,7");
-        assert_eq!(translate_dow("1-5").unwrap(), "2,3,4,5,6");
-        assert_eq!(translate_dow("7").unwrap(), "1");
+        assert_eq!(parse_dow("0-7").unwrap().dow, 0x7f);
+        assert_eq!(parse_dow("1-5").unwrap().dow, 0b0111110);
+        assert_eq!(parse_dow("7").unwrap().dow, 1);
     }
 
     #[test]
@@ -686,7 +1145,7 @@ mod tests {
         assert!(e.message.contains("minute field \"?\""), "{e}");
         let e = expr_err("0 0 32 * *");
         assert!(e.message.contains("day-of-month"), "{e}");
-        for bad in ["8", "MOO", "1-", "3-1", "*/0", "*/8", "1,,2", "5L", "1#2"] {
+        for bad in ["8", "MOO", "1-", "3-1", "*/0", "*/8", "1,,2", "L", "8L", "1#0", "1#6", "1#", "#2", "5L#2"] {
             let e = expr_err(&format!("0 0 * * {bad}"));
             assert!(e.message.contains("day-of-week"), "{bad}: {e}");
         }
