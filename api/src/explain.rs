@@ -460,7 +460,11 @@ fn describe_schedule(spec: &JobSpec, created_at: DateTime<Utc>) -> String {
             "every {every_ms} ms from {}",
             show(spec.schedule.start_at.map(truncate_ms).unwrap_or(truncate_ms(created_at)))
         ),
-        ScheduleKind::Cron { expr, timezone } => format!("cron \"{expr}\" in {timezone}"),
+        ScheduleKind::Cron { timezone, dst, .. } => {
+            let exprs: Vec<String> = spec.schedule.kind.cron_exprs().iter().map(|e| format!("\"{e}\"")).collect();
+            let rule = if dst.is_default() { String::new() } else { format!(" ({})", dst.describe()) };
+            format!("cron {} in {timezone}{rule}", exprs.join(" or "))
+        }
     }
 }
 

@@ -1,16 +1,17 @@
 //! Fire times as the API shows them (`GET /v1/jobs/{id}/next`,
 //! `POST /v1/schedules/preview`): each slot with its wall time and UTC
 //! offset in a cron schedule's zone, how DST bent it, and its jittered
-//! delivery instant, and the calendar that excludes it, if any. The fire times themselves come from `domain::schedule`
-//! (whose DST rule is: a wall time that occurs twice fires at its first
-//! occurrence only, one that does not exist fires at the end of the gap);
-//! this module only describes them.
+//! delivery instant, and the calendar that excludes it, if any. The fire
+//! times themselves come from `domain::schedule` (by the schedule's DST
+//! rule: which occurrences of a repeated wall time fire, and whether a
+//! skipped one fires at the end of the gap); this module only describes
+//! them.
 
 use chrono::{DateTime, LocalResult, Offset, SecondsFormat, TimeDelta, TimeZone, Utc};
 use uuid::Uuid;
 
 use domain::calendar::{Calendar, first_excluding};
-use domain::schedule::{CompiledSchedule, CronSchedule, Recurrence, jitter_offset};
+use domain::schedule::{CompiledSchedule, CronSchedule, Missing, Recurrence, jitter_offset};
 
 use crate::model::{DstMark, FireTime};
 
@@ -33,7 +34,7 @@ pub fn fire_times(
 ) -> Vec<FireTime> {
     let after = from - TimeDelta::nanoseconds(1);
     let cron = match &schedule.recurrence {
-        Recurrence::Cron(cron) => Some((cron, wall_clock(cron))),
+        Recurrence::Cron(cron) => Some(cron),
         _ => None,
     };
     let last = DateTime::<Utc>::from_naive_utc_and_offset(
@@ -58,8 +59,8 @@ pub fn fire_times(
             if let Some(Jitter { job_id, jitter_ms }) = jitter.filter(|j| j.jitter_ms > 0) {
                 fire.fires_at = Some(at + jitter_offset(job_id, at, jitter_ms));
             }
-            if let Some((cron, wall)) = &cron {
-                describe(&mut fire, &cron.timezone(), wall.as_ref());
+            if let Some(cron) = cron {
+                describe(&mut fire, cron);
             }
             fire
         })
@@ -67,35 +68,29 @@ pub fn fire_times(
         .collect()
 }
 
-/// The same expression read in UTC, where wall time and instant coincide:
-/// it tells whether the expression names a wall time that a spring-forward
-/// gap skipped.
-fn wall_clock(cron: &CronSchedule) -> Option<CronSchedule> {
-    CronSchedule::parse(cron.expr(), "UTC").ok()
-}
-
-/// Local time, offset and DST marks of a cron fire at `fire.at` in `tz`.
-fn describe<Z: TimeZone>(fire: &mut FireTime, tz: &Z, wall: Option<&CronSchedule>) {
-    let at = fire.at;
-    let local = at.with_timezone(tz);
-    let before = (at - TimeDelta::milliseconds(1)).with_timezone(tz);
+/// Local time, offset and DST marks of a fire of `cron` at `fire.at`.
+fn describe(fire: &mut FireTime, cron: &CronSchedule) {
+    let (at, tz) = (fire.at, cron.timezone());
+    let local = at.with_timezone(&tz);
+    let before = (at - TimeDelta::milliseconds(1)).with_timezone(&tz);
     let (offset, offset_before) = (local.offset().fix(), before.offset().fix());
     fire.local = Some(local.to_rfc3339_opts(SecondsFormat::Millis, false));
     fire.offset = Some(offset.to_string());
     fire.dst_shift = offset != offset_before;
     // The clocks went forward at this very instant: wall times after the
     // one a millisecond before and before this one's did not exist, and a
-    // fire the expression names among them is moved here.
-    if offset.local_minus_utc() > offset_before.local_minus_utc() {
-        let skipped_from = before.naive_local().and_utc();
-        let skipped_to = local.naive_local().and_utc();
-        if wall.and_then(|w| w.next_after(skipped_from)).is_some_and(|w| w < skipped_to) {
+    // fire the expressions name among them is moved here (unless the rule
+    // skips them).
+    if offset.local_minus_utc() > offset_before.local_minus_utc() && cron.dst().missing == Missing::Shift {
+        let skipped_from = before.naive_local();
+        let skipped_to = local.naive_local();
+        if cron.next_wall_time(skipped_from).is_some_and(|w| w < skipped_to) {
             fire.dst = Some(DstMark::Gap);
             return;
         }
     }
-    // A wall time that occurs twice: the schedule fires at its first
-    // occurrence, which this is, and not at the second.
+    // A wall time that occurs twice: the rule says at which occurrences it
+    // fires, and this is one of them (its offset tells which).
     if matches!(tz.from_local_datetime(&local.naive_local()), LocalResult::Ambiguous(..)) {
         fire.dst = Some(DstMark::Overlap);
     }

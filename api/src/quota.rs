@@ -34,9 +34,10 @@ pub fn peak_fires_per_second(spec: &JobSpec, now: DateTime<Utc>) -> f64 {
     match &spec.schedule.kind {
         ScheduleKind::Once { .. } => 0.0,
         ScheduleKind::Interval { every_ms } => 1000.0 / (*every_ms).max(1) as f64,
-        ScheduleKind::Cron { expr, timezone } => {
+        ScheduleKind::Cron { timezone, dst, .. } => {
             let window_free = spec.schedule.start_at.is_none() && spec.schedule.end_at.is_none();
-            let key = (expr.clone(), timezone.clone());
+            let exprs = spec.schedule.kind.cron_exprs().into_iter().map(str::to_owned).collect();
+            let key = (exprs, timezone.clone(), *dst);
             if window_free && let Some(peak) = cron_peaks().recall(&key, now) {
                 return peak;
             }
@@ -52,18 +53,20 @@ pub fn peak_fires_per_second(spec: &JobSpec, now: DateTime<Utc>) -> f64 {
     }
 }
 
-/// A cron expression's peak is the same for every job that uses it
+/// A cron schedule's peak is the same for every job that uses it
 /// without a `start_at` or `end_at`, and walking its next 200 fires was
 /// about a quarter of a create's CPU in the API: it is computed once per
-/// expression and zone and reused for `CRON_PEAK_REUSED_FOR`, over which
+/// schedule (expressions, zone, DST rule) and reused for `CRON_PEAK_REUSED_FOR`, over which
 /// the sampled stretch moves too little to matter (a DST change inside
 /// the next 200 fires is seen at most that late).
 const CRON_PEAK_REUSED_FOR: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
-/// Expressions remembered; past it the memo starts afresh.
+/// Schedules remembered; past it the memo starts afresh.
 const CRON_PEAK_MEMO_MAX: usize = 1_000;
 
-/// (expression, zone) → (when computed, peak).
-type CronPeakMemo = std::collections::HashMap<(String, String), (DateTime<Utc>, f64)>;
+/// The schedule's identity (expressions, zone, DST rule).
+type CronPeakKey = (Vec<String>, String, domain::schedule::DstRule);
+/// Schedule → (when computed, peak).
+type CronPeakMemo = std::collections::HashMap<CronPeakKey, (DateTime<Utc>, f64)>;
 
 #[derive(Default)]
 struct CronPeaks(std::sync::Mutex<CronPeakMemo>);
@@ -74,13 +77,13 @@ fn cron_peaks() -> &'static CronPeaks {
 }
 
 impl CronPeaks {
-    fn recall(&self, key: &(String, String), now: DateTime<Utc>) -> Option<f64> {
+    fn recall(&self, key: &CronPeakKey, now: DateTime<Utc>) -> Option<f64> {
         let memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let (at, peak) = memo.get(key)?;
         ((now - *at).abs() < CRON_PEAK_REUSED_FOR).then_some(*peak)
     }
 
-    fn keep(&self, key: (String, String), now: DateTime<Utc>, peak: f64) {
+    fn keep(&self, key: CronPeakKey, now: DateTime<Utc>, peak: f64) {
         let mut memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if memo.len() >= CRON_PEAK_MEMO_MAX {
             memo.clear();
@@ -396,6 +399,10 @@ mod tests {
         assert_eq!(peak_fires_per_second(&burst, now), 1.0);
         let hourly = spec(serde_json::json!({ "kind": "cron", "expr": "0 0 * * * *", "timezone": "UTC" }));
         assert!((peak_fires_per_second(&hourly, now) - 1.0 / 3600.0).abs() < 1e-9);
+        // Several expressions count together: hourly at :00:00 and :00:30.
+        let both =
+            spec(serde_json::json!({ "kind": "cron", "exprs": ["0 0 * * * *", "30 0 * * * *"], "timezone": "UTC" }));
+        assert!((peak_fires_per_second(&both, now) - 1.0 / 30.0).abs() < 1e-9);
         assert_eq!(rate(0.5), "0.5");
         assert_eq!(rate(2.0), "2");
     }
@@ -414,7 +421,7 @@ mod tests {
         }));
         assert_eq!(peak_fires_per_second(&ended, now), 0.0);
         // A stale memo is not read: a wrong value planted for long ago is replaced.
-        let key = (expr.to_owned(), "Asia/Tokyo".to_owned());
+        let key = (vec![expr.to_owned()], "Asia/Tokyo".to_owned(), Default::default());
         let long_ago = now - CRON_PEAK_REUSED_FOR - chrono::TimeDelta::seconds(1);
         cron_peaks().keep(key.clone(), long_ago, 42.0);
         assert_eq!(peak_fires_per_second(&burst, now), 1.0);

@@ -371,7 +371,7 @@ fn def_from_job(body: &Value) -> anyhow::Result<(Def, Value)> {
     let Target::Http(target) = &spec.target else { anyhow::bail!("not an http target") };
     let tag = path_tag(&target.url).map(|(_, t)| t).context("no v{tag} at the end of the target URL")?;
     let label = match &spec.schedule.kind {
-        ScheduleKind::Cron { expr, .. } => format!("cron {expr}"),
+        ScheduleKind::Cron { .. } => format!("cron {}", spec.schedule.kind.cron_exprs().join(" | ")),
         ScheduleKind::Interval { every_ms } => {
             format!("every {every_ms} ms from {}", clock(spec.schedule.start_at.unwrap_or(created_at)))
         }

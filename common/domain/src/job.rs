@@ -11,14 +11,13 @@
 //! `JobSpec::from_json_with`; `JobSpec::from_json` applies the defaults.
 
 use std::collections::BTreeMap;
-use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::contract::{StatusPattern, SuccessRule};
-use crate::schedule::{CompiledSchedule, CronSchedule, Recurrence, ScheduleError};
+use crate::schedule::{CompiledSchedule, CronSchedule, DstRule, Missing, Recurrence, Repeated, ScheduleError};
 use crate::text::{excerpt, first_hidden, hidden_problem, quoted};
 
 /// Limits on user input; each is named in the error that enforces it.
@@ -65,6 +64,8 @@ pub mod limits {
     /// Bytes of a cron expression (a job's or a calendar rule), checked
     /// before it is parsed.
     pub const CRON_EXPR_MAX_BYTES: usize = 1024;
+    /// Expressions of one cron schedule (`schedule.exprs`).
+    pub const CRON_EXPRS_MAX: usize = 20;
     /// Characters of a user's key (a label key, a header name, an unknown
     /// field) that an error's field path quotes: every valid key whole.
     pub const KEY_IN_PATH_MAX_CHARS: usize = 320;
@@ -335,13 +336,36 @@ pub enum ScheduleKind {
         #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 31_622_400_000_u64))]
         every_ms: u64,
     },
-    /// Fires on a cron expression (5 or 6 fields) in an IANA time zone.
+    /// Fires on a cron expression (5 or 6 fields), or on several (`exprs`,
+    /// their union), in an IANA time zone; exactly one of `expr` and
+    /// `exprs`. `dst` says what a repeated or skipped wall time does.
     Cron {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         #[cfg_attr(feature = "openapi", schema(example = "0 8 * * *"))]
-        expr: String,
+        expr: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 20, example = json!(["0 9 * * MON-FRI", "0 11 * * SAT,SUN"])))]
+        exprs: Option<Vec<String>>,
         #[cfg_attr(feature = "openapi", schema(required = false, default = "UTC", example = "Europe/Berlin"))]
         timezone: String,
+        /// Omitted (and not stored) when it is the default rule.
+        #[serde(default, skip_serializing_if = "DstRule::is_default")]
+        #[cfg_attr(feature = "openapi", schema(required = false))]
+        dst: DstRule,
     },
+}
+
+impl ScheduleKind {
+    /// A cron schedule's expressions, whether given as `expr` or `exprs`
+    /// (empty for the other kinds).
+    pub fn cron_exprs(&self) -> Vec<&str> {
+        match self {
+            ScheduleKind::Cron { expr, exprs, .. } => {
+                expr.iter().chain(exprs.iter().flatten()).map(String::as_str).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
 }
 
 impl ScheduleSpec {
@@ -353,7 +377,9 @@ impl ScheduleSpec {
             ScheduleKind::Interval { every_ms } => {
                 Recurrence::Interval { every_ms: *every_ms, anchor: self.start_at.unwrap_or(created_at) }
             }
-            ScheduleKind::Cron { expr, timezone } => Recurrence::Cron(CronSchedule::parse(expr, timezone)?),
+            ScheduleKind::Cron { timezone, dst, .. } => {
+                Recurrence::Cron(CronSchedule::parse_all(&self.kind.cron_exprs(), timezone, *dst)?)
+            }
         };
         Ok(CompiledSchedule { recurrence, start_at: self.start_at, end_at: self.end_at })
     }
@@ -940,14 +966,22 @@ impl Validator<'_> {
         let p = "schedule";
         let kind_name = value.get("kind").and_then(Value::as_str);
         let specific: &[&str] = match kind_name {
-            Some("once") => &["at"],
-            Some("interval") => &["every_ms"],
-            Some("cron") => &["expr", "timezone"],
-            _ => &["at", "every_ms", "expr", "timezone"],
+            // `dst` is refused below with the reason, not as an unknown field.
+            Some("once") => &["at", "dst"],
+            Some("interval") => &["every_ms", "dst"],
+            Some("cron") => &["expr", "exprs", "timezone", "dst"],
+            _ => &["at", "every_ms", "expr", "exprs", "timezone", "dst"],
         };
         let mut allowed = vec!["kind", "start_at", "end_at", "max_runs"];
         allowed.extend_from_slice(specific);
         let map = self.object(value, p, &allowed)?;
+        if matches!(kind_name, Some("once" | "interval")) && map.contains_key("dst") {
+            self.err(
+                "schedule.dst",
+                "is for cron schedules only: a once or interval schedule names instants, which daylight saving \
+                 time does not move",
+            );
+        }
 
         let start_at = Self::field(map, "start_at").and_then(|v| self.instant(v, "schedule.start_at"));
         let end_at = Self::field(map, "end_at").and_then(|v| self.instant(v, "schedule.end_at"));
@@ -974,43 +1008,7 @@ impl Validator<'_> {
                 }
                 ScheduleKind::Interval { every_ms }
             }
-            Some("cron") => {
-                let expr = self.required(map, p, "expr").and_then(|v| self.string(v, "schedule.expr"));
-                let timezone = match Self::field(map, "timezone") {
-                    Some(v) => self.string(v, "schedule.timezone"),
-                    None => Some("UTC".to_owned()),
-                };
-                // Check the zone on its own so a bad zone and a bad expression
-                // are both reported.
-                let zone_ok = match timezone.as_deref().map(crate::schedule::parse_timezone) {
-                    Some(Err(e)) => {
-                        self.err("schedule.timezone", e.message);
-                        false
-                    }
-                    _ => true,
-                };
-                let expr = expr?;
-                if expr.len() > limits::CRON_EXPR_MAX_BYTES {
-                    self.err("schedule.expr", format!("must be at most {} bytes", limits::CRON_EXPR_MAX_BYTES));
-                    return None;
-                }
-                let zone_for_expr = if zone_ok { timezone.as_deref().unwrap_or("UTC") } else { "UTC" };
-                if let Err(e) = CronSchedule::parse(&expr, zone_for_expr) {
-                    self.err(format!("schedule.{}", e.field), e.message);
-                    return None;
-                }
-                let min = self.limits.min_interval_ms;
-                if let Some(gap) = cron_min_gap_secs(&expr, min)
-                    && gap.saturating_mul(1000) < min
-                {
-                    self.err(
-                        "schedule.expr",
-                        format!("fires as often as every {gap} s; the minimum interval is {min} ms"),
-                    );
-                }
-                let timezone = timezone.filter(|_| zone_ok)?;
-                ScheduleKind::Cron { expr, timezone }
-            }
+            Some("cron") => self.cron(map)?,
             Some(other) => {
                 self.err(
                     "schedule.kind",
@@ -1024,6 +1022,135 @@ impl Validator<'_> {
             }
         };
         Some(ScheduleSpec { kind, start_at, end_at, max_runs })
+    }
+
+    /// The fields of a cron schedule: `expr` or `exprs` (exactly one),
+    /// `timezone`, `dst`. Each expression's errors name it
+    /// (`schedule.exprs[2]`).
+    fn cron(&mut self, map: &Map<String, Value>) -> Option<ScheduleKind> {
+        let timezone = match Self::field(map, "timezone") {
+            Some(v) => self.string(v, "schedule.timezone"),
+            None => Some("UTC".to_owned()),
+        };
+        // Check the zone on its own so a bad zone and a bad expression
+        // are both reported.
+        let zone_ok = match timezone.as_deref().map(crate::schedule::parse_timezone) {
+            Some(Err(e)) => {
+                self.err("schedule.timezone", e.message);
+                false
+            }
+            _ => true,
+        };
+        let exprs: Option<Vec<String>> = match (Self::field(map, "expr"), Self::field(map, "exprs")) {
+            (Some(_), Some(_)) => {
+                self.err("schedule.exprs", "give either expr (one expression) or exprs (a list), not both");
+                None
+            }
+            (None, None) => {
+                self.err("schedule.expr", "is required (or exprs, a list of 1 to 20 expressions)");
+                None
+            }
+            (Some(v), None) => self.cron_expr(v, "schedule.expr").map(|e| vec![e]),
+            (None, Some(v)) => self.cron_expr_list(v),
+        };
+        let listed = Self::field(map, "exprs").is_some();
+        let dst = match Self::field(map, "dst") {
+            Some(v) => self.dst_rule(v),
+            None => Some(DstRule::default()),
+        };
+        let exprs = exprs?;
+        let zone_for_exprs = if zone_ok { timezone.as_deref().unwrap_or("UTC") } else { "UTC" };
+        let schedule = CronSchedule::parse_all(&exprs, zone_for_exprs, dst.unwrap_or_default()).ok()?;
+        let min = self.limits.min_interval_ms;
+        // No expression fires more than once a second: the default minimum
+        // costs no look at the gaps.
+        if min > 1000 {
+            let gap = schedule.min_gap_secs();
+            if gap.saturating_mul(1000) < min {
+                let field = if listed { "schedule.exprs" } else { "schedule.expr" };
+                let together = if exprs.len() > 1 { " (the expressions together)" } else { "" };
+                self.err(field, format!("fires as often as every {gap} s{together}; the minimum interval is {min} ms"));
+            }
+        }
+        let timezone = timezone.filter(|_| zone_ok)?;
+        let dst = dst?;
+        let (expr, exprs) = match listed {
+            true => (None, Some(exprs)),
+            false => (exprs.into_iter().next(), None),
+        };
+        Some(ScheduleKind::Cron { expr, exprs, timezone, dst })
+    }
+
+    /// `schedule.exprs`: 1 to `CRON_EXPRS_MAX` expressions, each checked
+    /// (every bad one reported).
+    fn cron_expr_list(&mut self, value: &Value) -> Option<Vec<String>> {
+        let field = "schedule.exprs";
+        let max = limits::CRON_EXPRS_MAX;
+        let Some(items) = value.as_array() else {
+            self.err(field, format!("must be a list of 1 to {max} cron expressions"));
+            return None;
+        };
+        if items.is_empty() || items.len() > max {
+            self.err(field, format!("must hold 1 to {max} cron expressions; it holds {}", items.len()));
+            return None;
+        }
+        let exprs: Vec<Option<String>> =
+            items.iter().enumerate().map(|(i, v)| self.cron_expr(v, &format!("{field}[{i}]"))).collect();
+        exprs.into_iter().collect()
+    }
+
+    /// One cron expression: a string of at most `CRON_EXPR_MAX_BYTES`
+    /// that parses (the zone is checked on its own).
+    fn cron_expr(&mut self, value: &Value, field: &str) -> Option<String> {
+        let expr = self.string(value, field)?;
+        if expr.len() > limits::CRON_EXPR_MAX_BYTES {
+            self.err(field, format!("must be at most {} bytes", limits::CRON_EXPR_MAX_BYTES));
+            return None;
+        }
+        if let Err(e) = CronSchedule::parse(&expr, "UTC") {
+            self.err(field, e.message);
+            return None;
+        }
+        Some(expr)
+    }
+
+    /// `schedule.dst`: `{repeated, missing}`, both optional.
+    fn dst_rule(&mut self, value: &Value) -> Option<DstRule> {
+        let p = "schedule.dst";
+        let map = self.object(value, p, &["repeated", "missing"])?;
+        let mut rule = DstRule::default();
+        let mut ok = true;
+        if let Some(v) = Self::field(map, "repeated") {
+            match v.as_str().and_then(Repeated::parse) {
+                Some(r) => rule.repeated = r,
+                None => {
+                    self.err(
+                        "schedule.dst.repeated",
+                        format!(
+                            "must be one of: {} (which occurrence of a wall time the clocks repeat fires)",
+                            Repeated::NAMES
+                        ),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        if let Some(v) = Self::field(map, "missing") {
+            match v.as_str().and_then(Missing::parse) {
+                Some(m) => rule.missing = m,
+                None => {
+                    self.err(
+                        "schedule.dst.missing",
+                        format!(
+                            "must be one of: {} (whether a wall time the clocks skip fires at the end of the gap)",
+                            Missing::NAMES
+                        ),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        ok.then_some(rule)
     }
 
     /// `headers` or `secret_headers` of an HTTP target: RFC 9110 names and
@@ -1452,38 +1579,6 @@ pub fn is_sqs_char(c: char) -> bool {
 /// `U+001B` for a message.
 fn char_name(c: char) -> String {
     format!("U+{:04X}", u32::from(c))
-}
-
-/// The shortest gap, in whole seconds, between two fires of a cron
-/// expression, or `None` when no expression can fire more often than
-/// `min_interval_ms` allows (none fires more than once a second, and an
-/// @-shortcut at most hourly) or the fields cannot be read here.
-///
-/// Judged from the seconds, minutes and hours fields, as if every day fired
-/// (the day fields only remove fires; across midnight the gap is counted as
-/// if the next day fired too) and without DST shifts.
-fn cron_min_gap_secs(expr: &str, min_interval_ms: u64) -> Option<u64> {
-    if min_interval_ms <= 1000 || expr.trim_start().starts_with('@') {
-        return None;
-    }
-    let fields: Vec<&str> = expr.split_whitespace().collect();
-    let (sec, min, hour) = match *fields.as_slice() {
-        [min, hour, _, _, _] => ("0", min, hour),
-        [sec, min, hour, _, _, _] => (sec, min, hour),
-        _ => return None,
-    };
-    use cron::TimeUnitSpec;
-    let parsed = cron::Schedule::from_str(&format!("{sec} {min} {hour} * * *")).ok()?;
-    let mut fires: Vec<u32> = Vec::new();
-    for h in parsed.hours().iter() {
-        for m in parsed.minutes().iter() {
-            fires.extend(parsed.seconds().iter().map(|s| h * 3600 + m * 60 + s));
-        }
-    }
-    let (first, last) = (*fires.first()?, *fires.last()?);
-    let wrap = first + 86_400 - last;
-    let gap = fires.windows(2).map(|w| w[1] - w[0]).fold(wrap, u32::min);
-    Some(u64::from(gap))
 }
 
 #[cfg(test)]
@@ -1922,7 +2017,7 @@ mod tests {
             ("0 30 8-9 * * *", 3600),
         ];
         for &(expr, gap) in cases {
-            assert_eq!(cron_min_gap_secs(expr, 2000), Some(gap), "{expr}");
+            assert_eq!(CronSchedule::parse(expr, "UTC").unwrap().min_gap_secs(), gap, "{expr}");
             let at_gap = Limits { min_interval_ms: (gap * 1000).min(limits::MIN_INTERVAL_MS_MAX), ..Limits::default() };
             assert_eq!(fields_with(cron(expr), &at_gap), Vec::<String>::new(), "{expr} at its own gap");
             if gap < 3600 {
@@ -1934,7 +2029,89 @@ mod tests {
         }
         // The default minimum (1 s) admits every expression; shortcuts are at most hourly.
         assert_eq!(fields_with(cron("* * * * * *"), &Limits::default()), Vec::<String>::new());
-        assert_eq!(cron_min_gap_secs("@hourly", 3_600_000), None);
+        assert_eq!(CronSchedule::parse("@hourly", "UTC").unwrap().min_gap_secs(), 3600);
+    }
+
+    #[test]
+    fn a_cron_schedule_takes_one_expression_or_several_and_a_dst_rule() {
+        let job = |schedule: Value| json!({ "name": "x", "schedule": schedule, "target": valid()["target"] });
+        let schedule_of = |v: Value| serde_json::to_value(JobSpec::from_json(&job(v)).unwrap().schedule).unwrap();
+        // Stored as given: `expr` stays `expr`, and the default rule is not written.
+        let one = json!({ "kind": "cron", "expr": "0 8 * * *", "timezone": "UTC" });
+        assert_eq!(schedule_of(json!({ "kind": "cron", "expr": "0 8 * * *" })), one);
+        let stored: ScheduleSpec = serde_json::from_value(one.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&stored).unwrap(), one, "a stored schedule reads back unchanged");
+        let several =
+            json!({ "kind": "cron", "exprs": ["0 9 * * MON-FRI", "0 11 * * SAT,SUN"], "timezone": "Europe/Berlin" });
+        assert_eq!(schedule_of(several.clone()), several);
+        let spec = JobSpec::from_json(&job(several)).unwrap();
+        assert_eq!(spec.schedule.kind.cron_exprs(), ["0 9 * * MON-FRI", "0 11 * * SAT,SUN"]);
+        let Recurrence::Cron(cron) = spec.compile(Utc::now()).unwrap().recurrence else { panic!("not cron") };
+        assert_eq!(cron.exprs(), ["0 9 * * MON-FRI", "0 11 * * SAT,SUN"]);
+        // A rule is stored whole; the default one, even spelled out, is not.
+        let rule = schedule_of(json!({ "kind": "cron", "expr": "30 2 * * *", "dst": { "repeated": "both" } }));
+        assert_eq!(rule["dst"], json!({ "repeated": "both", "missing": "shift" }));
+        let stored: ScheduleSpec = serde_json::from_value(rule).unwrap();
+        let ScheduleKind::Cron { dst, .. } = stored.kind else { panic!("not cron") };
+        assert_eq!(dst, DstRule { repeated: Repeated::Both, missing: Missing::Shift });
+        let spelled = schedule_of(
+            json!({ "kind": "cron", "expr": "30 2 * * *", "dst": { "repeated": "first", "missing": "shift" } }),
+        );
+        assert!(spelled.get("dst").is_none(), "{spelled}");
+
+        let cases: &[(Value, &[&str], &str)] = &[
+            (json!({ "kind": "cron", "expr": "0 * * * *", "exprs": ["0 * * * *"] }), &["schedule.exprs"], "not both"),
+            (json!({ "kind": "cron" }), &["schedule.expr"], "or exprs"),
+            (json!({ "kind": "cron", "exprs": [] }), &["schedule.exprs"], "1 to 20"),
+            (json!({ "kind": "cron", "exprs": vec!["0 * * * *"; 21] }), &["schedule.exprs"], "it holds 21"),
+            (json!({ "kind": "cron", "exprs": "0 * * * *" }), &["schedule.exprs"], "a list"),
+            (
+                json!({ "kind": "cron", "exprs": ["0 * * * *", "61 * * * *", 5, "0 0 L-31 * *"] }),
+                &["schedule.exprs[1]", "schedule.exprs[2]", "schedule.exprs[3]"],
+                "minute field",
+            ),
+            (json!({ "kind": "cron", "expr": "0 * * * *", "dst": "first" }), &["schedule.dst"], "JSON object"),
+            (
+                json!({ "kind": "cron", "expr": "0 * * * *", "dst": { "repeated": "second" } }),
+                &["schedule.dst.repeated"],
+                "first, last, both",
+            ),
+            (
+                json!({ "kind": "cron", "expr": "0 * * * *", "dst": { "missing": "later" } }),
+                &["schedule.dst.missing"],
+                "skip, shift",
+            ),
+            (
+                json!({ "kind": "cron", "expr": "0 * * * *", "dst": { "when": 1 } }),
+                &["schedule.dst.when"],
+                "repeated, missing",
+            ),
+            (json!({ "kind": "interval", "every_ms": 60_000, "dst": {} }), &["schedule.dst"], "cron schedules only"),
+            (
+                json!({ "kind": "once", "at": "2030-01-01T00:00:00Z", "dst": { "repeated": "last" } }),
+                &["schedule.dst"],
+                "cron schedules only",
+            ),
+            (
+                json!({ "kind": "interval", "every_ms": 60_000, "exprs": ["* * * * *"] }),
+                &["schedule.exprs"],
+                "unknown field",
+            ),
+        ];
+        for (schedule, want, says) in cases {
+            let errors = errors_with(job(schedule.clone()), &Limits::default());
+            let got: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+            assert_eq!(got, *want, "{schedule}: {errors:?}");
+            assert!(errors[0].message.contains(says), "{schedule}: {errors:?}");
+        }
+        // The minimum interval holds for the expressions together.
+        let strict = Limits { min_interval_ms: 60_000, ..Limits::default() };
+        let apart = job(json!({ "kind": "cron", "exprs": ["0 * * * * *", "30 * * * * *"] }));
+        let e = errors_with(apart, &strict);
+        assert_eq!((e.len(), e[0].field.as_str()), (1, "schedule.exprs"), "{e:?}");
+        assert!(e[0].message.contains("every 30 s (the expressions together)"), "{e:?}");
+        let apart = job(json!({ "kind": "cron", "exprs": ["0 * * * * *", "0 30 * * * *"] }));
+        assert_eq!(errors_with(apart, &strict), vec![]);
     }
 
     #[test]

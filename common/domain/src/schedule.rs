@@ -82,6 +82,20 @@ impl DstRule {
     pub fn is_default(&self) -> bool {
         *self == Self::default()
     }
+
+    /// The rule in words, for explanations.
+    pub fn describe(&self) -> String {
+        let repeated = match self.repeated {
+            Repeated::First => "a repeated wall time fires at its first occurrence",
+            Repeated::Last => "a repeated wall time fires at its second occurrence",
+            Repeated::Both => "a repeated wall time fires at both occurrences",
+        };
+        let missing = match self.missing {
+            Missing::Skip => "a skipped wall time does not fire",
+            Missing::Shift => "a skipped wall time fires at the end of the gap",
+        };
+        format!("{repeated}; {missing}")
+    }
 }
 
 /// A wall time that occurs twice (the clocks go back).
@@ -419,8 +433,12 @@ fn gap_end(tz: Tz, local: NaiveDateTime) -> Option<DateTime<Utc>> {
 }
 
 /// The positions of the set bits of `set`, lowest first.
-fn bits(set: u64) -> impl Iterator<Item = u32> {
-    (0..64).filter(move |b| set >> b & 1 == 1)
+fn bits(mut set: u64) -> impl Iterator<Item = u32> {
+    std::iter::from_fn(move || {
+        let bit = (set != 0).then(|| set.trailing_zeros())?;
+        set &= set - 1;
+        Some(bit)
+    })
 }
 
 /// The lowest set bit of `set` at or above `from`.
@@ -494,15 +512,12 @@ impl DaySpec {
             dom |= 1 << nearest(len);
         }
 
-        let mut dow = 0u32;
-        for w in bits(u64::from(self.dow)) {
-            // The first day with weekday w, then every 7th.
-            let mut d = 1 + (w + 7 - w1) % 7;
-            while d <= len {
-                dow |= 1 << d;
-                d += 7;
-            }
-        }
+        // Days 1, 8, 15, 22 and 29, moved to start at the first day with weekday w.
+        const WEEKLY: u64 = 1 << 1 | 1 << 8 | 1 << 15 | 1 << 22 | 1 << 29;
+        let mut dow = match self.dow {
+            0x7f => all,
+            set => bits(u64::from(set)).fold(0, |acc, w| acc | (WEEKLY << ((w + 7 - w1) % 7)) as u32) & all,
+        };
         for w in bits(u64::from(self.last_dow)) {
             dow |= 1 << (len - (weekday(len) + 7 - w) % 7);
         }
