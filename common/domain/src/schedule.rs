@@ -1007,6 +1007,227 @@ mod tests {
         let c = CronSchedule::parse("*/7 * * * *", "UTC").unwrap();
         assert!(Arc::ptr_eq(&a.inner, &b.inner));
         assert!(!Arc::ptr_eq(&a.inner, &c.inner));
+        // The DST rule and the list of expressions are part of the identity.
+        let last = DstRule { repeated: Repeated::Last, ..DstRule::default() };
+        let d = CronSchedule::parse_all(&["*/7 * * * *"], "Europe/Berlin", last).unwrap();
+        let e = CronSchedule::parse_all(&["*/7 * * * *"], "Europe/Berlin", last).unwrap();
+        assert!(Arc::ptr_eq(&d.inner, &e.inner));
+        assert!(!Arc::ptr_eq(&a.inner, &d.inner));
+        assert_eq!(d.dst(), last);
+        let f = CronSchedule::parse_all(&["*/7 * * * *", "0 9 * * *"], "Europe/Berlin", DstRule::default()).unwrap();
+        assert!(!Arc::ptr_eq(&a.inner, &f.inner));
+        assert_eq!(f.exprs(), ["*/7 * * * *", "0 9 * * *"]);
+    }
+
+    fn days_of(expr: &str, after: &str, n: usize) -> Vec<String> {
+        fires(expr, "UTC", after, n).iter().map(|t| t.format("%Y-%m-%d %a").to_string()).collect()
+    }
+
+    #[test]
+    fn last_day_and_days_before_it() {
+        let got = days_of("0 0 L * *", "2026-01-15T00:00:00Z", 4);
+        assert_eq!(got, ["2026-01-31 Sat", "2026-02-28 Sat", "2026-03-31 Tue", "2026-04-30 Thu"]);
+        assert_eq!(days_of("0 0 L 2 *", "2027-03-01T00:00:00Z", 1), ["2028-02-29 Tue"], "leap year");
+        let got = days_of("0 0 L-2 * *", "2026-01-01T00:00:00Z", 3);
+        assert_eq!(got, ["2026-01-29 Thu", "2026-02-26 Thu", "2026-03-29 Sun"]);
+        // `L-30` is the 1st of a 31-day month and nothing in a shorter one.
+        assert_eq!(days_of("0 0 L-30 * *", "2026-01-02T00:00:00Z", 2), ["2026-03-01 Sun", "2026-05-01 Fri"]);
+        // Listed with plain days, lower case, and the same day twice fires once.
+        assert_eq!(
+            days_of("0 0 1,l,31 * *", "2026-01-02T00:00:00Z", 3),
+            ["2026-01-31 Sat", "2026-02-01 Sun", "2026-02-28 Sat"]
+        );
+        // Every minute of the last day: 1440 fires, then the next month's.
+        let s = cron("* * L * *", "UTC");
+        let minutes = CompiledSchedule { recurrence: Recurrence::Cron(s), start_at: None, end_at: None }
+            .upcoming(utc("2026-01-30T23:59:00Z"), 1441);
+        assert_eq!((minutes[0], minutes[1439]), (utc("2026-01-31T00:00:00Z"), utc("2026-01-31T23:59:00Z")));
+        assert_eq!(minutes[1440], utc("2026-02-28T00:00:00Z"));
+    }
+
+    #[test]
+    fn nearest_weekday_stays_in_the_month() {
+        // The 15th of February and March 2026 are Sundays (Monday fires), of
+        // August a Saturday (Friday fires); of April a Wednesday.
+        let got = days_of("0 9 15W * *", "2026-02-01T00:00:00Z", 4);
+        assert_eq!(got, ["2026-02-16 Mon", "2026-03-16 Mon", "2026-04-15 Wed", "2026-05-15 Fri"]);
+        assert_eq!(days_of("0 9 15W 8 *", "2026-01-01T00:00:00Z", 1), ["2026-08-14 Fri"]);
+        // 1 August 2026 is a Saturday: Monday the 3rd, not Friday 31 July.
+        assert_eq!(days_of("0 9 1W 8 *", "2026-01-01T00:00:00Z", 1), ["2026-08-03 Mon"]);
+        // 31 May 2026 is a Sunday: Friday the 29th, not Monday 1 June; a
+        // month without a 31st has no fire, as for plain 31.
+        assert_eq!(days_of("0 9 31W 4-6 *", "2026-01-01T00:00:00Z", 1), ["2026-05-29 Fri"]);
+        // LW: the last weekday.
+        let got = days_of("0 9 LW * *", "2026-01-01T00:00:00Z", 5);
+        assert_eq!(got, ["2026-01-30 Fri", "2026-02-27 Fri", "2026-03-31 Tue", "2026-04-30 Thu", "2026-05-29 Fri"]);
+        assert_eq!(days_of("0 9 1W,15W * *", "2026-07-31T12:00:00Z", 2), ["2026-08-03 Mon", "2026-08-14 Fri"]);
+    }
+
+    #[test]
+    fn last_and_nth_weekdays_of_the_month() {
+        let got = days_of("0 0 * * 5L", "2026-01-01T00:00:00Z", 4);
+        assert_eq!(got, ["2026-01-30 Fri", "2026-02-27 Fri", "2026-03-27 Fri", "2026-04-24 Fri"]);
+        assert_eq!(days_of("0 0 * * FRIL", "2026-01-01T00:00:00Z", 4), got);
+        // Sunday is 0 or 7, whichever way it is written.
+        assert_eq!(days_of("0 0 * * 0L", "2026-01-01T00:00:00Z", 1), days_of("0 0 * * 7L", "2026-01-01T00:00:00Z", 1));
+        let got = days_of("0 0 * * 2#2", "2026-01-01T00:00:00Z", 3);
+        assert_eq!(got, ["2026-01-13 Tue", "2026-02-10 Tue", "2026-03-10 Tue"]);
+        assert_eq!(days_of("0 0 * * TUE#2", "2026-01-01T00:00:00Z", 3), got);
+        // A fifth Monday exists in some months only.
+        let got = days_of("0 0 * * 1#5", "2026-01-01T00:00:00Z", 4);
+        assert_eq!(got, ["2026-03-30 Mon", "2026-06-29 Mon", "2026-08-31 Mon", "2026-11-30 Mon"]);
+        // Mixed with plain weekdays: every Monday and the last Friday.
+        let got = days_of("0 0 * 1 MON,5L", "2026-01-01T00:00:00Z", 5);
+        assert_eq!(got, ["2026-01-05 Mon", "2026-01-12 Mon", "2026-01-19 Mon", "2026-01-26 Mon", "2026-01-30 Fri"]);
+    }
+
+    #[test]
+    fn special_days_keep_the_day_of_month_or_day_of_week_rule() {
+        // Both restricted: the last day OR the last Friday.
+        let got = days_of("0 0 L * 5L", "2026-01-01T00:00:00Z", 4);
+        assert_eq!(got, ["2026-01-30 Fri", "2026-01-31 Sat", "2026-02-27 Fri", "2026-02-28 Sat"]);
+        // The 1st OR the second Tuesday.
+        assert_eq!(days_of("0 0 1 * 2#2", "2026-01-02T00:00:00Z", 2), ["2026-01-13 Tue", "2026-02-01 Sun"]);
+        // A `*`-prefixed field restricts by AND: odd days that are a last Friday.
+        assert_eq!(days_of("0 0 */2 * 5L", "2026-01-01T00:00:00Z", 2), ["2026-02-27 Fri", "2026-03-27 Fri"]);
+        // `?` is unrestricted.
+        assert_eq!(days_of("0 0 L * ?", "2026-01-15T00:00:00Z", 1), ["2026-01-31 Sat"]);
+    }
+
+    #[test]
+    fn special_forms_that_are_refused_name_what_is_allowed() {
+        for (expr, says) in [
+            ("0 0 L-0 * *", "L-n takes n from 1 to 30"),
+            ("0 0 L-31 * *", "L-n takes n from 1 to 30"),
+            ("0 0 L-+3 * *", "L-n takes n from 1 to 30"),
+            ("0 0 32W * *", "nW takes one day n from 1 to 31"),
+            ("0 0 1-5W * *", "nW takes one day n"),
+            ("0 0 W * *", "nW takes one day n"),
+            ("0 0 LX * *", "\"LX\" is not a day of the month"),
+            ("0 0 * * L", "L alone is not a day"),
+            ("0 0 * * 2#6", "n#k takes k from 1 to 5"),
+            ("0 0 * * 2#+1", "n#k takes k from 1 to 5"),
+            ("0 0 * * 9#1", "out of range 0-7"),
+            ("0 0 * * 1-5L", "not a day of the week"),
+        ] {
+            let e = expr_err(expr);
+            assert!(e.message.contains(says), "{expr}: {e}");
+            let field = if expr.ends_with("* *") { "day-of-month" } else { "day-of-week" };
+            assert!(e.message.contains(field), "{expr}: {e}");
+            assert!(e.message.contains("allowed"), "{expr}: {e}");
+        }
+    }
+
+    #[test]
+    fn several_expressions_fire_their_union_once() {
+        let s = CronSchedule::parse_all(&["0 9 * * MON-FRI", "0 11 * * SAT,SUN"], "UTC", DstRule::default()).unwrap();
+        let s = CompiledSchedule { recurrence: Recurrence::Cron(s), start_at: None, end_at: None };
+        let got: Vec<String> =
+            s.upcoming(utc("2026-03-05T00:00:00Z"), 5).iter().map(|t| t.format("%a %H:%M").to_string()).collect();
+        assert_eq!(got, ["Thu 09:00", "Fri 09:00", "Sat 11:00", "Sun 11:00", "Mon 09:00"]);
+        // Where two expressions name the same wall time, one fire.
+        let s = CronSchedule::parse_all(&["*/20 * * * *", "*/30 * * * *"], "UTC", DstRule::default()).unwrap();
+        let s = CompiledSchedule { recurrence: Recurrence::Cron(s), start_at: None, end_at: None };
+        let got: Vec<String> =
+            s.upcoming(utc("2026-03-05T00:00:00Z"), 5).iter().map(|t| t.format("%H:%M").to_string()).collect();
+        assert_eq!(got, ["00:20", "00:30", "00:40", "01:00", "01:20"]);
+        // 5 and 6 fields together, each matched at its own resolution.
+        let s = CronSchedule::parse_all(&["0 12 * * *", "30 0 12 * * *"], "UTC", DstRule::default()).unwrap();
+        assert!(s.matches_wall_time(utc("2026-03-05T12:00:45Z")), "the 5-field one covers the minute");
+        assert!(!s.matches_wall_time(utc("2026-03-05T12:01:30Z")));
+        assert_eq!(s.next_after(utc("2026-03-05T12:00:00Z")), Some(utc("2026-03-05T12:00:30Z")));
+        let e = CronSchedule::parse_all(&["0 12 * * *", "0 12 * *"], "UTC", DstRule::default()).unwrap_err();
+        assert_eq!(e.field, "exprs");
+        assert!(e.message.starts_with("exprs[1]: "), "{e}");
+        let none: [&str; 0] = [];
+        assert_eq!(CronSchedule::parse_all(&none, "UTC", DstRule::default()).unwrap_err().field, "exprs");
+    }
+
+    fn rule(repeated: Repeated, missing: Missing) -> DstRule {
+        DstRule { repeated, missing }
+    }
+
+    fn fires_by(rule: DstRule, exprs: &[&str], tz: &str, after: &str, until: &str) -> Vec<DateTime<Utc>> {
+        let s = CronSchedule::parse_all(exprs, tz, rule).unwrap();
+        let s = CompiledSchedule { recurrence: Recurrence::Cron(s), start_at: None, end_at: Some(utc(until)) };
+        s.upcoming(utc(after), 100)
+    }
+
+    #[test]
+    fn each_dst_rule_at_new_yorks_transitions() {
+        use Missing::*;
+        use Repeated::*;
+        // 2026-11-01: 02:00 EDT becomes 01:00 EST at 06:00Z; 01:30 happens at
+        // 05:30Z and 06:30Z.
+        let fall = |repeated| {
+            fires_by(
+                rule(repeated, Shift),
+                &["30 1 * * *"],
+                "America/New_York",
+                "2026-10-31T12:00:00Z",
+                "2026-11-02T00:00:00Z",
+            )
+        };
+        assert_eq!(fall(First), [utc("2026-11-01T05:30:00Z")]);
+        assert_eq!(fall(Last), [utc("2026-11-01T06:30:00Z")]);
+        assert_eq!(fall(Both), [utc("2026-11-01T05:30:00Z"), utc("2026-11-01T06:30:00Z")]);
+        // 2026-03-08: 02:00 EST becomes 03:00 EDT at 07:00Z; 02:30 does not exist.
+        let spring = |missing| {
+            fires_by(
+                rule(First, missing),
+                &["30 2 * * *"],
+                "America/New_York",
+                "2026-03-07T12:00:00Z",
+                "2026-03-09T12:00:00Z",
+            )
+        };
+        assert_eq!(spring(Shift), [utc("2026-03-08T07:00:00Z"), utc("2026-03-09T06:30:00Z")]);
+        assert_eq!(spring(Skip), [utc("2026-03-09T06:30:00Z")]);
+        // `skip` leaves a wall time after the gap alone: 03:00 EDT fires.
+        let three = fires_by(
+            rule(First, Skip),
+            &["0 2,3 * * *"],
+            "America/New_York",
+            "2026-03-08T00:00:00Z",
+            "2026-03-08T12:00:00Z",
+        );
+        assert_eq!(three, [utc("2026-03-08T07:00:00Z")]);
+        // Every 20 minutes over the repeated hour: `both` fires each wall
+        // time twice, in order of the instants.
+        let every = |repeated| {
+            fires_by(
+                rule(repeated, Shift),
+                &["*/20 1 * * *"],
+                "America/New_York",
+                "2026-11-01T05:00:00Z",
+                "2026-11-01T07:00:00Z",
+            )
+            .iter()
+            .map(|t| t.format("%H:%M").to_string())
+            .collect::<Vec<_>>()
+        };
+        assert_eq!(every(First), ["05:20", "05:40"]);
+        assert_eq!(every(Last), ["06:00", "06:20", "06:40"]);
+        assert_eq!(every(Both), ["05:20", "05:40", "06:00", "06:20", "06:40"]);
+    }
+
+    #[test]
+    fn scans_start_where_their_answer_can_begin() {
+        // From inside the first pass of a repeated hour, `last` goes back to
+        // the hour's start; from inside the second, `first` goes past it.
+        let tz: Tz = "Europe/Berlin".parse().unwrap();
+        let last =
+            CronSchedule::parse_all(&["* * * * * *"], "Europe/Berlin", rule(Repeated::Last, Missing::Shift)).unwrap();
+        let first = cron("* * * * * *", "Europe/Berlin");
+        // 2026-10-25: 03:00 CEST becomes 02:00 CET at 01:00Z.
+        let in_first_pass = utc("2026-10-25T00:40:00.5Z");
+        assert_eq!(last.scan_start(in_first_pass, Occurrence::Last), "2026-10-25T02:00:00".parse().unwrap());
+        assert_eq!(last.next_after(in_first_pass), Some(utc("2026-10-25T01:00:00Z")));
+        let in_second_pass = utc("2026-10-25T01:40:00Z");
+        assert_eq!(first.scan_start(in_second_pass, Occurrence::First), "2026-10-25T03:00:00".parse().unwrap());
+        assert_eq!(first.next_after(in_second_pass), Some(utc("2026-10-25T02:00:00Z")));
+        let plain = utc("2026-10-24T12:00:00Z");
+        assert_eq!(first.scan_start(plain, Occurrence::Last), plain.with_timezone(&tz).naive_local());
     }
 
     use super::*;
@@ -1318,10 +1539,15 @@ mod tests {
     }
 
     fn cron_expr() -> impl Strategy<Value = String> {
-        let dom = prop_oneof![Just("*"), Just("1"), Just("1,15"), Just("10-20"), Just("*/3"), Just("31")];
+        let dom = prop_oneof![
+            6 => prop_oneof![Just("*"), Just("1"), Just("1,15"), Just("10-20"), Just("*/3"), Just("31")],
+            3 => prop_oneof![Just("L"), Just("L-3"), Just("15W"), Just("1W"), Just("LW"), Just("L,15")],
+        ];
         let month = prop_oneof![Just("*"), Just("1-6"), Just("JAN,JUL"), Just("*/2"), Just("MAR,OCT,NOV")];
-        let dow =
-            prop_oneof![Just("*"), Just("1-5"), Just("0,6"), Just("*/2"), Just("5-7"), Just("SUN"), Just("MON-FRI")];
+        let dow = prop_oneof![
+            6 => prop_oneof![Just("*"), Just("1-5"), Just("0,6"), Just("*/2"), Just("5-7"), Just("SUN"), Just("MON-FRI")],
+            3 => prop_oneof![Just("5L"), Just("2#2"), Just("MON#1,FRI#3"), Just("1L,3"), Just("0#5")],
+        ];
         let seconds = prop_oneof![Just(""), Just("0 "), Just("*/20 ")];
         let fields = (seconds, minute_field(), hour_field(), dom, month, dow)
             .prop_map(|(s, m, h, d, mo, w)| format!("{s}{m} {h} {d} {mo} {w}"));
@@ -1329,6 +1555,53 @@ mod tests {
             8 => fields,
             1 => prop_oneof![Just("@hourly".to_owned()), Just("@daily".to_owned()), Just("@weekly".to_owned())],
         ]
+    }
+
+    fn dst_rule() -> impl Strategy<Value = DstRule> {
+        let repeated = prop::sample::select(vec![Repeated::First, Repeated::Last, Repeated::Both]);
+        let missing = prop::sample::select(vec![Missing::Shift, Missing::Skip]);
+        (repeated, missing).prop_map(|(repeated, missing)| DstRule { repeated, missing })
+    }
+
+    /// One to three expressions with a DST rule.
+    fn cron_schedule() -> impl Strategy<Value = (Vec<String>, DstRule)> {
+        (prop::collection::vec(cron_expr(), 1..=3), dst_rule())
+    }
+
+    fn cron_of((exprs, rule): &(Vec<String>, DstRule), zone: &str) -> CronSchedule {
+        CronSchedule::parse_all(exprs, zone, *rule).unwrap()
+    }
+
+    /// The `which`-th change of offset of `zone` in `year` (to the second),
+    /// if it has that many.
+    fn transition(zone: &str, year: i32, which: usize) -> Option<DateTime<Utc>> {
+        let tz: Tz = zone.parse().unwrap();
+        let offset = |t: DateTime<Utc>| t.with_timezone(&tz).offset().fix();
+        let start = NaiveDate::from_ymd_opt(year, 1, 1)?.and_time(Default::default()).and_utc();
+        let day = (0..366)
+            .map(|d| start + TimeDelta::days(d))
+            .filter(|t| offset(*t) != offset(*t + TimeDelta::days(1)))
+            .nth(which)?;
+        let (mut lo, mut hi) = (day, day + TimeDelta::days(1));
+        while hi - lo > TimeDelta::seconds(1) {
+            let mid = lo + (hi - lo) / 2;
+            if offset(mid) == offset(lo) { lo = mid } else { hi = mid }
+        }
+        Some(hi)
+    }
+
+    /// Anywhere in 2020..2031, or within 4 hours of one of the zone's
+    /// transitions, where the DST rules differ.
+    fn when(zone: &str, anywhere: DateTime<Utc>, near: Option<(i32, usize, i64)>) -> DateTime<Utc> {
+        near.and_then(|(year, which, lead_s)| {
+            transition(zone, year, which)
+                .map(|t| t + TimeDelta::milliseconds(lead_s * 1000 + anywhere.timestamp_subsec_millis() as i64))
+        })
+        .unwrap_or(anywhere)
+    }
+
+    fn near() -> impl Strategy<Value = Option<(i32, usize, i64)>> {
+        prop::option::of((2020i32..2031, 0usize..2, -4 * 3600i64..4 * 3600))
     }
 
     fn instant() -> impl Strategy<Value = DateTime<Utc>> {
@@ -1347,43 +1620,70 @@ mod tests {
 
         #[test]
         fn cron_fires_increase_and_match(
-            expr in cron_expr(),
+            schedule in cron_schedule(),
             zone in prop::sample::select(&ZONES[..]),
-            after in instant(),
+            anywhere in instant(),
+            near in near(),
         ) {
-            let s = cron(&expr, zone);
-            let tz = s.timezone();
-            let mut cursor = after;
-            for _ in 0..6 {
+            let s = cron_of(&schedule, zone);
+            let (tz, rule) = (s.timezone(), schedule.1);
+            let mut cursor = when(zone, anywhere, near);
+            for _ in 0..8 {
                 let Some(next) = s.next_after(cursor) else { break };
-                prop_assert!(next > cursor, "{expr} {zone}: {next} <= {cursor}");
+                prop_assert!(next > cursor, "{schedule:?} {zone}: {next} <= {cursor}");
                 let wall = next.with_timezone(&tz).naive_local();
                 prop_assert!(
-                    s.matches_wall(wall) || is_gap_end(tz, next),
-                    "{expr} {zone}: {next} (local {wall}) neither matches nor ends a gap"
+                    s.matches_wall(wall) || (is_gap_end(tz, next) && rule.missing == Missing::Shift),
+                    "{schedule:?} {zone}: {next} (local {wall}) neither matches nor ends a gap"
                 );
-                // A repeated wall time fires only at its first occurrence.
+                // A repeated wall time fires at the occurrences the rule names.
                 if let LocalResult::Ambiguous(a, b) = tz.from_local_datetime(&wall) {
-                    prop_assert_eq!(next, a.to_utc().min(b.to_utc()));
+                    let (first, last) = (a.to_utc().min(b.to_utc()), a.to_utc().max(b.to_utc()));
+                    match rule.repeated {
+                        Repeated::First => prop_assert_eq!(next, first),
+                        Repeated::Last => prop_assert_eq!(next, last),
+                        Repeated::Both => prop_assert!(next == first || next == last),
+                    }
                 }
                 cursor = next;
             }
         }
 
         #[test]
+        fn several_expressions_fire_the_union_of_their_fires(
+            schedule in cron_schedule(),
+            zone in prop::sample::select(&ZONES[..]),
+            anywhere in instant(),
+            near in near(),
+        ) {
+            let union = cron_of(&schedule, zone);
+            let each: Vec<CronSchedule> =
+                schedule.0.iter().map(|e| cron_of(&(vec![e.clone()], schedule.1), zone)).collect();
+            let mut cursor = when(zone, anywhere, near);
+            for _ in 0..6 {
+                let want = each.iter().filter_map(|s| s.next_after(cursor)).min();
+                prop_assert_eq!(union.next_after(cursor), want, "{:?} {} after {}", schedule, zone, cursor);
+                let Some(next) = want else { break };
+                cursor = next;
+            }
+        }
+
+        #[test]
         fn prev_before_inverts_next_after(
-            expr in cron_expr(),
+            schedule in cron_schedule(),
             zone in prop::sample::select(&ZONES[..]),
             every_ms in 1u64..50_000_000,
-            kind in 0u8..3,
+            kind in 0u8..4,
             anchor in instant(),
-            after in instant(),
+            anywhere in instant(),
+            near in near(),
             start in prop::option::of(instant()),
         ) {
+            let after = when(zone, anywhere, near);
             let recurrence = match kind {
                 0 => Recurrence::Once { at: anchor },
                 1 => Recurrence::Interval { every_ms, anchor },
-                _ => Recurrence::Cron(cron(&expr, zone)),
+                _ => Recurrence::Cron(cron_of(&schedule, zone)),
             };
             let s = CompiledSchedule { recurrence, start_at: start, end_at: None };
             if let Some(n) = s.next_after(after) {
@@ -1438,7 +1738,7 @@ mod tests {
 
         #[test]
         fn windows_are_respected(
-            expr in cron_expr(),
+            schedule in cron_schedule(),
             zone in prop::sample::select(&ZONES[..]),
             every_ms in 1u64..50_000_000,
             kind in 0u8..3,
@@ -1450,7 +1750,7 @@ mod tests {
             let recurrence = match kind {
                 0 => Recurrence::Once { at: anchor },
                 1 => Recurrence::Interval { every_ms, anchor },
-                _ => Recurrence::Cron(cron(&expr, zone)),
+                _ => Recurrence::Cron(cron_of(&schedule, zone)),
             };
             let end = len_ms.map(|l| start.unwrap_or(anchor) + TimeDelta::milliseconds(l));
             let windowed = CompiledSchedule { recurrence: recurrence.clone(), start_at: start, end_at: end };
