@@ -1,13 +1,16 @@
 //! Cron fire times across real tzdb DST transitions, as exact UTC instants.
 //!
-//! Rule under test: a repeated wall time fires once, at its first occurrence;
-//! a skipped wall time fires at the end of the gap; fires strictly increase.
+//! Rules under test, each against a brute-force reference over every wall
+//! minute: a repeated wall time fires at its first occurrence (the default),
+//! its second or both, as the schedule's DST rule says; a skipped wall time
+//! fires at the end of the gap (the default) or not at all; fires strictly
+//! increase.
 
 use std::sync::LazyLock;
 
 use chrono::{DateTime, Datelike, LocalResult, NaiveDateTime, Offset, TimeDelta, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
-use domain::schedule::{CompiledSchedule, CronSchedule, Recurrence};
+use domain::schedule::{CompiledSchedule, CronSchedule, DstRule, Missing, Recurrence, Repeated};
 use proptest::prelude::*;
 
 fn utc(s: &str) -> DateTime<Utc> {
@@ -63,7 +66,21 @@ fn transitions(tz: Tz, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<Transition
     out
 }
 
-const ZONES: [Tz; 3] = [Tz::America__New_York, Tz::Europe__Berlin, Tz::Australia__Lord_Howe];
+/// Northern and southern hemisphere, hour and half-hour shifts, and
+/// Santiago's transitions at midnight (its gap and its repeated hour cross
+/// the day boundary).
+const ZONES: [Tz; 5] =
+    [Tz::America__New_York, Tz::Europe__Berlin, Tz::Australia__Lord_Howe, Tz::America__Santiago, Tz::Australia__Sydney];
+
+/// Every DST rule.
+const RULES: [DstRule; 6] = [
+    DstRule { repeated: Repeated::First, missing: Missing::Shift },
+    DstRule { repeated: Repeated::Last, missing: Missing::Shift },
+    DstRule { repeated: Repeated::Both, missing: Missing::Shift },
+    DstRule { repeated: Repeated::First, missing: Missing::Skip },
+    DstRule { repeated: Repeated::Last, missing: Missing::Skip },
+    DstRule { repeated: Repeated::Both, missing: Missing::Skip },
+];
 
 /// Every transition of ZONES in 2020..=2035.
 static ALL_TRANSITIONS: LazyLock<Vec<(Tz, Vec<Transition>)>> = LazyLock::new(|| {
@@ -348,6 +365,7 @@ fn reference(
     tz: Tz,
     transitions: &[Transition],
     spec: &Simple,
+    rule: DstRule,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> Vec<DateTime<Utc>> {
@@ -357,21 +375,29 @@ fn reference(
     let mut out = Vec::new();
     while wall <= last {
         if spec.matches(wall) {
-            let t = match tz.from_local_datetime(&wall) {
-                LocalResult::Single(t) => t.to_utc(),
-                LocalResult::Ambiguous(a, b) => a.to_utc().min(b.to_utc()),
+            match tz.from_local_datetime(&wall) {
+                LocalResult::Single(t) => out.push(t.to_utc()),
+                LocalResult::Ambiguous(a, b) => {
+                    let (first, last) = (a.to_utc().min(b.to_utc()), a.to_utc().max(b.to_utc()));
+                    match rule.repeated {
+                        Repeated::First => out.push(first),
+                        Repeated::Last => out.push(last),
+                        Repeated::Both => out.extend([first, last]),
+                    }
+                }
                 LocalResult::None => {
-                    transitions
+                    let gap = transitions
                         .iter()
                         .find(|tr| {
                             let (start, end) = tr.wall_span();
                             tr.is_gap() && start <= wall && wall < end
                         })
-                        .expect("a non-existent wall time lies in a known gap")
-                        .at
+                        .expect("a non-existent wall time lies in a known gap");
+                    if rule.missing == Missing::Shift {
+                        out.push(gap.at);
+                    }
                 }
-            };
-            out.push(t);
+            }
         }
         wall += TimeDelta::minutes(1);
     }
@@ -381,9 +407,9 @@ fn reference(
     out
 }
 
-fn check_window(tz: Tz, spec: &Simple, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<(), String> {
+fn check_window(tz: Tz, spec: &Simple, rule: DstRule, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<(), String> {
     let transitions = zone_transitions(tz);
-    let s = CronSchedule::parse(&spec.expr, tz.name()).map_err(|e| e.to_string())?;
+    let s = CronSchedule::parse_all(&[&spec.expr], tz.name(), rule).map_err(|e| e.to_string())?;
     let got = fires_between(&s, from, to);
     for pair in got.windows(2) {
         if pair[0] >= pair[1] {
@@ -393,33 +419,43 @@ fn check_window(tz: Tz, spec: &Simple, from: DateTime<Utc>, to: DateTime<Utc>) -
     for t in &got {
         let wall = t.with_timezone(&tz).naive_local();
         let gap_end = transitions.iter().any(|tr| tr.is_gap() && tr.at == *t);
-        if !spec.matches(wall) && !gap_end {
+        if !spec.matches(wall) && !(gap_end && rule.missing == Missing::Shift) {
             return Err(format!("{t} (local {wall}) neither matches nor ends a gap"));
         }
     }
-    let want = reference(tz, transitions, spec, from, to);
+    let want = reference(tz, transitions, spec, rule, from, to);
     if got != want {
-        return Err(format!("{} in {tz} over ({from}, {to}]:\n got  {got:?}\n want {want:?}", spec.expr));
+        return Err(format!("{} in {tz}, {rule:?}, over ({from}, {to}]:\n got  {got:?}\n want {want:?}", spec.expr));
+    }
+    // The previous fire of each is the one before it (after `from`).
+    let compiled = CompiledSchedule { recurrence: Recurrence::Cron(s), start_at: None, end_at: None };
+    for pair in got.windows(2) {
+        if compiled.prev_before(pair[1]) != Some(pair[0]) {
+            return Err(format!("{} in {tz}, {rule:?}: prev_before({}) is not {}", spec.expr, pair[1], pair[0]));
+        }
     }
     Ok(())
 }
 
 #[test]
-fn every_transition_2020_2035() {
+fn every_transition_2020_2035_under_every_rule() {
     let specs = [
         simple(Ok(5), None, false),
         simple(Err(vec![0, 30]), None, false),
         simple(Err(vec![15, 45]), Some(vec![1, 2, 3]), true),
+        simple(Err(vec![0, 30]), Some(vec![22, 23, 0, 1]), false),
     ];
     for (tz, list) in ALL_TRANSITIONS.iter() {
         // Two per year, every year.
         assert_eq!(list.len(), 32, "{tz}: {list:?}");
         for tr in list {
             for spec in &specs {
-                let from = tr.at - TimeDelta::hours(3);
-                let to = tr.at + TimeDelta::hours(3);
-                if let Err(e) = check_window(*tz, spec, from, to) {
-                    panic!("{e}");
+                for rule in RULES {
+                    let from = tr.at - TimeDelta::hours(3);
+                    let to = tr.at + TimeDelta::hours(3);
+                    if let Err(e) = check_window(*tz, spec, rule, from, to) {
+                        panic!("{e}");
+                    }
                 }
             }
         }
@@ -434,6 +470,8 @@ fn spec_strategy() -> impl Strategy<Value = Simple> {
     let hours = prop_oneof![
         Just(None),
         prop::collection::btree_set(0u32..5, 1..4).prop_map(|s| Some(s.into_iter().collect())),
+        prop::collection::btree_set(prop::sample::select(vec![21u32, 22, 23, 0, 1]), 1..4)
+            .prop_map(|s| Some(s.into_iter().collect())),
     ];
     (minutes, hours, any::<bool>()).prop_map(|(m, h, six)| simple(m, h, six))
 }
@@ -443,32 +481,34 @@ proptest! {
 
     #[test]
     fn fires_follow_the_rule_around_transitions(
-        zone in 0usize..3,
+        zone in 0usize..ZONES.len(),
         pick in any::<prop::sample::Index>(),
         lead_min in 0i64..360,
         len_min in 1i64..720,
         spec in spec_strategy(),
+        rule in prop::sample::select(&RULES[..]),
     ) {
         let (tz, list) = &ALL_TRANSITIONS[zone];
         let tr = pick.get(list);
         let from = tr.at - TimeDelta::minutes(lead_min) + TimeDelta::seconds(lead_min % 7 * 13);
         let to = from + TimeDelta::minutes(len_min);
-        if let Err(e) = check_window(*tz, &spec, from, to) {
+        if let Err(e) = check_window(*tz, &spec, rule, from, to) {
             prop_assert!(false, "{}", e);
         }
     }
 
     #[test]
     fn fires_follow_the_rule_anywhere(
-        zone in 0usize..3,
+        zone in 0usize..ZONES.len(),
         start_s in 1_577_836_800i64..2_082_758_400, // 2020..2036
         len_min in 1i64..2_000,
         spec in spec_strategy(),
+        rule in prop::sample::select(&RULES[..]),
     ) {
         let tz = ZONES[zone];
         let from = DateTime::from_timestamp(start_s, 0).unwrap();
         let to = from + TimeDelta::minutes(len_min);
-        if let Err(e) = check_window(tz, &spec, from, to) {
+        if let Err(e) = check_window(tz, &spec, rule, from, to) {
             prop_assert!(false, "{}", e);
         }
     }
