@@ -323,6 +323,10 @@ pub fn of_row(row: &ExecutionWithHistory, now: DateTime<Utc>) -> Explanation {
     let mut details = Vec::new();
     match (r.trigger, r.fired_at) {
         (Trigger::Manual, fired) => details.push(format!("triggered manually through the API at {}", show_opt(fired))),
+        (Trigger::Backfill, fired) => details.push(format!(
+            "run by a backfill (a request to run the job's past slots), started by scheduler node {node} at {}",
+            show_opt(fired)
+        )),
         (Trigger::Misfire, fired) => details
             .push(format!("claimed late by scheduler node {node} at {}, by the job's misfire policy", show_opt(fired))),
         (_, Some(fired)) => details.push(format!("claimed by scheduler node {node} at {}", show(fired))),

@@ -2,6 +2,7 @@
 
 pub mod alerts;
 pub mod audit;
+pub mod backfills;
 pub mod calendars;
 pub mod cluster;
 pub mod completion;

@@ -12,12 +12,15 @@
 //!   misfires and earlier versions;
 //! - **dispatcher**: Redis lock → ledger claim → publish with confirms; also
 //!   verifies slots whose lock it lost and sweeps the outbox;
-//! - **maintenance**: ledger day partitions.
+//! - **maintenance**: ledger day partitions;
+//! - **alerts** and **backfills** (`alerts.rs`, `backfill.rs`): work any node
+//!   takes from Postgres one item at a time (row locks with SKIP LOCKED).
 //!
 //! The worker, which delivers what the nodes publish, is its own crate
 //! (`cronshard-worker`).
 
 pub mod alerts;
+pub mod backfill;
 pub mod core;
 pub mod dispatch;
 pub mod feed;

@@ -220,6 +220,16 @@ impl Node {
         ));
 
         feeders.spawn(vacuum_ledger(cfg.database_url.clone(), feed_token.clone()));
+        feeders.spawn(crate::backfill::run(
+            self.pg.clone(),
+            Publisher::new(
+                cfg.amqp_url.clone(),
+                format!("cronshard-scheduler {} backfill", cfg.node_id),
+                Topology::new(&cfg.cluster).with_queue_type(cfg.queue_type),
+            ),
+            cfg.node_id.clone(),
+            feed_token.clone(),
+        ));
         feeders.spawn(crate::alerts::run(
             self.pg.clone(),
             cfg.node_id.clone(),

@@ -498,8 +498,7 @@ async fn after_an_outage_a_jobs_own_starting_deadline_decides_which_missed_slots
     };
     let mut nodes = vec![node("node-0")];
     let _worker = env.worker("worker-0");
-    wait_for("a live node", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 1).then_some(()) })
-        .await;
+    wait_for("a live node", Duration::from_secs(60), || async { (live_nodes(&stack).await? == 1).then_some(()) }).await;
     let start = truncate_ms(Utc::now() + TimeDelta::seconds(2));
     let mut jobs = Vec::new();
     for (name, deadline) in [("own-deadline", Some(30_000)), ("cluster-threshold", None)] {

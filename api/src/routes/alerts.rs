@@ -263,6 +263,51 @@ fn uuids(map: &serde_json::Map<String, Value>, key: &str, max: usize) -> ApiResu
     }
 }
 
+/// A rule's `jobs`: each a job's id or key (in the rule's namespace).
+fn job_refs(map: &serde_json::Map<String, Value>) -> ApiResult<Option<Vec<String>>> {
+    const MAX: usize = 1_000;
+    match map.get("jobs") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(items)) if !items.is_empty() && items.len() <= MAX => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.as_str().map(str::to_owned).ok_or_else(|| field(&format!("jobs[{i}]"), "must be a job's id or key"))
+            })
+            .collect::<ApiResult<Vec<String>>>()
+            .map(Some),
+        Some(_) => Err(field("jobs", format!("must be a list of 1 to {MAX} job ids or keys"))),
+    }
+}
+
+/// The ids of a rule's jobs, each a job of `namespace` (deleted ones too,
+/// by id: a rule may outlive a job); a key names the namespace's live job.
+async fn resolve_jobs(
+    tx: &impl deadpool_postgres::GenericClient,
+    namespace: &str,
+    refs: &[String],
+) -> ApiResult<Vec<Uuid>> {
+    let scope = vec![namespace.to_owned()];
+    let mut ids = Vec::with_capacity(refs.len());
+    for (i, raw) in refs.iter().enumerate() {
+        let unknown = || field(&format!("jobs[{i}]"), format!("no job {raw:?} in namespace {namespace:?}"));
+        let id = match raw.parse::<Uuid>() {
+            Ok(id) => id,
+            Err(_) => {
+                domain::labels::check_job_key(raw).map_err(|why| field(&format!("jobs[{i}]"), why))?;
+                let found = store::jobs::by_key(tx, raw, Some(namespace), Some(&scope)).await?;
+                found.iter().find(|m| m.live).map(|m| m.id).ok_or_else(unknown)?
+            }
+        };
+        ids.push(id);
+    }
+    let known = store::jobs::existing(tx, &ids, Some(&scope)).await?;
+    if let Some(i) = ids.iter().position(|id| !known.contains(id)) {
+        return Err(field(&format!("jobs[{i}]"), format!("no job {:?} in namespace {namespace:?}", refs[i])));
+    }
+    Ok(ids)
+}
+
 async fn check_channels(
     tx: &impl deadpool_postgres::GenericClient,
     namespace: &str,
@@ -280,7 +325,7 @@ async fn check_channels(
     path = "/v1/alert-rules",
     tag = "alerts",
     request_body(content = crate::model::Object, content_type = "application/json",
-                 description = "`{name, namespace?, jobs: [id..] | selector: \"team=pay\", condition: failed|consecutive_failures|missed|late|silent, threshold?, channels: [id..], enabled?}`"),
+                 description = "`{name, namespace?, jobs: [id or key..] | selector: \"team=pay\", condition: failed|consecutive_failures|missed|late|silent, threshold?, channels: [id..], enabled?}`"),
     responses(
         (status = 201, description = "The rule; it starts watching its jobs at its first evaluation", body = AlertRule),
         crate::model::BadRequest,
@@ -302,7 +347,7 @@ pub async fn create_rule(
         object(&body, &["name", "namespace", "jobs", "selector", "condition", "threshold", "channels", "enabled"])?;
     let name = name_field(map)?;
     let namespace = namespace_field(&caller, map)?;
-    let job_ids = uuids(map, "jobs", 1_000)?;
+    let job_refs = job_refs(map)?;
     let selector = match map.get("selector") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => {
@@ -314,8 +359,11 @@ pub async fn create_rule(
         }
         Some(_) => return Err(field("selector", "must be a label selector (a string)")),
     };
-    if job_ids.is_some() == selector.is_some() {
-        return Err(field("jobs", "give either jobs (a list of job ids) or selector (a label selector), not both"));
+    if job_refs.is_some() == selector.is_some() {
+        return Err(field(
+            "jobs",
+            "give either jobs (a list of job ids or keys) or selector (a label selector), not both",
+        ));
     }
     let condition = map
         .get("condition")
@@ -336,12 +384,10 @@ pub async fn create_rule(
     let mut client = state.pg.get().await?;
     let tx = client.transaction().await?;
     check_channels(&tx, &namespace, &channels).await?;
-    if let Some(ids) = &job_ids {
-        let known = store::jobs::existing(&tx, ids, Some(std::slice::from_ref(&namespace))).await?;
-        if let Some((i, missing)) = ids.iter().enumerate().find(|(_, id)| !known.contains(id)) {
-            return Err(field(&format!("jobs[{i}]"), format!("no job {missing} in namespace {namespace:?}")));
-        }
-    }
+    let job_ids = match &job_refs {
+        Some(refs) => Some(resolve_jobs(&tx, &namespace, refs).await?),
+        None => None,
+    };
     let rule = alerts::Rule {
         id: Uuid::now_v7(),
         namespace: namespace.clone(),

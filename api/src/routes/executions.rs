@@ -251,6 +251,8 @@ pub async fn replay_one(
         triggers: None,
         retry,
         max: 1,
+        slots: None,
+        backfill: None,
     };
     let replayed = replay_where(&state, &caller, selection).await?;
     match replayed.into_iter().next() {
@@ -364,6 +366,8 @@ pub async fn replay_many(
         triggers,
         retry: retry_policy(obj)?,
         max: limit,
+        slots: None,
+        backfill: None,
     };
     let items = replay_where(&state, &caller, selection).await?;
     Ok((StatusCode::ACCEPTED, Json(ReplayResult { replayed: items.len() as u64, items })))

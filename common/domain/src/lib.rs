@@ -5,6 +5,7 @@
 //! here connects, sleeps or reads a clock it was not given.
 
 pub mod alert;
+pub mod backfill;
 pub mod calendar;
 pub mod contract;
 pub mod diff;

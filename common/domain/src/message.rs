@@ -153,7 +153,7 @@ impl FireMessage {
         } = row;
         let due_at = match trigger {
             Trigger::Schedule => due_at.max(scheduled_at + jitter_offset(job_id, scheduled_at, spec.jitter_ms)),
-            Trigger::Manual | Trigger::Misfire => due_at,
+            Trigger::Manual | Trigger::Misfire | Trigger::Backfill => due_at,
         };
         let message = FireMessage {
             v: FIRE_MESSAGE_VERSION,

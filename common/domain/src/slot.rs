@@ -147,16 +147,19 @@ pub enum Trigger {
     Manual,
     /// A slot fired or decided late by the misfire policy (catch-up).
     Misfire,
+    /// A past slot run on request by a backfill.
+    Backfill,
 }
 
 impl Trigger {
-    pub const ALL: [Trigger; 3] = [Trigger::Schedule, Trigger::Manual, Trigger::Misfire];
+    pub const ALL: [Trigger; 4] = [Trigger::Schedule, Trigger::Manual, Trigger::Misfire, Trigger::Backfill];
 
     pub const fn as_str(self) -> &'static str {
         match self {
             Trigger::Schedule => "schedule",
             Trigger::Manual => "manual",
             Trigger::Misfire => "misfire",
+            Trigger::Backfill => "backfill",
         }
     }
 }

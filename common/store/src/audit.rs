@@ -30,6 +30,9 @@ pub enum Action {
     JobRollback,
     /// A definition replaced by an apply of job files.
     JobApply,
+    /// A backfill of the job's past slots made, or cancelled.
+    JobBackfill,
+    JobBackfillCancel,
     ExecutionReplay,
     CalendarPut,
     CalendarDelete,
@@ -49,7 +52,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [Action; 25] = [
+    pub const ALL: [Action; 27] = [
         Action::JobCreate,
         Action::JobReplace,
         Action::JobPatch,
@@ -59,6 +62,8 @@ impl Action {
         Action::JobTrigger,
         Action::JobRollback,
         Action::JobApply,
+        Action::JobBackfill,
+        Action::JobBackfillCancel,
         Action::ExecutionReplay,
         Action::CalendarPut,
         Action::CalendarDelete,
@@ -88,6 +93,8 @@ impl Action {
             Action::JobTrigger => "job.trigger",
             Action::JobRollback => "job.rollback",
             Action::JobApply => "job.apply",
+            Action::JobBackfill => "job.backfill",
+            Action::JobBackfillCancel => "job.backfill_cancel",
             Action::ExecutionReplay => "execution.replay",
             Action::CalendarPut => "calendar.put",
             Action::CalendarDelete => "calendar.delete",

@@ -110,19 +110,34 @@ macro_rules! claimable_by {
     };
 }
 
+/// The triggers of rows made on request rather than by the schedule (a
+/// manual fire, a backfill's run), as an SQL list: the one home for which
+/// rows a change of the job leaves alone (only a delete stops them), that
+/// do not count towards `max_runs`, and that the schedulers' catch-up does
+/// not read as their own slots. Exported for `ledger_counts_as_run`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! ledger_on_request {
+    () => {
+        "('manual', 'backfill')"
+    };
+}
+
 /// SQL predicate on a ledger row `l`: its slot is still wanted, so a worker
 /// may deliver it. A change to a job applies to the slots due at or after
 /// the instant it was made (`job_changes.valid_from`), so a scheduled slot
 /// is wanted while the version in force at its due instant is the one that
 /// claimed it and was live (not paused). Deleting a job stops everything it
-/// has not delivered yet, retries and manual fires included. A manual fire
-/// or an operator's replay is not a slot of the schedule: only the delete
+/// has not delivered yet, retries and manual fires included. A manual fire,
+/// a backfill's run or an operator's replay is not the schedule's: only the delete
 /// stops it. The conditions past each key are wrapped in `IS TRUE` for the
 /// reason given at `claimable_by`.
 macro_rules! slot_wanted {
     () => {
         concat!(
-            "(((l.trigger = 'manual' OR l.reason = 'replay')
+            "(((l.trigger IN ",
+            crate::ledger_on_request!(),
+            " OR l.reason = 'replay')
                AND EXISTS (SELECT 1 FROM jobs j WHERE j.id = l.job_id AND (j.deleted_at IS NULL) IS TRUE))
               OR ",
             claimable_by!("l.job_id", "l.job_version", "l.scheduled_at"),
@@ -134,9 +149,12 @@ macro_rules! slot_wanted {
 /// SQL expression on a ledger row `l`: why its slot is no longer wanted
 /// (`deleted`, `paused` or `superseded`), NULL while it is. The one place
 /// that names the reason a worker records when it cancels a slot.
-const UNWANTED_REASON: &str = "(SELECT CASE
+const UNWANTED_REASON: &str = concat!(
+    "(SELECT CASE
         WHEN j.id IS NULL OR j.deleted_at IS NOT NULL THEN 'deleted'
-        WHEN l.trigger = 'manual' OR l.reason = 'replay' THEN NULL
+        WHEN l.trigger IN ",
+    crate::ledger_on_request!(),
+    " OR l.reason = 'replay' THEN NULL
         WHEN c.state = 'live' AND c.version = l.job_version THEN NULL
         WHEN c.state = 'paused' THEN 'paused'
         WHEN c.state = 'deleted' THEN 'deleted'
@@ -145,7 +163,8 @@ const UNWANTED_REASON: &str = "(SELECT CASE
     LEFT JOIN jobs j ON j.id = l.job_id
     LEFT JOIN LATERAL (SELECT c.version, c.state FROM job_changes c
                        WHERE c.job_id = l.job_id AND c.valid_from <= l.scheduled_at
-                       ORDER BY c.version DESC LIMIT 1) c ON true)";
+                       ORDER BY c.version DESC LIMIT 1) c ON true)"
+);
 
 /// SQL predicate on a ledger row `l`: skipped because a change made before
 /// its due instant took it from the version that had claimed it (the API
@@ -181,7 +200,9 @@ macro_rules! ledger_counts_as_run {
     ($alias:literal) => {
         concat!(
             $alias,
-            "trigger <> 'manual' AND (",
+            "trigger NOT IN ",
+            $crate::ledger_on_request!(),
+            " AND (",
             $alias,
             "status NOT IN ('skipped', 'missed') OR ",
             $alias,

@@ -8,6 +8,7 @@
 
 pub mod alerts;
 pub mod audit;
+pub mod backfills;
 pub mod calendars;
 pub mod completion;
 pub mod db;

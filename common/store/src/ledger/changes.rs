@@ -50,12 +50,16 @@ pub async fn cancel_claimed(
     let reason = why.reason();
     let entry = json!([history_entry("skipped", Utc::now(), json!({ "reason": reason }))]);
     tx.execute(
-        "UPDATE scheduled_jobs l SET status = 'skipped', reason = $2, finished_at = now(),
+        concat!(
+            "UPDATE scheduled_jobs l SET status = 'skipped', reason = $2, finished_at = now(),
                 history = l.history || $3::jsonb
          WHERE l.job_id = $1
            AND CASE WHEN $2 = 'deleted' THEN l.status IN ('pending', 'retrying')
-                    ELSE l.status = 'pending' AND l.trigger <> 'manual' AND l.reason IS DISTINCT FROM 'replay'
-                         AND l.scheduled_at >= (SELECT updated_at FROM jobs WHERE id = $1) END",
+                    ELSE l.status = 'pending' AND l.trigger NOT IN ",
+            crate::ledger_on_request!(),
+            " AND l.reason IS DISTINCT FROM 'replay'
+                         AND l.scheduled_at >= (SELECT updated_at FROM jobs WHERE id = $1) END"
+        ),
         &[&job_id, &reason, &entry],
     )
     .await
@@ -114,6 +118,105 @@ pub async fn insert_manual(
     }
 }
 
+/// The rows a backfill starts for `slots` of job `job_id` (at `version`),
+/// by `mode`, and their messages: a `pending` row with trigger `backfill`
+/// under the slot's own execution id for each slot without a row (in mode
+/// `missing`, not a slot a decided run covers: that one was decided), and
+/// in modes `failed` and `all` the slots' finished rows (failed; or any
+/// final status) moved back to `pending` as a replay moves them, now with
+/// trigger `backfill`. A slot whose row is in flight is passed over.
+pub async fn start_backfilled(
+    tx: &impl deadpool_postgres::GenericClient,
+    backfill_id: Uuid,
+    job_id: Uuid,
+    version: i64,
+    node: &str,
+    slots: &[DateTime<Utc>],
+    mode: domain::backfill::Mode,
+) -> Result<(Vec<Execution>, Vec<(FireMessage, u32)>), tokio_postgres::Error> {
+    use domain::backfill::Mode;
+    let mut rows = Vec::new();
+    if mode != Mode::Failed {
+        let ids: Vec<String> = slots.iter().map(|at| execution_id(job_id, *at)).collect();
+        rows = tx
+            .query(
+                "INSERT INTO scheduled_jobs (job_id, scheduled_at, fire_id, execution_id, trigger, status, scheduler_node,
+                                             fired_at, job_version, backfill_id)
+                 SELECT $1, s.at, gen_random_uuid(), s.eid, 'backfill', 'pending', $3, now(), $2, $7
+                 FROM unnest($4::timestamptz[], $5::text[]) AS s(at, eid)
+                 WHERE $6 OR NOT EXISTS (SELECT 1 FROM decided_ranges d
+                                         WHERE d.job_id = $1 AND s.at BETWEEN d.first_at AND d.last_at)
+                 ON CONFLICT (job_id, scheduled_at) DO NOTHING RETURNING *",
+                &[&job_id, &version, &node, &slots, &ids, &(mode == Mode::All), &backfill_id],
+            )
+            .await?;
+    }
+    let mut executions: Vec<Execution> = rows.iter().map(Execution::from_row).collect();
+    let mut messages = due_now(tx, &rows).await?;
+    if mode != Mode::Missing {
+        let statuses = match mode {
+            Mode::Failed => vec![Status::Failed],
+            _ => vec![Status::Succeeded, Status::Failed, Status::Skipped, Status::Missed],
+        };
+        let selection = ReplaySelection {
+            statuses,
+            filter: super::read::Filter { namespaces: None, job_id: Some(job_id), status: None, from: None, to: None },
+            error_contains: None,
+            triggers: None,
+            retry: None,
+            max: slots.len() as i64,
+            slots: Some(slots.to_vec()),
+            backfill: Some(backfill_id),
+        };
+        let (replayed, replayed_messages) = replay(tx, &selection).await?;
+        executions.extend(replayed);
+        messages.extend(replayed_messages);
+    }
+    Ok((executions, messages))
+}
+
+/// How a backfill's runs stand: the rows it last started (of job
+/// `job_id`, in `[from, to]`), counted by status.
+pub async fn backfilled_statuses(
+    client: &impl deadpool_postgres::GenericClient,
+    backfill_id: Uuid,
+    job_id: Uuid,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<HashMap<Status, i64>, tokio_postgres::Error> {
+    Ok(client
+        .query(
+            "SELECT status, count(*) FROM scheduled_jobs
+             WHERE job_id = $1 AND scheduled_at BETWEEN $2 AND $3 AND backfill_id = $4 GROUP BY status",
+            &[&job_id, &from, &to, &backfill_id],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect())
+}
+
+/// Which of `slots` of job `job_id` have a row (any status) or lie in a
+/// decided run: what a dry run of mode `missing` leaves out.
+pub async fn slots_with_rows(
+    client: &impl deadpool_postgres::GenericClient,
+    job_id: Uuid,
+    slots: &[DateTime<Utc>],
+) -> Result<HashMap<DateTime<Utc>, Option<Status>>, tokio_postgres::Error> {
+    Ok(client
+        .query(
+            "SELECT s.at, l.status FROM unnest($2::timestamptz[]) AS s(at)
+             LEFT JOIN scheduled_jobs l ON l.job_id = $1 AND l.scheduled_at = s.at
+             WHERE l.job_id IS NOT NULL OR EXISTS (SELECT 1 FROM decided_ranges d
+                                                   WHERE d.job_id = $1 AND s.at BETWEEN d.first_at AND d.last_at)",
+            &[&job_id, &slots],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect())
+}
+
 /// Which rows a replay takes: rows of existing jobs in one of `statuses`
 /// (each of [`Status::REPLAYABLE`]) that no process holds, matching the
 /// filter, oldest first, at most `max`.
@@ -131,6 +234,10 @@ pub struct ReplaySelection {
     /// A partial override must never reset what it does not name.
     pub retry: Option<serde_json::Value>,
     pub max: i64,
+    /// Only the rows of these slots (`None`: any).
+    pub slots: Option<Vec<DateTime<Utc>>>,
+    /// A backfill's run: the rows say trigger `backfill` and name it.
+    pub backfill: Option<Uuid>,
 }
 
 /// Moves the selected rows back to `pending` under a fresh fire id, keeping
@@ -168,20 +275,36 @@ pub async fn replay(
                    AND ($3::timestamptz IS NULL OR l.scheduled_at >= $3) AND ($4::timestamptz IS NULL OR l.scheduled_at < $4)
                    AND ($7::text[] IS NULL OR l.trigger = ANY($7))
                    AND ($8::text IS NULL OR l.error ILIKE $8)
+                   AND ($10::timestamptz[] IS NULL OR l.scheduled_at = ANY($10))
                  ORDER BY l.scheduled_at LIMIT $5 FOR UPDATE OF l SKIP LOCKED)
              UPDATE scheduled_jobs l SET status = 'pending', fire_id = gen_random_uuid(), published_at = NULL,
-                    finished_at = NULL, next_attempt_at = NULL, awaiting_until = NULL, reason = 'replay', fired_at = now(),
+                    finished_at = NULL, next_attempt_at = NULL, awaiting_until = NULL, reason = $11, fired_at = now(),
+                    trigger = CASE WHEN $12::uuid IS NOT NULL THEN 'backfill' ELSE l.trigger END,
+                    backfill_id = coalesce($12, l.backfill_id),
                     scheduler_node = 'api', job_version = (SELECT version FROM jobs WHERE id = l.job_id),
                     retry_from = l.attempts, retry_policy = picked.policy,
                     history = l.history || jsonb_build_array(jsonb_build_object(
-                        'event', 'replay', 'at', cronshard_instant(now()),
+                        'event', $11::text, 'at', cronshard_instant(now()),
                         'retry_from', l.attempts, 'retry', picked.policy,
                         'original', jsonb_strip_nulls(jsonb_build_object(
                             'scheduler_node', l.scheduler_node, 'fired_at', cronshard_instant(l.fired_at),
                             'status', l.status, 'attempts', l.attempts, 'error', l.error))))
              FROM picked WHERE l.job_id = picked.job_id AND l.scheduled_at = picked.scheduled_at
              RETURNING l.*"),
-            &[&statuses, &f.job_id, &f.from, &f.to, &selection.max, &f.namespaces, &triggers, &error_like, &policy],
+            &[
+                &statuses,
+                &f.job_id,
+                &f.from,
+                &f.to,
+                &selection.max,
+                &f.namespaces,
+                &triggers,
+                &error_like,
+                &policy,
+                &selection.slots,
+                &if selection.backfill.is_some() { "backfill" } else { "replay" },
+                &selection.backfill,
+            ],
         )
         .await?;
     Ok((rows.iter().map(Execution::from_row).collect(), due_now(tx, &rows).await?))

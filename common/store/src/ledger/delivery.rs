@@ -278,7 +278,7 @@ pub async fn skip_late_batch(pool: &Pool, worker_id: &str, slots: Vec<LateSlot>)
                         SELECT r.scheduled_at, r.started_at FROM scheduled_jobs r
                         WHERE r.job_id = b.job_id AND r.scheduled_at < b.scheduled_at
                           AND r.scheduled_at >= b.scheduled_at - interval '1 hour'
-                          AND r.trigger <> 'manual' AND r.status IN ('running', 'retrying', 'succeeded', 'failed')
+                          AND r.trigger NOT IN {on_request} AND r.status IN ('running', 'retrying', 'succeeded', 'failed')
                         ORDER BY r.scheduled_at DESC LIMIT 1) r
                         ON b.policy = 'fire_once'
                    WHERE b.policy = 'skip' OR b.ran_slot IS NOT NULL OR r.started_at >= b.due_at) d
@@ -288,6 +288,7 @@ pub async fn skip_late_batch(pool: &Pool, worker_id: &str, slots: Vec<LateSlot>)
                AND {slot_wanted}
              RETURNING l.job_id, l.scheduled_at, d.ran_slot, d.ran_at",
             slot_wanted = slot_wanted!(),
+            on_request = crate::ledger_on_request!(),
         ))
         .await?;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] =

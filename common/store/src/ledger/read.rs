@@ -374,7 +374,9 @@ pub async fn spans(
                  FROM jobs j
                  LEFT JOIN LATERAL (
                      SELECT l.scheduled_at AS last_row FROM scheduled_jobs l
-                     WHERE l.job_id = j.id AND l.scheduled_at >= $2 AND l.trigger <> 'manual'
+                     WHERE l.job_id = j.id AND l.scheduled_at >= $2 AND l.trigger NOT IN ",
+                crate::ledger_on_request!(),
+                "
                        AND NOT (",
                 held_by_older_version!("j.version"),
                 " OR ",
@@ -390,7 +392,9 @@ pub async fn spans(
                      -- Only a changed job has rows of an older version; the
                      -- first condition spares the others a read of their rows.
                      SELECT min(l.scheduled_at) AS unsettled_from FROM scheduled_jobs l
-                     WHERE j.version > 1 AND l.job_id = j.id AND l.scheduled_at >= $2 AND l.trigger <> 'manual'
+                     WHERE j.version > 1 AND l.job_id = j.id AND l.scheduled_at >= $2 AND l.trigger NOT IN ",
+                crate::ledger_on_request!(),
+                "
                        AND (",
                 held_by_older_version!("j.version"),
                 " OR ",
