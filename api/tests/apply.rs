@@ -137,6 +137,23 @@ async fn keys_are_unique_per_namespace_and_name_a_job_wherever_its_id_does() {
     let audited = call(&app, Method::GET, &format!("/v1/audit?job={k}&action=job.pause"), None).await;
     assert_eq!(audited.json()["items"][0]["reason"], "by key", "{}", audited.text);
     assert_eq!(call(&app, Method::GET, &format!("/v1/alerts?job={k}"), None).await.status, 200);
+    let channel = call(
+        &app,
+        Method::POST,
+        "/v1/alert-channels",
+        Some(&json!({"name": "oncall", "namespace": "team-a", "kind": "webhook", "url": "https://example.com/hook"})),
+    )
+    .await;
+    assert_eq!(channel.status, 201, "{}", channel.text);
+    let rule = json!({"name": "nightly-fails", "namespace": "team-a", "jobs": ["nightly"], "condition": "failed",
+                      "channels": [channel.json()["id"]]});
+    let made = call(&app, Method::POST, "/v1/alert-rules", Some(&rule)).await;
+    assert_eq!(made.status, 201, "{}", made.text);
+    assert_eq!(made.json()["jobs"], json!([id]), "a rule's job named by its key is stored by id");
+    let mut unknown = rule.clone();
+    unknown["name"] = json!("other");
+    unknown["jobs"] = json!(["nothing-here"]);
+    assert_invalid(&call(&app, Method::POST, "/v1/alert-rules", Some(&unknown)).await, &["jobs[0]"]);
     assert_eq!(call(&app, Method::GET, &format!("/v1/jobs/{k}/next?count=2"), None).await.status, 200);
     assert_eq!(call(&app, Method::GET, &format!("/v1/jobs/{k}/versions"), None).await.status, 200);
     assert_eq!(call(&app, Method::GET, &format!("/v1/jobs/{k}/executions"), None).await.status, 200);

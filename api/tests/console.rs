@@ -272,7 +272,8 @@ async fn failures_are_grouped_by_error_most_frequent_first() {
     let latest = t + TimeDelta::minutes(2);
     assert_eq!(
         top["example"],
-        json!({ "job_id": a, "scheduled_at": ts(latest), "execution_id": format!("{a}@{}", ts(latest)) })
+        json!({ "job_id": a, "job_key": null, "job_name": "a", "scheduled_at": ts(latest),
+                "execution_id": format!("{a}@{}", ts(latest)) })
     );
 
     // An explicit window takes the older failure in; `limit` cuts the groups.
