@@ -2,10 +2,13 @@
 # Backing services for a LOCAL dev/test stack of cronshard: PostgreSQL, Redis,
 # RabbitMQ and, on request, moto (a local SQS).
 #
-#   deploy/scripts/services.sh ensure [moto] [faketime] [verifier]   make sure they run (reuse, start or install);
+#   deploy/scripts/services.sh ensure [moto] [faketime] [verifier] [croniter]
+#                                                   make sure they run (reuse, start or install);
 #                                                   faketime: libfaketime for the clock-skew tests;
 #                                                   verifier: the `standardwebhooks` package (PyPI) in a venv,
-#                                                   the third-party verifier the signature tests check against
+#                                                   the third-party verifier the signature tests check against;
+#                                                   croniter: the `croniter` package (PyPI) in a venv, the
+#                                                   third-party cron evaluator the cron oracle test compares with
 #   deploy/scripts/services.sh status [moto]        say which are reachable
 #   deploy/scripts/services.sh stop-started [FILE]  stop the services THIS script started
 #
@@ -32,6 +35,7 @@
 #   SERVICE_START_TIMEOUT 60  RABBITMQ_START_TIMEOUT 120  (seconds)
 #   MOTO_VENV ${XDG_CACHE_HOME:-~/.cache}/cronshard/moto-venv  (used when moto_server is missing)
 #   VERIFIER_VENV ${XDG_CACHE_HOME:-~/.cache}/cronshard/verifier-venv  (the tests find it there too)
+#   CRONITER_VENV ${XDG_CACHE_HOME:-~/.cache}/cronshard/croniter-venv  (the tests find it there too)
 #   CRONSHARD_PG_TRUST 0      1 = also switch an existing cluster to trust on loopback
 
 _services_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -45,6 +49,9 @@ SERVICE_START_TIMEOUT=${SERVICE_START_TIMEOUT:-60}
 RABBITMQ_START_TIMEOUT=${RABBITMQ_START_TIMEOUT:-120}
 MOTO_VENV=${MOTO_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/cronshard/moto-venv}
 VERIFIER_VENV=${VERIFIER_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/cronshard/verifier-venv}
+CRONITER_VENV=${CRONITER_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/cronshard/croniter-venv}
+# One version, so that the oracle's answers do not change under the tests.
+CRONITER_VERSION=7.0.0
 CRONSHARD_PG_TRUST=${CRONSHARD_PG_TRUST:-0}
 
 # rabbitmq-server, rabbitmqctl and friends live in /usr/sbin.
@@ -296,6 +303,25 @@ ensure_verifier() {
     "$VERIFIER_VENV/bin/pip" install -q 'standardwebhooks>=1.0,<2' || svc_die "pip install standardwebhooks failed"
 }
 
+# ------------------------------------------------------------------ croniter
+
+# Python's croniter, which the cron oracle test (common/domain/tests/cron_oracle.rs)
+# compares cronshard's recurrence code with: a cron evaluator the project did
+# not write.
+ensure_croniter() {
+    if [[ -x $CRONITER_VENV/bin/python ]] &&
+        "$CRONITER_VENV/bin/python" -c "import sys, croniter, importlib.metadata as m; sys.exit(m.version('croniter') != '$CRONITER_VERSION')" 2>/dev/null; then
+        svc_log "croniter $CRONITER_VERSION: ready in $CRONITER_VENV"
+        return 0
+    fi
+    if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+        apt_install python3 python3-venv
+    fi
+    svc_log "croniter $CRONITER_VERSION: installing into $CRONITER_VENV"
+    python3 -m venv "$CRONITER_VENV" || svc_die "python3 -m venv $CRONITER_VENV failed"
+    "$CRONITER_VENV/bin/pip" install -q "croniter==$CRONITER_VERSION" || svc_die "pip install croniter==$CRONITER_VERSION failed"
+}
+
 # --------------------------------------------------------------------- tools
 
 ensure_tools() {
@@ -318,13 +344,14 @@ _svc_unlock() { exec 9>&-; }
 
 # ensure_all [moto]
 ensure_all() {
-    local want_moto=0 want_faketime=0 want_verifier=0 arg
+    local want_moto=0 want_faketime=0 want_verifier=0 want_croniter=0 arg
     for arg in "$@"; do
         case $arg in
             moto | sqs) want_moto=1 ;;
             faketime) want_faketime=1 ;;
             verifier) want_verifier=1 ;;
-            *) svc_die "unknown service '$arg' (known: moto, faketime, verifier)" ;;
+            croniter) want_croniter=1 ;;
+            *) svc_die "unknown service '$arg' (known: moto, faketime, verifier, croniter)" ;;
         esac
     done
     _svc_lock
@@ -344,6 +371,7 @@ ensure_all() {
     ensure_rabbitmq
     if ((want_moto)); then ensure_moto; fi
     if ((want_verifier)); then ensure_verifier; fi
+    if ((want_croniter)); then ensure_croniter; fi
     _svc_unlock
 }
 
@@ -448,7 +476,7 @@ if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
         status) status_all "$@" ;;
         stop-started) stop_started "$@" ;;
         *)
-            sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
             exit 2
             ;;
     esac
