@@ -170,11 +170,23 @@ pub fn labels(v: &Value) -> String {
 }
 
 /// A job's schedule in one phrase: `cron 0 8 * * * Europe/Berlin`,
+/// `cron [0 9 * * MON-FRI; 0 11 * * SAT,SUN] UTC (dst repeated last)`,
 /// `every 60000 ms`, `once 2026-12-24T17:00:00.000Z`.
 pub fn schedule(s: &Value) -> String {
     let kind = s["kind"].as_str().unwrap_or("?");
     let mut out = match kind {
-        "cron" => format!("cron {} {}", text(&s["expr"]), s["timezone"].as_str().unwrap_or("UTC")),
+        "cron" => {
+            let exprs = match s["exprs"].as_array() {
+                Some(list) => format!("[{}]", list.iter().map(text).collect::<Vec<_>>().join("; ")),
+                None => text(&s["expr"]),
+            };
+            let rule: Vec<String> = ["repeated", "missing"]
+                .iter()
+                .filter_map(|k| s["dst"][*k].as_str().map(|v| format!("{k} {}", crate::text::escape(v))))
+                .collect();
+            let rule = if rule.is_empty() { String::new() } else { format!(" (dst {})", rule.join(", ")) };
+            format!("cron {exprs} {}{rule}", crate::text::escape(s["timezone"].as_str().unwrap_or("UTC")))
+        }
         "interval" => format!("every {} ms", text(&s["every_ms"])),
         "once" => format!("once {}", utc(&s["at"])),
         other => other.to_owned(),
@@ -331,6 +343,11 @@ mod tests {
         assert_eq!(
             schedule(&json!({"kind": "cron", "expr": "0 8 * * *", "timezone": "Europe/Berlin"})),
             "cron 0 8 * * * Europe/Berlin"
+        );
+        assert_eq!(
+            schedule(&json!({"kind": "cron", "exprs": ["0 9 * * MON-FRI", "0 11 * * SAT,SUN"], "timezone": "UTC",
+                             "dst": {"repeated": "last", "missing": "skip"}})),
+            "cron [0 9 * * MON-FRI; 0 11 * * SAT,SUN] UTC (dst repeated last, missing skip)"
         );
         assert_eq!(
             schedule(&json!({"kind": "interval", "every_ms": 60000, "max_runs": 3})),
