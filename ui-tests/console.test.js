@@ -957,6 +957,48 @@ test('alerts: a channel and a rule made on the Alerts page are listed, the addre
   await stack.call('DELETE', `/v1/jobs/${id}`);
 });
 
+test('several cron expressions and a DST rule: the preview lists both occurrences, the form stores them and reads them back', async () => {
+  await page.click('nav >> text=Schedule preview');
+  await page.fill('#p-expr', '30 2 * * *');
+  await page.fill('#p-timezone', 'Europe/Berlin');
+  await page.selectOption('#p-dst-repeated', 'both');
+  await page.fill('#p-from', '2026-10-25T00:00:00Z');
+  await page.fill('#p-count', '3');
+  await page.click('button:text("Preview")');
+  await page.waitForSelector('#fires');
+  // 2026-10-25: 02:30 happens in summer time and again in winter time.
+  assert.equal(await page.locator('#fires tr[data-dst="overlap"]').count(), 2, 'the repeated 02:30 fires at both occurrences');
+  await page.fill('#p-expr', '0 9 * * MON-FRI\n0 11 * * L');
+  await page.click('button:text("Preview")');
+  await page.waitForSelector('#p-expr-error:not([hidden])');
+  assert.match(await page.textContent('#p-expr-error'), /L alone is not a day/);
+  assert.match(await page.textContent('.error-summary'), /schedule\.exprs\[1\]/, 'the summary names the line');
+
+  await createJobViaForm({ name: 'ui-exprs', expr: '0 9 * * MON-FRI\n0 11 * * SAT,SUN', url: `${stack.receiver.url}/ok` });
+  await page.fill('#f-schedule-timezone', 'Europe/Berlin');
+  await page.selectOption('#f-schedule-dst-repeated', 'last');
+  await page.click('button:text("Create job")');
+  await page.waitForSelector('#job-schedule');
+  const id = hash().split('/')[2];
+  const stored = (await stack.call('GET', `/v1/jobs/${id}`)).body;
+  assert.deepEqual(stored.schedule, {
+    kind: 'cron',
+    exprs: ['0 9 * * MON-FRI', '0 11 * * SAT,SUN'],
+    timezone: 'Europe/Berlin',
+    dst: { repeated: 'last', missing: 'shift' },
+  });
+  assert.equal(await page.textContent('#job-schedule'), 'cron 0 9 * * MON-FRI | 0 11 * * SAT,SUN (Europe/Berlin; DST: repeated last, missing shift)');
+  await page.click('a:text("Edit")');
+  await page.waitForSelector('#job-form');
+  assert.equal(await page.inputValue('#f-schedule-expr'), '0 9 * * MON-FRI\n0 11 * * SAT,SUN');
+  assert.equal(await page.inputValue('#f-schedule-dst-repeated'), 'last');
+  assert.equal(await page.inputValue('#f-schedule-dst-missing'), 'shift');
+  await page.click('button:text-matches("^Save")');
+  await page.waitForSelector('#tl-refresh');
+  assert.deepEqual((await stack.call('GET', `/v1/jobs/${id}`)).body.schedule, stored.schedule, 'the schedule round-trips');
+  await stack.call('DELETE', `/v1/jobs/${id}`);
+});
+
 test('a refused token returns to the login; logout forgets the token; the token is never in a URL', async () => {
   await page.evaluate(() => sessionStorage.setItem('cronshard.console.token', 'revoked-token'));
   await page.goto(`${stack.api}/ui/#/cluster`);

@@ -9,7 +9,7 @@
 
 import { ApiError, request, seg } from './api.js';
 import { field, fill, h, showError, showFieldErrors } from './dom.js';
-import { jobRef } from './jobs.js';
+import { DST_MISSING, DST_REPEATED, cronExprs, cronSchedule, jobRef } from './jobs.js';
 
 const SECRET = '***';
 
@@ -92,11 +92,20 @@ export async function render(main, { params, signal, go, setTitle }) {
   const targetKind = S('target.kind', t.kind, [['http', 'HTTP callback'], ['sqs', 'AWS SQS queue']]);
   const zones = typeof Intl.supportedValuesOf === 'function' ? Intl.supportedValuesOf('timeZone') : [];
 
+  const exprField = F(
+    'schedule-expr',
+    'Cron expressions',
+    s.exprs ? 'schedule.exprs' : 'schedule.expr',
+    T('schedule.expr', (s.kind === 'cron' ? cronExprs(s) : []).join('\n'), { placeholder: '0 8 * * *', spellcheck: 'false', rows: 2 }),
+    '5 fields (minute first) or 6 (seconds first); L, L-n, nW, LW in day of month, nL, n#k in day of week. Several, one a line, fire at any of their times.',
+  );
   const cronPart = h(
     'div',
     { class: 'grid-form', dataset: { kind: 'cron' } },
-    F('schedule-expr', 'Cron expression', 'schedule.expr', I('schedule.expr', s.expr, { placeholder: '0 8 * * *', spellcheck: 'false' }), '5 fields (minute first) or 6 (seconds first).'),
+    exprField,
     F('schedule-timezone', 'Time zone', 'schedule.timezone', I('schedule.timezone', s.timezone || 'UTC', { list: 'zones', spellcheck: 'false' }), 'An IANA zone, e.g. Europe/Berlin.'),
+    F('schedule-dst-repeated', 'A wall time the clocks repeat fires', 'schedule.dst.repeated', S('schedule.dst.repeated', s.dst?.repeated || 'first', DST_REPEATED)),
+    F('schedule-dst-missing', 'A wall time the clocks skip fires', 'schedule.dst.missing', S('schedule.dst.missing', s.dst?.missing || 'shift', DST_MISSING)),
   );
   const intervalPart = h(
     'div',
@@ -342,7 +351,13 @@ export async function render(main, { params, signal, go, setTitle }) {
       return Object.values(rule).some((x) => x !== undefined) ? rule : undefined;
     };
     const schedule = { kind };
-    if (kind === 'cron') Object.assign(schedule, { expr: v('schedule.expr'), timezone: text(v('schedule.timezone')) });
+    if (kind === 'cron') {
+      // A job that has a list keeps one, even of one expression.
+      const cron = cronSchedule(v('schedule.expr'), text(v('schedule.timezone')), v('schedule.dst.repeated'), v('schedule.dst.missing'), Boolean(s.exprs));
+      Object.assign(schedule, cron);
+      // The server names `schedule.exprs[i]` or `schedule.expr`: errors go to the one field.
+      exprField.dataset.field = cron.exprs ? 'schedule.exprs' : 'schedule.expr';
+    }
     if (kind === 'interval') schedule.every_ms = num(v('schedule.every_ms'));
     if (kind === 'once') schedule.at = text(v('schedule.at'));
     Object.assign(schedule, { start_at: text(v('schedule.start_at')), end_at: text(v('schedule.end_at')), max_runs: num(v('schedule.max_runs')) });

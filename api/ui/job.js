@@ -124,7 +124,7 @@ export async function render(main, { params, query, signal, go, setTitle }) {
       h('dt', { text: 'Id' }),
       h('dd', { class: 'mono', text: job.id }),
       h('dt', { text: 'Schedule' }),
-      h('dd', { class: 'mono', text: scheduleText(job.schedule) }),
+      h('dd', { class: 'mono', id: 'job-schedule', text: scheduleText(job.schedule) }),
       h('dt', { text: 'Target' }),
       h('dd', { class: 'mono', text: targetText(job.target) }),
       h('dt', { text: 'Version' }),

@@ -36,9 +36,35 @@ export function executionJob(e) {
 // Cursors of the pages seen, per filter set, for "Previous page".
 const trail = new Map();
 
+/** A cron schedule's expressions, whether it has one (`expr`) or several (`exprs`). */
+export function cronExprs(s) {
+  return s.exprs || (s.expr == null ? [] : [s.expr]);
+}
+
+/** The choices of a cron schedule's DST rule, the default first: [value, label]. */
+export const DST_REPEATED = [['first', 'at its first occurrence (default)'], ['last', 'at its second occurrence'], ['both', 'at both occurrences']];
+export const DST_MISSING = [['shift', 'at the end of the gap (default)'], ['skip', 'not at all']];
+
+/**
+ * A cron schedule from a form: one expression a line (`expr` for one,
+ * `exprs` for several or when `list` keeps a list), the zone, and the DST
+ * rule when it is not the default.
+ */
+export function cronSchedule(lines, timezone, repeated, missing, list = false) {
+  const exprs = lines.split('\n').map((l) => l.trim()).filter(Boolean);
+  const s = { kind: 'cron', timezone: timezone || undefined };
+  if (exprs.length > 1 || list) s.exprs = exprs;
+  else s.expr = exprs[0] ?? '';
+  if (repeated !== 'first' || missing !== 'shift') s.dst = { repeated, missing };
+  return s;
+}
+
 export function scheduleText(s) {
   if (!s) return '—';
-  if (s.kind === 'cron') return `cron ${s.expr} (${s.timezone || 'UTC'})`;
+  if (s.kind === 'cron') {
+    const rule = s.dst ? `; DST: repeated ${s.dst.repeated}, missing ${s.dst.missing}` : '';
+    return `cron ${cronExprs(s).join(' | ')} (${s.timezone || 'UTC'}${rule})`;
+  }
   if (s.kind === 'interval') return `every ${s.every_ms} ms`;
   if (s.kind === 'once') return `once at ${instant(s.at)}`;
   return s.kind;
