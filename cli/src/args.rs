@@ -1,7 +1,8 @@
 //! The command line. Every subcommand's `--help` ends with examples (lines
 //! starting `$ cronshard`); the CLI's tests run each of them against a real
-//! API, with `$JOB` a job's id, `$AT` one of its failed slots, and the files
-//! of `cli/examples/` in the working directory.
+//! API, with `$JOB` a job's id, `$AT` one of its failed slots, `$BACKFILL` a
+//! running backfill (of another job), and the files of `cli/examples/` in the
+//! working directory.
 
 use std::time::Duration;
 
@@ -90,7 +91,7 @@ pub struct Global {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Create, list, show, change, delete, pause, resume and fire jobs.
+    /// Create, list, show, change, delete, pause, resume, fire and backfill jobs.
     #[command(
         subcommand,
         after_help = "Examples:
@@ -151,6 +152,15 @@ Examples:
   $ cronshard calendars list"
     )]
     Calendars(Calendars),
+    /// Follow and cancel backfills (`jobs backfill` makes one).
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  $ cronshard backfills list --job $JOB
+  $ cronshard backfills get $BACKFILL
+  $ cronshard backfills cancel $BACKFILL"
+    )]
+    Backfills(Backfills),
     /// Make, rotate, list and revoke the keys that sign a namespace's deliveries.
     #[command(
         subcommand,
@@ -409,6 +419,27 @@ Examples:
         #[arg(long, value_name = "TIME")]
         from: Option<String>,
     },
+    /// Run a job's past slots in a range: the missing, the failed, or all.
+    #[command(after_help = "Each slot of the job's schedule from --from to --to (both included; --to not
+in the future, at most 10,000 slots) that --slots takes is run under the slot's
+own execution id with trigger `backfill`: missing (the default) takes the slots
+without a ledger row, failed the failed ones, all every slot not in flight
+(succeeded ones again). The schedulers start at most --rate slots per second
+(0.01 to 1000; default 10) with at most --concurrency of them in flight (1 to
+100; default 5), so a catch-up does not flood the receiver. --overlap is the
+policy its runs follow (default: the job's). A job has at most one running
+backfill (exit code 4 otherwise).
+
+--dry-run shows how many slots the range holds and would run, and the first of
+them, and changes nothing. --wait follows the backfill, printing its progress
+on stderr whenever it changes, until it is done or cancelled (then exit 0), or
+until --timeout (then exit 1; the backfill goes on).
+
+Examples:
+  $ cronshard jobs backfill $JOB --from 2026-11-01T00:00:00Z --to 2026-11-30T23:59:59Z --dry-run
+  $ cronshard jobs backfill $JOB --from 2026-11-01T00:00:00Z --to 2026-11-30T23:59:59Z --slots failed --rate 0.5 --concurrency 2
+  $ cronshard jobs backfill $JOB --from 2026-11-23T00:00:00Z --to 2026-11-30T00:00:00Z --order newest-first --overlap forbid -o json")]
+    Backfill(BackfillCreate),
     /// Pause, resume, delete or trigger every job a label selector matches.
     #[command(after_help = "All or nothing, at most 5,000 jobs per call. delete needs --yes.
 
@@ -426,6 +457,99 @@ Examples:
         /// Confirms a bulk delete.
         #[arg(long)]
         yes: bool,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct BackfillCreate {
+    /// The job: its id, its key, or namespace:key.
+    pub id: String,
+    /// The first instant of the range (RFC 3339); a slot at it counts.
+    #[arg(long, value_name = "TIME")]
+    pub from: String,
+    /// The last instant of the range (RFC 3339, not in the future); a slot at it counts.
+    #[arg(long, value_name = "TIME")]
+    pub to: String,
+    /// Which slots run (the API's default: missing).
+    #[arg(long, value_enum)]
+    pub slots: Option<BackfillSlots>,
+    /// Which slot runs first (the API's default: oldest-first).
+    #[arg(long, value_enum)]
+    pub order: Option<BackfillOrder>,
+    /// Most slots started per second (0.01 to 1000; the API's default is 10).
+    #[arg(long, value_name = "N")]
+    pub rate: Option<f64>,
+    /// Most of its runs in flight at once (1 to 100; the API's default is 5).
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<u32>,
+    /// The overlap policy its runs follow (default: the job's).
+    #[arg(long, value_enum)]
+    pub overlap: Option<BackfillOverlap>,
+    /// Show the slots it would run; change nothing.
+    #[arg(long, conflicts_with = "wait")]
+    pub dry_run: bool,
+    /// Follow its progress until it is done or cancelled.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: give up waiting after this long (`90s`, `15m`, `2h`).
+    #[arg(long, value_name = "DURATION", requires = "wait", default_value = "1h", value_parser = duration)]
+    pub timeout: Duration,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum BackfillSlots {
+    Missing,
+    Failed,
+    All,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum BackfillOrder {
+    OldestFirst,
+    NewestFirst,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum BackfillOverlap {
+    Allow,
+    Forbid,
+    Replace,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Backfills {
+    /// List backfills, newest first, with their progress.
+    #[command(after_help = "Each backfill: its id, job, range, which slots it takes, its state (running,
+cancelled, done) and its progress: the slots handled of those planned, and its
+runs in flight, succeeded, failed and skipped.
+
+Examples:
+  $ cronshard backfills list
+  $ cronshard backfills list --job $JOB --limit 5 -o json")]
+    List {
+        /// Only this job's backfills (its id, key, or namespace:key).
+        #[arg(long, value_name = "JOB")]
+        job: Option<String>,
+        /// How many (1 to 100; the API's default is 20).
+        #[arg(long)]
+        limit: Option<u32>,
+    },
+    /// Show a backfill and its progress.
+    #[command(after_help = "Examples:
+  $ cronshard backfills get $BACKFILL
+  $ cronshard backfills get $BACKFILL -o yaml")]
+    Get {
+        /// The backfill's id.
+        id: String,
+    },
+    /// Cancel a running backfill: no further slot starts; started ones finish.
+    #[command(after_help = "A backfill already done or cancelled is shown as it is.
+
+Examples:
+  $ cronshard backfills cancel $BACKFILL")]
+    Cancel {
+        /// The backfill's id.
+        id: String,
     },
 }
 

@@ -4,6 +4,7 @@
 mod alerts;
 mod apply;
 mod audit;
+mod backfills;
 mod calendars;
 mod channels;
 pub mod config;
@@ -136,6 +137,7 @@ pub async fn run(ctx: &Ctx, command: Command) -> Result<Done> {
         Command::Diff(documents) => return apply::diff(ctx, documents).await,
         Command::Executions(c) => executions::run(ctx, c).await,
         Command::Calendars(c) => calendars::run(ctx, c).await,
+        Command::Backfills(c) => backfills::run(ctx, c).await,
         Command::SigningKeys(c) => signing_keys::run(ctx, c).await,
         Command::Audit(list) => audit::run(ctx, list).await,
         Command::Channels(c) => channels::run(ctx, c).await,

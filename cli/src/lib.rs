@@ -1,5 +1,5 @@
 //! `cronshard`, the command-line client of the cronshard REST API: jobs
-//! and their history, jobs as code (`apply`, `diff`), executions,
+//! and their history, jobs as code (`apply`, `diff`), backfills, executions,
 //! calendars, signing keys, the audit log, alert channels, rules and
 //! incidents, the cluster and schedule previews, shown as tables for people
 //! or as the API's JSON (or YAML) for scripts, with exit codes that tell the

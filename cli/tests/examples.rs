@@ -6,11 +6,12 @@
 //! fresh job (from job.yaml, edited once: at version 2), `$AT` one of its
 //! slots with a failed execution, `$EXECUTION_ID` another of its slots
 //! awaiting its receiver's report with `$TOKEN` that attempt's completion
-//! token, `$CHANNEL` an alert channel no rule sends to, `$RULE` an alert
-//! rule (of another channel), `$SLACK_URL` and `$HOOK_URL` channel
-//! addresses, the calendar `holidays` in place, `$PROD_TOKEN` a token, and
-//! a fresh config file whose contexts are `local` (current) and `prod`
-//! (this API, with its token) and `staging`, and must exit 0.
+//! token, `$BACKFILL` a running backfill of another job, `$CHANNEL` an
+//! alert channel no rule sends to, `$RULE` an alert rule (of another
+//! channel), `$SLACK_URL` and `$HOOK_URL` channel addresses, the calendar
+//! `holidays` in place, `$PROD_TOKEN` a token, and a fresh config file whose
+//! contexts are `local` (current) and `prod` (this API, with its token) and
+//! `staging`, and must exit 0.
 
 #[path = "../../api/tests/support/lib.rs"]
 mod app;
@@ -107,6 +108,14 @@ async fn every_example_in_the_help_texts_works_against_the_local_stack() {
             json!({"name": format!("fixture-{i}"), "jobs": [job], "condition": "failed", "channels": [rule_channel]}),
         )
         .await;
+        // Of another job: `jobs backfill $JOB` examples make $JOB's own.
+        let backfilled = stack.create(&example("job.json")).await["id"].as_str().unwrap().to_owned();
+        let backfill = fixture(
+            &stack,
+            &format!("/v1/jobs/{backfilled}/backfill"),
+            json!({"from": "2026-11-01T00:00:00Z", "to": "2026-11-02T00:00:00Z"}),
+        )
+        .await;
         stack.insert_row(&job, support_at(), "failed", Some("HTTP 503 Service Unavailable")).await;
         let awaiting_at = support_at() + chrono::TimeDelta::hours(1);
         let (execution_id, token) = stack.insert_awaiting_row(&job, awaiting_at).await;
@@ -122,6 +131,7 @@ async fn every_example_in_the_help_texts_works_against_the_local_stack() {
             .env("JOB", &job)
             .env("AT", AT)
             .env("EXECUTION_ID", &execution_id)
+            .env("BACKFILL", &backfill)
             .env("TOKEN", &token)
             .env("CHANNEL", &channel)
             .env("RULE", &rule)

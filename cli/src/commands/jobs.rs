@@ -60,6 +60,7 @@ pub async fn run(ctx: &Ctx, command: Jobs) -> Result<String> {
             let reply = ctx.api.get(&["jobs", &id, "next"], &query).await?;
             ctx.show(&reply, |v| output::fire_times(&v["fire_times"]))
         }
+        Jobs::Backfill(b) => super::backfills::create(ctx, b).await,
         Jobs::Bulk { action, selector, yes } => bulk(ctx, action, selector, yes).await,
     }
 }
