@@ -13,8 +13,8 @@ use crate::client::{Body, Reply};
 use crate::failure::{Exit, Failure, Result};
 use crate::output::{self, fields, text, utc};
 
-/// How often `--wait` reads the progress: the schedulers step a backfill
-/// about once a second, so a faster poll shows nothing new.
+/// How often `--wait` reads the progress: often enough for a person to
+/// follow, light on the API (each read counts the backfill's ledger rows).
 const WAIT_POLL: Duration = Duration::from_secs(2);
 
 /// Slots a dry run's table lists (`-o json` has the API's first 1,000).
