@@ -999,6 +999,70 @@ test('several cron expressions and a DST rule: the preview lists both occurrence
   await stack.call('DELETE', `/v1/jobs/${id}`);
 });
 
+test('backfill: a preview counts the slots and lists the first ones, Start makes it, it is listed with its progress and cancelled', async () => {
+  const made = await stack.call('POST', '/v1/jobs', {
+    name: 'ui-backfill',
+    schedule: { kind: 'cron', expr: '0 8 * * *', timezone: 'UTC' },
+    target: { kind: 'http', url: `${stack.receiver.url}/ok` },
+  });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  const job = made.body.id;
+  await page.goto(`${stack.api}/ui/#/jobs/${job}`);
+  await page.click('#backfill-action');
+  await page.waitForSelector('#bf-form');
+  assert.equal(await page.getAttribute('[role="tab"][aria-selected="true"]', 'id'), 'tab-backfill');
+  await page.waitForSelector('#bf-none');
+
+  // The last seven days at 08:00 UTC; one slot a hundred seconds, so it is still running when cancelled.
+  const day = 86_400_000;
+  const now = Date.now();
+  const local = (t) => {
+    const d = new Date(t);
+    const p = (n) => String(n).padStart(2, '0');
+    return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`;
+  };
+  await page.fill('#bf-from', local(now - 7 * day));
+  await page.fill('#bf-to', local(now - 60_000));
+  await page.fill('#bf-rate', '0.01');
+  await page.fill('#bf-concurrency', '1');
+  assert.equal(await page.isDisabled('#bf-start'), true, 'Start waits for a preview');
+  await page.click('#bf-preview-button');
+  await page.waitForSelector('#bf-preview-count');
+  assert.match(await page.textContent('#bf-preview-count'), /^7 of the 7 slots in the range would run\.$/);
+  const first = await page.getAttribute('#bf-preview li:first-child time', 'datetime');
+  assert.match(first, /T08:00:00\.000Z$/);
+  assert.ok(Date.parse(first) >= now - 7 * day - 60_000 && Date.parse(first) < now - 6 * day, first);
+  assert.equal(await page.$$eval('#bf-preview li', (l) => l.length), 7);
+
+  // A refused field is shown at it (the end in the future).
+  await page.fill('#bf-to', local(now + day));
+  assert.equal(await page.isDisabled('#bf-start'), true, 'a changed request needs a new preview');
+  await page.click('#bf-preview-button');
+  await page.waitForSelector('#bf-to-error:not([hidden])');
+  assert.match(await page.textContent('#bf-to-error'), /future/);
+  await page.fill('#bf-to', local(now - 60_000));
+  await page.click('#bf-preview-button');
+  await page.waitForSelector('#bf-start:not([disabled])');
+
+  await page.click('#bf-start');
+  await page.waitForSelector('#bf-table tr[data-state="running"]');
+  assert.match(await page.textContent('#bf-table tr[data-state="running"] .bf-progress'), /\/7 slots handled/);
+  const listed = await stack.call('GET', `/v1/backfills?job=${job}`);
+  assert.equal(listed.body.items.length, 1);
+  assert.equal(listed.body.items[0].rate_per_second, 0.01);
+  assert.equal(listed.body.items[0].max_concurrency, 1);
+  const id = listed.body.items[0].id;
+  assert.equal(await page.getAttribute('#bf-table tbody tr', 'data-id'), id);
+
+  page.once('dialog', (d) => d.accept());
+  await page.click(`#bf-table tr[data-id="${id}"] .bf-cancel`);
+  await page.waitForSelector(`#bf-table tr[data-id="${id}"][data-state="cancelled"]`);
+  assert.equal(await page.isVisible(`#bf-table tr[data-id="${id}"] .bf-cancel`), false);
+  assert.equal((await stack.call('GET', `/v1/backfills/${id}`)).body.state, 'cancelled');
+  await shot('job-backfill');
+  await stack.call('DELETE', `/v1/jobs/${job}`);
+});
+
 test('a refused token returns to the login; logout forgets the token; the token is never in a URL', async () => {
   await page.evaluate(() => sessionStorage.setItem('cronshard.console.token', 'revoked-token'));
   await page.goto(`${stack.api}/ui/#/cluster`);

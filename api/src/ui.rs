@@ -63,6 +63,7 @@ const ASSETS: &[Asset] = &[
     asset!("history.js", JS),
     asset!("audit.js", JS),
     asset!("alerts.js", JS),
+    asset!("backfills.js", JS),
 ];
 
 /// Each asset's strong `ETag` (a hash of its bytes), computed once.

@@ -4,7 +4,7 @@
 // optional note for the audit log), its open alert incidents, its ledger as
 // a timeline (GET /v1/jobs/{id}/executions, newest first, one page at a
 // time), its history of versions with rollback, its definition, its next
-// fire times and its owners; and a slot's explain view
+// fire times, its owners and its backfills; and a slot's explain view
 // (GET /v1/jobs/{id}/executions/{scheduled_at}) with replay.
 
 import { ApiError, get, getOptional, post, qs, request, seg } from './api.js';
@@ -13,6 +13,7 @@ import { OUTCOMES, badge, classify, describe, lateness } from './status.js';
 import { jobRef, scheduleText, stateBadge, targetText } from './jobs.js';
 import { historyPanel } from './history.js';
 import { channelMap, incidentItem } from './alerts.js';
+import { backfillPanel } from './backfills.js';
 
 const PAGE = 50;
 const REFRESH_MS = 5000;
@@ -97,6 +98,7 @@ export async function render(main, { params, query, signal, go, setTitle }) {
         'danger',
       ),
       h('a', { class: 'button secondary', href: `#/alerts?job=${encodeURIComponent(id)}`, text: 'New alert rule' }),
+      h('a', { class: 'button secondary', id: 'backfill-action', href: `#/jobs/${ref}?tab=backfill`, text: 'Backfill' }),
     ),
   );
 
@@ -106,6 +108,7 @@ export async function render(main, { params, query, signal, go, setTitle }) {
     { id: 'definition', label: 'Definition', render: (p) => definition(p, job) },
     { id: 'next', label: 'Next fires', render: (p) => nextFires(p, job, signal) },
     { id: 'owners', label: 'Owners', render: (p) => owners(p, id, signal) },
+    { id: 'backfill', label: 'Backfill', render: (p) => backfillPanel(p, job, signal) },
   ];
   const alertsHost = h('section', { id: 'job-alerts', class: 'job-alerts', hidden: true, 'aria-labelledby': 'job-alerts-title' });
   const selected = query.get('tab') || 'timeline';
