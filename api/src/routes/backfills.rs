@@ -35,6 +35,8 @@ const DRY_RUN_LISTED_MAX: usize = 1_000;
 pub struct BackfillView {
     pub id: Uuid,
     pub job_id: Uuid,
+    /// The job's key (null for a job without one).
+    pub job_key: Option<String>,
     pub namespace: String,
     #[serde(serialize_with = "serialize_instant")]
     pub from: DateTime<Utc>,
@@ -77,6 +79,7 @@ pub struct Progress {
 
 async fn view(client: &impl deadpool_postgres::GenericClient, b: Backfill) -> ApiResult<BackfillView> {
     let statuses = store::ledger::changes::backfilled_statuses(client, b.id, b.job_id, b.from, b.to).await?;
+    let (job_key, _) = store::jobs::names_of(client, &[b.job_id]).await?.of(b.job_id);
     let count = |s: &[Status]| s.iter().map(|s| statuses.get(s).copied().unwrap_or(0)).sum::<i64>();
     let progress = Progress {
         planned: b.slots.len(),
@@ -90,6 +93,7 @@ async fn view(client: &impl deadpool_postgres::GenericClient, b: Backfill) -> Ap
     Ok(BackfillView {
         id: b.id,
         job_id: b.job_id,
+        job_key,
         namespace: b.namespace,
         from: b.from,
         to: b.to,
