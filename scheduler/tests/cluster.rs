@@ -342,6 +342,33 @@ async fn ledger_of(stack: &Stack, job: &str, every: TimeDelta) -> Vec<(DateTime<
     slots.into_iter().map(|(t, (status, trigger))| (t, status, trigger)).collect()
 }
 
+/// Waits until every slot of each job (`every` apart from `start`) up to
+/// `until` has a final row (or a decided run); returns each job's ledger.
+async fn every_slot_decided<'a>(
+    stack: &Stack,
+    jobs: &[(&'a str, String)],
+    start: DateTime<Utc>,
+    every: TimeDelta,
+    until: DateTime<Utc>,
+) -> Vec<(&'a str, String, Vec<(DateTime<Utc>, String, String)>)> {
+    let slots: Vec<DateTime<Utc>> = (0..).map(|k| start + every * k).take_while(|s| *s <= until).collect();
+    wait_for("every slot decided", Duration::from_secs(60), || async {
+        let mut all = Vec::new();
+        for (name, id) in jobs {
+            let rows = ledger_of(stack, id, every).await;
+            let decided =
+                rows.iter().all(|(_, status, _)| ["succeeded", "skipped", "missed"].contains(&status.as_str()));
+            let covered = slots.iter().all(|s| rows.iter().any(|(t, _, _)| t == s));
+            if !(decided && covered) {
+                return None;
+            }
+            all.push((*name, id.clone(), rows));
+        }
+        Some(all)
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_two_minutes_with_every_node_down_missed_slots_follow_each_misfire_policy() {
     const EVERY_S: i64 = 10;
@@ -401,21 +428,7 @@ async fn after_two_minutes_with_every_node_down_missed_slots_follow_each_misfire
 
     // Nothing silently dropped: every slot up to the restart gets a row, and
     // no row stays undecided.
-    let ledgers = wait_for("every slot decided", Duration::from_secs(60), || async {
-        let mut all = Vec::new();
-        for (policy, id) in &jobs {
-            let rows = ledger_of(&stack, id, TimeDelta::seconds(EVERY_S)).await;
-            let decided =
-                rows.iter().all(|(_, status, _)| ["succeeded", "skipped", "missed"].contains(&status.as_str()));
-            let covered = slots_until(restarted_at).all(|s| rows.iter().any(|(t, _, _)| *t == s));
-            if !(decided && covered) {
-                return None;
-            }
-            all.push((*policy, id.clone(), rows));
-        }
-        Some(all)
-    })
-    .await;
+    let ledgers = every_slot_decided(&stack, &jobs, start, TimeDelta::seconds(EVERY_S), restarted_at).await;
 
     for (policy, id, rows) in ledgers {
         // Slots due during the outage went to the misfire policy (a slot
@@ -525,23 +538,7 @@ async fn after_an_outage_a_jobs_own_starting_deadline_decides_which_missed_slots
     let restarted_at = Utc::now();
     nodes = vec![node("node-0")];
 
-    let slots_until =
-        |t: DateTime<Utc>| (0..).map(|k| start + TimeDelta::seconds(EVERY_S * k)).take_while(move |s| *s <= t);
-    let ledgers = wait_for("every slot decided", Duration::from_secs(60), || async {
-        let mut all = Vec::new();
-        for (name, id) in &jobs {
-            let rows = ledger_of(&stack, id, TimeDelta::seconds(EVERY_S)).await;
-            let decided =
-                rows.iter().all(|(_, status, _)| ["succeeded", "skipped", "missed"].contains(&status.as_str()));
-            let covered = slots_until(restarted_at).all(|s| rows.iter().any(|(t, _, _)| *t == s));
-            if !(decided && covered) {
-                return None;
-            }
-            all.push((*name, id.clone(), rows));
-        }
-        Some(all)
-    })
-    .await;
+    let ledgers = every_slot_decided(&stack, &jobs, start, TimeDelta::seconds(EVERY_S), restarted_at).await;
     for (name, id, rows) in ledgers {
         // The slots due while no scheduler ran (those armed ahead before
         // the stop may have gone out on time).
