@@ -15,23 +15,15 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::Value;
 
 use domain::execution::truncate_ms;
-use support::{ProcEnv, Sink, Stack, assert_ticks_delivered_once, create_ticking_jobs, free_addr, metric_value};
+use support::{
+    ProcEnv, Sink, Stack, assert_ticks_delivered_once, create_ticking_jobs, free_addr, libfaketime, metric_value,
+};
 use testing::wait_for;
 
 /// How early a delivery may reach the receiver: never. The corrected clock
 /// never runs ahead of the database's, which is this machine's real clock
 /// and the one the sink stamps arrivals with.
 const EARLY_BOUND: TimeDelta = TimeDelta::zero();
-
-fn libfaketime() -> String {
-    for dir in ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib"] {
-        let path = format!("{dir}/faketime/libfaketime.so.1");
-        if std::path::Path::new(&path).exists() {
-            return path;
-        }
-    }
-    panic!("libfaketime is missing: run `deploy/scripts/services.sh ensure faketime` (Debian package faketime)");
-}
 
 /// A process of `env` whose wall clock is shifted by the offset written in
 /// `skew_file` (libfaketime syntax, "+2" = 2 s fast), re-read every second

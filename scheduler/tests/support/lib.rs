@@ -354,6 +354,18 @@ pub async fn metrics_text(http: &reqwest::Client, addr: &str) -> Option<String> 
     http.get(format!("http://{addr}/metrics")).send().await.ok()?.text().await.ok()
 }
 
+/// The libfaketime library, which the tests that move a process's wall
+/// clock preload.
+pub fn libfaketime() -> String {
+    for dir in ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib"] {
+        let path = format!("{dir}/faketime/libfaketime.so.1");
+        if std::path::Path::new(&path).exists() {
+            return path;
+        }
+    }
+    panic!("libfaketime is missing: run `deploy/scripts/services.sh ensure faketime` (Debian package faketime)");
+}
+
 pub fn free_addr() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().to_string()
