@@ -288,8 +288,7 @@ async fn run(
         ids.push(id);
     }
     let received = |name: &str| -> Vec<DateTime<Utc>> {
-        let mut at: Vec<DateTime<Utc>> =
-            sink.received_on(name).iter().map(|r| utc(&r.scheduled_at)).collect();
+        let mut at: Vec<DateTime<Utc>> = sink.received_on(name).iter().map(|r| utc(&r.scheduled_at)).collect();
         at.sort();
         at
     };

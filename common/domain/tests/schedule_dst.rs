@@ -419,7 +419,7 @@ fn check_window(tz: Tz, spec: &Simple, rule: DstRule, from: DateTime<Utc>, to: D
     for t in &got {
         let wall = t.with_timezone(&tz).naive_local();
         let gap_end = transitions.iter().any(|tr| tr.is_gap() && tr.at == *t);
-        if !spec.matches(wall) && !(gap_end && rule.missing == Missing::Shift) {
+        if !(spec.matches(wall) || (gap_end && rule.missing == Missing::Shift)) {
             return Err(format!("{t} (local {wall}) neither matches nor ends a gap"));
         }
     }
