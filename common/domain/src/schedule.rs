@@ -271,6 +271,8 @@ impl CronSchedule {
         let tz = self.inner.timezone;
         let mut from = self.scan_start(after, occurrence);
         for _ in 0..MAX_SKIPPED_CANDIDATES {
+            #[cfg(test)]
+            tests::count_step();
             let wall = self.next_wall_time(from)?;
             let instant = match tz.from_local_datetime(&wall) {
                 LocalResult::Single(t) => t.to_utc(),
@@ -560,6 +562,8 @@ impl CronFields {
         let (mut year, mut month, mut day) = (from.year(), from.month(), from.day());
         let mut time = from.num_seconds_from_midnight();
         while year <= LAST_YEAR {
+            #[cfg(test)]
+            tests::count_step();
             let next_month = |year: i32, month: u32| if month == 12 { (year + 1, 1) } else { (year, month + 1) };
             if self.months >> month & 1 == 0 {
                 (year, month) = next_month(year, month);
@@ -1017,6 +1021,54 @@ mod tests {
         let f = CronSchedule::parse_all(&["*/7 * * * *", "0 9 * * *"], "Europe/Berlin", DstRule::default()).unwrap();
         assert!(!Arc::ptr_eq(&a.inner, &f.inner));
         assert_eq!(f.exprs(), ["*/7 * * * *", "0 9 * * *"]);
+    }
+
+    thread_local! {
+        /// Candidates and months a test's calls have looked at.
+        static STEPS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    pub(super) fn count_step() {
+        STEPS.with(|s| s.set(s.get() + 1));
+    }
+
+    /// The steps `next_after` takes from `after`: wall-time candidates
+    /// mapped, and months (or days within one) looked at.
+    fn steps(s: &CronSchedule, after: DateTime<Utc>) -> usize {
+        STEPS.with(|c| c.set(0));
+        s.next_after(after);
+        STEPS.with(|c| c.get())
+    }
+
+    #[test]
+    fn a_fire_costs_a_few_steps_whatever_the_expression_and_the_clocks() {
+        let rule = |repeated, missing| DstRule { repeated, missing };
+        let berlin = |expr: &str, dst| CronSchedule::parse_all(&[expr], "Europe/Berlin", dst).unwrap();
+        let default = DstRule::default();
+        // (schedule, from, most steps). Every minute of the last day, from
+        // the first of the month: no walk over the days before.
+        let cases = [
+            (cron("* * L * *", "UTC"), "2026-01-01T00:00:00Z", 4),
+            (cron("* * * * * *", "UTC"), "2026-01-01T10:00:00.5Z", 4),
+            (cron("0 9 * * 5L", "UTC"), "2026-01-01T00:00:00Z", 4),
+            (cron("0 9 15W * *", "UTC"), "2026-01-16T00:00:00Z", 4),
+            // Every second, inside the repeated hour of 2026-10-25: from
+            // the second pass under `first` (no walk over the hour already
+            // fired), from the first pass under `last` and `both`.
+            (berlin("* * * * * *", default), "2026-10-25T01:30:00Z", 4),
+            (berlin("* * * * * *", rule(Repeated::Last, Missing::Shift)), "2026-10-25T00:00:01Z", 4),
+            (berlin("* * * * * *", rule(Repeated::Both, Missing::Shift)), "2026-10-25T00:59:59Z", 8),
+            // Every second into the gap of 2026-03-29, skipped in one step.
+            (berlin("* * * * * *", rule(Repeated::First, Missing::Skip)), "2026-03-29T00:59:59Z", 6),
+            (berlin("* * * * * *", default), "2026-03-29T00:59:59Z", 4),
+        ];
+        for (s, from, most) in cases {
+            let n = steps(&s, utc(from));
+            assert!(n <= most, "{:?} from {from}: {n} steps", s.exprs());
+        }
+        // An expression that never fires looks at each February to 2100, once.
+        let never = cron("0 0 30 2 *", "UTC");
+        assert!(steps(&never, utc("2026-01-01T00:00:00Z")) <= 2 * 12 * 75, "a month a step");
     }
 
     fn days_of(expr: &str, after: &str, n: usize) -> Vec<String> {
