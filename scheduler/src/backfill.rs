@@ -17,25 +17,27 @@ use domain::backfill::{self, State};
 use domain::slot::Status;
 use store::backfills;
 
-/// How often a node looks for a backfill due for a step.
+/// How often a node looks for a step while backfills are running.
 const TICK: Duration = Duration::from_millis(100);
+/// How often it looks while none is: a new backfill starts within this.
+const IDLE_TICK: Duration = Duration::from_secs(1);
 /// Most steps one tick takes (several backfills may be due).
 const STEPS_PER_TICK: usize = 16;
 /// When a backfill at its concurrency looks again.
 const RECHECK: TimeDelta = TimeDelta::milliseconds(200);
 
 pub async fn run(pool: deadpool_postgres::Pool, mut publisher: Publisher, node_id: String, token: CancellationToken) {
-    let mut tick = tokio::time::interval(TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let failures = runtime::telemetry::EveryInterval::new(Duration::from_secs(60));
+    let mut wait = IDLE_TICK;
     loop {
         tokio::select! {
             _ = token.cancelled() => return,
-            _ = tick.tick() => {}
+            _ = tokio::time::sleep(wait) => {}
         }
+        wait = IDLE_TICK;
         for _ in 0..STEPS_PER_TICK {
             match step(&pool, &mut publisher, &node_id).await {
-                Ok(true) => continue,
+                Ok(true) => wait = TICK,
                 Ok(false) => break,
                 Err(e) => {
                     if let Some(failed) = failures.add() {
