@@ -1,10 +1,10 @@
 //! Each DST rule on the real stack, across a real transition: a cluster
 //! whose every process (its own Postgres included) runs under libfaketime
-//! with the wall clock set to a minute and a half before Berlin's clocks
-//! change, so the scheduler and the worker fire the transition's slots as
-//! they would that night. Every slot in the minute on either side is
-//! delivered once, at the instants the rule names, and the ledger holds no
-//! other; the API's `next` lists the same instants.
+//! with the wall clock set to 40 s before Berlin's clocks change, so the
+//! scheduler and the worker fire the transition's slots as they would that
+//! night. Every slot in the 15 s on either side is delivered once, at the
+//! instants the rule names, and the ledger holds no other; the API's `next`
+//! lists the same instants.
 //!
 //! The processes share one clock offset (libfaketime's relative form), and
 //! the database's clock moves with theirs: each process corrects its clock
@@ -316,19 +316,19 @@ async fn run(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a private Postgres and cluster under libfaketime, about 2 minutes: run with `./deploy/test.sh --run-ignored all`"]
+#[ignore = "a private Postgres and cluster under libfaketime, about a minute: run with `./deploy/test.sh --run-ignored all`"]
 async fn each_repeated_rule_fires_its_occurrences_across_berlins_fall_back() {
     // 2026-10-25: 03:00 CEST becomes 02:00 CET at 01:00Z, so 02:00-02:59
     // happens at 00:00Z-01:00Z and again at 01:00Z-02:00Z.
     let t = utc("2026-10-25T01:00:00Z");
     let at = |s: i64| t + TimeDelta::seconds(s);
     let sink = Sink::start().await;
-    let stack = FakedStack::start("dst-fall", t - TimeDelta::seconds(90)).await;
-    // 02:59:00-02:59:45 (first pass: the minute before t) and 02:00:00-02:00:45
-    // (second pass: the minute after t), every 15 s.
-    let exprs = ["*/15 59 2 * * *", "*/15 0 2 * * *"];
-    let first = vec![at(-60), at(-45), at(-30), at(-15)];
-    let last = vec![at(0), at(15), at(30), at(45)];
+    let stack = FakedStack::start("dst-fall", t - TimeDelta::seconds(40)).await;
+    // 02:59:45-02:59:55 (first pass: the seconds before t) and 02:00:00-02:00:10
+    // (second pass: the seconds after t), every 5 s.
+    let exprs = ["45-55/5 59 2 * * *", "0-10/5 0 2 * * *"];
+    let first = vec![at(-15), at(-10), at(-5)];
+    let last = vec![at(0), at(5), at(10)];
     let both = [first.clone(), last.clone()].concat();
     let cases = [
         Case { name: "default", dst: None, want: first.clone() },
@@ -336,24 +336,24 @@ async fn each_repeated_rule_fires_its_occurrences_across_berlins_fall_back() {
         Case { name: "last", dst: Some(json!({ "repeated": "last" })), want: last },
         Case { name: "both", dst: Some(json!({ "repeated": "both" })), want: both },
     ];
-    run(&stack, &sink, &exprs, &cases, at(-60), at(60)).await;
+    run(&stack, &sink, &exprs, &cases, at(-15), at(15)).await;
     stack.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a private Postgres and cluster under libfaketime, about 2 minutes: run with `./deploy/test.sh --run-ignored all`"]
+#[ignore = "a private Postgres and cluster under libfaketime, about a minute: run with `./deploy/test.sh --run-ignored all`"]
 async fn each_missing_rule_fires_or_skips_the_gap_across_berlins_spring_forward() {
     // 2027-03-28: 02:00 CET becomes 03:00 CEST at 01:00Z; 02:00-02:59 does
     // not exist.
     let t = utc("2027-03-28T01:00:00Z");
     let at = |s: i64| t + TimeDelta::seconds(s);
     let sink = Sink::start().await;
-    let stack = FakedStack::start("dst-spring", t - TimeDelta::seconds(90)).await;
-    // 01:59:00-01:59:45 (the minute before t), every 15 s of the missing
-    // hour, and 03:00:15 and 03:00:30 (after t; 03:00:00 itself is not named).
-    let exprs = ["*/15 59 1 * * *", "*/15 * 2 * * *", "15,30 0 3 * * *"];
-    let before = [at(-60), at(-45), at(-30), at(-15)];
-    let after = [at(15), at(30)];
+    let stack = FakedStack::start("dst-spring", t - TimeDelta::seconds(40)).await;
+    // 01:59:45-01:59:55 (the seconds before t), every 5 s of the missing
+    // hour, and 03:00:05 and 03:00:10 (after t; 03:00:00 itself is not named).
+    let exprs = ["45-55/5 59 1 * * *", "*/5 * 2 * * *", "5,10 0 3 * * *"];
+    let before = [at(-15), at(-10), at(-5)];
+    let after = [at(5), at(10)];
     let cases = [
         Case {
             name: "shift",
@@ -362,6 +362,6 @@ async fn each_missing_rule_fires_or_skips_the_gap_across_berlins_spring_forward(
         },
         Case { name: "skip", dst: Some(json!({ "missing": "skip" })), want: [&before[..], &after].concat() },
     ];
-    run(&stack, &sink, &exprs, &cases, at(-60), at(60)).await;
+    run(&stack, &sink, &exprs, &cases, at(-15), at(15)).await;
     stack.stop().await;
 }
