@@ -130,3 +130,14 @@ pub fn namespace_name(name: &str) -> Result<(), &'static str> {
         Err("must be 1-63 characters of a-z, 0-9 and '-', starting and ending with a letter or digit")
     }
 }
+
+/// An integer query parameter in `range`, or `default` when absent; a 422 naming it otherwise.
+pub fn int_param(raw: Option<&str>, name: &str, range: std::ops::RangeInclusive<i64>, default: i64) -> ApiResult<i64> {
+    match raw {
+        None => Ok(default),
+        Some(s) => match s.parse::<i64>() {
+            Ok(n) if range.contains(&n) => Ok(n),
+            _ => Err(field(name, format!("must be an integer from {} to {}", range.start(), range.end()))),
+        },
+    }
+}

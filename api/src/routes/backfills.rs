@@ -329,12 +329,7 @@ pub async fn list(
     caller: Caller,
     QueryParams(q): QueryParams<ListQuery>,
 ) -> ApiResult<Json<BackfillPage>> {
-    let limit = match q.limit.as_deref() {
-        None => 20,
-        Some(s) => {
-            s.parse::<i64>().ok().filter(|n| (1..=100).contains(n)).ok_or_else(|| field("limit", "must be 1 to 100"))?
-        }
-    };
+    let limit = crate::params::int_param(q.limit.as_deref(), "limit", 1..=100, 20)?;
     let job = crate::params::parse_job_filter(&state, &caller, "job", q.job.as_deref()).await?;
     let client = state.pg.get().await?;
     let scope = caller.scope.sql();

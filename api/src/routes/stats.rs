@@ -21,18 +21,8 @@ use crate::extract::QueryParams;
 use crate::model::{
     FailureExample, FailureGroup, FailureGroups, JobOutcomes, JobOutcomesPage, LatenessBucket, LatenessStats,
 };
+use crate::params::int_param;
 use crate::params::parse_time;
-
-/// An integer query parameter in `range`, or `default` when absent; a 422 naming it otherwise.
-fn int_param(raw: Option<&str>, name: &str, range: std::ops::RangeInclusive<i64>, default: i64) -> ApiResult<i64> {
-    match raw {
-        None => Ok(default),
-        Some(s) => match s.parse::<i64>() {
-            Ok(n) if range.contains(&n) => Ok(n),
-            _ => Err(field(name, format!("must be an integer from {} to {}", range.start(), range.end()))),
-        },
-    }
-}
 
 /// An unknown parameter is a 400 naming it, not silently ignored.
 #[derive(Deserialize)]
