@@ -31,7 +31,7 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{delete, get, post};
 use deadpool_postgres::Pool as PgPool;
-use deadpool_redis::Pool as RedisPool;
+use runtime::redis::Pool as RedisPool;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use deadpool_postgres::Pool as PgPool;
-use deadpool_redis::Pool as RedisPool;
+use runtime::redis::Pool as RedisPool;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;

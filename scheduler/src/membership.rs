@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use deadpool_redis::Pool;
+use runtime::redis::Pool;
 use runtime::clock::ClockVerdict;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use deadpool_postgres::Pool as PgPool;
-use deadpool_redis::Pool as RedisPool;
+use runtime::redis::Pool as RedisPool;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;

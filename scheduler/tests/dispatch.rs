@@ -19,7 +19,7 @@ use testing::{SeededRng, TestDb};
 struct Rig {
     _db: TestDb,
     pg: deadpool_postgres::Pool,
-    redis: Vec<deadpool_redis::Pool>,
+    redis: Vec<runtime::redis::Pool>,
     cluster: String,
 }
 

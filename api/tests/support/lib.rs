@@ -32,7 +32,7 @@ pub struct TestApp {
     base: String,
     pub http: reqwest::Client,
     pub cluster: String,
-    redis: Vec<deadpool_redis::Pool>,
+    redis: Vec<runtime::redis::Pool>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     // Last: dropped (database dropped) after the server is told to stop.
     db: TestDb,

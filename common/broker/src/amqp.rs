@@ -29,9 +29,46 @@ use lapin::options::{ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOpti
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 
-pub async fn connect(url: &str, name: &str) -> lapin::Result<Connection> {
-    let props = ConnectionProperties::default().with_connection_name(name.into());
-    Connection::connect(url, props).await.map_err(redacted)
+/// How long one node may take to accept a connection before the next is tried.
+const NODE_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The node that accepted the last connection: tried first next time, so a
+/// node that is down costs one refused attempt per reconnect at most once.
+static PREFERRED_NODE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Connects to the broker at `urls`: one AMQP URL, or several nodes of one
+/// cluster separated by commas (`amqp://h1:5672/%2f,amqp://h2:5672/%2f`),
+/// tried in turn from the one that answered last until one accepts.
+pub async fn connect(urls: &str, name: &str) -> lapin::Result<Connection> {
+    let nodes: Vec<&str> = urls.split(',').map(str::trim).filter(|u| !u.is_empty()).collect();
+    let first = PREFERRED_NODE.load(std::sync::atomic::Ordering::Relaxed);
+    let mut last_error = None;
+    for i in 0..nodes.len().max(1) {
+        let index = (first + i) % nodes.len().max(1);
+        let url = nodes.get(index).copied().unwrap_or(urls);
+        let props = ConnectionProperties::default().with_connection_name(name.into());
+        let attempt = match tokio::time::timeout(NODE_CONNECT_TIMEOUT, Connection::connect(url, props)).await {
+            Ok(result) => result.map_err(redacted),
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("node {} of {} did not accept a connection within {NODE_CONNECT_TIMEOUT:?}", index + 1, nodes.len()),
+            )
+            .into()),
+        };
+        match attempt {
+            Ok(connection) => {
+                PREFERRED_NODE.store(index, std::sync::atomic::Ordering::Relaxed);
+                return Ok(connection);
+            }
+            Err(e) => {
+                if nodes.len() > 1 {
+                    tracing::debug!(node = index + 1, error = %e, "RabbitMQ node refused; trying the next");
+                }
+                last_error = Some(e);
+            }
+        }
+    }
+    Err(last_error.expect("at least one node tried"))
 }
 
 /// lapin quotes a URL it cannot parse whole, password included
