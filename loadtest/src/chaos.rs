@@ -330,7 +330,7 @@ impl Run<'_> {
         for shard in &self.services.redis {
             redis.push(TcpProxy::start(shard.addr()).await?);
         }
-        let pg = TcpProxy::start(self.services.pg.addr()).await?;
+        let pg = TcpProxy::start(self.services.pg()?.addr()).await?;
         let (db_name, _) = self.stack.database()?;
         let mut env = vec![
             (
@@ -464,9 +464,9 @@ impl Run<'_> {
             }
             Fault::RabbitmqRestart => {
                 let t = tokio::time::Instant::now();
-                self.services.rabbit.stop().await?;
+                self.services.rabbit()?.stop().await?;
                 let stopped = t.elapsed();
-                self.services.rabbit.start().await?;
+                self.services.rabbit()?.start().await?;
                 notes.push(format!(
                     "rabbitmqctl stop ({} ms), started again on the same port and data: down {} ms",
                     stopped.as_millis(),
@@ -477,9 +477,9 @@ impl Run<'_> {
             Fault::QueuesDeleted => {
                 let prefix = format!("{}.", self.stack.cluster);
                 let queues: Vec<String> =
-                    self.services.rabbit.queues().await?.into_iter().filter(|q| q.starts_with(&prefix)).collect();
+                    self.services.rabbit()?.queues().await?.into_iter().filter(|q| q.starts_with(&prefix)).collect();
                 let connection =
-                    broker::amqp::connect(&self.services.rabbit.amqp_url(), "chaos queues-deleted").await?;
+                    broker::amqp::connect(&self.services.rabbit()?.amqp_url(), "chaos queues-deleted").await?;
                 let channel = connection.create_channel().await?;
                 let mut lost = Vec::new();
                 for q in &queues {
@@ -496,7 +496,7 @@ impl Run<'_> {
             }
             Fault::PostgresRestart => {
                 let t = tokio::time::Instant::now();
-                self.services.pg.restart().await?;
+                self.services.pg()?.restart().await?;
                 notes.push(format!("pg_ctl restart -m fast: {} ms", t.elapsed().as_millis()));
                 sleep_until(until).await;
             }
@@ -584,14 +584,11 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
     services::reap_stale(&args.work_dir).await;
     let id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     let t = tokio::time::Instant::now();
-    let mut services = Services::start(&args.work_dir, &id).await?;
+    let mut services = Services::start(&args.work_dir, &id, services::Topology::Single).await?;
     eprintln!(
-        "chaos: private services up in {:.1} s (redis {}, rabbitmq {} on {}, postgres {}) under {}",
+        "chaos: private services up in {:.1} s ({}) under {}",
         t.elapsed().as_secs_f64(),
-        services.redis.iter().map(|s| s.port.to_string()).collect::<Vec<_>>().join("+"),
-        services.rabbit.node,
-        services.rabbit.port,
-        services.pg.port,
+        services.describe(),
         services.dir.display()
     );
     // Ctrl-C or SIGTERM drops the scenario (its processes are killed with
@@ -780,9 +777,9 @@ async fn scenario(args: &ChaosArgs, plan: &Plan, services: &mut Services) -> any
     stack_args.schedulers = 0; // started below, each behind its own proxies
     stack_args.workers = args.workers;
     stack_args.tuned = args.tuned;
-    stack_args.admin_database_url = services.pg.admin_url();
+    stack_args.admin_database_url = services.pg_admin_url();
     stack_args.stack_redis_urls = Some(services.redis_urls());
-    stack_args.stack_amqp_url = Some(services.rabbit.amqp_url());
+    stack_args.stack_amqp_url = Some(services.amqp_url());
     stack_args.bin_dir = args.bin_dir.clone();
     stack_args.stack_log = args.stack_log.clone();
     stack_args.stack_log_dir = args.stack_log_dir.clone();
