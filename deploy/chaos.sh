@@ -47,7 +47,7 @@ case ${1:-} in
 esac
 
 if [[ ${SKIP_SERVICES:-0} != 1 ]]; then
-    deploy/scripts/services.sh ensure faketime
+    deploy/scripts/services.sh ensure faketime replicated
 fi
 
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}

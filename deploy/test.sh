@@ -8,7 +8,7 @@
 #
 # Makes sure PostgreSQL, Redis, RabbitMQ and moto (local SQS) run, and the Python packages
 # some tests compare against are installed
-# (deploy/scripts/services.sh ensure moto faketime verifier croniter; services it starts are left running for
+# (deploy/scripts/services.sh ensure moto faketime verifier croniter replicated; services it starts are left running for
 # the next run — `deploy/scripts/services.sh stop-started` stops them), then runs,
 # stopping at the first failure:
 #   0. deploy/helm-check.sh              (the Helm chart, offline: lint, render 5 value sets,
@@ -81,7 +81,7 @@ step() {
 if [[ ${SKIP_SERVICES:-0} == 1 ]]; then
     echo "==> skipping the service check (SKIP_SERVICES=1)"
 else
-    step "services (PostgreSQL, Redis, RabbitMQ, moto, faketime, the Standard Webhooks verifier, croniter)" "$ROOT/deploy/scripts/services.sh" ensure moto faketime verifier croniter
+    step "services (PostgreSQL, Redis, RabbitMQ, moto, faketime, the Standard Webhooks verifier, croniter)" "$ROOT/deploy/scripts/services.sh" ensure moto faketime verifier croniter replicated
 fi
 if [[ ${SKIP_HELM:-0} == 1 ]]; then
     echo "==> skipping the Helm chart check (SKIP_HELM=1)"

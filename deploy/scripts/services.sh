@@ -2,13 +2,15 @@
 # Backing services for a LOCAL dev/test stack of cronshard: PostgreSQL, Redis,
 # RabbitMQ and, on request, moto (a local SQS).
 #
-#   deploy/scripts/services.sh ensure [moto] [faketime] [verifier] [croniter]
+#   deploy/scripts/services.sh ensure [moto] [faketime] [verifier] [croniter] [replicated]
 #                                                   make sure they run (reuse, start or install);
 #                                                   faketime: libfaketime for the clock-skew tests;
 #                                                   verifier: the `standardwebhooks` package (PyPI) in a venv,
 #                                                   the third-party verifier the signature tests check against;
 #                                                   croniter: the `croniter` package (PyPI) in a venv, the
-#                                                   third-party cron evaluator the cron oracle test compares with
+#                                                   third-party cron evaluator the cron oracle test compares with;
+#                                                   replicated: the server programs the chaos scenario's private
+#                                                   (replicated) services run, even where others answer the ports
 #   deploy/scripts/services.sh status [moto]        say which are reachable
 #   deploy/scripts/services.sh stop-started [FILE]  stop the services THIS script started
 #
@@ -322,6 +324,28 @@ ensure_croniter() {
     "$CRONITER_VENV/bin/pip" install -q "croniter==$CRONITER_VERSION" || svc_die "pip install croniter==$CRONITER_VERSION failed"
 }
 
+# ---------------------------------------------------------------- replicated
+
+# Packages missing for the chaos scenario's private services
+# (loadtest/src/chaos/services.rs), which run their own servers from the
+# installed programs whatever answers on the default ports: PostgreSQL's
+# initdb, pg_ctl and pg_basebackup (a streaming standby), redis-server (also
+# as Sentinel: `redis-server <conf> --sentinel`, so not the redis-sentinel
+# package, which would start a machine-wide Sentinel on port 26379 too),
+# RabbitMQ's scripts (a three-node cluster), and pgrep and runuser.
+replicated_missing_packages() {
+    local v ok=0
+    for v in /usr/lib/postgresql/*/bin; do
+        [[ -x $v/initdb && -x $v/pg_ctl && -x $v/pg_basebackup ]] && ok=1
+    done
+    ((ok)) || printf '%s\n' postgresql
+    command -v redis-server >/dev/null 2>&1 || printf '%s\n' redis-server
+    [[ -x /usr/lib/rabbitmq/bin/rabbitmq-server && -x /usr/lib/rabbitmq/bin/rabbitmqctl ]] ||
+        command -v rabbitmqctl >/dev/null 2>&1 || printf '%s\n' rabbitmq-server
+    command -v pgrep >/dev/null 2>&1 || printf '%s\n' procps
+    command -v runuser >/dev/null 2>&1 || printf '%s\n' util-linux
+}
+
 # --------------------------------------------------------------------- tools
 
 ensure_tools() {
@@ -342,16 +366,17 @@ _svc_lock() {
 }
 _svc_unlock() { exec 9>&-; }
 
-# ensure_all [moto]
+# ensure_all [moto] [faketime] [verifier] [croniter] [replicated]
 ensure_all() {
-    local want_moto=0 want_faketime=0 want_verifier=0 want_croniter=0 arg
+    local want_moto=0 want_faketime=0 want_verifier=0 want_croniter=0 want_replicated=0 arg
     for arg in "$@"; do
         case $arg in
             moto | sqs) want_moto=1 ;;
             faketime) want_faketime=1 ;;
             verifier) want_verifier=1 ;;
             croniter) want_croniter=1 ;;
-            *) svc_die "unknown service '$arg' (known: moto, faketime, verifier, croniter)" ;;
+            replicated) want_replicated=1 ;;
+            *) svc_die "unknown service '$arg' (known: moto, faketime, verifier, croniter, replicated)" ;;
         esac
     done
     _svc_lock
@@ -364,6 +389,12 @@ ensure_all() {
     command -v jq >/dev/null 2>&1 || pkgs+=(jq)
     # The clock-skew tests run processes under libfaketime.
     if ((want_faketime)) && ! compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null; then pkgs+=(faketime); fi
+    if ((want_replicated)); then
+        local p
+        for p in $(replicated_missing_packages); do
+            [[ " ${pkgs[*]} " == *" $p "* ]] || pkgs+=("$p")
+        done
+    fi
     if ((${#pkgs[@]})); then apt_install "${pkgs[@]}"; fi
     ensure_tools
     ensure_postgres
@@ -476,7 +507,7 @@ if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
         status) status_all "$@" ;;
         stop-started) stop_started "$@" ;;
         *)
-            sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
             exit 2
             ;;
     esac
