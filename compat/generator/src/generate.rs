@@ -433,6 +433,30 @@ async fn scenario(url: &str) -> anyhow::Result<()> {
     .await?;
     store::backfills::advance(&tx, backfill.id, backfill_slots.len(), 0, Utc::now()).await?;
     tx.commit().await?;
+    reads(&pool, &slots).await
+}
+
+/// What the schedulers, workers and API read while they run, so that their
+/// statements are recorded too. Nothing is due: the sweeps move no row.
+async fn reads(pool: &deadpool_postgres::Pool, slots: &[store::ledger::claim::Slot]) -> anyhow::Result<()> {
+    use store::ledger::{claim, read, sweep};
+    let client = pool.get().await?;
+    let (job_a, job_b) = (id(cases::JOB_A), id(cases::JOB_B));
+    store::jobs::get(&client, job_a, None).await?;
+    store::jobs::feed::by_ids(&client, &[job_a, job_b]).await?;
+    store::jobs::feed::live_page(&client, Uuid::nil(), 100).await?;
+    store::jobs::feed::changed_since(&client, 0).await?;
+    store::calendars::load_all(&client).await?;
+    claim::check_slots(&client, slots).await?;
+    read::get(&client, job_a, instant(cases::CLAIMED[0])).await?;
+    read::list(&client, &read::Filter { job_id: Some(job_a), ..Default::default() }, None, 100).await?;
+    store::backfills::get(&client, id(cases::BACKFILL_ID), None).await?;
+    store::heartbeats::seen(&client).await?;
+    let hour = Duration::from_secs(3600);
+    sweep::lease_unconfirmed(pool, hour).await?;
+    sweep::recover_running(pool, hour).await?;
+    sweep::move_on_stranded(pool, instant("2000-01-01T00:00:00Z")).await?;
+    sweep::unretaken(&client, hour, hour).await?;
     Ok(())
 }
 
