@@ -10,7 +10,8 @@ use clap::{Args, ValueEnum};
 /// [`domain::redact`].
 #[derive(Args, Clone)]
 pub struct ServiceArgs {
-    /// Postgres DSN.
+    /// Postgres DSN; with a primary and standbys, list their hosts and ask
+    /// for the writable one: `postgres://u@h1:5432,h2:5432/db?target_session_attrs=read-write`.
     #[arg(
         long,
         env = "DATABASE_URL",
@@ -19,7 +20,9 @@ pub struct ServiceArgs {
     )]
     pub database_url: String,
 
-    /// Comma-separated Redis shard URLs (1 or 2).
+    /// Comma-separated Redis shard URLs (1 or 2): `redis://host:port`, or a
+    /// shard whose primary Sentinel names:
+    /// `redis-sentinel://[user:password@]s1:26379,s2:26379,s3:26379/<master name>[/<db>]`.
     #[arg(
         long,
         env = "REDIS_URLS",
@@ -29,7 +32,8 @@ pub struct ServiceArgs {
     )]
     pub redis_urls: Vec<String>,
 
-    /// RabbitMQ URL.
+    /// RabbitMQ URL, or the URLs of several nodes of one cluster separated
+    /// by commas (tried in turn until one accepts).
     #[arg(long, env = "AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f", hide_env_values = true)]
     pub amqp_url: String,
 

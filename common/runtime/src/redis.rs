@@ -42,7 +42,7 @@ pub fn shard_urls(pieces: &[String]) -> Vec<String> {
 }
 
 /// A shard's connection pool: a fixed address, or the primary Sentinel names.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub enum Pool {
     Direct(deadpool_redis::Pool),
     Sentinel(deadpool_redis::sentinel::Pool),
