@@ -300,3 +300,23 @@ async fn the_reaper_stops_the_replicated_services_of_a_dead_run() {
     assert_nothing_left(&pids, &work_dir);
     let _ = std::fs::remove_dir_all(&work_dir);
 }
+
+#[tokio::test]
+#[ignore = "about 15 s: a RabbitMQ node boots (deploy/chaos.sh runs this topology too)"]
+async fn single_topology_starts_and_stops() {
+    let work_dir = test_dir("single");
+    let t = Instant::now();
+    let services = Services::start(&work_dir, "single", Topology::Single).await.unwrap();
+    eprintln!("single topology up in {} ms: {}", t.elapsed().as_millis(), services.describe());
+    assert_eq!(services.redis_urls().matches("redis://127.0.0.1:").count(), 2);
+    assert_eq!(services.amqp_url(), services.rabbit().unwrap().amqp_url());
+    assert_eq!(services.pg_admin_url(), services.pg().unwrap().admin_url());
+    assert!(services.replicated().is_err());
+    let pids = services.pids();
+    assert!(pids.len() >= 4, "{pids:?}");
+    let dir = services.dir.clone();
+    services.stop().await;
+    assert!(!dir.exists());
+    assert_nothing_left(&pids, &dir);
+    let _ = std::fs::remove_dir_all(&work_dir);
+}
