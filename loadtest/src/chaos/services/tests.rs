@@ -79,8 +79,21 @@ async fn redis_sentinel_failover_keeps_acknowledged_writes() {
                 && url.matches(',').count() == 2,
             "{url}"
         );
+        // The product reads the URLs (one per shard) and reaches each primary through the Sentinels.
+        let urls = redis.urls();
+        anyhow::ensure!(runtime::redis::shard_urls(std::slice::from_ref(&urls)) == [redis.url(0), redis.url(1)]);
+        let pools = runtime::redis::pools(&[urls])?;
+        for pool in &pools {
+            drop(pool.get().await?);
+        }
         for shard in 0..2 {
             redis_failover(&mut redis, shard).await?;
+        }
+        // The product's pool follows the failover to the new primary.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while let Err(e) = pools[0].get().await {
+            anyhow::ensure!(Instant::now() < deadline, "the product's pool after the failover: {e:#}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         // The rejoined node is a full member: it is promoted at the next kill.
         let again = redis_failover(&mut redis, 0).await?;
@@ -211,9 +224,10 @@ async fn rabbit_failover(cluster: &RabbitCluster) -> anyhow::Result<()> {
     cluster.kill(0).await?;
     let deadline = Instant::now() + Duration::from_secs(30);
     let message = loop {
-        // A channel is closed by a failed operation: a new one each time.
+        // A channel is closed by a failed operation: a new one each time,
+        // through the product's connect, which passes over the dead node.
         let get = async {
-            let connection = Connection::connect(&cluster.amqp_url(1), ConnectionProperties::default()).await?;
+            let connection = broker::amqp::connect(&cluster.amqp_urls(), "chaos services test").await?;
             let channel = connection.create_channel().await?;
             let got = channel.basic_get(queue.into(), BasicGetOptions { no_ack: true }).await;
             let _ = connection.close(200, "done".into()).await;
@@ -225,14 +239,14 @@ async fn rabbit_failover(cluster: &RabbitCluster) -> anyhow::Result<()> {
             Ok(None) => "the queue is empty".to_owned(),
             Err(e) => format!("{e:#}"),
         };
-        anyhow::ensure!(Instant::now() < deadline, "the message not available through node 1 after 30 s: {last}");
+        anyhow::ensure!(Instant::now() < deadline, "the message not available through the others after 30 s: {last}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     anyhow::ensure!(message.delivery.data == b"kept");
     let available = t.elapsed();
     let back = cluster.restart(0).await?;
     eprintln!(
-        "rabbitmq: node 0 killed, the confirmed message read through node 1 after {} ms; node 0 back in the \
+        "rabbitmq: node 0 killed, the confirmed message read through the others after {} ms; node 0 back in the \
          cluster in {} ms",
         available.as_millis(),
         back.as_millis()
