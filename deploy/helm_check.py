@@ -249,6 +249,14 @@ def assert_contracts(name: str, values: dict[str, Any], docs: list[tuple[Path, d
     api = by_kind(docs, "Deployment", "-api")[0]["spec"]["template"]["spec"]["containers"][0]
     need(api["readinessProbe"]["httpGet"]["path"] == "/readyz"
          and api["livenessProbe"]["httpGet"]["path"] == "/healthz", "API probes /healthz and /readyz")
+    # The schedulers and workers answer their probes on the metrics port.
+    for kind, suffix in (("StatefulSet", "-scheduler"), ("Deployment", "-worker")):
+        ct = by_kind(docs, kind, suffix)[0]["spec"]["template"]["spec"]["containers"][0]
+        probes = {p: ct[p].get("httpGet", {}) for p in ("startupProbe", "livenessProbe", "readinessProbe")}
+        need(all(g.get("port") == "metrics" for g in probes.values())
+             and probes["startupProbe"].get("path") == probes["livenessProbe"].get("path") == "/healthz"
+             and probes["readinessProbe"].get("path") == "/readyz",
+             f"{suffix[1:]} probes httpGet /healthz and /readyz on the metrics port")
     # The API refuses at create time the callback addresses the workers refuse when they
     # connect: both read the same allow list.
     config_maps = {cm["metadata"]["name"]: cm["data"] for cm in by_kind(docs, "ConfigMap")}

@@ -11,14 +11,19 @@
 //! A node whose clock is out of bounds (`runtime::clock`) leaves the same
 //! way and stops counting itself as live, so it owns nothing and its jobs'
 //! other owners fire them; it beats again once its clock is back.
+//!
+//! What the heartbeats and live-set reads find is kept for the node's
+//! `/readyz` ([`Probes`]): each shard's last answer, and whether the last
+//! read found this node's own heartbeat.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use runtime::redis::Pool;
 use runtime::clock::ClockVerdict;
+use runtime::health::{Report, Verdict, Watchdog};
+use runtime::redis::Pool;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -40,6 +45,59 @@ pub struct Membership {
     pub replication_factor: usize,
     /// Whether this node's clock lets it fire.
     pub clock: watch::Receiver<ClockVerdict>,
+    /// What the readiness probe reads of this node's Redis links.
+    pub probes: Probes,
+    /// Ticked every turn of [`Membership::run`]; its Redis calls are
+    /// bounded by the client's connect and response timeouts.
+    pub alive: Watchdog,
+}
+
+/// The outcomes the heartbeat loop leaves for `/readyz`.
+#[derive(Clone)]
+pub struct Probes {
+    /// Each shard's last answer to a heartbeat or a live-set read, in the
+    /// configured order.
+    pub shards: Vec<Report>,
+    /// Whether the last live-set read found this node's own heartbeat.
+    pub listed: Report,
+}
+
+impl Probes {
+    pub fn new(shards: usize) -> Self {
+        Self { shards: (0..shards).map(|_| Report::default()).collect(), listed: Report::default() }
+    }
+
+    /// The `redis` check: every shard answered within `fresh_for`; with some
+    /// answering, the others are only named (a node works on any one shard:
+    /// its heartbeat and locks go to each shard that answers).
+    pub fn redis(&self, fresh_for: Duration) -> Verdict {
+        let failing: Vec<String> = self
+            .shards
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.status(Some(fresh_for)).err().map(|why| format!("shard {}: {why}", i + 1)))
+            .collect();
+        match failing.len() {
+            0 => Verdict::Ok,
+            n if n == self.shards.len() => Verdict::Failed(failing.join("; ")),
+            _ => Verdict::Degraded(failing.join("; ")),
+        }
+    }
+
+    /// The `live_set` check: this node's heartbeat was in Redis at the last
+    /// read, no longer than `fresh_for` ago.
+    pub fn live_set(&self, fresh_for: Duration) -> Verdict {
+        self.listed.status(Some(fresh_for)).into()
+    }
+
+    /// Records shard `i`'s answer.
+    fn answered<T>(&self, i: usize, result: &anyhow::Result<T>) {
+        match (self.shards.get(i), result) {
+            (Some(report), Ok(_)) => report.ok(),
+            (Some(report), Err(e)) => report.fail(format!("{e:#}")),
+            (None, _) => {}
+        }
+    }
 }
 
 impl Membership {
@@ -55,7 +113,7 @@ impl Membership {
         let value = value.to_string();
         let mut ok = 0;
         let mut last_err = None;
-        for shard in &self.shards {
+        for (i, shard) in self.shards.iter().enumerate() {
             let result: anyhow::Result<()> = async {
                 let mut conn = shard.get().await?;
                 let _: () = redis::pipe()
@@ -66,6 +124,7 @@ impl Membership {
                 Ok(())
             }
             .await;
+            self.probes.answered(i, &result);
             match result {
                 Ok(()) => ok += 1,
                 Err(e) => last_err = Some(e),
@@ -86,12 +145,20 @@ impl Membership {
     pub async fn live_set(&self) -> Option<Vec<String>> {
         let mut live = BTreeSet::new();
         let mut answered = false;
-        for shard in &self.shards {
+        for (i, shard) in self.shards.iter().enumerate() {
             let result = runtime::redis::live_nodes(shard, &self.keys).await;
+            self.probes.answered(i, &result);
             if let Ok(nodes) = result {
                 answered = true;
                 live.extend(nodes.into_iter().map(|(id, _)| id));
             }
+        }
+        // Read before this node is added below: is its own heartbeat there?
+        match (answered, self.clock_in_bounds(), live.contains(&self.node_id)) {
+            (false, _, _) => self.probes.listed.fail("the live set could not be read: no Redis shard answered"),
+            (true, false, _) => self.probes.listed.fail("left the cluster: clock out of bounds"),
+            (true, true, false) => self.probes.listed.fail("this node's heartbeat is not in Redis"),
+            (true, true, true) => self.probes.listed.ok(),
         }
         answered.then(|| {
             if self.clock_in_bounds() {
@@ -121,6 +188,7 @@ impl Membership {
         let mut refresh = tokio::time::interval(self.refresh_interval);
         refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            self.alive.tick();
             tokio::select! {
                 _ = token.cancelled() => break,
                 Ok(()) = self.clock.changed() => {

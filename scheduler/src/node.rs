@@ -5,6 +5,10 @@
 //! due slots to the dispatcher in batches. Shutdown runs in order: the core loop
 //! stops taking slots, the dispatcher finishes what it was handed, then the
 //! heartbeat is deleted so the other owners take over at once.
+//!
+//! The core loop and the heartbeat loop are watched for `/healthz`
+//! (`runtime::health`); `/readyz` reads what the clock checks and the
+//! heartbeat loop last found (`readiness`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,6 +27,7 @@ use broker::amqp::{QueueType, Topology};
 use broker::publisher::Publisher;
 use runtime::backoff::Backoff;
 use runtime::clock::{ClockConfig, ClockVerdict};
+use runtime::health::{Health, Verdict, Watchdog};
 use runtime::redis::Keys;
 use store::ledger::partitions::{self, Retention};
 
@@ -30,7 +35,7 @@ use crate::core::Core;
 use crate::dispatch::{DispatchConfig, Dispatcher, Work};
 use crate::feed::{self, JobRow};
 use crate::lookahead::Lookahead;
-use crate::membership::Membership;
+use crate::membership::{Membership, Probes};
 
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -130,6 +135,14 @@ const CLOCK_FIRST_CHECK_BOUND: Duration = Duration::from_secs(5);
 /// How long a stopping node waits for its feed tasks (a statement in flight).
 const FEEDERS_STOP_BOUND: Duration = Duration::from_secs(5);
 
+/// A watched loop that has not turned for this long, and is not waiting on
+/// a service, is stalled: `/healthz` fails and Kubernetes restarts the
+/// node. Far above any turn's own work (applying a large load of jobs).
+const LOOP_STALL_BOUND: Duration = Duration::from_secs(60);
+
+/// How often an idle core loop turns to show it is alive.
+const ALIVE_EVERY: Duration = Duration::from_secs(1);
+
 pub struct Node {
     pub config: NodeConfig,
     pub pg: PgPool,
@@ -139,6 +152,15 @@ pub struct Node {
 impl Node {
     /// Runs until `token` is cancelled, then shuts down in order.
     pub async fn run(self, token: CancellationToken) -> anyhow::Result<()> {
+        self.run_with_health(Health::new(), token).await
+    }
+
+    /// As [`Node::run`], reporting its loops and readiness to `health`
+    /// (what the binary serves on its metrics port).
+    pub async fn run_with_health(self, health: Health, token: CancellationToken) -> anyhow::Result<()> {
+        // From the start: every step before the core loop is bounded, well
+        // inside the stall bound.
+        let alive = health.watchdog("core", LOOP_STALL_BOUND);
         let cfg = self.config.clone();
         let keys = Keys::new(&cfg.cluster);
         let owned_jobs = Arc::new(AtomicUsize::new(0));
@@ -159,7 +181,10 @@ impl Node {
             owned_jobs: owned_jobs.clone(),
             replication_factor: cfg.replication_factor,
             clock: clock_rx.clone(),
+            probes: Probes::new(self.redis.len()),
+            alive: health.watchdog("membership", LOOP_STALL_BOUND),
         };
+        readiness(&health, &membership.probes, clock_rx.clone(), &cfg);
         if *clock_rx.borrow() != ClockVerdict::InBounds {
             tracing::error!(node.id = %cfg.node_id, "clock out of bounds: not joining the cluster until it is back");
         } else if let Err(e) = membership.beat().await {
@@ -269,6 +294,7 @@ impl Node {
         ));
 
         let (batch_tx, batch_rx) = mpsc::channel::<Work>(64);
+        let batch_tx = Handover { tx: batch_tx, alive: alive.clone() };
         let dispatcher = Dispatcher::new(
             DispatchConfig {
                 node_id: cfg.node_id.clone(),
@@ -317,7 +343,10 @@ impl Node {
         let mut catchup_credit: i64 = 0;
         let mut catchup_tick = tokio::time::interval(Duration::from_millis(100));
         catchup_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut alive_tick = tokio::time::interval(ALIVE_EVERY);
+        alive_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            alive.tick();
             let now = runtime::clock::now();
             let plan = horizon(&state, handed, now);
             metrics::gauge!(runtime::metrics::SCHEDULER_LOOKAHEAD_SECONDS)
@@ -422,6 +451,8 @@ impl Node {
                         break;
                     }
                 }
+                // Turns the loop (which ticks `alive`) while nothing else does.
+                _ = alive_tick.tick() => {}
             }
         }
         tracing::info!(node.id = %cfg.node_id, "stopping: no new slots; finishing claimed ones");
@@ -441,12 +472,52 @@ impl Node {
     }
 }
 
+/// The core loop's way to the dispatcher. A dispatcher that is behind
+/// (retrying through a Postgres, Redis or broker outage) makes a send wait:
+/// the core loop then waits on those services, it is not stalled.
+struct Handover {
+    tx: mpsc::Sender<Work>,
+    alive: Watchdog,
+}
+
+impl Handover {
+    async fn send(&self, work: Work) -> Result<(), mpsc::error::SendError<Work>> {
+        let _waiting = self.alive.waiting();
+        self.tx.send(work).await
+    }
+}
+
+/// The node's `/readyz` checks, each read from what a loop last found, never
+/// a round trip of its own: in the live set (its heartbeat read back from
+/// Redis), its clock within bounds, Postgres (the clock checks) and the
+/// Redis shards (the heartbeats and live-set reads) answering.
+fn readiness(health: &Health, probes: &Probes, clock: watch::Receiver<ClockVerdict>, cfg: &NodeConfig) {
+    // A few missed live-set reads, a few missed clock checks.
+    let redis_fresh = (cfg.membership_refresh * 5).max(Duration::from_secs(10));
+    let postgres_fresh = (cfg.clock.check_every * 3).max(Duration::from_secs(10));
+    let shards = probes.clone();
+    health.check("redis", move || shards.redis(redis_fresh));
+    let listed = probes.clone();
+    health.check("live_set", move || listed.live_set(redis_fresh));
+    let limit = cfg.clock.max_offset;
+    health.check("clock", move || match *clock.borrow() {
+        ClockVerdict::InBounds => Verdict::Ok,
+        ClockVerdict::TooFar => Verdict::Failed(format!(
+            "offset {} ms from the database's clock, beyond the limit of {} ms",
+            runtime::clock::measured_offset().num_milliseconds(),
+            limit.as_millis()
+        )),
+    });
+    let database = runtime::clock::database_report();
+    health.check("postgres", move || database.status(Some(postgres_fresh)).into());
+}
+
 type Calendars = HashMap<String, Arc<domain::calendar::Calendar>>;
 
 /// Hands over the held slots whose calendars are loaded now, records those
 /// excluded or held too long, and asks for a reload while some still wait.
 /// False when the dispatcher is gone.
-async fn release_held(state: &mut Core, batch_tx: &mpsc::Sender<Work>, calendars_check: &Notify) -> bool {
+async fn release_held(state: &mut Core, batch_tx: &Handover, calendars_check: &Notify) -> bool {
     let slots = state.take_held(runtime::clock::now());
     if state.take_calendars_wanted() {
         calendars_check.notify_one();

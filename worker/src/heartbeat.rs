@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use deadpool_postgres::Pool;
+use runtime::health::{Report, Watchdog};
 use tokio_util::sync::CancellationToken;
 
 use store::ledger::delivery::{self as ledger, HeldSlot};
@@ -92,16 +93,22 @@ impl Drop for Hold<'_> {
 /// worker with a fresh heartbeat holds. A failed refresh is retried at the
 /// next beat; three in a row make the rows this worker holds recoverable.
 /// At start and every `ORPHAN_CHECK_EVERY` beats it also gives back the rows
-/// under its id that no task of it handles.
+/// under its id that no task of it handles. Each beat's outcome goes to
+/// `beats` (for `/readyz`); `alive` is ticked every turn, and a statement
+/// counts as a wait on Postgres.
 pub(crate) async fn run(
     pg: Pool,
     worker_id: String,
     holding: Arc<Holding>,
     last_beat: Arc<LastBeat>,
+    beats: Report,
+    alive: Watchdog,
     token: CancellationToken,
 ) {
     let mut session: Option<Arc<deadpool_postgres::ClientWrapper>> = None;
     'beats: for beat_number in 0u64.. {
+        // Waits on Postgres until the beat is written or has failed.
+        let waiting = alive.waiting();
         if beat_number % ORPHAN_CHECK_EVERY == 0 {
             match ledger::release_orphans(&pg, &worker_id, holding.snapshot()).await {
                 Ok(0) => {}
@@ -128,13 +135,19 @@ pub(crate) async fn run(
                 let probe = client.clone();
                 last_beat.record(sent, Box::new(move || !probe.is_closed()));
                 session = Some(client);
+                beats.ok();
             }
-            Err(e) => tracing::warn!(error = %format!("{e:#}"), "worker heartbeat failed"),
+            Err(e) => {
+                beats.fail(format!("heartbeat failed: {e:#}"));
+                tracing::warn!(error = %format!("{e:#}"), "worker heartbeat failed")
+            }
         }
+        drop(waiting);
         let next_beat = tokio::time::sleep(store::ledger::WORKER_HEARTBEAT_EVERY);
         tokio::pin!(next_beat);
         // A lost session is replaced at once, not at the next beat.
         loop {
+            alive.tick();
             tokio::select! {
                 _ = token.cancelled() => break 'beats,
                 _ = &mut next_beat => break,

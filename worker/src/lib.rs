@@ -72,7 +72,7 @@ pub mod defaults {
 
 pub use self::deliver::{DeliveryError, Outcome};
 pub use self::destination::{DestinationArgs, DestinationConfig};
-pub use self::session::run;
+pub use self::session::{run, run_with_health};
 
 use domain::job::RetryPolicy;
 

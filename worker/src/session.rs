@@ -3,6 +3,10 @@
 //! topology, consumes the main queue on a few channels and the waiting queue
 //! on one more, and hands every message to a task (`processing::handle`); a
 //! lost session is reconnected with backoff.
+//!
+//! The session loop and the heartbeat loop are watched for `/healthz`;
+//! `/readyz` reads whether a session consumes (`broker`) and whether the
+//! heartbeat reaches Postgres (`postgres`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +22,7 @@ use tokio_util::task::TaskTracker;
 
 use broker::amqp::{self, Topology};
 use runtime::backoff::Backoff;
+use runtime::health::{Health, Report, Verdict, Watchdog};
 
 use super::WorkerConfig;
 use super::deliver::Deliverers;
@@ -37,8 +42,23 @@ const CONSUMER_CHANNELS: usize = 4;
 /// How long a starting worker waits for its first clock check.
 const CLOCK_FIRST_CHECK_BOUND: Duration = Duration::from_secs(5);
 
+/// A watched loop that has not turned for this long, and is not waiting on
+/// a service, is stalled: `/healthz` fails and Kubernetes restarts the worker.
+const LOOP_STALL_BOUND: Duration = Duration::from_secs(60);
+
 /// Runs until `token` is cancelled; reconnects to RabbitMQ with backoff.
 pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> anyhow::Result<()> {
+    run_with_health(config, pg, Health::new(), token).await
+}
+
+/// As [`run`], reporting its loops and readiness to `health` (what the
+/// binary serves on its metrics port).
+pub async fn run_with_health(
+    config: WorkerConfig,
+    pg: Pool,
+    health: Health,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
     // The clock before the first message: a pre-armed message is held until
     // its due instant by the corrected clock. A worker never stops over its
     // clock (it would strand what it holds); it corrects and reports.
@@ -59,13 +79,19 @@ pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> an
     // until its last delivery has ended: a worker presumed gone loses its
     // `running` rows to redeliveries.
     let beats_stop = CancellationToken::new();
+    let beats_report = Report::default();
     let beats = tokio::spawn(heartbeat::run(
         pg.clone(),
         config.worker_id.clone(),
         holding.clone(),
         last_beat.clone(),
+        beats_report.clone(),
+        health.watchdog("heartbeat", LOOP_STALL_BOUND),
         beats_stop.clone(),
     ));
+    let consuming = Report::default();
+    readiness(&health, consuming.clone(), last_beat.clone(), beats_report);
+    let alive = health.watchdog("session", LOOP_STALL_BOUND);
     // Alert notices go out beside deliveries, whatever RabbitMQ's state:
     // they are read from Postgres.
     let alerts_stop = CancellationToken::new();
@@ -78,10 +104,13 @@ pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> an
     let first_delay = Duration::from_millis(200);
     let mut backoff = Backoff::new(first_delay);
     while !token.is_cancelled() {
+        alive.tick();
         let session_started = std::time::Instant::now();
-        match consume(&config, &pg, deliverers.clone(), holding.clone(), &held, last_beat.clone(), &token).await {
+        let link = Link { consuming: &consuming, alive: &alive };
+        match consume(&config, &pg, deliverers.clone(), holding.clone(), &held, last_beat.clone(), link, &token).await {
             Ok(()) => break,
             Err(e) => {
+                consuming.fail(format!("not consuming: {e:#}"));
                 tracing::warn!(error = %format!("{e:#}"), "worker lost RabbitMQ; reconnecting");
                 // A session that ran is a new outage: its retries start
                 // from the first delay, not where the last outage left off.
@@ -104,8 +133,31 @@ pub async fn run(config: WorkerConfig, pg: Pool, token: CancellationToken) -> an
     Ok(())
 }
 
+/// The worker's `/readyz` checks, read from state its loops keep: a
+/// session consumes (`broker`), and its heartbeat went out recently on an
+/// open Postgres session (`postgres`; what lets it take and finish rows).
+fn readiness(health: &Health, consuming: Report, last_beat: Arc<LastBeat>, beats: Report) {
+    health.check("broker", move || consuming.status(None).into());
+    health.check("postgres", move || {
+        if last_beat.fresh() {
+            return Verdict::Ok;
+        }
+        Verdict::Failed(beats.status(None).err().unwrap_or_else(|| "no recent heartbeat on an open session".into()))
+    });
+}
+
+/// What a session tells the rest of the worker about itself.
+struct Link<'a> {
+    /// Whether it consumes, and if not why.
+    consuming: &'a Report,
+    /// Its turns; connecting, awaiting messages and draining are waits on
+    /// the broker and on deliveries.
+    alive: &'a Watchdog,
+}
+
 /// One broker session: until `token` is cancelled (Ok) or the connection
 /// or a consumer is lost (Err).
+#[allow(clippy::too_many_arguments)]
 async fn consume(
     config: &WorkerConfig,
     pg: &Pool,
@@ -113,8 +165,10 @@ async fn consume(
     holding: Arc<Holding>,
     held: &Arc<HeldBytes>,
     last_beat: Arc<LastBeat>,
+    link: Link<'_>,
     token: &CancellationToken,
 ) -> anyhow::Result<()> {
+    let connecting = link.alive.waiting();
     let connection = amqp::connect(&config.amqp_url, &format!("cronshard-worker {}", config.worker_id))
         .await
         .context("connecting to RabbitMQ")?;
@@ -150,6 +204,8 @@ async fn consume(
         consume_channels.push(channel);
     }
     let mut consumer = futures::stream::select_all(consumers);
+    drop(connecting);
+    link.consuming.ok();
     tracing::info!(worker.id = %config.worker_id, queue = %topology.main_queue, waiting_queue = %topology.waiting_queue, "consuming");
     let retry = RetryPublisher::new(topology, publish);
     let shared = Arc::new(Shared::new(config, pg, deliverers, retry, holding, last_beat));
@@ -164,7 +220,13 @@ async fn consume(
         tokio::select! {
             _ = token.cancelled() => break Ok(()),
             // At the held-bytes cap the next message waits in the broker.
-            next = async { held.room().await; consumer.next().await } => match next {
+            // Waiting for room (deliveries ending) or for a message is
+            // waiting on services; handling one is the loop's own turn.
+            next = async {
+                let _waiting = link.alive.waiting();
+                held.room().await;
+                consumer.next().await
+            } => match next {
                 Some(Ok(mut delivery)) => {
                     // Parsed here, so that its charge counts before the next
                     // message is taken; the raw body is not kept (the slots
@@ -183,6 +245,12 @@ async fn consume(
             },
         }
     };
+    // Not consuming from here on, whatever the drain below takes.
+    match &result {
+        Ok(()) => link.consuming.fail("not consuming: stopping"),
+        Err(e) => link.consuming.fail(format!("not consuming: {e:#}")),
+    }
+    let _draining = link.alive.waiting();
     // Stop taking messages, let in-flight deliveries finish (waiting ones are
     // returned to the queue by `handle`), then close: the broker requeues
     // anything still unacked.

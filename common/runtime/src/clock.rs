@@ -31,7 +31,12 @@
 //! offset back within the limit. A worker keeps delivering by the corrected
 //! clock (stopping it would strand what it holds); its metric raises the
 //! same alert.
+//!
+//! The checks double as the process's view of Postgres: a scheduler's
+//! `/readyz` reads whether the last one was answered ([`database_report`])
+//! and its verdict, instead of asking the database again per probe.
 
+use std::sync::LazyLock;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -39,10 +44,31 @@ use chrono::{DateTime, TimeDelta, Utc};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::health::Report;
+
 /// What [`now`] subtracts from the local clock, in microseconds: the
 /// largest offset (local minus database) the last check allows; 0 until
 /// measured.
 static OFFSET_MICROS: AtomicI64 = AtomicI64::new(0);
+
+/// The offset the last check measured (local minus database), for what a
+/// readiness probe says of a clock out of bounds.
+static MEASURED_MICROS: AtomicI64 = AtomicI64::new(0);
+
+/// Whether the database answered the last clock check.
+static DATABASE: LazyLock<Report> = LazyLock::new(Report::default);
+
+/// The outcome of the last clock check against the database. Every process
+/// checks every few seconds, so its readiness reads "Postgres answers"
+/// here rather than asking again per probe.
+pub fn database_report() -> Report {
+    DATABASE.clone()
+}
+
+/// The offset the last check measured (local minus database; 0 until one did).
+pub fn measured_offset() -> TimeDelta {
+    TimeDelta::microseconds(MEASURED_MICROS.load(Ordering::Relaxed))
+}
 
 /// The corrected wall clock: never ahead of the database's clock (as of the
 /// last check), behind it by at most that check's round trip. Every instant
@@ -155,6 +181,7 @@ pub async fn measure(pg: &deadpool_postgres::Pool) -> anyhow::Result<Measurement
 /// verdict and a log line when the verdict changes.
 fn apply(m: Measurement, config: &ClockConfig, verdict: &watch::Sender<ClockVerdict>) {
     OFFSET_MICROS.store(m.never_ahead().num_microseconds().unwrap_or(i64::MAX), Ordering::Relaxed);
+    MEASURED_MICROS.store(m.offset.num_microseconds().unwrap_or(i64::MAX), Ordering::Relaxed);
     let offset_secs = m.offset.num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6;
     metrics::gauge!(crate::metrics::CLOCK_OFFSET_SECONDS).set(offset_secs);
     metrics::gauge!(crate::metrics::CLOCK_OFFSET_UNCERTAINTY_SECONDS).set(m.uncertainty.as_secs_f64());
@@ -190,9 +217,18 @@ pub async fn check_once(
     bound: Duration,
 ) {
     match tokio::time::timeout(bound, measure(pg)).await {
-        Ok(Ok(m)) => apply(m, config, verdict),
-        Ok(Err(e)) => tracing::warn!(error = %format!("{e:#}"), "clock check failed; keeping the last correction"),
-        Err(_) => tracing::warn!("clock check timed out; keeping the last correction"),
+        Ok(Ok(m)) => {
+            DATABASE.ok();
+            apply(m, config, verdict)
+        }
+        Ok(Err(e)) => {
+            DATABASE.fail(format!("{e:#}"));
+            tracing::warn!(error = %format!("{e:#}"), "clock check failed; keeping the last correction")
+        }
+        Err(_) => {
+            DATABASE.fail(format!("no answer within {} ms", bound.as_millis()));
+            tracing::warn!("clock check timed out; keeping the last correction")
+        }
     }
 }
 

@@ -1,27 +1,113 @@
-//! Prometheus exporter for the scheduler and worker (`METRICS_ADDR`).
+//! The metrics port of the scheduler and worker (`METRICS_ADDR`):
+//! Prometheus's `/metrics`, and the `/healthz` and `/readyz` probes of
+//! [`crate::health`], on one listener.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use metrics_exporter_prometheus::PrometheusBuilder;
+use anyhow::Context;
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use metrics_util::MetricKindMask;
 
-/// Serves `/metrics` on `addr`. Latency histograms get buckets in seconds.
-pub fn install_exporter(addr: SocketAddr) -> anyhow::Result<()> {
-    install_exporter_forgetting_gauges(addr, None)
-}
+use crate::health::{Health, Probe};
 
-/// As [`install_exporter`]; with `idle`, a gauge series not set for that
-/// long leaves `/metrics` (per-host gauges of hosts no longer tracked: the
-/// process must set the gauges it keeps more often than that).
-pub fn install_exporter_forgetting_gauges(addr: SocketAddr, idle: Option<Duration>) -> anyhow::Result<()> {
-    PrometheusBuilder::new()
-        .with_http_listener(addr)
+/// How often the recorder drains its histograms, as the exporter's own
+/// listener did.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Time a client has to send a request's head; also how long an idle
+/// keep-alive connection is kept.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Installs the Prometheus recorder and serves, on `addr`, `/metrics` and
+/// `health`'s `/healthz` and `/readyz`. Latency histograms get buckets in
+/// seconds. With `idle`, a gauge series not set for that long leaves
+/// `/metrics` (per-host gauges of hosts no longer tracked: the process must
+/// set the gauges it keeps more often than that).
+///
+/// The exporter's own listener answers every path with the metrics, so the
+/// probes could not sit beside them there: the port is served here, from
+/// the recorder's handle.
+pub fn install_exporter(addr: SocketAddr, idle: Option<Duration>, health: Health) -> anyhow::Result<()> {
+    let listener = std::net::TcpListener::bind(addr).with_context(|| format!("listening on METRICS_ADDR {addr}"))?;
+    listener.set_nonblocking(true)?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let handle = PrometheusBuilder::new()
         .set_buckets(&[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0])?
         .idle_timeout(MetricKindMask::GAUGE, idle)
-        .install()?;
+        .install_recorder()?;
     describe_all();
+    let upkept = handle.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(UPKEEP_EVERY);
+        loop {
+            tick.tick().await;
+            upkept.run_upkeep();
+        }
+    });
+    tokio::spawn(serve(listener, handle, health));
     Ok(())
+}
+
+async fn serve(listener: tokio::net::TcpListener, metrics: PrometheusHandle, health: Health) {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors, most likely: wait for some to close.
+                tracing::warn!(error = %e, "accepting a connection on the metrics port failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (metrics, health) = (metrics.clone(), health.clone());
+        let service = hyper::service::service_fn(move |request| answer(request, metrics.clone(), health.clone()));
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
+        tokio::spawn(async move {
+            // A scraper or prober that went away is its own business.
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "metrics port connection closed with an error");
+            }
+        });
+    }
+}
+
+async fn answer(
+    request: Request<Incoming>,
+    metrics: PrometheusHandle,
+    health: Health,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    Ok(match request.uri().path() {
+        "/metrics" => {
+            // Rendering walks every series: off the runtime's threads, as
+            // the exporter's listener did.
+            let text = tokio::task::spawn_blocking(move || metrics.render()).await.unwrap_or_default();
+            response(StatusCode::OK, "text/plain", text)
+        }
+        "/healthz" => probe(health.liveness()),
+        "/readyz" => probe(health.readiness()),
+        _ => response(StatusCode::NOT_FOUND, "text/plain", "not found: /metrics, /healthz or /readyz\n".into()),
+    })
+}
+
+fn probe(probe: Probe) -> Response<Full<Bytes>> {
+    let status = if probe.ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    response(status, "application/json", probe.body.to_string())
+}
+
+fn response(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
 }
 
 /// Kinds of metric, for the catalog.

@@ -19,7 +19,8 @@ struct Args {
     /// Stable node id (the StatefulSet pod name). Defaults to the host name.
     #[arg(long, env = "NODE_ID")]
     node_id: Option<String>,
-    /// Prometheus `/metrics` listen address.
+    /// Listen address of Prometheus `/metrics` and the `/healthz` and
+    /// `/readyz` probes.
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:9090")]
     metrics_addr: SocketAddr,
     /// Owners per job.
@@ -79,7 +80,8 @@ async fn run() -> anyhow::Result<()> {
     // Before anything connects: a bad retention stops the node at once.
     let retention = args.ledger.retention()?;
     runtime::telemetry::init(args.log.log_format);
-    runtime::metrics::install_exporter(args.metrics_addr)?;
+    let health = runtime::health::Health::new();
+    runtime::metrics::install_exporter(args.metrics_addr, None, health.clone())?;
     let node_id = args.node_id.clone().unwrap_or_else(|| runtime::config::host_name("cronshard-scheduler"));
     let mut config = NodeConfig::new(
         node_id,
@@ -111,7 +113,7 @@ async fn run() -> anyhow::Result<()> {
         redis: runtime::redis::pools(&args.service.redis_urls)?,
     };
     let token = runtime::shutdown::token_on_signal();
-    node.run(token).await
+    node.run_with_health(health, token).await
 }
 
 #[cfg(test)]

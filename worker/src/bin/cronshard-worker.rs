@@ -27,7 +27,8 @@ struct Args {
     /// Worker id recorded in the ledger. Defaults to host name and process id.
     #[arg(long, env = "WORKER_ID")]
     worker_id: Option<String>,
-    /// Prometheus `/metrics` listen address.
+    /// Listen address of Prometheus `/metrics` and the `/healthz` and
+    /// `/readyz` probes.
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:9090")]
     metrics_addr: SocketAddr,
     /// Unacked messages of the main queue held at once (pre-armed ones wait
@@ -97,10 +98,12 @@ fn runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     runtime::telemetry::init(args.log.log_format);
+    let health = runtime::health::Health::new();
     // Per-host gauges of hosts no longer tracked leave /metrics.
-    runtime::metrics::install_exporter_forgetting_gauges(
+    runtime::metrics::install_exporter(
         args.metrics_addr,
         Some(worker::destination::GAUGES_FORGOTTEN_AFTER),
+        health.clone(),
     )?;
     let host = runtime::config::host_name("cronshard-worker");
     let config = WorkerConfig {
@@ -134,7 +137,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         store::db::HOT_PATH_SETTINGS,
     )?;
     let token = runtime::shutdown::token_on_signal();
-    worker::run(config, pg, token).await
+    worker::run_with_health(config, pg, health, token).await
 }
 
 #[cfg(test)]
