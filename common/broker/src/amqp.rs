@@ -51,7 +51,11 @@ pub async fn connect(urls: &str, name: &str) -> lapin::Result<Connection> {
             Ok(result) => result.map_err(redacted),
             Err(_) => Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
-                format!("node {} of {} did not accept a connection within {NODE_CONNECT_TIMEOUT:?}", index + 1, nodes.len()),
+                format!(
+                    "node {} of {} did not accept a connection within {NODE_CONNECT_TIMEOUT:?}",
+                    index + 1,
+                    nodes.len()
+                ),
             )
             .into()),
         };

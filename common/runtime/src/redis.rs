@@ -141,7 +141,8 @@ pub fn pools(urls: &[String]) -> anyhow::Result<Vec<Pool>> {
 /// A shard behind Sentinels: `redis-sentinel://[creds@]h:p,h:p/<master>[/<db>]`.
 fn sentinel_pool(url: &str) -> anyhow::Result<Pool> {
     let rest = &url[SENTINEL_SCHEME.len()..];
-    let (authority, path) = rest.split_once('/').context("no master name: expected redis-sentinel://host:port,.../<master name>")?;
+    let (authority, path) =
+        rest.split_once('/').context("no master name: expected redis-sentinel://host:port,.../<master name>")?;
     let (credentials, hosts) = match authority.rsplit_once('@') {
         Some((c, h)) => (Some(c), h),
         None => (None, authority),

@@ -136,8 +136,7 @@ async fn a_sentinel_shard_follows_its_primary_through_a_demotion_and_a_crash() {
         primary_port(sentinel.port).await == Some(second.port)
     })
     .await;
-    wait_until("the old primary to be demoted", || async { role(first.port).await.as_deref() == Some("slave") })
-        .await;
+    wait_until("the old primary to be demoted", || async { role(first.port).await.as_deref() == Some("slave") }).await;
     wait_until("the new primary to accept writes", || async { role(second.port).await.as_deref() == Some("master") })
         .await;
     let mut conn = pool.get().await.expect("a connection to the new primary");

@@ -151,7 +151,10 @@ pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
     let mut client = connect(database_url).await.context("connecting to Postgres to migrate")?;
     const MIGRATION_LOCK: i64 = 0x6372_6f6e_0001;
     client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK]).await?;
-    let result = embedded::migrations::runner().run_async(&mut client).await;
+    // A database migrated by a newer release is accepted (its migrations
+    // are not ours to undo): a rollback to this release's binaries keeps
+    // the newer schema, which stays compatible across one release.
+    let result = embedded::migrations::runner().set_abort_missing(false).run_async(&mut client).await;
     client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK]).await?;
     let report = result.context("applying migrations")?;
     for m in report.applied_migrations() {

@@ -26,7 +26,10 @@ async fn the_pool_passes_over_a_dead_host_and_refuses_a_server_that_only_reads()
     drop(client);
 
     let admin = store::db::connect(&testing::admin_database_url()).await.unwrap();
-    admin.batch_execute(&format!("ALTER DATABASE \"{}\" SET default_transaction_read_only = on", db.name)).await.unwrap();
+    admin
+        .batch_execute(&format!("ALTER DATABASE \"{}\" SET default_transaction_read_only = on", db.name))
+        .await
+        .unwrap();
     let read_only = store::db::pool(&url, 2).unwrap();
     let e = read_only.get().await.map(|_| ()).expect_err("a read-only server was accepted for writing");
     assert!(format!("{e:?}").contains("does not allow writes"), "{e:?}");
