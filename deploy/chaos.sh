@@ -4,11 +4,13 @@
 # RabbitMQ and PostgreSQL instances the scenario starts itself (the machine's
 # shared services are never restarted), ending with a fault × figures matrix.
 #
-#   deploy/chaos.sh                    the quick subset (CI-sized: 5 faults at 500 fires/s,
-#                                      about 4 minutes after the build)
+#   deploy/chaos.sh                    the quick subsets (CI-sized, 500 fires/s): 5 faults of
+#                                      single services, then a Redis primary and a Postgres
+#                                      primary failing over on replicated services
 #   deploy/chaos.sh -- ARGS...         more arguments for `cronshard-loadtest chaos`,
 #                                      e.g. -- --faults kill-worker,redis-restart
-#   FULL=1 deploy/chaos.sh             every fault at 2,000 fires/s (about 35 minutes)
+#   FULL=1 deploy/chaos.sh             every fault at 2,000 fires/s: the 14 of single services
+#                                      (about 35 minutes), then the 4 of replicated ones
 #
 # Exits with the scenario's status: non-zero when a slot was duplicated, lost
 # (missed and not explained by a misfire or retry policy), left without a
@@ -70,5 +72,14 @@ fi
 OUT=${CHAOS_OUT:-$ROOT/.run/chaos/$(date -u +%Y%m%dT%H%M%SZ)}
 mode=(--quick)
 if [[ ${FULL:-0} == 1 ]]; then mode=(); fi
+chaos=("$TARGET/$PROFILE/cronshard-loadtest" chaos "${mode[@]}" --bin-dir "$TARGET/$PROFILE")
 set -x
-exec "$TARGET/$PROFILE/cronshard-loadtest" chaos "${mode[@]}" --bin-dir "$TARGET/$PROFILE" --out "$OUT" "$@"
+if (($# > 0)); then
+    exec "${chaos[@]}" --out "$OUT" "$@"
+fi
+# The single services' faults, then those of replicated services on a
+# topology of their own; both run, the status is the worse.
+status=0
+"${chaos[@]}" --out "$OUT/single" || status=$?
+"${chaos[@]}" --replicated --out "$OUT/replicated" || status=$?
+exit "$status"

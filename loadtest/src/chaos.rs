@@ -66,6 +66,10 @@ pub enum Fault {
     Scale,
     ReceiverDown,
     ClockSkew,
+    RedisPrimaryKilled,
+    RabbitmqNodeKilled,
+    PostgresFailoverSync,
+    PostgresFailoverAsync,
 }
 
 impl Fault {
@@ -85,6 +89,19 @@ impl Fault {
         Fault::ClockSkew,
         Fault::ReceiverDown,
     ];
+
+    /// The faults of replicated services (`--faults` naming any of them runs
+    /// the replicated topology, see [`services::Topology::Replicated`]).
+    pub const REPLICATED: [Fault; 4] = [
+        Fault::RedisPrimaryKilled,
+        Fault::RabbitmqNodeKilled,
+        Fault::PostgresFailoverSync,
+        Fault::PostgresFailoverAsync,
+    ];
+
+    /// The CI-sized subset of `--quick --replicated`: one failover of a
+    /// primary that every scheduler and worker writes to.
+    pub const QUICK_REPLICATED: [Fault; 2] = [Fault::RedisPrimaryKilled, Fault::PostgresFailoverSync];
 
     /// The CI-sized subset of `--quick`. The queues go early: their stranded
     /// rows are moved on a minute later, while the next faults run.
@@ -112,14 +129,26 @@ impl Fault {
             Fault::Scale => "scale",
             Fault::ReceiverDown => "receiver-down",
             Fault::ClockSkew => "clock-skew",
+            Fault::RedisPrimaryKilled => "redis-primary-killed",
+            Fault::RabbitmqNodeKilled => "rabbitmq-node-killed",
+            Fault::PostgresFailoverSync => "postgres-failover-sync",
+            Fault::PostgresFailoverAsync => "postgres-failover-async",
         }
     }
 
     fn parse(s: &str) -> anyhow::Result<Self> {
-        Fault::ALL
-            .into_iter()
-            .find(|f| f.name() == s.trim())
-            .with_context(|| format!("unknown fault {s:?}; known: {}", Fault::ALL.map(Fault::name).join(", ")))
+        Fault::ALL.into_iter().chain(Fault::REPLICATED).find(|f| f.name() == s.trim()).with_context(|| {
+            format!(
+                "unknown fault {s:?}; known: {}, and on replicated services {}",
+                Fault::ALL.map(Fault::name).join(", "),
+                Fault::REPLICATED.map(Fault::name).join(", ")
+            )
+        })
+    }
+
+    /// Needs the replicated topology (and none of the single one's proxies).
+    pub fn replicated(self) -> bool {
+        Fault::REPLICATED.contains(&self)
     }
 
     /// One node affected: the faults the lateness target (p99 ≤ 1 s) is for.
@@ -144,13 +173,25 @@ pub struct ChaosArgs {
     /// all-schedulers-down, scale, clock-skew, receiver-down (last: receiver
     /// B's circuit may stay open minutes after it is back, delaying its
     /// slots into the next windows).
+    /// On replicated services (a run of their own): redis-primary-killed,
+    /// rabbitmq-node-killed, postgres-failover-sync, postgres-failover-async.
     #[arg(long, value_delimiter = ',')]
     faults: Vec<String>,
+    /// `postgres-failover-*`: how long the primary is dead before the standby
+    /// is promoted (what a failover manager takes to notice and decide).
+    #[arg(long, default_value_t = 5)]
+    promote_after_secs: u64,
     /// CI-sized run: kill-scheduler, queues-deleted, kill-worker,
     /// redis-restart, scheduler-cut-from-postgres at 500 fires/s, 10 s
     /// faults, 15 s observation (each may still be given explicitly).
     #[arg(long)]
     quick: bool,
+    /// Run the faults of replicated services (all four; with `--quick`
+    /// redis-primary-killed and postgres-failover-sync) on the replicated
+    /// topology: Redis shards under Sentinel, a Postgres primary and
+    /// standby, a three-node RabbitMQ cluster with quorum queues.
+    #[arg(long)]
+    replicated: bool,
     /// Fires per second the jobs produce together [default: 2,000; --quick 500].
     #[arg(long)]
     rate: Option<f64>,
@@ -247,6 +288,7 @@ pub struct ChaosArgs {
 /// The flags with `--quick` applied.
 struct Plan {
     faults: Vec<Fault>,
+    topology: services::Topology,
     rate: f64,
     warmup: i64,
     baseline: i64,
@@ -259,13 +301,25 @@ impl Plan {
         let q = a.quick;
         let faults = if !a.faults.is_empty() {
             a.faults.iter().map(|f| Fault::parse(f)).collect::<anyhow::Result<Vec<_>>>()?
+        } else if a.replicated {
+            if q { Fault::QUICK_REPLICATED.to_vec() } else { Fault::REPLICATED.to_vec() }
         } else if q {
             Fault::QUICK.to_vec()
         } else {
             Fault::ALL.to_vec()
         };
+        let replicated = faults.iter().filter(|f| f.replicated()).count();
+        anyhow::ensure!(
+            replicated == 0 || replicated == faults.len(),
+            "the faults of replicated services ({}) run on a topology of their own: give them in a run without the others",
+            Fault::REPLICATED.map(Fault::name).join(", ")
+        );
+        // Synchronous or not is set per fault on the running pair.
+        let topology =
+            if replicated > 0 { services::Topology::Replicated { pg_sync: false } } else { services::Topology::Single };
         let plan = Self {
             faults,
+            topology,
             rate: a.rate.unwrap_or(if q { 500.0 } else { 2000.0 }),
             warmup: a.warmup_secs.unwrap_or(if q { 5 } else { 10 }),
             baseline: a.baseline_secs.unwrap_or(if q { 10 } else { 20 }),
@@ -326,6 +380,19 @@ struct Run<'a> {
 impl Run<'_> {
     /// Starts scheduler `name` behind proxies of its own, with `extra` environment.
     async fn start_node(&mut self, name: &str, extra: &[(String, String)]) -> anyhow::Result<()> {
+        if self.services.replicated().is_ok() {
+            // Sentinel URLs and the database URL of both servers: each node
+            // finds the primaries itself, no proxies of its own.
+            let mut env = vec![
+                ("REDIS_URLS".to_owned(), self.services.redis_urls()),
+                ("DATABASE_URL".to_owned(), self.stack.database()?.1.to_owned()),
+            ];
+            env.extend(self.args.scheduler_env.iter().cloned());
+            env.extend(extra.iter().cloned());
+            self.stack.start_scheduler(name, &env)?;
+            self.record_pids();
+            return Ok(());
+        }
         let mut redis = Vec::new();
         for shard in &self.services.redis {
             redis.push(TcpProxy::start(shard.addr()).await?);
@@ -534,6 +601,67 @@ impl Run<'_> {
                 self.receivers[1].set_down(false);
                 self.ctx.receiver_b_down.push((start, now_ms()));
             }
+            Fault::RedisPrimaryKilled => {
+                let redis = &mut self.services.replicated_mut()?.redis;
+                let kill = redis.kill_primary(0).await?;
+                let failover = redis.wait_new_primary(&kill, Duration::from_secs(60)).await?;
+                notes.push(format!(
+                    "shard 1's primary (port {}) killed (-9); the Sentinels named its replica (port {}) after {} ms, all three and its ROLE agreeing after {} ms",
+                    failover.old,
+                    failover.new,
+                    failover.first_reported.as_millis(),
+                    failover.agreed.as_millis()
+                ));
+                sleep_until(until).await;
+                let rejoined = self.services.replicated_mut()?.redis.rejoin(&kill).await?;
+                notes.push(format!(
+                    "the old primary started again (empty) as a replica: in sync after {} ms",
+                    rejoined.as_millis()
+                ));
+            }
+            Fault::RabbitmqNodeKilled => {
+                let cluster = &self.services.replicated()?.rabbit;
+                cluster.kill(0).await?;
+                notes.push(
+                    "RabbitMQ node 1 of 3 killed (-9): its connections dropped, its quorum queue members lost".into(),
+                );
+                sleep_until(until).await;
+                let back = self.services.replicated()?.rabbit.restart(0).await?;
+                notes.push(format!(
+                    "node 1 started again on its data: running in the cluster after {} ms",
+                    back.as_millis()
+                ));
+            }
+            Fault::PostgresFailoverSync | Fault::PostgresFailoverAsync => {
+                let sync = fault == Fault::PostgresFailoverSync;
+                let pair = &mut self.services.replicated_mut()?.pg;
+                set_synchronous(pair, sync).await?;
+                let kill = pair.kill_primary().await?;
+                if let Some(b) = kill.before {
+                    notes.push(format!(
+                        "{} replication; just before the kill the standby lacked {} bytes of WAL ({} not replayed)",
+                        if sync { "synchronous (remote_apply)" } else { "asynchronous" },
+                        b.unreceived_bytes(),
+                        b.replay_lag_bytes()
+                    ));
+                }
+                notes.push(format!("primary (port {}) killed (-9)", kill.port));
+                tokio::time::sleep(Duration::from_secs(self.args.promote_after_secs)).await;
+                let promoted = self.services.replicated_mut()?.pg.promote_standby(Some(&kill)).await?;
+                notes.push(format!(
+                    "standby (port {}) promoted {} s after the kill (pg_ctl promote {} ms); WAL never received: {}",
+                    promoted.port,
+                    self.args.promote_after_secs,
+                    promoted.promote.as_millis(),
+                    promoted.lost_bytes.map_or("unknown".into(), |b| format!("{b} bytes"))
+                ));
+                sleep_until(until).await;
+                let rejoined = self.services.replicated_mut()?.pg.rejoin_old_primary().await?;
+                notes.push(format!(
+                    "the old primary rejoined as the new one's standby (fresh base backup) in {} ms",
+                    rejoined.as_millis()
+                ));
+            }
             Fault::ClockSkew => {
                 let scheds = self.stack.schedulers();
                 let worker = self.stack.workers().into_iter().last().context("no worker running")?;
@@ -565,6 +693,25 @@ impl Run<'_> {
     }
 }
 
+/// Makes the pair's commits wait for the standby (`remote_apply`: a commit
+/// returns once the standby has applied it) or not, from the next commit on.
+async fn set_synchronous(pair: &mut services::PgPair, sync: bool) -> anyhow::Result<()> {
+    let client = pair.primary().connect().await?;
+    let (names, level) = if sync { ("'*'", "remote_apply") } else { ("''", "local") };
+    // One statement each: ALTER SYSTEM refuses to run in a transaction.
+    for statement in [
+        format!("ALTER SYSTEM SET synchronous_standby_names = {names}"),
+        format!("ALTER SYSTEM SET synchronous_commit = {level}"),
+        "SELECT pg_reload_conf()".to_owned(),
+    ] {
+        client.batch_execute(&statement).await.with_context(|| format!("{statement}: switching replication"))?;
+    }
+    // The pair lifts the requirement on the promoted server (no standby
+    // to wait for) and puts it back once the old primary rejoins.
+    pair.sync = sync;
+    Ok(())
+}
+
 pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
     let plan = Plan::resolve(&args)?;
     for bin in ["cronshard-api", "cronshard-scheduler", "cronshard-worker"] {
@@ -584,7 +731,7 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
     services::reap_stale(&args.work_dir).await;
     let id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     let t = tokio::time::Instant::now();
-    let mut services = Services::start(&args.work_dir, &id, services::Topology::Single).await?;
+    let mut services = Services::start(&args.work_dir, &id, plan.topology).await?;
     eprintln!(
         "chaos: private services up in {:.1} s ({}) under {}",
         t.elapsed().as_secs_f64(),
@@ -784,6 +931,11 @@ async fn scenario(args: &ChaosArgs, plan: &Plan, services: &mut Services) -> any
     stack_args.stack_log = args.stack_log.clone();
     stack_args.stack_log_dir = args.stack_log_dir.clone();
     stack_args.worker_env = args.worker_env.clone();
+    if plan.topology != services::Topology::Single {
+        // Replicated by Raft over the three nodes: a confirmed message
+        // survives the loss of the node that took it.
+        stack_args.stack_env.push(("AMQP_QUEUE_TYPE".into(), "quorum".into()));
+    }
     let stack = Stack::start("chaos", &stack_args).await?;
     let mut run = Run { args, services, stack, links: BTreeMap::new(), receivers, ctx: Context::default() };
     for _ in 0..args.schedulers {

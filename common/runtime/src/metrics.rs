@@ -189,6 +189,8 @@ catalog! {
         "1 while the clock offset is within CLOCK_MAX_OFFSET_MS, 0 beyond it (a scheduler then stops firing).";
     WORKER_DELIVERIES_TOTAL = "cronshard_worker_deliveries_total", Counter,
         "Delivery attempts by outcome (succeeded, retrying, failed, skipped).";
+    WORKER_MESSAGES_WITHOUT_ROW_TOTAL = "cronshard_worker_messages_without_row_total", Counter,
+        "Fire messages whose ledger row did not exist when a worker went to start them: the claim that published the message was committed and then lost (a database failover to a standby that had not received it), or retention removed the row. The message is dropped.";
     WORKER_DELIVERY_SECONDS = "cronshard_worker_delivery_seconds", Histogram,
         "Duration of one delivery attempt (HTTP call or SQS send).";
     WORKER_LATENESS_SECONDS = "cronshard_worker_lateness_seconds", Histogram,

@@ -61,7 +61,16 @@ impl Pool {
     pub async fn get(&self) -> anyhow::Result<Connection> {
         Ok(match self {
             Pool::Direct(p) => Connection::Direct(p.get().await?),
-            Pool::Sentinel(p) => Connection::Sentinel(p.get().await?),
+            // A task of its own: a new connection asks every Sentinel, then
+            // connects to and checks the primary, and that poll nested under
+            // a scheduler's dispatch loop overflowed a 2 MiB worker stack in
+            // a debug build the moment a failover ended (a core dump showed
+            // the redis reply parser ~80 frames deep).
+            Pool::Sentinel(p) => {
+                let pool = p.clone();
+                let got = tokio::spawn(async move { pool.get().await }).await?;
+                Connection::Sentinel(got?)
+            }
         })
     }
 }

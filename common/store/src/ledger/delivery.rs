@@ -329,7 +329,13 @@ async fn explain_refusal(client: &Client, r: &StartRequest, armed_by: Option<&st
             &[&r.job_id, &r.scheduled_at],
         )
         .await?;
-    let Some(row) = row else { return Ok(Start::Duplicate) };
+    let Some(row) = row else {
+        // Every message is published after its claim commits: a claim the
+        // database no longer has was lost after it was acknowledged.
+        tracing::error!(job.id = %r.job_id, scheduled_at = %r.scheduled_at, "a fire message has no ledger row: its claim was lost (database failover?) or retention removed it");
+        metrics::counter!(runtime::metrics::WORKER_MESSAGES_WITHOUT_ROW_TOTAL).increment(1);
+        return Ok(Start::Duplicate);
+    };
     let (status, fire_id, attempts, worker): (Status, Uuid, i32, Option<&str>) =
         (row.get(0), row.get(1), row.get(2), row.get(3));
     // Delivered and answered 202: a copy of its message has nothing to do.
