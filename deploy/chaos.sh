@@ -10,7 +10,9 @@
 #   deploy/chaos.sh -- ARGS...         more arguments for `cronshard-loadtest chaos`,
 #                                      e.g. -- --faults kill-worker,redis-restart
 #   FULL=1 deploy/chaos.sh             every fault at 2,000 fires/s: the 14 of single services
-#                                      (about 35 minutes), then the 4 of replicated ones
+#                                      (about 35 minutes), the 4 of replicated ones, then a
+#                                      rolling upgrade from the previous release and back
+#                                      (deploy/build-previous.sh builds it the first time)
 #
 # Exits with the scenario's status: non-zero when a slot was duplicated, lost
 # (missed and not explained by a misfire or retry policy), left without a
@@ -82,4 +84,10 @@ fi
 status=0
 "${chaos[@]}" --out "$OUT/single" || status=$?
 "${chaos[@]}" --replicated --out "$OUT/replicated" || status=$?
+if [[ ${FULL:-0} == 1 ]]; then
+    # A rolling upgrade from the previous release and back, under the same load.
+    previous=$(deploy/build-previous.sh | tail -1)
+    "${chaos[@]}" --faults rolling-upgrade,rolling-rollback --previous-bin-dir "$previous" --out "$OUT/upgrade" ||
+        status=$?
+fi
 exit "$status"

@@ -1,5 +1,6 @@
 //! A fresh, migrated database per benchmark run, dropped at the end.
 
+use anyhow::Context as _;
 use chrono::Utc;
 use uuid::Uuid;
 
@@ -75,6 +76,28 @@ impl BenchDb {
         store::db::migrate(&url).await?;
         let mut client = store::db::connect(&url).await?;
         store::ledger::partitions::maintain(&mut client, Utc::now(), Default::default()).await?;
+        Ok(Self { admin_url: admin_url.to_owned(), name, url })
+    }
+
+    /// Creates `cronshard_bench_<random>` and migrates it with `api_binary
+    /// migrate`: the schema of that build (an older release's), with the
+    /// partitions its schedulers make.
+    pub async fn create_migrated_by(admin_url: &str, api_binary: &std::path::Path) -> anyhow::Result<Self> {
+        let name = format!("cronshard_bench_{}", Uuid::new_v4().simple());
+        let url = testing::with_database(admin_url, &name);
+        let out = tokio::process::Command::new(api_binary)
+            .arg("migrate")
+            .env("DATABASE_URL", &url)
+            .env("RUST_LOG", "warn")
+            .output()
+            .await
+            .with_context(|| format!("running {} migrate", api_binary.display()))?;
+        anyhow::ensure!(
+            out.status.success(),
+            "{} migrate failed: {}",
+            api_binary.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
         Ok(Self { admin_url: admin_url.to_owned(), name, url })
     }
 

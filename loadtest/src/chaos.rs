@@ -70,6 +70,8 @@ pub enum Fault {
     RabbitmqNodeKilled,
     PostgresFailoverSync,
     PostgresFailoverAsync,
+    RollingUpgrade,
+    RollingRollback,
 }
 
 impl Fault {
@@ -98,6 +100,10 @@ impl Fault {
         Fault::PostgresFailoverSync,
         Fault::PostgresFailoverAsync,
     ];
+
+    /// A release change process by process under load (`--previous-bin-dir`):
+    /// the stack starts on the previous release's binaries and schema.
+    pub const UPGRADE: [Fault; 2] = [Fault::RollingUpgrade, Fault::RollingRollback];
 
     /// The CI-sized subset of `--quick --replicated`: one failover of a
     /// primary that every scheduler and worker writes to.
@@ -133,17 +139,22 @@ impl Fault {
             Fault::RabbitmqNodeKilled => "rabbitmq-node-killed",
             Fault::PostgresFailoverSync => "postgres-failover-sync",
             Fault::PostgresFailoverAsync => "postgres-failover-async",
+            Fault::RollingUpgrade => "rolling-upgrade",
+            Fault::RollingRollback => "rolling-rollback",
         }
     }
 
     fn parse(s: &str) -> anyhow::Result<Self> {
-        Fault::ALL.into_iter().chain(Fault::REPLICATED).find(|f| f.name() == s.trim()).with_context(|| {
-            format!(
-                "unknown fault {s:?}; known: {}, and on replicated services {}",
-                Fault::ALL.map(Fault::name).join(", "),
-                Fault::REPLICATED.map(Fault::name).join(", ")
-            )
-        })
+        Fault::ALL.into_iter().chain(Fault::REPLICATED).chain(Fault::UPGRADE).find(|f| f.name() == s.trim()).with_context(
+            || {
+                format!(
+                    "unknown fault {s:?}; known: {}; on replicated services {}; with --previous-bin-dir {}",
+                    Fault::ALL.map(Fault::name).join(", "),
+                    Fault::REPLICATED.map(Fault::name).join(", "),
+                    Fault::UPGRADE.map(Fault::name).join(", ")
+                )
+            },
+        )
     }
 
     /// Needs the replicated topology (and none of the single one's proxies).
@@ -181,6 +192,12 @@ pub struct ChaosArgs {
     /// is promoted (what a failover manager takes to notice and decide).
     #[arg(long, default_value_t = 5)]
     promote_after_secs: u64,
+    /// The previous release's binaries (`deploy/build-previous.sh` builds
+    /// them): the stack starts on them and on their schema, and
+    /// `rolling-upgrade` / `rolling-rollback` replace each process, one at
+    /// a time, with the `--bin-dir` build or back.
+    #[arg(long)]
+    previous_bin_dir: Option<PathBuf>,
     /// CI-sized run: kill-scheduler, queues-deleted, kill-worker,
     /// redis-restart, scheduler-cut-from-postgres at 500 fires/s, 10 s
     /// faults, 15 s observation (each may still be given explicitly).
@@ -308,6 +325,11 @@ impl Plan {
         } else {
             Fault::ALL.to_vec()
         };
+        let upgrades = faults.iter().any(|f| Fault::UPGRADE.contains(f));
+        anyhow::ensure!(
+            !upgrades || a.previous_bin_dir.is_some(),
+            "rolling-upgrade and rolling-rollback need --previous-bin-dir (deploy/build-previous.sh builds it)"
+        );
         let replicated = faults.iter().filter(|f| f.replicated()).count();
         anyhow::ensure!(
             replicated == 0 || replicated == faults.len(),
@@ -662,6 +684,51 @@ impl Run<'_> {
                     rejoined.as_millis()
                 ));
             }
+            Fault::RollingUpgrade | Fault::RollingRollback => {
+                let upgrade = fault == Fault::RollingUpgrade;
+                let to = if upgrade {
+                    self.args.bin_dir.clone()
+                } else {
+                    self.args.previous_bin_dir.clone().context("--previous-bin-dir")?
+                };
+                if upgrade {
+                    // The new release's migrations first, the old processes running.
+                    let t = tokio::time::Instant::now();
+                    let out = tokio::process::Command::new(to.join("cronshard-api"))
+                        .arg("migrate")
+                        .env("DATABASE_URL", self.stack.database()?.1)
+                        .env("RUST_LOG", "warn")
+                        .output()
+                        .await?;
+                    anyhow::ensure!(out.status.success(), "migrate: {}", String::from_utf8_lossy(&out.stderr).trim());
+                    notes.push(format!("the new release's migrations applied in {} ms", t.elapsed().as_millis()));
+                }
+                self.stack.set_bin_dir(to.clone());
+                let which = if upgrade { "the new release" } else { "the previous release" };
+                let schedulers = self.stack.schedulers();
+                let n = schedulers.len();
+                let t = tokio::time::Instant::now();
+                for name in &schedulers {
+                    // As a StatefulSet rolls: one pod at a time, the next
+                    // once the new one is back in the live set.
+                    self.stop_node(name).await?;
+                    self.start_node(name, &[]).await?;
+                    self.stack.wait_live_nodes(n, Duration::from_secs(60)).await?;
+                }
+                notes.push(format!("{n} schedulers replaced one at a time by {which} (SIGTERM, same node ids): {} ms", t.elapsed().as_millis()));
+                let t = tokio::time::Instant::now();
+                let workers = self.stack.workers();
+                for name in &workers {
+                    self.stack.terminate(name, Duration::from_secs(30)).await?;
+                    self.stack.start_worker(name, &[])?;
+                }
+                notes.push(format!("{} workers replaced one at a time (SIGTERM, same ids): {} ms", workers.len(), t.elapsed().as_millis()));
+                let t = tokio::time::Instant::now();
+                self.stack.restart_api(Duration::from_secs(30)).await?;
+                notes.push(format!("the API replaced: {} ms", t.elapsed().as_millis()));
+                self.record_pids();
+                sleep_until(until).await;
+            }
             Fault::ClockSkew => {
                 let scheds = self.stack.schedulers();
                 let worker = self.stack.workers().into_iter().last().context("no worker running")?;
@@ -928,6 +995,12 @@ async fn scenario(args: &ChaosArgs, plan: &Plan, services: &mut Services) -> any
     stack_args.stack_redis_urls = Some(services.redis_urls());
     stack_args.stack_amqp_url = Some(services.amqp_url());
     stack_args.bin_dir = args.bin_dir.clone();
+    if let Some(previous) = &args.previous_bin_dir {
+        // The cluster as it runs before the upgrade: the previous release's
+        // processes on its own schema.
+        stack_args.bin_dir = previous.clone();
+        stack_args.migrate_by_binaries = true;
+    }
     stack_args.stack_log = args.stack_log.clone();
     stack_args.stack_log_dir = args.stack_log_dir.clone();
     stack_args.worker_env = args.worker_env.clone();

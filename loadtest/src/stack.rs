@@ -89,6 +89,11 @@ pub struct StackArgs {
     /// the ledger of a run that went wrong.
     #[arg(long)]
     pub keep_db: bool,
+    /// Migrate the run's database with `<bin_dir>/cronshard-api migrate`
+    /// (the schema of the binaries the stack starts with, an older
+    /// release's for an upgrade) instead of this build's migrations.
+    #[arg(skip)]
+    pub migrate_by_binaries: bool,
     /// More environment for every worker, `NAME=VALUE` (repeatable), e.g.
     /// `WORKER_MAX_PER_HOST=8`.
     #[arg(long = "worker-env", value_parser = parse_env_pair)]
@@ -216,7 +221,11 @@ impl Stack {
                 args.bin_dir.join(bin).display()
             );
         }
-        let db = BenchDb::create(&args.admin_database_url).await?;
+        let db = if args.migrate_by_binaries {
+            BenchDb::create_migrated_by(&args.admin_database_url, &args.bin_dir.join("cronshard-api")).await?
+        } else {
+            BenchDb::create(&args.admin_database_url).await?
+        };
         let api_addr = free_loopback_port()?;
         let mut stack = Self {
             args: args.clone(),
@@ -317,6 +326,34 @@ impl Stack {
         let pid = child.id().context("pid of a child just started")?;
         self.procs.push(Proc { role, name, child, pid, metrics_addr });
         self.refresh_targets();
+        Ok(())
+    }
+
+    /// The directory the processes started from now on run from (the other
+    /// release's binaries, in a rolling upgrade).
+    pub fn set_bin_dir(&mut self, dir: PathBuf) {
+        self.args.bin_dir = dir;
+    }
+
+    /// Replaces the API process with one from the current bin dir on the
+    /// same address: SIGTERM, then a new one, ready when `/readyz` says so.
+    pub async fn restart_api(&mut self, grace: Duration) -> anyhow::Result<()> {
+        self.terminate("api", grace).await?;
+        let addr = self.api.trim_start_matches("http://").to_owned();
+        self.spawn(
+            Role::Api,
+            "api".into(),
+            vec![
+                ("LISTEN_ADDR", addr),
+                ("CALLBACK_ALLOW_CIDRS", "127.0.0.0/8".into()),
+                ("MIN_INTERVAL_MS", "1".into()),
+            ],
+        )?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.http.get(format!("{}/readyz", self.api)).send().await.map(|r| r.status() != 200).unwrap_or(true) {
+            anyhow::ensure!(Instant::now() < deadline, "the new API did not become ready within 30 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         Ok(())
     }
 

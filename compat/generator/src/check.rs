@@ -19,7 +19,7 @@ use broker::properties;
 use domain::message::FireMessage;
 
 use crate::corpus::Corpus;
-use crate::generate::{declare_all, delete_all, fire_messages, headers_of};
+use crate::generate::{declare_all, delete_all, fire_messages, headers_of, start_request};
 use crate::{Report, Services, amqp_wire, cases, db};
 
 /// The named fields of two JSON objects that differ.
@@ -554,17 +554,8 @@ pub async fn db_rows(report: &mut Report, url: &str, rows: &Value) -> anyhow::Re
                 report.fail(format!("the message of pending row {}: {}", row["execution_id"], fields.join("; ")));
             }
         }
-        let requests: Vec<store::ledger::delivery::StartRequest> = leased
-            .iter()
-            .map(|(m, attempt)| store::ledger::delivery::StartRequest {
-                job_id: m.job_id,
-                scheduled_at: m.scheduled_at,
-                fire_id: m.fire_id,
-                attempt: *attempt as i32,
-                redelivered: false,
-                due_at: m.due_at,
-            })
-            .collect();
+        let requests: Vec<store::ledger::delivery::StartRequest> =
+            leased.iter().map(|(m, attempt)| start_request(m, *attempt)).collect();
         let names: Vec<String> = leased.iter().map(|(m, _)| m.execution_id.clone()).collect();
         let pool2 = pool.clone();
         let started = guarded(report, "a worker's start of the swept rows".into(), async move {

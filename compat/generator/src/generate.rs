@@ -46,6 +46,18 @@ pub(crate) fn id(text: &str) -> Uuid {
 }
 
 /// The headers of a case, as `broker::properties::Headers`.
+/// A worker's first start of a claimed message.
+pub fn start_request(m: &FireMessage, attempt: u32) -> store::ledger::delivery::StartRequest {
+    store::ledger::delivery::StartRequest {
+        job_id: m.job_id,
+        scheduled_at: m.scheduled_at,
+        fire_id: m.fire_id,
+        attempt: attempt as i32,
+        redelivered: false,
+        due_at: m.due_at,
+    }
+}
+
 pub fn headers_of(input: &Value) -> Headers {
     let mut h = Headers::attempt(input["attempt"].as_u64().unwrap_or(1) as u32);
     h.wait = input["wait"].as_bool().unwrap_or(false);
@@ -327,17 +339,7 @@ async fn scenario(url: &str) -> anyhow::Result<()> {
     anyhow::ensure!(claimed.len() == slots.len(), "claimed {} of {} slots", claimed.len(), slots.len());
     let messages: Vec<&FireMessage> = claimed.iter().map(|(m, _)| m).collect();
     store::ledger::stamp_published(&client, &messages).await?;
-    let starts = claimed
-        .iter()
-        .map(|(m, attempt)| delivery::StartRequest {
-            job_id: m.job_id,
-            scheduled_at: m.scheduled_at,
-            fire_id: m.fire_id,
-            attempt: *attempt as i32,
-            redelivered: false,
-            due_at: m.due_at,
-        })
-        .collect();
+    let starts = claimed.iter().map(|(m, attempt)| start_request(m, *attempt)).collect();
     delivery::start_batch(&pool, cases::WORKER_ID, starts).await?;
     let outcomes = [Status::Succeeded, Status::Retrying, Status::Failed, Status::Running, Status::Failed];
     let finishes = claimed
