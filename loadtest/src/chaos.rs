@@ -145,16 +145,19 @@ impl Fault {
     }
 
     fn parse(s: &str) -> anyhow::Result<Self> {
-        Fault::ALL.into_iter().chain(Fault::REPLICATED).chain(Fault::UPGRADE).find(|f| f.name() == s.trim()).with_context(
-            || {
+        Fault::ALL
+            .into_iter()
+            .chain(Fault::REPLICATED)
+            .chain(Fault::UPGRADE)
+            .find(|f| f.name() == s.trim())
+            .with_context(|| {
                 format!(
                     "unknown fault {s:?}; known: {}; on replicated services {}; with --previous-bin-dir {}",
                     Fault::ALL.map(Fault::name).join(", "),
                     Fault::REPLICATED.map(Fault::name).join(", "),
                     Fault::UPGRADE.map(Fault::name).join(", ")
                 )
-            },
-        )
+            })
     }
 
     /// Needs the replicated topology (and none of the single one's proxies).
@@ -715,14 +718,21 @@ impl Run<'_> {
                     self.start_node(name, &[]).await?;
                     self.stack.wait_live_nodes(n, Duration::from_secs(60)).await?;
                 }
-                notes.push(format!("{n} schedulers replaced one at a time by {which} (SIGTERM, same node ids): {} ms", t.elapsed().as_millis()));
+                notes.push(format!(
+                    "{n} schedulers replaced one at a time by {which} (SIGTERM, same node ids): {} ms",
+                    t.elapsed().as_millis()
+                ));
                 let t = tokio::time::Instant::now();
                 let workers = self.stack.workers();
                 for name in &workers {
                     self.stack.terminate(name, Duration::from_secs(30)).await?;
                     self.stack.start_worker(name, &[])?;
                 }
-                notes.push(format!("{} workers replaced one at a time (SIGTERM, same ids): {} ms", workers.len(), t.elapsed().as_millis()));
+                notes.push(format!(
+                    "{} workers replaced one at a time (SIGTERM, same ids): {} ms",
+                    workers.len(),
+                    t.elapsed().as_millis()
+                ));
                 let t = tokio::time::Instant::now();
                 self.stack.restart_api(Duration::from_secs(30)).await?;
                 notes.push(format!("the API replaced: {} ms", t.elapsed().as_millis()));
