@@ -121,9 +121,14 @@ async fn a_sentinel_shard_follows_its_primary_through_a_demotion_and_a_crash() {
     assert_eq!(shards, vec![url.clone(), "redis://127.0.0.1:1".to_owned()], "a Sentinel URL is one shard");
     let pool = runtime::redis::pools(std::slice::from_ref(&url)).unwrap().remove(0);
 
-    let mut conn = pool.get().await.unwrap();
-    let _: () = conn.set("k", "before").await.unwrap();
-    drop(conn);
+    // Until the Sentinel has checked the primary once, it may not name it yet.
+    wait_until("a first write through the Sentinel's primary", || async {
+        match pool.get().await {
+            Ok(mut c) => c.set::<_, _, ()>("k", "before").await.is_ok(),
+            Err(_) => false,
+        }
+    })
+    .await;
 
     // A failover while the old primary stays up: it becomes a replica. The
     // pooled connection to it still answers a ping; it must not be handed out.
