@@ -72,6 +72,7 @@ pub enum Fault {
     PostgresFailoverAsync,
     RollingUpgrade,
     RollingRollback,
+    SchedulerPartitionedFromRedis,
 }
 
 impl Fault {
@@ -91,6 +92,9 @@ impl Fault {
         Fault::ClockSkew,
         Fault::ReceiverDown,
     ];
+
+    /// Faults beyond the fourteen of the matrix on the single services.
+    pub const MORE: [Fault; 1] = [Fault::SchedulerPartitionedFromRedis];
 
     /// The faults of replicated services (`--faults` naming any of them runs
     /// the replicated topology, see [`services::Topology::Replicated`]).
@@ -141,19 +145,22 @@ impl Fault {
             Fault::PostgresFailoverAsync => "postgres-failover-async",
             Fault::RollingUpgrade => "rolling-upgrade",
             Fault::RollingRollback => "rolling-rollback",
+            Fault::SchedulerPartitionedFromRedis => "scheduler-partitioned-from-redis",
         }
     }
 
     fn parse(s: &str) -> anyhow::Result<Self> {
         Fault::ALL
             .into_iter()
+            .chain(Fault::MORE)
             .chain(Fault::REPLICATED)
             .chain(Fault::UPGRADE)
             .find(|f| f.name() == s.trim())
             .with_context(|| {
                 format!(
-                    "unknown fault {s:?}; known: {}; on replicated services {}; with --previous-bin-dir {}",
+                    "unknown fault {s:?}; known: {}, {}; on replicated services {}; with --previous-bin-dir {}",
                     Fault::ALL.map(Fault::name).join(", "),
+                    Fault::MORE.map(Fault::name).join(", "),
                     Fault::REPLICATED.map(Fault::name).join(", "),
                     Fault::UPGRADE.map(Fault::name).join(", ")
                 )
@@ -172,6 +179,7 @@ impl Fault {
             Fault::KillScheduler
                 | Fault::KillWorker
                 | Fault::SchedulerCutFromRedis
+                | Fault::SchedulerPartitionedFromRedis
                 | Fault::SchedulerCutFromPostgres
                 | Fault::RedisLatency
         )
@@ -326,7 +334,7 @@ impl Plan {
         } else if q {
             Fault::QUICK.to_vec()
         } else {
-            Fault::ALL.to_vec()
+            Fault::ALL.into_iter().chain(Fault::MORE).collect()
         };
         let upgrades = faults.iter().any(|f| Fault::UPGRADE.contains(f));
         anyhow::ensure!(
@@ -532,6 +540,15 @@ impl Run<'_> {
                 let victim = self.first_scheduler()?;
                 self.links(&victim)?.redis.iter().for_each(TcpProxy::cut);
                 notes.push(format!("{victim}'s links to both Redis shards cut"));
+                sleep_until(until).await;
+                self.links(&victim)?.redis.iter().for_each(TcpProxy::restore);
+            }
+            Fault::SchedulerPartitionedFromRedis => {
+                let victim = self.first_scheduler()?;
+                self.links(&victim)?.redis.iter().for_each(|p| p.set(Mode::Partition));
+                notes.push(format!(
+                    "{victim} partitioned from both Redis shards: its connections stay open, nothing crosses (timeouts, not errors)"
+                ));
                 sleep_until(until).await;
                 self.links(&victim)?.redis.iter().for_each(TcpProxy::restore);
             }

@@ -24,6 +24,11 @@ pub enum Mode {
     Pass,
     Cut,
     Delay(Duration),
+    /// A network partition rather than a closed port: connections stay
+    /// open and new ones are accepted, but nothing crosses either way, so
+    /// the client meets timeouts, not errors. Healing lets traffic through
+    /// again on the same connections (what was sent meanwhile is lost).
+    Partition,
 }
 
 /// A running proxy; it stops (and drops its connections) when dropped.
@@ -77,6 +82,11 @@ impl Drop for TcpProxy {
 }
 
 async fn serve(inbound: TcpStream, upstream: SocketAddr, mut mode: watch::Receiver<Mode>, stop: CancellationToken) {
+    // A connection made during a partition reaches nothing until it heals.
+    tokio::select! {
+        r = mode.wait_for(|m| *m != Mode::Partition) => if r.is_err() { return },
+        _ = stop.cancelled() => return,
+    }
     let Ok(outbound) = TcpStream::connect(upstream).await else { return };
     let _ = inbound.set_nodelay(true);
     let _ = outbound.set_nodelay(true);
@@ -109,6 +119,7 @@ async fn pipe(
             };
             let delay = match *mode.borrow() {
                 Mode::Delay(d) => d,
+                Mode::Partition => continue,
                 _ => Duration::ZERO,
             };
             if tx.send((Instant::now() + delay, buf[..n].to_vec())).is_err() {
@@ -171,6 +182,16 @@ mod tests {
         assert!(slow >= Duration::from_millis(300), "{slow:?}");
         proxy.restore();
         assert!(round_trip(&mut c).await.unwrap() < Duration::from_millis(100));
+        // A partition: the open connection and a new one stay open, silent.
+        proxy.set(Mode::Partition);
+        let silent = tokio::time::timeout(Duration::from_millis(300), round_trip(&mut c)).await;
+        assert!(silent.is_err(), "an answer crossed the partition: {silent:?}");
+        let mut during = TcpStream::connect(proxy.addr).await.unwrap();
+        let silent = tokio::time::timeout(Duration::from_millis(300), round_trip(&mut during)).await;
+        assert!(silent.is_err(), "a connection made during the partition was answered: {silent:?}");
+        proxy.restore();
+        // Healed: the connection made during it gets through, nothing was closed.
+        assert!(round_trip(&mut during).await.is_some(), "the connection made during the partition is dead");
         proxy.cut();
         assert!(round_trip(&mut c).await.is_none(), "the open connection is closed");
         let mut fresh = TcpStream::connect(proxy.addr).await.unwrap();
