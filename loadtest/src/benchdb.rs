@@ -85,19 +85,7 @@ impl BenchDb {
     pub async fn create_migrated_by(admin_url: &str, api_binary: &std::path::Path) -> anyhow::Result<Self> {
         let name = format!("cronshard_bench_{}", Uuid::new_v4().simple());
         let url = testing::with_database(admin_url, &name);
-        let out = tokio::process::Command::new(api_binary)
-            .arg("migrate")
-            .env("DATABASE_URL", &url)
-            .env("RUST_LOG", "warn")
-            .output()
-            .await
-            .with_context(|| format!("running {} migrate", api_binary.display()))?;
-        anyhow::ensure!(
-            out.status.success(),
-            "{} migrate failed: {}",
-            api_binary.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        migrate_with(api_binary, &url).await?;
         Ok(Self { admin_url: admin_url.to_owned(), name, url })
     }
 
@@ -156,4 +144,22 @@ impl BenchDb {
 /// A unique cluster name, so a run's queues and keys are its own.
 pub fn cluster_name(prefix: &str) -> String {
     format!("{prefix}-{}", &Uuid::new_v4().simple().to_string()[..8])
+}
+
+/// `api_binary migrate` on `database_url`: the schema of that build.
+pub async fn migrate_with(api_binary: &std::path::Path, database_url: &str) -> anyhow::Result<()> {
+    let out = tokio::process::Command::new(api_binary)
+        .arg("migrate")
+        .env("DATABASE_URL", database_url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .with_context(|| format!("running {} migrate", api_binary.display()))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{} migrate failed: {}",
+        api_binary.display(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
 }

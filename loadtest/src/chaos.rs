@@ -714,13 +714,7 @@ impl Run<'_> {
                 if upgrade {
                     // The new release's migrations first, the old processes running.
                     let t = tokio::time::Instant::now();
-                    let out = tokio::process::Command::new(to.join("cronshard-api"))
-                        .arg("migrate")
-                        .env("DATABASE_URL", self.stack.database()?.1)
-                        .env("RUST_LOG", "warn")
-                        .output()
-                        .await?;
-                    anyhow::ensure!(out.status.success(), "migrate: {}", String::from_utf8_lossy(&out.stderr).trim());
+                    crate::benchdb::migrate_with(&to.join("cronshard-api"), self.stack.database()?.1).await?;
                     notes.push(format!("the new release's migrations applied in {} ms", t.elapsed().as_millis()));
                 }
                 self.stack.set_bin_dir(to.clone());
